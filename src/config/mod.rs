@@ -1,0 +1,465 @@
+//! Typed, strict configuration of the consumer, checked once at start-up.
+//!
+//! Every field has a unit in its name where it has one. [`ConsumerConfig::validate`] checks
+//! each value and the fields against each other, and a [`ConfigError`] names the setting and
+//! the bad value. Raw librdkafka options (`librdkafka`) are applied last, over everything we
+//! set, to the consumer and the dead-letter producer alike (SASL, SSL, tuning); their values
+//! never appear in `Debug` output, since they may hold passwords.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::backoff::ExponentialBackoff;
+use crate::dlq::DlqTopic;
+
+/// A setting with a bad value.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("invalid setting `{key}` = {value:?}: {reason}")]
+pub struct ConfigError {
+    /// The setting's name, as in the config file (`max_retries`, `dlq_topic`, …).
+    pub key: String,
+    /// The value given.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ConfigError {
+    /// A bad `value` for `key`.
+    pub fn new(key: &str, value: impl fmt::Display, reason: impl fmt::Display) -> Self {
+        Self {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Everything the [`Consumer`](crate::consumer::Consumer) needs.
+///
+/// Build it with [`ConsumerConfig::new`] and struct-update syntax for the rest:
+/// ```
+/// # use kafka_dlq::ConsumerConfig;
+/// let config = ConsumerConfig {
+///     max_retries: 3,
+///     ..ConsumerConfig::new("localhost:9092", "deliveries", ["parcel-events"])
+/// };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsumerConfig {
+    /// Bootstrap servers, comma-separated `host:port`. Required.
+    pub brokers: String,
+    /// Consumer group id. Required.
+    pub group_id: String,
+    /// Topics to consume. At least one.
+    pub topics: Vec<String>,
+    /// Dead-letter topic name; `{topic}` is replaced by the source topic.
+    /// Default `{topic}-dlt` (Spring Kafka 3.3+).
+    pub dlq_topic: String,
+    /// A header holding the record id. Default none: the id is `<topic>-<partition>-<offset>`.
+    pub id_header: Option<String>,
+    /// Retries of a transient failure before the record is dead-lettered. Default 10.
+    pub max_retries: u32,
+    /// First retry delay. Default 1000 ms.
+    pub backoff_initial_ms: u64,
+    /// Each retry delay is the previous one times this. Default 2.0.
+    pub backoff_multiplier: f64,
+    /// Cap on one retry delay. Default 30000 ms.
+    pub backoff_max_ms: u64,
+    /// Each delay is multiplied by a random factor in `[1 − jitter, 1 + jitter]` (then capped).
+    /// Default 0.2.
+    pub backoff_jitter: f64,
+    /// Records buffered per partition before the partition is paused (and resumed when half
+    /// of them are done): the bound on memory when the handler is slower than the broker.
+    /// Default 500.
+    pub max_buffered_records: usize,
+    /// How long shutdown waits for in-flight handlers before committing. Default 30000 ms.
+    pub shutdown_timeout_ms: u64,
+    /// Where a group with no committed offset starts: `earliest` or `latest`. Default
+    /// `earliest`.
+    pub auto_offset_reset: String,
+    /// Raw librdkafka properties, applied last to the consumer and the dead-letter producer.
+    pub librdkafka: BTreeMap<String, String>,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            brokers: String::new(),
+            group_id: String::new(),
+            topics: Vec::new(),
+            dlq_topic: "{topic}-dlt".to_string(),
+            id_header: None,
+            max_retries: 10,
+            backoff_initial_ms: 1000,
+            backoff_multiplier: 2.0,
+            backoff_max_ms: 30_000,
+            backoff_jitter: 0.2,
+            max_buffered_records: 500,
+            shutdown_timeout_ms: 30_000,
+            auto_offset_reset: "earliest".to_string(),
+            librdkafka: BTreeMap::new(),
+        }
+    }
+}
+
+impl fmt::Debug for ConsumerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted: BTreeMap<&str, &str> = self
+            .librdkafka
+            .keys()
+            .map(|k| (k.as_str(), "<redacted>"))
+            .collect();
+        f.debug_struct("ConsumerConfig")
+            .field("brokers", &self.brokers)
+            .field("group_id", &self.group_id)
+            .field("topics", &self.topics)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("id_header", &self.id_header)
+            .field("max_retries", &self.max_retries)
+            .field("backoff_initial_ms", &self.backoff_initial_ms)
+            .field("backoff_multiplier", &self.backoff_multiplier)
+            .field("backoff_max_ms", &self.backoff_max_ms)
+            .field("backoff_jitter", &self.backoff_jitter)
+            .field("max_buffered_records", &self.max_buffered_records)
+            .field("shutdown_timeout_ms", &self.shutdown_timeout_ms)
+            .field("auto_offset_reset", &self.auto_offset_reset)
+            .field("librdkafka", &redacted)
+            .finish()
+    }
+}
+
+impl ConsumerConfig {
+    /// The defaults, with the three required settings.
+    pub fn new<T: Into<String>>(
+        brokers: &str,
+        group_id: &str,
+        topics: impl IntoIterator<Item = T>,
+    ) -> Self {
+        Self {
+            brokers: brokers.to_string(),
+            group_id: group_id.to_string(),
+            topics: topics.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks every setting; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.brokers.trim().is_empty() {
+            return Err(ConfigError::new(
+                "brokers",
+                &self.brokers,
+                "at least one host:port is required",
+            ));
+        }
+        for broker in self.brokers.split(',') {
+            let broker = broker.trim();
+            let port_ok = broker
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(ConfigError::new(
+                    "brokers",
+                    broker,
+                    "expected host:port, e.g. localhost:9092",
+                ));
+            }
+        }
+        if self.group_id.trim().is_empty() {
+            return Err(ConfigError::new("group_id", &self.group_id, "is required"));
+        }
+        if self.topics.is_empty() {
+            return Err(ConfigError::new(
+                "topics",
+                "",
+                "at least one topic is required",
+            ));
+        }
+        for topic in &self.topics {
+            crate::dlq::check_topic_name(topic)
+                .map_err(|r| ConfigError::new("topics", topic, r))?;
+        }
+        let template = self.dlq_topic()?;
+        for topic in &self.topics {
+            let dlq = template.for_topic(topic);
+            crate::dlq::check_topic_name(&dlq).map_err(|r| {
+                ConfigError::new(
+                    "dlq_topic",
+                    &self.dlq_topic,
+                    format!("gives `{dlq}` for `{topic}`: {r}"),
+                )
+            })?;
+            if self.topics.contains(&dlq) {
+                return Err(ConfigError::new(
+                    "dlq_topic",
+                    &self.dlq_topic,
+                    format!("gives `{dlq}`, a topic this consumer reads: dead letters would loop"),
+                ));
+            }
+        }
+        if let Some(header) = &self.id_header {
+            if header.is_empty() {
+                return Err(ConfigError::new("id_header", header, "must not be empty"));
+            }
+        }
+        self.backoff()?;
+        if self.max_buffered_records == 0 {
+            return Err(ConfigError::new(
+                "max_buffered_records",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if !matches!(self.auto_offset_reset.as_str(), "earliest" | "latest") {
+            return Err(ConfigError::new(
+                "auto_offset_reset",
+                &self.auto_offset_reset,
+                "expected `earliest` or `latest`",
+            ));
+        }
+        for key in self.librdkafka.keys() {
+            if matches!(
+                key.as_str(),
+                "enable.auto.offset.store" | "group.id" | "bootstrap.servers"
+            ) {
+                return Err(ConfigError::new(
+                    &format!("librdkafka.{key}"),
+                    "<redacted>",
+                    "is managed by kafka-dlq; use the typed setting instead",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The retry policy for transient failures.
+    pub fn backoff(&self) -> Result<ExponentialBackoff, ConfigError> {
+        ExponentialBackoff::new(
+            Duration::from_millis(self.backoff_initial_ms),
+            self.backoff_multiplier,
+            Duration::from_millis(self.backoff_max_ms),
+            self.backoff_jitter,
+            Some(self.max_retries),
+        )
+        .map_err(|e| {
+            use crate::backoff::BackoffError::*;
+            match e {
+                ZeroInitial(_) => {
+                    ConfigError::new("backoff_initial_ms", self.backoff_initial_ms, e)
+                }
+                MaxBelowInitial { .. } => {
+                    ConfigError::new("backoff_max_ms", self.backoff_max_ms, e)
+                }
+                BadMultiplier(_) => {
+                    ConfigError::new("backoff_multiplier", self.backoff_multiplier, e)
+                }
+                BadJitter(_) => ConfigError::new("backoff_jitter", self.backoff_jitter, e),
+            }
+        })
+    }
+
+    /// The dead-letter topic template.
+    pub fn dlq_topic(&self) -> Result<DlqTopic, ConfigError> {
+        DlqTopic::new(&self.dlq_topic)
+            .map_err(|r| ConfigError::new("dlq_topic", &self.dlq_topic, r))
+    }
+
+    /// The shutdown deadline.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown_timeout_ms)
+    }
+
+    /// librdkafka settings for the consumer: manual offset store, periodic commit of stored
+    /// offsets, then the raw `librdkafka` options.
+    pub fn consumer_client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group_id)
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "1000")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", &self.auto_offset_reset)
+            .set("queued.max.messages.kbytes", "16384")
+            .set("enable.partition.eof", "false");
+        self.apply_raw(&mut config);
+        config
+    }
+
+    /// librdkafka settings for the dead-letter producer: idempotent, `acks=all`, then the raw
+    /// `librdkafka` options.
+    pub fn producer_client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "30000");
+        self.apply_raw(&mut config);
+        config
+    }
+
+    fn apply_raw(&self, config: &mut ClientConfig) {
+        for (key, value) in &self.librdkafka {
+            config.set(key, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> ConsumerConfig {
+        ConsumerConfig::new("localhost:9092", "g", ["orders"])
+    }
+
+    #[test]
+    fn defaults_are_valid_and_spring_like() {
+        let c = valid();
+        c.validate().unwrap();
+        assert_eq!(c.max_retries, 10);
+        assert_eq!(c.dlq_topic().unwrap().for_topic("orders"), "orders-dlt");
+    }
+
+    #[test]
+    fn errors_name_the_setting_and_value() {
+        let cases: Vec<(ConsumerConfig, &str, &str)> = vec![
+            (
+                ConsumerConfig {
+                    brokers: "".into(),
+                    ..valid()
+                },
+                "brokers",
+                "",
+            ),
+            (
+                ConsumerConfig {
+                    brokers: "localhost".into(),
+                    ..valid()
+                },
+                "brokers",
+                "localhost",
+            ),
+            (
+                ConsumerConfig {
+                    group_id: " ".into(),
+                    ..valid()
+                },
+                "group_id",
+                " ",
+            ),
+            (
+                ConsumerConfig {
+                    topics: vec![],
+                    ..valid()
+                },
+                "topics",
+                "",
+            ),
+            (
+                ConsumerConfig {
+                    topics: vec!["bad topic".into()],
+                    ..valid()
+                },
+                "topics",
+                "bad topic",
+            ),
+            (
+                ConsumerConfig {
+                    dlq_topic: "{topic}".into(),
+                    ..valid()
+                },
+                "dlq_topic",
+                "{topic}",
+            ),
+            (
+                ConsumerConfig {
+                    backoff_initial_ms: 0,
+                    ..valid()
+                },
+                "backoff_initial_ms",
+                "0",
+            ),
+            (
+                ConsumerConfig {
+                    backoff_max_ms: 10,
+                    ..valid()
+                },
+                "backoff_max_ms",
+                "10",
+            ),
+            (
+                ConsumerConfig {
+                    backoff_jitter: 2.0,
+                    ..valid()
+                },
+                "backoff_jitter",
+                "2",
+            ),
+            (
+                ConsumerConfig {
+                    backoff_multiplier: 0.5,
+                    ..valid()
+                },
+                "backoff_multiplier",
+                "0.5",
+            ),
+            (
+                ConsumerConfig {
+                    auto_offset_reset: "start".into(),
+                    ..valid()
+                },
+                "auto_offset_reset",
+                "start",
+            ),
+            (
+                ConsumerConfig {
+                    max_buffered_records: 0,
+                    ..valid()
+                },
+                "max_buffered_records",
+                "0",
+            ),
+        ];
+        for (config, key, value) in cases {
+            let err = config.validate().unwrap_err();
+            assert_eq!(
+                (err.key.as_str(), err.value.as_str()),
+                (key, value),
+                "{err}"
+            );
+            assert!(err.to_string().contains(key));
+        }
+    }
+
+    #[test]
+    fn debug_redacts_raw_options() {
+        let mut c = valid();
+        c.librdkafka
+            .insert("sasl.password".into(), "hunter2".into());
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("sasl.password"));
+    }
+
+    #[test]
+    fn raw_options_apply_last() {
+        let mut c = valid();
+        c.librdkafka
+            .insert("message.timeout.ms".into(), "2000".into());
+        assert_eq!(
+            c.producer_client_config().get("message.timeout.ms"),
+            Some("2000")
+        );
+    }
+}

@@ -1,0 +1,218 @@
+//! The at-least-once consumer: poll, hand each record to the handler, retry, dead-letter,
+//! commit.
+//!
+//! # How records flow
+//! One loop polls rdkafka's `StreamConsumer` and puts each record on its partition's queue;
+//! each assigned partition has one worker task that settles its records **in offset order**:
+//! it calls the [`Handler`], retries transient failures with backoff, and dead-letters
+//! permanent failures and exhausted retries. A record is *settled* when the handler succeeded
+//! or the dead-letter topic acknowledged it; only then is its offset stored, and stored offsets
+//! are committed every second, on rebalance and at shutdown. So an offset never passes a record
+//! that was neither handled nor safely dead-lettered.
+//!
+//! # Why per-partition queues
+//! A record in backoff holds back only its own partition: the other partitions' workers carry
+//! on. The poll loop never waits for a handler, so the consumer keeps polling (and stays in the
+//! group) however long a backoff lasts. When a partition's queue holds
+//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) records, that partition is
+//! paused in librdkafka and resumed when half of them are done: memory stays bounded when the
+//! handler is slower than the broker.
+//!
+//! # Rebalance
+//! On revocation the revoked partitions' workers stop: a handler call in progress runs to its
+//! end, a record in backoff is abandoned (not dead-lettered) and its offset is not stored; then
+//! the stored offsets are committed, so the new owner starts after the last settled record.
+//!
+//! # Shutdown
+//! When the `shutdown` future given to [`Consumer::run`] completes: polling stops, each worker
+//! finishes its handler call in progress (within
+//! [`shutdown_timeout_ms`](ConsumerConfig::shutdown_timeout_ms); past it, the remaining calls
+//! are dropped), records waiting or in backoff are left for the next run, stored offsets are
+//! committed, and the consumer leaves the group.
+//!
+//! # Broker trouble
+//! Poll errors are logged and retried after 1 s, doubling to 30 s, reset by the next record;
+//! librdkafka reconnects by itself. A broker outage never ends [`Consumer::run`].
+
+mod context;
+mod partition;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::error::KafkaError;
+use thiserror::Error;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::ExponentialBackoff;
+use crate::config::{ConfigError, ConsumerConfig};
+use crate::dlq::DeadLetterPublisher;
+use crate::handler::Handler;
+use crate::record::Record;
+use context::{commit_stored, PartitionSlot, Partitions, RebalanceContext};
+use partition::{run_worker, PartitionQueue, Shared};
+
+/// Why the consumer could not start.
+#[derive(Debug, Error)]
+pub enum ConsumerError {
+    /// A setting is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// librdkafka refused the consumer configuration.
+    #[error("could not create the Kafka consumer: {0}")]
+    CreateConsumer(#[source] KafkaError),
+    /// librdkafka refused the dead-letter producer configuration.
+    #[error("could not create the dead-letter producer: {0}")]
+    CreateProducer(#[source] KafkaError),
+    /// Subscribing to the topics failed.
+    #[error("could not subscribe to {topics:?}: {source}")]
+    Subscribe {
+        /// The topics.
+        topics: Vec<String>,
+        /// The cause.
+        #[source]
+        source: KafkaError,
+    },
+}
+
+/// An at-least-once consumer with retries and a dead-letter topic. See the
+/// [module docs](self) for exactly what it does.
+pub struct Consumer<H: Handler> {
+    config: ConsumerConfig,
+    shared: Arc<Shared<H>>,
+    partitions: Partitions,
+}
+
+impl<H: Handler> Consumer<H> {
+    /// Checks `config` and creates the Kafka consumer and the dead-letter producer. Nothing
+    /// connects yet; brokers that are down are not an error here.
+    pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, ConsumerError> {
+        config.validate()?;
+        let partitions: Partitions = Arc::new(Mutex::new(HashMap::new()));
+        let consumer: StreamConsumer<RebalanceContext> = config
+            .consumer_client_config()
+            .create_with_context(RebalanceContext {
+                partitions: partitions.clone(),
+            })
+            .map_err(ConsumerError::CreateConsumer)?;
+        let dlq = DeadLetterPublisher::new(&config).map_err(ConsumerError::CreateProducer)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                handler,
+                dlq,
+                backoff: config.backoff()?,
+                consumer: Arc::new(consumer),
+            }),
+            config,
+            partitions,
+        })
+    }
+
+    /// Consumes until `shutdown` completes, then drains, commits and leaves the group. Returns
+    /// an error only when subscribing fails; broker trouble is retried, not returned.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
+        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        self.shared
+            .consumer
+            .subscribe(&topics)
+            .map_err(|source| ConsumerError::Subscribe {
+                topics: self.config.topics.clone(),
+                source,
+            })?;
+        tracing::info!(event = "consumer_started", topics = ?self.config.topics,
+            group = %self.config.group_id);
+
+        let stop_workers = CancellationToken::new();
+        let mut workers = JoinSet::new();
+        let mut poll_delays = ExponentialBackoff::infrastructure().delays();
+        tokio::pin!(shutdown);
+        loop {
+            let polled = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                polled = self.shared.consumer.recv() => polled,
+            };
+            match polled {
+                Ok(message) => {
+                    poll_delays.reset();
+                    let record = Record::from_message(&message, self.config.id_header.as_deref());
+                    drop(message);
+                    self.dispatch(record, &mut workers, &stop_workers);
+                }
+                Err(error) => {
+                    let delay = poll_delays
+                        .next()
+                        .expect("infrastructure backoff never ends");
+                    tracing::warn!(event = "poll_failed", error = %error,
+                        retry_in_ms = delay.as_millis() as u64);
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+            while let Some(done) = workers.try_join_next() {
+                if let Err(e) = done {
+                    tracing::error!(event = "worker_failed", error = %e);
+                }
+            }
+        }
+        self.shutdown(workers, stop_workers).await;
+        Ok(())
+    }
+
+    /// Queues `record` on its partition, starting the partition's worker if it has none.
+    fn dispatch(&self, record: Record, workers: &mut JoinSet<()>, stop: &CancellationToken) {
+        let key = (record.topic.clone(), record.partition);
+        let queue = {
+            let mut partitions = self.partitions.lock().expect("partitions lock");
+            let slot = partitions.entry(key).or_insert_with(|| {
+                let queue = Arc::new(PartitionQueue::new(
+                    &record.topic,
+                    record.partition,
+                    self.config.max_buffered_records,
+                ));
+                let cancel = stop.child_token();
+                workers.spawn(run_worker(
+                    self.shared.clone(),
+                    queue.clone(),
+                    cancel.clone(),
+                ));
+                PartitionSlot { queue, cancel }
+            });
+            slot.queue.clone()
+        };
+        queue.push(record, &self.shared.consumer);
+    }
+
+    async fn shutdown(self, mut workers: JoinSet<()>, stop_workers: CancellationToken) {
+        tracing::info!(event = "shutdown_started", workers = workers.len());
+        stop_workers.cancel();
+        let deadline = self.config.shutdown_timeout();
+        let drained = tokio::time::timeout(deadline, async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                event = "shutdown_deadline_exceeded",
+                busy_partitions = workers.len(),
+                deadline_ms = deadline.as_millis() as u64,
+                "handlers still running were dropped; their records will be consumed again"
+            );
+            workers.abort_all();
+            while workers.join_next().await.is_some() {}
+        }
+        commit_stored(self.shared.consumer.as_ref(), "shutdown");
+        self.shared.consumer.unsubscribe();
+        self.partitions.lock().expect("partitions lock").clear();
+        // Dropping the last handle closes the consumer, which leaves the group; it blocks
+        // while librdkafka finishes, so it runs off the async threads.
+        let shared = self.shared;
+        let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
+        tracing::info!(event = "shutdown_complete");
+    }
+}

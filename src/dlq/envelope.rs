@@ -1,0 +1,391 @@
+//! The JSON envelope written as the value of every dead-letter record.
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use thiserror::Error;
+
+use crate::failure::DeadLetterKind;
+use crate::record::{Record, RecordHeader};
+
+/// Error texts longer than this many bytes are cut (at a character boundary, ending in `…`),
+/// in the envelope and in the `kafka_dlt-exception-message` header alike, so that our metadata
+/// never pushes a dead letter over the broker's record size limit.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+/// How a value is written in the envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// Embedded as JSON, byte for byte (only a value that is valid JSON with no surrounding
+    /// white space).
+    Json,
+    /// A JSON string holding the UTF-8 text.
+    Utf8,
+    /// A JSON string holding the standard base64 of the bytes.
+    Base64,
+    /// The record had no value (a tombstone); `payload` is `null`.
+    None,
+}
+
+/// The failure that sent a record to the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeError {
+    /// `permanent` or `retries_exhausted`.
+    pub kind: DeadLetterKind,
+    /// The last failure's message, cut to [`MAX_ERROR_MESSAGE_BYTES`].
+    pub message: String,
+    /// How many times the handler was called for the record.
+    pub attempts: u32,
+}
+
+/// A header of the source record: `value` is `null` for a null value, else text in `encoding`
+/// (`utf8` or `base64`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeHeader {
+    /// The header key.
+    pub key: String,
+    /// The value, encoded; `null` when the header had no value.
+    pub value: Option<String>,
+    /// `utf8` or `base64`.
+    pub encoding: Encoding,
+}
+
+/// Where the record came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeSource {
+    /// The source topic.
+    pub topic: String,
+    /// The source partition.
+    pub partition: i32,
+    /// The source offset.
+    pub offset: i64,
+    /// The record key, encoded as `key_encoding` says; `null` when there was none.
+    pub key: Option<String>,
+    /// `utf8` or `base64`; `null` when there was no key.
+    pub key_encoding: Option<Encoding>,
+    /// The record's timestamp, RFC 3339 UTC; `null` when it had none.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// The record's headers, in order.
+    pub headers: Vec<EnvelopeHeader>,
+    /// The consumer group that gave up on it.
+    pub group: String,
+}
+
+/// The value of a dead-letter record. Field names are fixed: other tools read them. The JSON
+/// Schema is `schema/dlq-envelope.schema.json` in the repository.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The record id (id header, else `<topic>-<partition>-<offset>`).
+    pub id: String,
+    /// The original value: JSON, a string or base64, as `payload_encoding` says.
+    pub payload: Box<RawValue>,
+    /// `json`, `utf8`, `base64` or `none`.
+    pub payload_encoding: Encoding,
+    /// Why it was dead-lettered.
+    pub error: EnvelopeError,
+    /// When it was dead-lettered, RFC 3339 UTC (milliseconds).
+    pub timestamp: DateTime<Utc>,
+    /// Where it came from.
+    pub source: EnvelopeSource,
+}
+
+/// A value in an envelope that does not decode as its encoding says.
+#[derive(Debug, Error)]
+pub enum EnvelopeDecodeError {
+    /// The bytes are not an envelope at all.
+    #[error("not a kafka-dlq envelope: {0}")]
+    NotAnEnvelope(#[from] serde_json::Error),
+    /// A field does not decode with its encoding.
+    #[error("envelope field `{field}` does not decode as {encoding:?}: {reason}")]
+    BadField {
+        /// The field's name.
+        field: &'static str,
+        /// The encoding it claimed.
+        encoding: Encoding,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl Envelope {
+    /// Builds the envelope for `record`, dead-lettered now by consumer group `group`.
+    pub fn new(
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        group: &str,
+    ) -> Envelope {
+        let (payload, payload_encoding) = encode_payload(record.payload.as_deref());
+        let (key, key_encoding) = match record.key.as_deref() {
+            None => (None, None),
+            Some(k) => {
+                let (text, enc) = encode_text(k);
+                (Some(text), Some(enc))
+            }
+        };
+        Envelope {
+            id: record.id.clone(),
+            payload,
+            payload_encoding,
+            error: EnvelopeError {
+                kind,
+                message: truncate_message(message),
+                attempts,
+            },
+            timestamp: Utc::now().trunc_subsecs(3),
+            source: EnvelopeSource {
+                topic: record.topic.clone(),
+                partition: record.partition,
+                offset: record.offset,
+                key,
+                key_encoding,
+                timestamp: record.timestamp,
+                headers: record.headers.iter().map(encode_header).collect(),
+                group: group.to_string(),
+            },
+        }
+    }
+
+    /// Parses an envelope from a dead-letter record's value.
+    pub fn from_slice(bytes: &[u8]) -> Result<Envelope, EnvelopeDecodeError> {
+        Ok(serde_json::from_slice(bytes)?)
+    }
+
+    /// The envelope as JSON bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an envelope always serializes")
+    }
+
+    /// The original value's bytes, exactly as consumed; `None` for a tombstone.
+    pub fn payload_bytes(&self) -> Result<Option<Vec<u8>>, EnvelopeDecodeError> {
+        let raw = self.payload.get();
+        match self.payload_encoding {
+            Encoding::None => Ok(None),
+            Encoding::Json => Ok(Some(raw.as_bytes().to_vec())),
+            enc => {
+                let text: String =
+                    serde_json::from_str(raw).map_err(|e| EnvelopeDecodeError::BadField {
+                        field: "payload",
+                        encoding: enc,
+                        reason: e.to_string(),
+                    })?;
+                decode_text("payload", &text, enc).map(Some)
+            }
+        }
+    }
+
+    /// The original key's bytes; `None` when the record had no key.
+    pub fn key_bytes(&self) -> Result<Option<Vec<u8>>, EnvelopeDecodeError> {
+        match (&self.source.key, self.source.key_encoding) {
+            (Some(key), Some(enc)) => decode_text("source.key", key, enc).map(Some),
+            (Some(key), None) => Ok(Some(key.as_bytes().to_vec())),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// The original headers, decoded.
+    pub fn headers(&self) -> Result<Vec<RecordHeader>, EnvelopeDecodeError> {
+        self.source
+            .headers
+            .iter()
+            .map(|h| {
+                Ok(RecordHeader {
+                    key: h.key.clone(),
+                    value: match &h.value {
+                        None => None,
+                        Some(v) => Some(decode_text("source.headers", v, h.encoding)?),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// Cuts `message` to at most [`MAX_ERROR_MESSAGE_BYTES`] bytes at a character boundary,
+/// ending a cut text in `…`.
+pub fn truncate_message(message: &str) -> String {
+    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
+        return message.to_string();
+    }
+    let mut end = MAX_ERROR_MESSAGE_BYTES - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+fn encode_payload(payload: Option<&[u8]>) -> (Box<RawValue>, Encoding) {
+    let Some(bytes) = payload else {
+        return (raw("null"), Encoding::None);
+    };
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        // Embedded as JSON only when the text is one JSON value with nothing around it, so
+        // that the embedded text is byte for byte the original.
+        if let Ok(value) = serde_json::from_str::<Box<RawValue>>(text) {
+            if value.get().len() == text.len() {
+                return (value, Encoding::Json);
+            }
+        }
+    }
+    let (text, encoding) = encode_text(bytes);
+    (
+        RawValue::from_string(serde_json::to_string(&text).expect("a string serializes"))
+            .expect("a serialized string is valid JSON"),
+        encoding,
+    )
+}
+
+fn encode_text(bytes: &[u8]) -> (String, Encoding) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.to_string(), Encoding::Utf8),
+        Err(_) => (BASE64.encode(bytes), Encoding::Base64),
+    }
+}
+
+fn encode_header(header: &RecordHeader) -> EnvelopeHeader {
+    match header.value.as_deref() {
+        None => EnvelopeHeader {
+            key: header.key.clone(),
+            value: None,
+            encoding: Encoding::Utf8,
+        },
+        Some(v) => {
+            let (value, encoding) = encode_text(v);
+            EnvelopeHeader {
+                key: header.key.clone(),
+                value: Some(value),
+                encoding,
+            }
+        }
+    }
+}
+
+fn decode_text(
+    field: &'static str,
+    text: &str,
+    encoding: Encoding,
+) -> Result<Vec<u8>, EnvelopeDecodeError> {
+    match encoding {
+        Encoding::Utf8 | Encoding::Json => Ok(text.as_bytes().to_vec()),
+        Encoding::Base64 => BASE64
+            .decode(text)
+            .map_err(|e| EnvelopeDecodeError::BadField {
+                field,
+                encoding,
+                reason: e.to_string(),
+            }),
+        Encoding::None => Ok(Vec::new()),
+    }
+}
+
+fn raw(json: &str) -> Box<RawValue> {
+    RawValue::from_string(json.to_string()).expect("valid JSON literal")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(payload: Option<&[u8]>, key: Option<&[u8]>) -> Record {
+        Record {
+            id: "orders-0-7".into(),
+            topic: "orders".into(),
+            partition: 0,
+            offset: 7,
+            key: key.map(<[u8]>::to_vec),
+            payload: payload.map(<[u8]>::to_vec),
+            headers: vec![
+                RecordHeader {
+                    key: "trace".into(),
+                    value: Some(b"abc".to_vec()),
+                },
+                RecordHeader {
+                    key: "bin".into(),
+                    value: Some(vec![0xff, 0x00]),
+                },
+                RecordHeader {
+                    key: "null".into(),
+                    value: None,
+                },
+            ],
+            timestamp: None,
+        }
+    }
+
+    fn round_trip(payload: Option<&[u8]>) -> (Envelope, Encoding) {
+        let env = Envelope::new(
+            &record(payload, Some(b"k")),
+            DeadLetterKind::Permanent,
+            "x",
+            1,
+            "g",
+        );
+        let parsed = Envelope::from_slice(&env.to_vec()).unwrap();
+        assert_eq!(parsed.payload_bytes().unwrap().as_deref(), payload);
+        let enc = parsed.payload_encoding;
+        (parsed, enc)
+    }
+
+    #[test]
+    fn payload_encodings_round_trip_byte_for_byte() {
+        assert_eq!(
+            round_trip(Some(br#"{"b": 1, "a":[1.50]}"#)).1,
+            Encoding::Json
+        );
+        assert_eq!(round_trip(Some(b"42")).1, Encoding::Json);
+        assert_eq!(round_trip(Some(b" {\"a\":1}\n")).1, Encoding::Utf8);
+        assert_eq!(round_trip(Some(b"{not json")).1, Encoding::Utf8);
+        assert_eq!(round_trip(Some(b"")).1, Encoding::Utf8);
+        assert_eq!(
+            round_trip(Some(&[0xde, 0xad, 0xbe, 0xef])).1,
+            Encoding::Base64
+        );
+        assert_eq!(round_trip(None).1, Encoding::None);
+    }
+
+    #[test]
+    fn json_payload_is_embedded_not_quoted() {
+        let (env, _) = round_trip(Some(br#"{"parcel":"P-1"}"#));
+        let value: serde_json::Value = serde_json::from_slice(&env.to_vec()).unwrap();
+        assert_eq!(value["payload"]["parcel"], "P-1");
+    }
+
+    #[test]
+    fn keys_and_headers_round_trip() {
+        let env = Envelope::new(
+            &record(Some(b"x"), Some(&[0x80, 0x81])),
+            DeadLetterKind::RetriesExhausted,
+            "y",
+            11,
+            "g",
+        );
+        let parsed = Envelope::from_slice(&env.to_vec()).unwrap();
+        assert_eq!(parsed.source.key_encoding, Some(Encoding::Base64));
+        assert_eq!(parsed.key_bytes().unwrap(), Some(vec![0x80, 0x81]));
+        assert_eq!(parsed.headers().unwrap(), record(None, None).headers);
+        let json: serde_json::Value = serde_json::from_slice(&env.to_vec()).unwrap();
+        assert_eq!(json["error"]["kind"], "retries_exhausted");
+        assert_eq!(json["error"]["attempts"], 11);
+    }
+
+    #[test]
+    fn long_error_messages_are_cut_at_a_char_boundary() {
+        let long = "é".repeat(2000);
+        let cut = truncate_message(&long);
+        assert!(cut.len() <= MAX_ERROR_MESSAGE_BYTES);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate_message("short"), "short");
+    }
+
+    #[test]
+    fn garbage_is_not_an_envelope() {
+        assert!(matches!(
+            Envelope::from_slice(b"hello"),
+            Err(EnvelopeDecodeError::NotAnEnvelope(_))
+        ));
+    }
+}

@@ -1,0 +1,295 @@
+//! The dead-letter topic: where records go that cannot be handled, and what they look like.
+//!
+//! A dead letter is written to the topic named by [`DlqTopic`] (default `<topic>-dlt`, as in
+//! Spring Kafka 3.3+), with the source record's key, the source headers (less any earlier
+//! `kafka_dlt-*` ones) plus Spring's `kafka_dlt-*` headers, and an [`Envelope`] as its value.
+//!
+//! [`DeadLetterPublisher::publish`] returns only once the broker acknowledged the write
+//! (idempotent producer, `acks=all`). A failed write is logged as an error and retried with
+//! backoff (1 s doubling to 30 s) for as long as it takes or until the partition is revoked or
+//! the service stops: the caller commits the source offset only after an acknowledged write,
+//! so a broken dead-letter topic stalls its partition instead of losing records.
+
+mod envelope;
+
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio_util::sync::CancellationToken;
+
+pub use envelope::{
+    truncate_message, Encoding, Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader,
+    EnvelopeSource, MAX_ERROR_MESSAGE_BYTES,
+};
+
+use crate::backoff::ExponentialBackoff;
+use crate::config::ConsumerConfig;
+use crate::failure::DeadLetterKind;
+use crate::kafka::LogContext;
+use crate::record::Record;
+
+/// Header: the source topic (text).
+pub const HEADER_ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
+/// Header: the source partition (decimal text; Spring writes a 4-byte big-endian int).
+pub const HEADER_ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
+/// Header: the source offset (decimal text; Spring writes an 8-byte big-endian long).
+pub const HEADER_ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";
+/// Header: the source timestamp in epoch milliseconds (decimal text); absent when the record
+/// had none.
+pub const HEADER_ORIGINAL_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
+/// Header: the consumer group that dead-lettered the record.
+pub const HEADER_ORIGINAL_CONSUMER_GROUP: &str = "kafka_dlt-original-consumer-group";
+/// Header: the failure message, cut to [`MAX_ERROR_MESSAGE_BYTES`].
+pub const HEADER_EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
+
+/// A dead-letter topic name template: `{topic}` stands for the source topic; a template
+/// without it sends every topic's dead letters to one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DlqTopic {
+    template: String,
+}
+
+impl DlqTopic {
+    /// Checks the template: not empty, not just `{topic}`.
+    pub fn new(template: &str) -> Result<Self, String> {
+        if template.trim().is_empty() {
+            return Err("must not be empty".into());
+        }
+        if template == "{topic}" {
+            return Err("would send dead letters back to their own topic".into());
+        }
+        Ok(Self {
+            template: template.to_string(),
+        })
+    }
+
+    /// The dead-letter topic for records of `topic`.
+    pub fn for_topic(&self, topic: &str) -> String {
+        self.template.replace("{topic}", topic)
+    }
+}
+
+/// Checks a Kafka topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`.
+pub fn check_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 249 {
+        return Err("a topic name has 1 to 249 characters".into());
+    }
+    if name == "." || name == ".." {
+        return Err("`.` and `..` are not topic names".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "character {c:?} is not allowed in a topic name (a-z A-Z 0-9 . _ -)"
+        ));
+    }
+    Ok(())
+}
+
+/// Where a dead letter was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLettered {
+    /// The dead-letter topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+}
+
+/// The dead-letter write was given up because the partition was revoked or the service is
+/// stopping; the source offset was not stored, so the record will be consumed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned;
+
+/// Writes dead letters and waits for the broker's acknowledgement.
+pub struct DeadLetterPublisher {
+    producer: FutureProducer<LogContext>,
+    topic: DlqTopic,
+    group: String,
+    retry: ExponentialBackoff,
+}
+
+impl DeadLetterPublisher {
+    /// Creates the idempotent producer (`acks=all`) from `config`.
+    pub fn new(config: &ConsumerConfig) -> Result<Self, KafkaError> {
+        let producer = config
+            .producer_client_config()
+            .create_with_context(LogContext)?;
+        Ok(Self {
+            producer,
+            topic: DlqTopic::new(&config.dlq_topic).unwrap_or_else(|_| {
+                DlqTopic::new("{topic}-dlt").expect("the default template is valid")
+            }),
+            group: config.group_id.clone(),
+            retry: ExponentialBackoff::infrastructure(),
+        })
+    }
+
+    /// The topic that dead letters of `topic` go to.
+    pub fn topic_for(&self, topic: &str) -> String {
+        self.topic.for_topic(topic)
+    }
+
+    /// Writes `record` to its dead-letter topic and returns once the broker acknowledged it.
+    /// Failed writes are retried with backoff until they succeed; `cancel` ends the wait
+    /// between two writes with [`Abandoned`].
+    pub async fn publish(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        cancel: &CancellationToken,
+    ) -> Result<DeadLettered, Abandoned> {
+        let topic = self.topic.for_topic(&record.topic);
+        let envelope = Envelope::new(record, kind, message, attempts, &self.group);
+        let value = envelope.to_vec();
+        let headers = dead_letter_headers(record, &envelope.error.message, &self.group);
+        let mut delays = self.retry.delays();
+        loop {
+            let mut out = FutureRecord::<[u8], [u8]>::to(&topic)
+                .payload(&value)
+                .headers(headers.clone());
+            if let Some(key) = record.key.as_deref() {
+                out = out.key(key);
+            }
+            // A write in flight is not cut short by `cancel` (that could dead-letter the record
+            // and consume it again); only the wait between writes is.
+            match self.producer.send(out, Duration::from_secs(5)).await {
+                Ok(delivery) => {
+                    return Ok(DeadLettered {
+                        topic,
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                    })
+                }
+                Err((error, _)) => {
+                    let delay = delays.next().expect("infrastructure backoff never ends");
+                    tracing::error!(
+                        event = "dlq_write_failed",
+                        dlq_topic = %topic,
+                        error = %error,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "dead-letter write failed; the partition does not advance until it succeeds"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = cancel.cancelled() => return Err(Abandoned),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The headers of a dead letter: the source headers less earlier `kafka_dlt-*` ones, then
+/// Spring's `kafka_dlt-*` headers (as text).
+fn dead_letter_headers(record: &Record, error_message: &str, group: &str) -> OwnedHeaders {
+    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
+    for h in record
+        .headers
+        .iter()
+        .filter(|h| !h.key.starts_with("kafka_dlt-"))
+    {
+        headers = headers.insert(Header {
+            key: &h.key,
+            value: h.value.as_deref(),
+        });
+    }
+    let partition = record.partition.to_string();
+    let offset = record.offset.to_string();
+    let timestamp = record.timestamp.map(|t| t.timestamp_millis().to_string());
+    let mut spring: Vec<(&str, &str)> = vec![
+        (HEADER_ORIGINAL_TOPIC, &record.topic),
+        (HEADER_ORIGINAL_PARTITION, &partition),
+        (HEADER_ORIGINAL_OFFSET, &offset),
+    ];
+    if let Some(ts) = &timestamp {
+        spring.push((HEADER_ORIGINAL_TIMESTAMP, ts));
+    }
+    spring.push((HEADER_ORIGINAL_CONSUMER_GROUP, group));
+    spring.push((HEADER_EXCEPTION_MESSAGE, error_message));
+    for (key, value) in spring {
+        headers = headers.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::Headers;
+
+    #[test]
+    fn template_replaces_topic() {
+        let t = DlqTopic::new("{topic}-dlt").unwrap();
+        assert_eq!(t.for_topic("orders"), "orders-dlt");
+        assert_eq!(
+            DlqTopic::new("all-dead").unwrap().for_topic("x"),
+            "all-dead"
+        );
+        assert!(DlqTopic::new("{topic}").is_err());
+        assert!(DlqTopic::new("").is_err());
+    }
+
+    #[test]
+    fn topic_names_are_checked() {
+        assert!(check_topic_name("orders.v1_x-2").is_ok());
+        assert!(check_topic_name("bad/topic").is_err());
+        assert!(check_topic_name(&"a".repeat(250)).is_err());
+        assert!(check_topic_name("..").is_err());
+    }
+
+    #[test]
+    fn headers_keep_originals_and_add_spring_ones() {
+        let record = Record {
+            id: "i".into(),
+            topic: "orders".into(),
+            partition: 2,
+            offset: 9,
+            key: None,
+            payload: None,
+            headers: vec![
+                crate::record::RecordHeader {
+                    key: "trace".into(),
+                    value: Some(b"t1".to_vec()),
+                },
+                crate::record::RecordHeader {
+                    key: HEADER_ORIGINAL_TOPIC.into(),
+                    value: Some(b"older".to_vec()),
+                },
+            ],
+            timestamp: None,
+        };
+        let headers = dead_letter_headers(&record, "boom", "g1");
+        let pairs: Vec<(String, String)> = headers
+            .iter()
+            .map(|h| {
+                (
+                    h.key.to_string(),
+                    String::from_utf8(h.value.unwrap().to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        let expect = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            pairs,
+            vec![
+                expect("trace", "t1"),
+                expect(HEADER_ORIGINAL_TOPIC, "orders"),
+                expect(HEADER_ORIGINAL_PARTITION, "2"),
+                expect(HEADER_ORIGINAL_OFFSET, "9"),
+                expect(HEADER_ORIGINAL_CONSUMER_GROUP, "g1"),
+                expect(HEADER_EXCEPTION_MESSAGE, "boom"),
+            ]
+        );
+    }
+}

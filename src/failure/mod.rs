@@ -1,0 +1,269 @@
+//! What went wrong with a record, and what to do about it.
+//!
+//! A [`Handler`](crate::handler::Handler) reports a failure as a [`HandlerError`], marked
+//! *transient* (the record may succeed later: a downstream timed out, answered 503) or
+//! *permanent* (it never will: malformed JSON, a rejected value). Any other error converted with
+//! `?` is **permanent**, and so is a handler panic: a bug must not retry forever, and the safe
+//! place for a record nobody understands is the dead-letter topic.
+//!
+//! [`decide`] is the one place that turns a failure into a [`Decision`], in the manner of
+//! Spring Kafka's `DefaultErrorHandler`: a permanent failure is dead-lettered after its first
+//! attempt; a transient one is retried after the next delay of the backoff, and dead-lettered
+//! as [`DeadLetterKind::RetriesExhausted`] when the backoff gives up.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Delays;
+
+/// Whether a failure may go away if the record is tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Try again later (timeouts, 5xx, a downstream that is down).
+    Transient,
+    /// Trying again will not help (malformed input, a rejected value, a bug).
+    Permanent,
+}
+
+/// A failure reported by a handler for one record.
+///
+/// Build one with [`HandlerError::transient`] or [`HandlerError::permanent`]; any
+/// `std::error::Error` converts into a permanent one with `?`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerError {
+    kind: FailureKind,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl HandlerError {
+    /// A failure that may go away: the record is retried with backoff.
+    pub fn transient(message: impl fmt::Display) -> Self {
+        Self {
+            kind: FailureKind::Transient,
+            message: message.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// A failure that will not go away: the record is dead-lettered at once.
+    pub fn permanent(message: impl fmt::Display) -> Self {
+        Self {
+            kind: FailureKind::Permanent,
+            message: message.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// Asks that the next retry wait exactly `delay` instead of the backoff's next delay (as an
+    /// HTTP `Retry-After` does). It still counts as one retry. Ignored on permanent failures.
+    pub fn with_retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
+    }
+
+    /// Transient or permanent.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// The failure's text, as it goes into logs and the dead-letter envelope.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The delay the handler asked for before the next retry, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            FailureKind::Transient => "transient",
+            FailureKind::Permanent => "permanent",
+        };
+        write!(f, "{kind} failure: {}", self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for HandlerError {
+    /// Any error is permanent unless the handler says otherwise; its message includes the
+    /// chain of sources.
+    fn from(error: E) -> Self {
+        let mut message = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self::permanent(message)
+    }
+}
+
+/// Why a record went to the dead-letter topic; written as `error.kind` in the envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterKind {
+    /// The handler reported a permanent failure (or panicked).
+    Permanent,
+    /// Transient failures outlasted every retry.
+    RetriesExhausted,
+}
+
+impl DeadLetterKind {
+    /// The name used in the envelope, logs and metrics: `permanent` or `retries_exhausted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterKind::Permanent => "permanent",
+            DeadLetterKind::RetriesExhausted => "retries_exhausted",
+        }
+    }
+}
+
+/// What to do with a record after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Wait `delay`, then call the handler again with the same record.
+    Retry {
+        /// How long to wait first.
+        delay: Duration,
+    },
+    /// Send the record to the dead-letter topic.
+    DeadLetter(DeadLetterKind),
+}
+
+/// Classifies one failed attempt.
+///
+/// - permanent → [`Decision::DeadLetter`]`(Permanent)`; the backoff is not touched;
+/// - transient → the backoff's next delay (replaced by the error's `retry_after` when it has
+///   one) as [`Decision::Retry`]; when the backoff has given up,
+///   [`Decision::DeadLetter`]`(RetriesExhausted)`.
+pub fn decide(error: &HandlerError, delays: &mut Delays) -> Decision {
+    match error.kind {
+        FailureKind::Permanent => Decision::DeadLetter(DeadLetterKind::Permanent),
+        FailureKind::Transient => match delays.next() {
+            Some(delay) => Decision::Retry {
+                delay: error.retry_after.unwrap_or(delay),
+            },
+            None => Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
+        },
+    }
+}
+
+/// Turns a caught panic payload into a permanent failure naming the panic message.
+pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> HandlerError {
+    let text = if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    };
+    HandlerError::permanent(format!("handler panicked: {text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::ExponentialBackoff;
+
+    fn backoff(max_retries: u32) -> ExponentialBackoff {
+        ExponentialBackoff::new(
+            Duration::from_millis(100),
+            2.0,
+            Duration::from_secs(1),
+            0.0,
+            Some(max_retries),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn decisions_table() {
+        let ms = Duration::from_millis;
+        let cases: Vec<(HandlerError, u32, usize, Decision)> = vec![
+            // (error, max_retries, previous failures, expected decision)
+            (
+                HandlerError::permanent("bad json"),
+                10,
+                0,
+                Decision::DeadLetter(DeadLetterKind::Permanent),
+            ),
+            (
+                HandlerError::permanent("bad json").with_retry_after(ms(5)),
+                10,
+                0,
+                Decision::DeadLetter(DeadLetterKind::Permanent),
+            ),
+            (
+                HandlerError::transient("503"),
+                10,
+                0,
+                Decision::Retry { delay: ms(100) },
+            ),
+            (
+                HandlerError::transient("503"),
+                10,
+                3,
+                Decision::Retry { delay: ms(800) },
+            ),
+            (
+                HandlerError::transient("503"),
+                10,
+                9,
+                Decision::Retry { delay: ms(1000) },
+            ),
+            (
+                HandlerError::transient("503"),
+                10,
+                10,
+                Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
+            ),
+            (
+                HandlerError::transient("429").with_retry_after(ms(2500)),
+                10,
+                0,
+                Decision::Retry { delay: ms(2500) },
+            ),
+            (
+                HandlerError::transient("503"),
+                0,
+                0,
+                Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
+            ),
+        ];
+        for (error, max_retries, before, expected) in cases {
+            let mut delays = backoff(max_retries).delays_seeded(0);
+            for _ in 0..before {
+                delays.next();
+            }
+            assert_eq!(
+                decide(&error, &mut delays),
+                expected,
+                "{error} after {before} of {max_retries}"
+            );
+        }
+    }
+
+    #[test]
+    fn unmarked_errors_are_permanent_and_keep_their_cause() {
+        let parse = serde_json::from_str::<serde_json::Value>("{not json").unwrap_err();
+        let error: HandlerError = parse.into();
+        assert_eq!(error.kind(), FailureKind::Permanent);
+        assert!(error.message().contains("key must be a string"), "{error}");
+    }
+
+    #[test]
+    fn panics_become_permanent_failures_with_their_message() {
+        let caught = std::panic::catch_unwind(|| panic!("boom {}", 7)).unwrap_err();
+        let error = from_panic(caught);
+        assert_eq!(error.kind(), FailureKind::Permanent);
+        assert_eq!(error.message(), "handler panicked: boom 7");
+    }
+}

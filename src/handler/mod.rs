@@ -1,0 +1,42 @@
+//! The user's code: what to do with one record.
+//!
+//! Implement [`Handler`] with an `async fn`. Return `Ok(())` when the record is done,
+//! [`HandlerError::transient`] when it may succeed later, [`HandlerError::permanent`] when it
+//! never will. Any other error returned with `?` is permanent, and so is a panic: the
+//! [`Consumer`](crate::consumer::Consumer) catches it, dead-letters the record and keeps running.
+//!
+//! A handler may be called more than once for the same record (at-least-once delivery: after a
+//! crash, a rebalance, or a call that failed after its side effect). Make side effects
+//! idempotent, keyed by [`Record::id`].
+//!
+//! ```
+//! use kafka_dlq::{Handler, HandlerError, Record};
+//!
+//! struct Deliveries;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Event { parcel: String }
+//!
+//! impl Handler for Deliveries {
+//!     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+//!         let event: Event = record.json()?; // malformed JSON: permanent, dead-lettered at once
+//!         if event.parcel.is_empty() {
+//!             return Err(HandlerError::permanent("parcel id is empty"));
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//! ```
+
+use std::future::Future;
+
+pub use crate::failure::HandlerError;
+pub use crate::record::Record;
+
+/// Handles one record at a time. Records of one partition are given in offset order, the
+/// next only after the previous one is settled (handled or dead-lettered); records of different
+/// partitions are handled concurrently, so `handle` runs on many tasks at once.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles `record`. See the [module docs](self) for what each outcome does.
+    fn handle(&self, record: &Record) -> impl Future<Output = Result<(), HandlerError>> + Send;
+}

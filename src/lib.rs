@@ -1,0 +1,47 @@
+//! # kafka-dlq
+//!
+//! Safe consumption of Kafka and Redpanda topics when things fail: an at-least-once
+//! [`Consumer`] that hands each record to your [`Handler`], retries transient failures with
+//! exponential backoff, and writes permanent failures and exhausted retries to a dead-letter
+//! topic as a JSON [`Envelope`](dlq::Envelope). An offset is committed only once its record was
+//! handled or acknowledged by the dead-letter topic, so no record is lost, and a record in
+//! backoff holds back only its own partition, so no poison record stalls the rest.
+//!
+//! ```no_run
+//! use kafka_dlq::{Consumer, ConsumerConfig, Handler, HandlerError, Record};
+//!
+//! struct Print;
+//! impl Handler for Print {
+//!     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+//!         let value: serde_json::Value = record.json()?;
+//!         println!("{} {value}", record.id);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), kafka_dlq::ConsumerError> {
+//! let config = ConsumerConfig::new("localhost:9092", "printer", ["parcel-events"]);
+//! Consumer::new(config, Print)?
+//!     .run(async { tokio::signal::ctrl_c().await.ok(); })
+//!     .await
+//! # }
+//! ```
+//!
+//! The modules are named after the concepts: [`consumer`], [`handler`], [`record`],
+//! [`failure`], [`backoff`], [`dlq`], [`config`], [`sidecar`].
+#![deny(missing_docs)]
+
+pub mod backoff;
+pub mod config;
+pub mod consumer;
+pub mod dlq;
+pub mod failure;
+pub mod handler;
+pub mod kafka;
+pub mod record;
+
+pub use config::{ConfigError, ConsumerConfig};
+pub use consumer::{Consumer, ConsumerError};
+pub use failure::{DeadLetterKind, FailureKind, HandlerError};
+pub use handler::Handler;
+pub use record::{Record, RecordHeader};

@@ -1,0 +1,177 @@
+//! The record a handler receives: an owned copy of one Kafka message plus its id.
+//!
+//! The id identifies the record in logs, the dead-letter envelope and the sidecar's HTTP
+//! headers. It is the value of a configurable header when the record has it (as UTF-8), else
+//! `<topic>-<partition>-<offset>`, which is unique within a cluster.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, TimeZone, Utc};
+use rdkafka::message::{Headers, Message};
+use serde::de::DeserializeOwned;
+
+use crate::failure::HandlerError;
+
+/// One header of a record. Kafka allows repeated keys and a missing value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// The header's key.
+    pub key: String,
+    /// The header's value; `None` for a null value.
+    pub value: Option<Vec<u8>>,
+}
+
+/// One consumed record, owned, as given to a [`Handler`](crate::handler::Handler).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The record id: the id header's value, else `<topic>-<partition>-<offset>`.
+    pub id: String,
+    /// The topic it was consumed from.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its key, `None` when the record had none.
+    pub key: Option<Vec<u8>>,
+    /// Its value, `None` for a tombstone.
+    pub payload: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub headers: Vec<RecordHeader>,
+    /// Its timestamp (create or log-append time), when the broker gave one.
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+impl Record {
+    /// Copies a message into a record. `id_header` names the header that holds the record id;
+    /// a missing, null or non-UTF-8 header falls back to `<topic>-<partition>-<offset>`.
+    pub fn from_message<M: Message>(message: &M, id_header: Option<&str>) -> Record {
+        let headers: Vec<RecordHeader> = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .map(|h| RecordHeader {
+                        key: h.key.to_string(),
+                        value: h.value.map(<[u8]>::to_vec),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let topic = message.topic().to_string();
+        let id = id_header
+            .and_then(|name| headers.iter().find(|h| h.key == name))
+            .and_then(|h| h.value.as_deref())
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{}-{}-{}", topic, message.partition(), message.offset()));
+        Record {
+            id,
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp: message
+                .timestamp()
+                .to_millis()
+                .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+            topic,
+        }
+    }
+
+    /// Parses the value as JSON. A missing or malformed value is a **permanent** failure whose
+    /// message says what was wrong, so `record.json::<T>()?` dead-letters malformed records.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        let payload = self
+            .payload
+            .as_deref()
+            .ok_or_else(|| HandlerError::permanent("malformed record: no value (tombstone)"))?;
+        serde_json::from_slice(payload)
+            .map_err(|e| HandlerError::permanent(format!("malformed JSON: {e}")))
+    }
+
+    /// The key for logs: UTF-8 (lossy), at most 128 characters, empty when there is none.
+    pub fn key_for_logs(&self) -> Cow<'_, str> {
+        match &self.key {
+            None => Cow::Borrowed(""),
+            Some(key) => {
+                let text = String::from_utf8_lossy(key);
+                if text.chars().count() > 128 {
+                    Cow::Owned(text.chars().take(128).collect::<String>() + "…")
+                } else {
+                    text
+                }
+            }
+        }
+    }
+
+    /// The value of the first header named `key` that has a value.
+    pub fn header(&self, key: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.key == key)
+            .and_then(|h| h.value.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+
+    fn message(headers: Option<OwnedHeaders>) -> OwnedMessage {
+        OwnedMessage::new(
+            Some(b"{\"a\":1}".to_vec()),
+            Some(b"k1".to_vec()),
+            "orders".into(),
+            Timestamp::CreateTime(1_700_000_000_000),
+            3,
+            42,
+            headers,
+        )
+    }
+
+    #[test]
+    fn id_falls_back_to_topic_partition_offset() {
+        let record = Record::from_message(&message(None), Some("event-id"));
+        assert_eq!(record.id, "orders-3-42");
+        assert_eq!(record.key.as_deref(), Some(&b"k1"[..]));
+        assert_eq!(
+            record.timestamp.unwrap().to_rfc3339(),
+            "2023-11-14T22:13:20+00:00"
+        );
+    }
+
+    #[test]
+    fn id_comes_from_the_configured_header() {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "event-id",
+                value: Some("evt-9"),
+            })
+            .insert(Header {
+                key: "empty",
+                value: None::<&[u8]>,
+            });
+        let record = Record::from_message(&message(Some(headers)), Some("event-id"));
+        assert_eq!(record.id, "evt-9");
+        assert_eq!(record.headers.len(), 2);
+        assert_eq!(record.headers[1].value, None);
+        assert_eq!(record.header("event-id"), Some(&b"evt-9"[..]));
+    }
+
+    #[test]
+    fn malformed_json_is_a_permanent_failure() {
+        let mut record = Record::from_message(&message(None), None);
+        assert_eq!(
+            record.json::<serde_json::Value>().unwrap(),
+            serde_json::json!({"a": 1})
+        );
+        record.payload = Some(b"{oops".to_vec());
+        let error = record.json::<serde_json::Value>().unwrap_err();
+        assert_eq!(error.kind(), crate::failure::FailureKind::Permanent);
+        assert!(error.message().starts_with("malformed JSON"), "{error}");
+    }
+}
