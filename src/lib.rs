@@ -39,6 +39,7 @@ pub mod failure;
 pub mod handler;
 pub mod kafka;
 pub mod record;
+pub mod sidecar;
 
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError};

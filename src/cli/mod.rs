@@ -1,0 +1,130 @@
+//! The `kafka-dlq` command line: flags, environment variables, logging, signals.
+
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kafka_dlq::ConfigError;
+
+/// kafka-dlq: consume Kafka/Redpanda safely — retries with backoff, a dead-letter topic,
+/// at-least-once commits.
+#[derive(Debug, Parser)]
+#[command(name = "kafka-dlq", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format: `human` or `json`. The level comes from RUST_LOG (default `info`).
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "human",
+        global = true
+    )]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Consume topics and POST each record to an HTTP service (the sidecar).
+    Run(run::RunArgs),
+}
+
+/// Parses the command line, runs the subcommand and maps the outcome to an exit code:
+/// 0 success, 1 runtime failure, 2 invalid configuration.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Config(e)) => {
+            eprintln!("error: {}", describe_config_error(&e));
+            ExitCode::from(2)
+        }
+        Err(CliError::Runtime(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why a subcommand failed.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad settings: exit code 2.
+    Config(ConfigError),
+    /// Anything else: exit code 1.
+    Runtime(anyhow::Error),
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> Self {
+        CliError::Config(e)
+    }
+}
+
+/// Names the flag as well as the setting, e.g. "invalid setting `max_retries` (--max-retries)".
+fn describe_config_error(e: &ConfigError) -> String {
+    let flag = if let Some(raw) = e.key.strip_prefix("librdkafka.") {
+        format!("--kafka-option {raw}=…")
+    } else {
+        format!("--{}", e.key.replace('_', "-"))
+    };
+    format!(
+        "invalid setting `{}` ({flag}) = {:?}: {}",
+        e.key, e.value, e.reason
+    )
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!(event = "signal_received", signal = "SIGINT"),
+        _ = term.recv() => tracing::info!(event = "signal_received", signal = "SIGTERM"),
+    }
+}

@@ -1,0 +1,155 @@
+//! `kafka-dlq run`: the HTTP sidecar.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use kafka_dlq::sidecar::HttpTarget;
+use kafka_dlq::{ConfigError, Consumer, ConsumerConfig};
+
+use super::CliError;
+
+/// Flags of `kafka-dlq run`. A flag left out keeps the library default.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// Consumer group id.
+    #[arg(long, env = "KAFKA_GROUP_ID")]
+    group_id: Option<String>,
+    /// Topics to consume, comma-separated.
+    #[arg(long, env = "KAFKA_TOPICS", value_delimiter = ',')]
+    topics: Vec<String>,
+    /// Where each record is POSTed (http://).
+    #[arg(long, env = "TARGET_URL")]
+    target_url: Option<String>,
+    /// Retries of a transient failure before dead-lettering [default: 10].
+    #[arg(long, env = "KAFKA_DLQ_MAX_RETRIES")]
+    max_retries: Option<u32>,
+    /// First retry delay in ms [default: 1000].
+    #[arg(long, env = "KAFKA_DLQ_BACKOFF_INITIAL_MS")]
+    backoff_initial_ms: Option<u64>,
+    /// Cap on one retry delay in ms [default: 30000].
+    #[arg(long, env = "KAFKA_DLQ_BACKOFF_MAX_MS")]
+    backoff_max_ms: Option<u64>,
+    /// Factor between retry delays [default: 2.0].
+    #[arg(long, env = "KAFKA_DLQ_BACKOFF_MULTIPLIER")]
+    backoff_multiplier: Option<f64>,
+    /// Random spread of each delay, 0.0 to 1.0 [default: 0.2].
+    #[arg(long, env = "KAFKA_DLQ_BACKOFF_JITTER")]
+    backoff_jitter: Option<f64>,
+    /// Dead-letter topic template; {topic} is the source topic [default: {topic}-dlt].
+    #[arg(long, env = "KAFKA_DLQ_TOPIC")]
+    dlq_topic: Option<String>,
+    /// Header holding the record id [default: none; <topic>-<partition>-<offset>].
+    #[arg(long, env = "KAFKA_DLQ_ID_HEADER")]
+    id_header: Option<String>,
+    /// Records buffered per partition before it is paused [default: 500].
+    #[arg(long, env = "KAFKA_DLQ_MAX_BUFFERED_RECORDS")]
+    max_buffered_records: Option<usize>,
+    /// How long shutdown waits for in-flight requests, in ms [default: 30000].
+    #[arg(long, env = "KAFKA_DLQ_SHUTDOWN_TIMEOUT_MS")]
+    shutdown_timeout_ms: Option<u64>,
+    /// Where a new group starts: earliest or latest [default: earliest].
+    #[arg(long, env = "KAFKA_DLQ_AUTO_OFFSET_RESET")]
+    auto_offset_reset: Option<String>,
+    /// A raw librdkafka property KEY=VALUE, applied last (repeatable; the variable takes a
+    /// comma-separated list).
+    #[arg(
+        long = "kafka-option",
+        value_name = "KEY=VALUE",
+        env = "KAFKA_OPTIONS",
+        value_delimiter = ','
+    )]
+    kafka_options: Vec<String>,
+    /// Timeout of one HTTP request in ms; a timeout is a transient failure.
+    #[arg(long, env = "KAFKA_DLQ_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
+    request_timeout_ms: u64,
+    /// Content-Type of the POSTed record value.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONTENT_TYPE",
+        default_value = "application/json"
+    )]
+    content_type: String,
+}
+
+impl RunArgs {
+    /// The library configuration: defaults, overridden by every flag given.
+    fn consumer_config(&self) -> Result<ConsumerConfig, ConfigError> {
+        let mut c = ConsumerConfig::default();
+        if let Some(v) = &self.brokers {
+            c.brokers = v.clone();
+        }
+        if let Some(v) = &self.group_id {
+            c.group_id = v.clone();
+        }
+        if !self.topics.is_empty() {
+            c.topics = self.topics.iter().map(|t| t.trim().to_string()).collect();
+        }
+        if let Some(v) = self.max_retries {
+            c.max_retries = v;
+        }
+        if let Some(v) = self.backoff_initial_ms {
+            c.backoff_initial_ms = v;
+        }
+        if let Some(v) = self.backoff_max_ms {
+            c.backoff_max_ms = v;
+        }
+        if let Some(v) = self.backoff_multiplier {
+            c.backoff_multiplier = v;
+        }
+        if let Some(v) = self.backoff_jitter {
+            c.backoff_jitter = v;
+        }
+        if let Some(v) = &self.dlq_topic {
+            c.dlq_topic = v.clone();
+        }
+        if let Some(v) = &self.id_header {
+            c.id_header = Some(v.clone());
+        }
+        if let Some(v) = self.max_buffered_records {
+            c.max_buffered_records = v;
+        }
+        if let Some(v) = self.shutdown_timeout_ms {
+            c.shutdown_timeout_ms = v;
+        }
+        if let Some(v) = &self.auto_offset_reset {
+            c.auto_offset_reset = v.clone();
+        }
+        for option in &self.kafka_options {
+            let (key, value) = option
+                .split_once('=')
+                .ok_or_else(|| ConfigError::new("kafka_option", option, "expected KEY=VALUE"))?;
+            c.librdkafka
+                .insert(key.trim().to_string(), value.to_string());
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Runs the sidecar until SIGINT or SIGTERM.
+pub async fn run(args: RunArgs) -> Result<(), CliError> {
+    let config = args.consumer_config()?;
+    let url = args
+        .target_url
+        .as_deref()
+        .ok_or_else(|| ConfigError::new("target_url", "", "is required"))?;
+    let target = HttpTarget::new(
+        url,
+        Duration::from_millis(args.request_timeout_ms),
+        &args.content_type,
+    )?;
+    tracing::info!(event = "sidecar_starting", target_url = %url, config = ?config);
+    let consumer = Consumer::new(config, target).map_err(|e| match e {
+        kafka_dlq::ConsumerError::Config(c) => CliError::Config(c),
+        other => CliError::Runtime(other.into()),
+    })?;
+    consumer
+        .run(super::shutdown_signal())
+        .await
+        .context("consumer failed")
+        .map_err(CliError::Runtime)
+}

@@ -1,0 +1,248 @@
+//! The HTTP sidecar: a [`Handler`] that delivers each record to a service over HTTP, so a
+//! service in any language gets retries, backoff and the dead-letter topic.
+//!
+//! Each record is `POST`ed to the target URL. The body is the record value (empty for a
+//! tombstone); these headers describe it:
+//!
+//! | header | value |
+//! |---|---|
+//! | `X-Record-Id` | the record id |
+//! | `X-Kafka-Topic` | source topic |
+//! | `X-Kafka-Partition` | partition (decimal) |
+//! | `X-Kafka-Offset` | offset (decimal) |
+//! | `X-Kafka-Key` | the key, when it is printable ASCII text |
+//! | `X-Kafka-Key-Base64` | the key in standard base64, otherwise |
+//!
+//! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
+//! connection errors and timeouts are transient (a `Retry-After` header, in seconds or as an
+//! HTTP date, replaces the next backoff delay); any other status is permanent.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+
+use crate::config::ConfigError;
+use crate::failure::HandlerError;
+use crate::handler::Handler;
+use crate::record::Record;
+
+/// How much of an error response's body goes into the failure message.
+const ERROR_BODY_BYTES: usize = 512;
+
+/// Delivers records to an HTTP endpoint.
+#[derive(Debug, Clone)]
+pub struct HttpTarget {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    content_type: HeaderValue,
+}
+
+impl HttpTarget {
+    /// Checks the URL (`http://` only) and builds a client whose requests time out after
+    /// `timeout` (a timeout is a transient failure).
+    pub fn new(url: &str, timeout: Duration, content_type: &str) -> Result<Self, ConfigError> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| ConfigError::new("target_url", url, format!("not a URL: {e}")))?;
+        if parsed.scheme() != "http" {
+            return Err(ConfigError::new(
+                "target_url",
+                url,
+                "only http:// is supported (the sidecar talks to a service beside it)",
+            ));
+        }
+        if timeout.is_zero() {
+            return Err(ConfigError::new(
+                "request_timeout_ms",
+                0,
+                "must be greater than 0",
+            ));
+        }
+        let content_type = HeaderValue::from_str(content_type)
+            .map_err(|e| ConfigError::new("content_type", content_type, e))?;
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| ConfigError::new("target_url", url, e))?;
+        Ok(Self {
+            client,
+            url: parsed,
+            content_type,
+        })
+    }
+}
+
+impl Handler for HttpTarget {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .header(CONTENT_TYPE, self.content_type.clone())
+            .header("X-Kafka-Topic", &record.topic)
+            .header("X-Kafka-Partition", record.partition.to_string())
+            .header("X-Kafka-Offset", record.offset.to_string())
+            .body(record.payload.clone().unwrap_or_default());
+        request = match HeaderValue::from_str(&record.id) {
+            Ok(id) => request.header("X-Record-Id", id),
+            Err(_) => request.header("X-Record-Id", BASE64.encode(&record.id)),
+        };
+        if let Some(key) = record.key.as_deref() {
+            let printable = std::str::from_utf8(key)
+                .ok()
+                .and_then(|k| HeaderValue::from_str(k).ok())
+                .filter(|_| key.iter().all(|b| (0x20..0x7f).contains(b)));
+            request = match printable {
+                Some(value) => request.header("X-Kafka-Key", value),
+                None => request.header("X-Kafka-Key-Base64", BASE64.encode(key)),
+            };
+        }
+        let mut response = request.send().await.map_err(|e| {
+            HandlerError::transient(format!("POST {} failed: {}", self.url, error_chain(&e)))
+        })?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut body = Vec::new();
+        while body.len() < ERROR_BODY_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+        body.truncate(ERROR_BODY_BYTES);
+        classify_response(
+            status,
+            retry_after.as_deref(),
+            &String::from_utf8_lossy(&body),
+            Utc::now(),
+        )
+    }
+}
+
+/// Classifies the target's answer: 2xx → `Ok`; 408, 429 and 5xx → transient, with
+/// `Retry-After` (delta seconds or HTTP date, relative to `now`) as the next delay; any other
+/// status → permanent. The failure message holds the status and the start of the body.
+pub fn classify_response(
+    status: u16,
+    retry_after: Option<&str>,
+    body: &str,
+    now: DateTime<Utc>,
+) -> Result<(), HandlerError> {
+    if (200..300).contains(&status) {
+        return Ok(());
+    }
+    let body = body.trim();
+    let message = if body.is_empty() {
+        format!("target answered HTTP {status}")
+    } else {
+        format!("target answered HTTP {status}: {body}")
+    };
+    if status == 408 || status == 429 || (500..600).contains(&status) {
+        let mut error = HandlerError::transient(message);
+        if let Some(delay) = retry_after.and_then(|v| parse_retry_after(v, now)) {
+            error = error.with_retry_after(delay);
+        }
+        Err(error)
+    } else {
+        Err(HandlerError::permanent(message))
+    }
+}
+
+/// Parses a `Retry-After` value: delta seconds, or an HTTP date (a date in the past gives 0).
+pub fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let date = DateTime::parse_from_rfc2822(value).ok()?;
+    Some(
+        (date.with_timezone(&Utc) - now)
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureKind;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-30T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn statuses_are_classified() {
+        let cases = [
+            (200, None),
+            (204, None),
+            (400, Some(FailureKind::Permanent)),
+            (404, Some(FailureKind::Permanent)),
+            (409, Some(FailureKind::Permanent)),
+            (422, Some(FailureKind::Permanent)),
+            (408, Some(FailureKind::Transient)),
+            (429, Some(FailureKind::Transient)),
+            (500, Some(FailureKind::Transient)),
+            (503, Some(FailureKind::Transient)),
+            (599, Some(FailureKind::Transient)),
+            (301, Some(FailureKind::Permanent)),
+        ];
+        for (status, expected) in cases {
+            let got = classify_response(status, None, "", now())
+                .err()
+                .map(|e| e.kind());
+            assert_eq!(got, expected, "HTTP {status}");
+        }
+    }
+
+    #[test]
+    fn retry_after_replaces_the_next_delay() {
+        let e = classify_response(429, Some("7"), "slow down", now()).unwrap_err();
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(e.message(), "target answered HTTP 429: slow down");
+        let e =
+            classify_response(503, Some("Mon, 30 Nov 2026 10:00:30 GMT"), "", now()).unwrap_err();
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(30)));
+        let e = classify_response(503, Some("soon"), "", now()).unwrap_err();
+        assert_eq!(e.retry_after(), None);
+    }
+
+    #[test]
+    fn past_retry_after_dates_mean_now() {
+        assert_eq!(
+            parse_retry_after("Mon, 30 Nov 2026 09:00:00 GMT", now()),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn target_url_must_be_http() {
+        let t = Duration::from_secs(1);
+        assert!(HttpTarget::new("http://localhost:8080/events", t, "application/json").is_ok());
+        let err = HttpTarget::new("ftp://x", t, "application/json").unwrap_err();
+        assert_eq!(err.key, "target_url");
+        let err = HttpTarget::new("not a url", t, "application/json").unwrap_err();
+        assert_eq!(err.value, "not a url");
+    }
+}

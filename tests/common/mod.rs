@@ -1,0 +1,394 @@
+//! Shared test support: a real tansu broker process on loopback (one per test binary, sqlite
+//! storage, killed when the test binary exits), topic and record helpers, and a scripted
+//! handler that records every call.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kafka_dlq::{Handler, HandlerError, Record};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// The broker of this test binary, started on first use.
+pub fn brokers() -> String {
+    static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
+    BROKER
+        .get_or_init(|| std::panic::catch_unwind(start_tansu).map_err(|e| panic_text(&e)))
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "tansu failed to start".into())
+}
+
+fn tansu_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("TANSU_BIN") {
+        return PathBuf::from(path);
+    }
+    let cargo_bin = PathBuf::from(
+        std::env::var("CARGO_HOME")
+            .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default())),
+    )
+    .join("bin/tansu");
+    if cargo_bin.exists() {
+        return cargo_bin;
+    }
+    PathBuf::from("tansu")
+}
+
+fn start_tansu() -> String {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().unwrap().port()
+    };
+    let dir = std::env::temp_dir().join(format!("kafka-dlq-tansu-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = std::fs::File::create(dir.join("tansu.log")).unwrap();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let mut command = Command::new(tansu_binary());
+    command
+        .arg("broker")
+        .arg("--listener-url")
+        .arg(&url)
+        .arg("--advertised-listener-url")
+        .arg(&url)
+        .arg("--storage-engine")
+        // tansu reads the path of a sqlite:// URL relative to its working directory.
+        .arg("sqlite://tansu.db")
+        .current_dir(&dir)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    // The broker dies with the thread that started it; that thread lives as long as the test
+    // binary, so the broker never outlives the tests.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || match command.spawn() {
+        Ok(mut child) => {
+            tx.send(Ok(())).unwrap();
+            let _ = child.wait();
+        }
+        Err(e) => tx.send(Err(e)).unwrap(),
+    });
+    if let Err(e) = rx.recv().unwrap() {
+        panic!(
+            "could not start tansu ({e}); install it with \
+             `cargo install tansu --version 0.6.0 --locked --features dynostore,libsql` \
+             or set TANSU_BIN"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "tansu did not listen on port {port}; see {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    format!("127.0.0.1:{port}")
+}
+
+/// A name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", fastrand::u64(..))
+}
+
+/// Creates `topic` with `partitions` partitions.
+pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create topic");
+    for r in results {
+        r.expect("topic created");
+    }
+}
+
+/// A record to produce.
+pub struct Out {
+    pub partition: i32,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl Out {
+    pub fn new(partition: i32, value: &str) -> Self {
+        Self {
+            partition,
+            key: Some(format!("key-{value}").into_bytes()),
+            value: Some(value.as_bytes().to_vec()),
+            headers: vec![],
+        }
+    }
+}
+
+/// Produces `records` in order and waits for every acknowledgement.
+pub async fn produce(brokers: &str, topic: &str, records: Vec<Out>) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("max.in.flight.requests.per.connection", "1")
+        .create()
+        .unwrap();
+    for r in records {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: v.as_deref(),
+            });
+        }
+        let mut out = FutureRecord::<[u8], [u8]>::to(topic)
+            .partition(r.partition)
+            .headers(headers);
+        if let Some(k) = r.key.as_deref() {
+            out = out.key(k);
+        }
+        if let Some(v) = r.value.as_deref() {
+            out = out.payload(v);
+        }
+        producer
+            .send(out, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+}
+
+/// Reads every record of every partition of `topic` up to the high watermark, without a group.
+pub fn read_all(brokers: &str, topic: &str) -> Vec<OwnedMessage> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    let mut wanted = 0i64;
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, *p, Duration::from_secs(10))
+            .expect("watermarks");
+        wanted += high - low;
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (out.len() as i64) < wanted {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {wanted} records of {topic}",
+            out.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            out.push(m.expect("read").detach());
+        }
+    }
+    out.sort_by_key(|m| (m.partition(), m.offset()));
+    out
+}
+
+/// The committed offsets of `group` on `topic`, by partition (missing: none committed).
+pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    got.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Polls `condition` every 50 ms until it holds or `timeout` passes; says which.
+pub async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One handler call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub value: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub attempt: u32,
+}
+
+/// A handler whose behaviour is written in each record's value:
+/// - `ok…` succeeds;
+/// - `perm…` fails permanently;
+/// - `trans<N>…` fails transiently N times, then succeeds;
+/// - `always…` always fails transiently;
+/// - `slow<MS>…` sleeps MS milliseconds, then succeeds;
+/// - `panic…` panics.
+#[derive(Clone, Default)]
+pub struct Scripted {
+    pub calls: Arc<Mutex<Vec<Call>>>,
+}
+
+impl Scripted {
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn attempts(&self, value: &str) -> usize {
+        self.calls().iter().filter(|c| c.value == value).count()
+    }
+
+    /// Values whose last call succeeded by the script.
+    pub fn count(&self) -> usize {
+        self.calls.lock().unwrap().len()
+    }
+}
+
+fn leading_number(s: &str) -> u64 {
+    s.chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap_or(0)
+}
+
+impl Handler for Scripted {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        let attempt = {
+            let mut calls = self.calls.lock().unwrap();
+            let attempt = calls.iter().filter(|c| c.value == value).count() as u32 + 1;
+            calls.push(Call {
+                value: value.clone(),
+                partition: record.partition,
+                offset: record.offset,
+                attempt,
+            });
+            attempt
+        };
+        if let Some(rest) = value.strip_prefix("trans") {
+            if (attempt as u64) <= leading_number(rest) {
+                return Err(HandlerError::transient(format!(
+                    "downstream busy (attempt {attempt})"
+                )));
+            }
+        } else if value.starts_with("always") {
+            return Err(HandlerError::transient("downstream down"));
+        } else if value.starts_with("perm") {
+            return Err(HandlerError::permanent(format!("rejected {value}")));
+        } else if value.starts_with("panic") {
+            panic!("scripted panic for {value}");
+        } else if let Some(rest) = value.strip_prefix("slow") {
+            tokio::time::sleep(Duration::from_millis(leading_number(rest))).await;
+        }
+        Ok(())
+    }
+}
+
+/// A consumer config for tests: small backoff delays, fast shutdown.
+pub fn test_config(brokers: &str, group: &str, topic: &str) -> kafka_dlq::ConsumerConfig {
+    kafka_dlq::ConsumerConfig {
+        max_retries: 3,
+        backoff_initial_ms: 20,
+        backoff_max_ms: 100,
+        backoff_jitter: 0.0,
+        shutdown_timeout_ms: 5_000,
+        ..kafka_dlq::ConsumerConfig::new(brokers, group, [topic])
+    }
+}
+
+/// A running consumer and the means to stop it.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), kafka_dlq::ConsumerError>>,
+}
+
+impl Running {
+    pub fn start<H: Handler>(config: kafka_dlq::ConsumerConfig, handler: H) -> Running {
+        let consumer = kafka_dlq::Consumer::new(config, handler).expect("consumer");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(consumer.run(async move {
+            let _ = rx.await;
+        }));
+        Running {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// Graceful shutdown; waits for it.
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("shutdown within 30 s")
+            .expect("task")
+            .expect("run");
+    }
+
+    /// A crash: the consumer task is dropped without draining or committing.
+    pub async fn crash(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        drop(self.stop.take());
+    }
+}

@@ -1,0 +1,494 @@
+//! The consumer against a real Kafka-protocol broker (tansu, sqlite storage) on loopback.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use kafka_dlq::dlq::Envelope;
+use rdkafka::message::Headers;
+use rdkafka::Message;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn values(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+fn header(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<String> {
+    m.headers().and_then(|h| {
+        h.iter()
+            .find(|x| x.key == key)
+            .and_then(|x| x.value.map(|v| String::from_utf8_lossy(v).to_string()))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn happy_path_handles_every_record_once_and_commits_to_the_end() {
+    let brokers = brokers();
+    let topic = unique("happy");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 3).await;
+    let mut out = Vec::new();
+    for (i, v) in values("ok", 30).iter().enumerate() {
+        out.push(Out::new(i as i32 % 3, v));
+    }
+    produce(&brokers, &topic, out).await;
+
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(
+        eventually(WAIT, || handler.count() >= 30).await,
+        "handled {}",
+        handler.count()
+    );
+    running.stop().await;
+
+    let calls = handler.calls();
+    assert_eq!(calls.len(), 30, "each record exactly once: {calls:?}");
+    for v in values("ok", 30) {
+        assert_eq!(handler.attempts(&v), 1, "{v}");
+    }
+    let committed = committed(&brokers, &group, &topic, 3);
+    assert_eq!(committed, HashMap::from([(0, 10), (1, 10), (2, 10)]));
+    assert!(read_all_or_empty(&brokers, &format!("{topic}-dlt")).is_empty());
+}
+
+/// The DLQ topic may not exist when nothing was dead-lettered.
+fn read_all_or_empty(brokers: &str, topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    let exists = {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .create()
+            .unwrap();
+        let md = c
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .unwrap();
+        md.topics()
+            .first()
+            .map(|t| t.error().is_none() && !t.partitions().is_empty())
+            .unwrap_or(false)
+    };
+    if exists {
+        read_all(brokers, topic)
+    } else {
+        Vec::new()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_failure_is_dead_lettered_after_one_attempt_with_envelope_and_headers() {
+    let brokers = brokers();
+    let topic = unique("perm");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let mut poison = Out::new(0, "perm-1");
+    poison.key = Some(b"parcel-77".to_vec());
+    poison.headers = vec![
+        ("trace-id".into(), Some(b"abc".to_vec())),
+        ("event-id".into(), Some(b"evt-123".to_vec())),
+    ];
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "ok-0"), poison, Out::new(0, "ok-2")],
+    )
+    .await;
+
+    let handler = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        id_header: Some("event-id".into()),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    assert!(eventually(WAIT, || handler.attempts("ok-2") == 1).await);
+    running.stop().await;
+
+    assert_eq!(
+        handler.attempts("perm-1"),
+        1,
+        "a permanent failure is tried once"
+    );
+    assert_eq!(
+        committed(&brokers, &group, &topic, 1),
+        HashMap::from([(0, 3)])
+    );
+
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 1);
+    let dead = &dlq[0];
+    assert_eq!(
+        dead.key(),
+        Some(&b"parcel-77"[..]),
+        "same key as the source"
+    );
+    assert_eq!(
+        header(dead, "trace-id").as_deref(),
+        Some("abc"),
+        "original headers kept"
+    );
+    assert_eq!(
+        header(dead, "kafka_dlt-original-topic"),
+        Some(topic.clone())
+    );
+    assert_eq!(
+        header(dead, "kafka_dlt-original-partition").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        header(dead, "kafka_dlt-original-offset").as_deref(),
+        Some("1")
+    );
+    assert!(header(dead, "kafka_dlt-original-timestamp")
+        .unwrap()
+        .parse::<i64>()
+        .is_ok());
+    assert_eq!(
+        header(dead, "kafka_dlt-original-consumer-group"),
+        Some(group.clone())
+    );
+    assert_eq!(
+        header(dead, "kafka_dlt-exception-message").as_deref(),
+        Some("rejected perm-1")
+    );
+
+    let json: serde_json::Value = serde_json::from_slice(dead.payload().unwrap()).unwrap();
+    assert_eq!(json["id"], "evt-123", "id from the configured header");
+    assert_eq!(json["payload"], "perm-1");
+    assert_eq!(json["payload_encoding"], "utf8");
+    assert_eq!(json["error"]["kind"], "permanent");
+    assert_eq!(json["error"]["message"], "rejected perm-1");
+    assert_eq!(json["error"]["attempts"], 1);
+    let ts = json["timestamp"].as_str().unwrap();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(ts).is_ok() && ts.ends_with('Z'),
+        "{ts}"
+    );
+    assert_eq!(json["source"]["topic"], topic);
+    assert_eq!(json["source"]["partition"], 0);
+    assert_eq!(json["source"]["offset"], 1);
+    assert_eq!(json["source"]["key"], "parcel-77");
+    assert_eq!(json["source"]["group"], group);
+    assert!(json["source"]["timestamp"].is_string());
+    assert_eq!(json["source"]["headers"][0]["key"], "trace-id");
+    assert_eq!(json["source"]["headers"][0]["value"], "abc");
+
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/dlq-envelope.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "envelope violates the schema: {errors:?}"
+    );
+
+    let envelope = Envelope::from_slice(dead.payload().unwrap()).unwrap();
+    assert_eq!(
+        envelope.payload_bytes().unwrap().as_deref(),
+        Some(&b"perm-1"[..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_twice_then_success_takes_three_attempts_and_nothing_is_dead_lettered() {
+    let brokers = brokers();
+    let topic = unique("trans");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "trans2-a"), Out::new(0, "ok-b")],
+    )
+    .await;
+
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(eventually(WAIT, || handler.attempts("ok-b") == 1).await);
+    running.stop().await;
+
+    assert_eq!(handler.attempts("trans2-a"), 3);
+    assert_eq!(
+        committed(&brokers, &group, &topic, 1),
+        HashMap::from([(0, 2)])
+    );
+    assert!(read_all_or_empty(&brokers, &format!("{topic}-dlt")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_transient_is_dead_lettered_after_one_plus_max_retries_attempts() {
+    let brokers = brokers();
+    let topic = unique("always");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "always-x"), Out::new(0, "ok-y")],
+    )
+    .await;
+
+    let handler = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        max_retries: 4,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    assert!(eventually(WAIT, || handler.attempts("ok-y") == 1).await);
+    running.stop().await;
+
+    assert_eq!(handler.attempts("always-x"), 5, "1 + max_retries attempts");
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 1);
+    let json: serde_json::Value = serde_json::from_slice(dlq[0].payload().unwrap()).unwrap();
+    assert_eq!(json["error"]["kind"], "retries_exhausted");
+    assert_eq!(json["error"]["attempts"], 5);
+    assert_eq!(json["error"]["message"], "downstream down");
+    assert_eq!(
+        committed(&brokers, &group, &topic, 1),
+        HashMap::from([(0, 2)])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_partition_are_handled_in_offset_order_across_retries() {
+    let brokers = brokers();
+    let topic = unique("order");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let script = [
+        "ok-0", "trans2-1", "ok-2", "perm-3", "trans1-4", "ok-5", "always-6", "ok-7",
+    ];
+    produce(
+        &brokers,
+        &topic,
+        script.iter().map(|v| Out::new(0, v)).collect(),
+    )
+    .await;
+
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(eventually(WAIT, || handler.attempts("ok-7") == 1).await);
+    running.stop().await;
+
+    let offsets: Vec<i64> = handler.calls().iter().map(|c| c.offset).collect();
+    let mut sorted = offsets.clone();
+    sorted.sort();
+    assert_eq!(offsets, sorted, "calls in offset order, retries included");
+    assert_eq!(offsets.len(), 1 + 3 + 1 + 1 + 2 + 1 + 4 + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_in_backoff_does_not_hold_back_the_others() {
+    let brokers = brokers();
+    let topic = unique("isolate");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 3).await;
+    let mut out = vec![Out::new(0, "always-stuck"), Out::new(0, "ok-behind")];
+    for i in 0..20 {
+        out.push(Out::new(1 + i % 2, &format!("ok-{i}")));
+    }
+    produce(&brokers, &topic, out).await;
+
+    let handler = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        max_retries: 10,
+        backoff_initial_ms: 60_000,
+        backoff_max_ms: 60_000,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    let others_done = eventually(WAIT, || {
+        (0..20).all(|i| handler.attempts(&format!("ok-{i}")) == 1)
+    })
+    .await;
+    let stuck_attempts = handler.attempts("always-stuck");
+    let behind = handler.attempts("ok-behind");
+    running.stop().await;
+
+    assert!(
+        others_done,
+        "partitions 1 and 2 flowed while partition 0 was in backoff"
+    );
+    assert_eq!(
+        stuck_attempts, 1,
+        "partition 0 is waiting out a 60 s backoff"
+    );
+    assert_eq!(
+        behind, 0,
+        "the record behind it waits: order within the partition"
+    );
+    let committed = committed(&brokers, &group, &topic, 3);
+    assert_eq!(committed.get(&1), Some(&10));
+    assert_eq!(committed.get(&2), Some(&10));
+    assert_eq!(committed.get(&0), None, "nothing settled on partition 0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_consumer_leaves_unsettled_records_to_the_next_one() {
+    let brokers = brokers();
+    let topic = unique("crash");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            Out::new(0, "ok-a"),
+            Out::new(0, "always-b"),
+            Out::new(0, "ok-c"),
+        ],
+    )
+    .await;
+
+    let first = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        backoff_initial_ms: 60_000,
+        backoff_max_ms: 60_000,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config.clone(), first.clone());
+    assert!(eventually(WAIT, || first.attempts("always-b") == 1).await);
+    // Let the periodic commit of "ok-a" happen, then crash mid-backoff.
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&1))
+        .await,
+        "the settled record is committed, the one in backoff is not"
+    );
+    running.crash().await;
+
+    // The next consumer: the record in backoff and everything after it come again.
+    let second = Scripted::default();
+    let succeed_all = kafka_dlq::ConsumerConfig {
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(succeed_all, AlwaysOk(second.clone()));
+    assert!(eventually(WAIT, || second.attempts("ok-c") == 1).await);
+    running.stop().await;
+    let seen: Vec<String> = second.calls().iter().map(|c| c.value.clone()).collect();
+    assert_eq!(
+        seen,
+        vec!["always-b", "ok-c"],
+        "redelivered from the unsettled record"
+    );
+    assert_eq!(
+        committed(&brokers, &group, &topic, 1),
+        HashMap::from([(0, 3)])
+    );
+}
+
+/// Records calls like [`Scripted`] but succeeds every time (the "fixed" service).
+struct AlwaysOk(Scripted);
+
+impl kafka_dlq::Handler for AlwaysOk {
+    async fn handle(&self, record: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        self.0.calls.lock().unwrap().push(Call {
+            value,
+            partition: record.partition,
+            offset: record.offset,
+            attempt: 1,
+        });
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_dead_letters_the_record_and_keeps_running() {
+    let brokers = brokers();
+    let topic = unique("panic");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "panic-1"), Out::new(0, "ok-2")],
+    )
+    .await;
+
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(eventually(WAIT, || handler.attempts("ok-2") == 1).await);
+    running.stop().await;
+
+    assert_eq!(handler.attempts("panic-1"), 1);
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 1);
+    let env = Envelope::from_slice(dlq[0].payload().unwrap()).unwrap();
+    assert_eq!(env.error.kind, kafka_dlq::DeadLetterKind::Permanent);
+    assert_eq!(
+        env.error.message,
+        "handler panicked: scripted panic for panic-1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_payloads_keys_and_tombstones_reach_the_dead_letter_topic_intact() {
+    let brokers = brokers();
+    let topic = unique("bytes");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let binary = Out {
+        partition: 0,
+        key: Some(vec![0xff, 0xfe]),
+        value: Some(vec![b'p', b'e', b'r', b'm', 0x00, 0xff]),
+        headers: vec![("raw".into(), Some(vec![0x80])), ("null".into(), None)],
+    };
+    let json = Out {
+        partition: 0,
+        key: None,
+        value: Some(br#"{"kind":"perm","n": [1, 2.50]}"#.to_vec()),
+        headers: vec![],
+    };
+    produce(&brokers, &topic, vec![binary, json]).await;
+
+    struct RejectAll;
+    impl kafka_dlq::Handler for RejectAll {
+        async fn handle(&self, _: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
+            Err(kafka_dlq::HandlerError::permanent("no"))
+        }
+    }
+    let running = Running::start(test_config(&brokers, &group, &topic), RejectAll);
+    let dlq_topic = format!("{topic}-dlt");
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&2))
+        .await
+    );
+    running.stop().await;
+    let dlq = read_all(&brokers, &dlq_topic);
+    assert_eq!(dlq.len(), 2);
+
+    let first = Envelope::from_slice(dlq[0].payload().unwrap()).unwrap();
+    assert_eq!(first.payload_encoding, kafka_dlq::dlq::Encoding::Base64);
+    assert_eq!(
+        first.payload_bytes().unwrap(),
+        Some(vec![b'p', b'e', b'r', b'm', 0x00, 0xff])
+    );
+    assert_eq!(first.key_bytes().unwrap(), Some(vec![0xff, 0xfe]));
+    assert_eq!(dlq[0].key(), Some(&[0xff, 0xfe][..]));
+    let headers = first.headers().unwrap();
+    assert_eq!(headers[0].value, Some(vec![0x80]));
+    assert_eq!(headers[1].value, None);
+
+    let second = Envelope::from_slice(dlq[1].payload().unwrap()).unwrap();
+    assert_eq!(second.payload_encoding, kafka_dlq::dlq::Encoding::Json);
+    assert_eq!(
+        second.payload_bytes().unwrap().unwrap(),
+        br#"{"kind":"perm","n": [1, 2.50]}"#.to_vec(),
+        "JSON payloads embedded byte for byte"
+    );
+    assert_eq!(dlq[1].key(), None);
+}
