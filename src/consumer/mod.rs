@@ -31,8 +31,11 @@
 //! committed, and the consumer leaves the group.
 //!
 //! # Broker trouble
-//! Poll errors are logged and retried after 1 s, doubling to 30 s, reset by the next record;
-//! librdkafka reconnects by itself. A broker outage never ends [`Consumer::run`].
+//! librdkafka reconnects by itself; the poll loop logs each poll error and waits before
+//! polling again, 1 s doubling to 30 s, reset by the next record. Errors that queued up during
+//! the wait are taken at once afterwards, so recovery is not delayed by a backlog of stale
+//! errors. A broker outage never ends [`Consumer::run`]; only a fatal client error does (after
+//! the usual drain and commit).
 
 mod context;
 mod partition;
@@ -41,8 +44,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use futures_util::FutureExt;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::error::KafkaError;
+use rdkafka::Message;
 use thiserror::Error;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -67,6 +72,15 @@ pub enum ConsumerError {
     /// librdkafka refused the dead-letter producer configuration.
     #[error("could not create the dead-letter producer: {0}")]
     CreateProducer(#[source] KafkaError),
+    /// The Kafka client hit a fatal error (for example, fenced by a newer instance with the
+    /// same `group.instance.id`) and cannot go on.
+    #[error("fatal Kafka client error {code}: {reason}")]
+    Fatal {
+        /// librdkafka's error code.
+        code: rdkafka::types::RDKafkaErrorCode,
+        /// librdkafka's description.
+        reason: String,
+    },
     /// Subscribing to the topics failed.
     #[error("could not subscribe to {topics:?}: {source}")]
     Subscribe {
@@ -112,7 +126,8 @@ impl<H: Handler> Consumer<H> {
     }
 
     /// Consumes until `shutdown` completes, then drains, commits and leaves the group. Returns
-    /// an error only when subscribing fails; broker trouble is retried, not returned.
+    /// an error only when subscribing fails or the client hits a fatal error (after the same
+    /// drain and commit); broker trouble is retried, not returned.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         self.shared
@@ -128,6 +143,7 @@ impl<H: Handler> Consumer<H> {
         let stop_workers = CancellationToken::new();
         let mut workers = JoinSet::new();
         let mut poll_delays = ExponentialBackoff::infrastructure().delays();
+        let mut outcome = Ok(());
         tokio::pin!(shutdown);
         loop {
             let polled = tokio::select! {
@@ -138,11 +154,15 @@ impl<H: Handler> Consumer<H> {
             match polled {
                 Ok(message) => {
                     poll_delays.reset();
-                    let record = Record::from_message(&message, self.config.id_header.as_deref());
-                    drop(message);
-                    self.dispatch(record, &mut workers, &stop_workers);
+                    self.dispatch(&message, &mut workers, &stop_workers);
                 }
                 Err(error) => {
+                    if let Some((code, reason)) = self.shared.consumer.client().fatal_error() {
+                        tracing::error!(event = "consumer_fatal_error", error = %code, %reason,
+                            "the Kafka client cannot go on; stopping");
+                        outcome = Err(ConsumerError::Fatal { code, reason });
+                        break;
+                    }
                     let delay = poll_delays
                         .next()
                         .expect("infrastructure backoff never ends");
@@ -151,6 +171,23 @@ impl<H: Handler> Consumer<H> {
                     tokio::select! {
                         _ = &mut shutdown => break,
                         _ = tokio::time::sleep(delay) => {}
+                    }
+                    // Errors queued while we slept belong to the same trouble: take them
+                    // without sleeping again, up to the first record.
+                    let mut skipped = 0u32;
+                    while skipped < 10_000 {
+                        match self.shared.consumer.recv().now_or_never() {
+                            Some(Err(_)) => skipped += 1,
+                            Some(Ok(message)) => {
+                                poll_delays.reset();
+                                self.dispatch(&message, &mut workers, &stop_workers);
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    if skipped > 0 {
+                        tracing::debug!(event = "poll_errors_skipped", count = skipped);
                     }
                 }
             }
@@ -161,11 +198,18 @@ impl<H: Handler> Consumer<H> {
             }
         }
         self.shutdown(workers, stop_workers).await;
-        Ok(())
+        outcome
     }
 
-    /// Queues `record` on its partition, starting the partition's worker if it has none.
-    fn dispatch(&self, record: Record, workers: &mut JoinSet<()>, stop: &CancellationToken) {
+    /// Queues a copy of `message` on its partition, starting the partition's worker if it has
+    /// none.
+    fn dispatch<M: Message>(
+        &self,
+        message: &M,
+        workers: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) {
+        let record = Record::from_message(message, self.config.id_header.as_deref());
         let key = (record.topic.clone(), record.partition);
         let queue = {
             let mut partitions = self.partitions.lock().expect("partitions lock");

@@ -19,20 +19,33 @@ use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-/// The broker of this test binary, started on first use.
-pub fn brokers() -> String {
-    static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
-    BROKER
-        .get_or_init(|| std::panic::catch_unwind(start_tansu).map_err(|e| panic_text(&e)))
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"))
+/// Sends the library's logs to the test output when RUST_LOG is set.
+pub fn init_logs() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        if std::env::var("RUST_LOG").is_ok() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
 }
 
-fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
-    e.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "tansu failed to start".into())
+/// The broker of this test binary, started on first use and killed when the binary exits.
+pub fn brokers() -> String {
+    init_logs();
+    static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
+    BROKER
+        .get_or_init(|| {
+            Tansu::start().map(|t| {
+                let brokers = t.brokers();
+                std::mem::forget(t);
+                brokers
+            })
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn tansu_binary() -> PathBuf {
@@ -50,64 +63,120 @@ fn tansu_binary() -> PathBuf {
     PathBuf::from("tansu")
 }
 
-fn start_tansu() -> String {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").expect("free port");
-        l.local_addr().unwrap().port()
-    };
-    let dir = std::env::temp_dir().join(format!("kafka-dlq-tansu-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = std::fs::File::create(dir.join("tansu.log")).unwrap();
-    let url = format!("tcp://127.0.0.1:{port}");
-    let mut command = Command::new(tansu_binary());
-    command
-        .arg("broker")
-        .arg("--listener-url")
-        .arg(&url)
-        .arg("--advertised-listener-url")
-        .arg(&url)
-        .arg("--storage-engine")
-        // tansu reads the path of a sqlite:// URL relative to its working directory.
-        .arg("sqlite://tansu.db")
-        .current_dir(&dir)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    // The broker dies with the thread that started it; that thread lives as long as the test
-    // binary, so the broker never outlives the tests.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+/// A tansu broker process with sqlite storage in its own directory. It is killed when this
+/// value is dropped, and in any case when the test binary exits.
+pub struct Tansu {
+    pub port: u16,
+    dir: PathBuf,
+    pid: u32,
+    exited: std::sync::mpsc::Receiver<()>,
+}
+
+impl Tansu {
+    /// Starts a broker on a free loopback port and waits until it accepts connections.
+    pub fn start() -> Result<Tansu, String> {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").expect("free port");
+            l.local_addr().unwrap().port()
+        };
+        let dir =
+            std::env::temp_dir().join(format!("kafka-dlq-tansu-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self::spawn(port, dir)
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || match command.spawn() {
-        Ok(mut child) => {
-            tx.send(Ok(())).unwrap();
-            let _ = child.wait();
+
+    fn spawn(port: u16, dir: PathBuf) -> Result<Tansu, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("tansu.log"))
+            .unwrap();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut command = Command::new(tansu_binary());
+        command
+            .arg("broker")
+            .arg("--listener-url")
+            .arg(&url)
+            .arg("--advertised-listener-url")
+            .arg(&url)
+            // tansu reads the path of a sqlite:// URL relative to its working directory.
+            .arg("--storage-engine")
+            .arg("sqlite://tansu.db")
+            .current_dir(&dir)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        // The broker gets SIGKILL when the thread that started it ends; that thread waits for
+        // the broker, so it lives as long as the broker or the test binary.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
         }
-        Err(e) => tx.send(Err(e)).unwrap(),
-    });
-    if let Err(e) = rx.recv().unwrap() {
-        panic!(
-            "could not start tansu ({e}); install it with \
-             `cargo install tansu --version 0.6.0 --locked --features dynostore,libsql` \
-             or set TANSU_BIN"
-        );
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (exited_tx, exited_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || match command.spawn() {
+            Ok(mut child) => {
+                started_tx.send(Ok(child.id())).unwrap();
+                let _ = child.wait();
+                let _ = exited_tx.send(());
+            }
+            Err(e) => started_tx.send(Err(e)).unwrap(),
+        });
+        let pid = started_rx.recv().unwrap().map_err(|e| {
+            format!(
+                "could not start tansu ({e}); install it with \
+                 `cargo install tansu --version 0.6.0 --locked --features dynostore,libsql` \
+                 or set TANSU_BIN"
+            )
+        })?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "tansu did not listen on port {port}; see {}",
+                    dir.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Tansu {
+            port,
+            dir,
+            pid,
+            exited: exited_rx,
+        })
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "tansu did not listen on port {port}; see {}",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
+
+    /// The bootstrap address.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
-    format!("127.0.0.1:{port}")
+
+    /// Kills the broker (SIGKILL) and waits for it to be gone.
+    pub fn kill(&self) {
+        unsafe {
+            libc::kill(self.pid as i32, libc::SIGKILL);
+        }
+        let _ = self.exited.recv_timeout(Duration::from_secs(10));
+    }
+
+    /// Kills the broker and starts it again on the same port and storage.
+    pub fn restart(self) -> Tansu {
+        self.kill();
+        let (port, dir) = (self.port, self.dir.clone());
+        std::mem::forget(self);
+        Self::spawn(port, dir).expect("tansu restarts")
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// A name no other test uses.
@@ -364,6 +433,7 @@ pub struct Running {
 
 impl Running {
     pub fn start<H: Handler>(config: kafka_dlq::ConsumerConfig, handler: H) -> Running {
+        init_logs();
         let consumer = kafka_dlq::Consumer::new(config, handler).expect("consumer");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(consumer.run(async move {

@@ -1,0 +1,126 @@
+//! Broker faults injected with librdkafka's own mock cluster.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
+    let mock = MockCluster::new(1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let topic = unique("dlqfail");
+    let group = unique("g");
+    mock.create_topic(&topic, 1, 1).unwrap();
+    mock.create_topic(&format!("{topic}-dlt"), 1, 1).unwrap();
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "perm-1"), Out::new(0, "ok-2")],
+    )
+    .await;
+
+    // Every produce request fails until the errors are cleared.
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 10_000],
+    );
+    let handler = Scripted::default();
+    let mut config = test_config(&brokers, &group, &topic);
+    config
+        .librdkafka
+        .insert("message.timeout.ms".into(), "300".into());
+    let running = Running::start(config, handler.clone());
+    assert!(eventually(WAIT, || handler.attempts("perm-1") == 1).await);
+
+    // Several failed writes (300 ms each, then 1 s, 2 s of backoff) and still no progress.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        handler.attempts("ok-2"),
+        0,
+        "the partition does not advance"
+    );
+    assert_eq!(committed(&brokers, &group, &topic, 1).get(&0), None);
+    assert_eq!(
+        handler.attempts("perm-1"),
+        1,
+        "the handler is not called again"
+    );
+
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
+    assert!(
+        eventually(WAIT, || handler.attempts("ok-2") == 1).await,
+        "the write succeeds after recovery and the partition moves on"
+    );
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1)
+            == HashMap::from([(0, 2)]))
+        .await
+    );
+    running.stop().await;
+
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 1, "dead-lettered exactly once");
+    let envelope =
+        kafka_dlq::dlq::Envelope::from_slice(rdkafka::Message::payload(&dlq[0]).unwrap()).unwrap();
+    assert_eq!(envelope.source.offset, 0);
+    assert_eq!(envelope.error.attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_rides_out_a_broker_restart() {
+    // A broker of its own, so that killing it disturbs no other test.
+    let tansu = Tansu::start().unwrap();
+    let brokers = tansu.brokers();
+    let topic = unique("outage");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 2).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "ok-a"), Out::new(1, "ok-b")],
+    )
+    .await;
+
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(eventually(WAIT, || handler.count() == 2).await);
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2)
+            == HashMap::from([(0, 1), (1, 1)]))
+        .await
+    );
+
+    tansu.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tansu = tansu.restart();
+
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "ok-c"), Out::new(1, "ok-d")],
+    )
+    .await;
+    // Poll errors back off up to 30 s, so recovery may take that long.
+    assert!(
+        eventually(Duration::from_secs(90), || handler.attempts("ok-c") == 1
+            && handler.attempts("ok-d") == 1)
+        .await,
+        "records produced after the restart are handled: {:?}",
+        handler.calls()
+    );
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2)
+            == HashMap::from([(0, 2), (1, 2)]))
+        .await
+    );
+    running.stop().await;
+    assert_eq!(handler.count(), 4, "each record once");
+    drop(tansu);
+}
