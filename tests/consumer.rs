@@ -492,3 +492,82 @@ async fn binary_payloads_keys_and_tombstones_reach_the_dead_letter_topic_intact(
     );
     assert_eq!(dlq[1].key(), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_abandons_records_in_backoff_to_the_new_owner_without_dead_lettering() {
+    let brokers = brokers();
+    let topic = unique("rebalance");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            Out::new(0, "ok-a"),
+            Out::new(0, "always-p0"),
+            Out::new(1, "ok-b"),
+            Out::new(1, "always-p1"),
+        ],
+    )
+    .await;
+
+    // The first member takes both partitions; both failing records wait out a long backoff.
+    let first = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        backoff_initial_ms: 60_000,
+        backoff_max_ms: 60_000,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let a = Running::start(config, first.clone());
+    assert!(
+        eventually(WAIT, || first.attempts("always-p0") == 1
+            && first.attempts("always-p1") == 1)
+        .await
+    );
+
+    // A second member joins: one partition moves to it, with its record in backoff.
+    let second = Scripted::default();
+    let b = Running::start(
+        test_config(&brokers, &group, &topic),
+        AlwaysOk(second.clone()),
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || second
+            .calls()
+            .iter()
+            .any(|c| c.value.starts_with("always")))
+        .await,
+        "the new owner gets the abandoned record"
+    );
+    let moved = second
+        .calls()
+        .iter()
+        .find(|c| c.value.starts_with("always"))
+        .unwrap()
+        .clone();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2)
+            .get(&moved.partition)
+            == Some(&2))
+        .await,
+        "settled offsets of the moved partition were committed: {:?}",
+        committed(&brokers, &group, &topic, 2)
+    );
+    let ok_redone = second
+        .calls()
+        .iter()
+        .filter(|c| c.value.starts_with("ok"))
+        .count();
+    a.stop().await;
+    b.stop().await;
+
+    assert_eq!(
+        ok_redone, 0,
+        "records settled before the rebalance were committed, not handled again"
+    );
+    assert!(
+        read_all_or_empty(&brokers, &format!("{topic}-dlt")).is_empty(),
+        "nothing dead-lettered because of the rebalance"
+    );
+}

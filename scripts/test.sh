@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
+# a C toolchain and zlib for the bundled librdkafka, and the tansu broker that the
+# integration tests start on loopback. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TANSU_VERSION=0.6.0
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "==> installing ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}"
+fi
+
+cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+if ! "$cargo_bin/tansu" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
+  echo "==> installing tansu $TANSU_VERSION (the Kafka-protocol broker the tests run; takes a few minutes)"
+  cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore,libsql
+fi
+export TANSU_BIN="$cargo_bin/tansu"
+
+echo "==> cargo test"
+cargo test --locked "$@"

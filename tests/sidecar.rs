@@ -1,0 +1,215 @@
+//! The `kafka-dlq run` binary against a real broker and a real HTTP target on loopback.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use common::*;
+use kafka_dlq::dlq::Envelope;
+use rdkafka::Message;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Default)]
+struct Target {
+    requests: Arc<Mutex<Vec<(HeaderMap, String)>>>,
+}
+
+impl Target {
+    fn count(&self, body: &str) -> usize {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, b)| b == body)
+            .count()
+    }
+}
+
+/// `ok…` → 200, `bad…` → 400, `busy…` → 503 twice then 200, `down…` → 503 always.
+async fn answer(State(target): State<Target>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let body = String::from_utf8_lossy(&body).to_string();
+    let seen = {
+        let mut requests = target.requests.lock().unwrap();
+        requests.push((headers, body.clone()));
+        requests.iter().filter(|(_, b)| *b == body).count()
+    };
+    if body.starts_with("bad") {
+        StatusCode::BAD_REQUEST
+    } else if body.starts_with("down") || (body.starts_with("busy") && seen <= 2) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn serve(target: Target) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/events", post(answer))
+        .with_state(target);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/events")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_delivers_over_http_classifies_answers_and_exits_cleanly_on_sigterm() {
+    let brokers = brokers();
+    let topic = unique("sidecar");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let mut keyed = Out::new(0, "ok-1");
+    keyed.key = Some(b"parcel-1".to_vec());
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            keyed,
+            Out::new(0, "busy-2"),
+            Out::new(1, "bad-3"),
+            Out::new(1, "down-4"),
+            Out::new(1, "ok-5"),
+        ],
+    )
+    .await;
+    let target = Target::default();
+    let url = serve(target.clone()).await;
+
+    let log_path = std::env::temp_dir().join(format!("{group}.log"));
+    let log_file = std::fs::File::create(&log_path).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .arg("run")
+        .args([
+            "--group-id",
+            &group,
+            "--topics",
+            &topic,
+            "--target-url",
+            &url,
+        ])
+        .args([
+            "--max-retries",
+            "2",
+            "--backoff-initial-ms",
+            "10",
+            "--backoff-max-ms",
+            "50",
+        ])
+        .env("KAFKA_BROKERS", &brokers)
+        .env("LOG_FORMAT", "json")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    let delivered = eventually(WAIT, || {
+        target.count("ok-5") == 1 && target.count("busy-2") == 3
+    })
+    .await;
+    assert!(delivered, "requests: {:?}", target.requests.lock().unwrap());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2)
+            == HashMap::from([(0, 2), (1, 3)]))
+        .await
+    );
+    unsafe {
+        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits within 30 s of SIGTERM")
+        .unwrap();
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    let _ = std::fs::remove_file(&log_path);
+    assert_eq!(status.code(), Some(0), "clean exit; logs:\n{logs}");
+    assert!(logs.contains("shutdown_complete"));
+
+    assert_eq!(target.count("ok-1"), 1);
+    assert_eq!(target.count("bad-3"), 1, "4xx is permanent: one attempt");
+    assert_eq!(
+        target.count("down-4"),
+        3,
+        "5xx is transient: 1 + max_retries attempts"
+    );
+    let requests = target.requests.lock().unwrap().clone();
+    let (headers, _) = requests.iter().find(|(_, b)| b == "ok-1").unwrap();
+    assert_eq!(headers["x-kafka-topic"], topic.as_str());
+    assert_eq!(headers["x-kafka-partition"], "0");
+    assert_eq!(headers["x-kafka-offset"], "0");
+    assert_eq!(headers["x-kafka-key"], "parcel-1");
+    assert_eq!(headers["x-record-id"], format!("{topic}-0-0").as_str());
+
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    let envelopes: Vec<Envelope> = dlq
+        .iter()
+        .map(|m| Envelope::from_slice(m.payload().unwrap()).unwrap())
+        .collect();
+    assert_eq!(envelopes.len(), 2);
+    let bad = envelopes.iter().find(|e| e.source.offset == 0).unwrap();
+    assert_eq!(bad.error.kind, kafka_dlq::DeadLetterKind::Permanent);
+    assert_eq!(bad.error.message, "target answered HTTP 400");
+    let down = envelopes.iter().find(|e| e.source.offset == 1).unwrap();
+    assert_eq!(down.error.kind, kafka_dlq::DeadLetterKind::RetriesExhausted);
+    assert_eq!(down.error.attempts, 3);
+
+    // Every line about a record carries topic, partition, offset, id and key.
+    let line = logs
+        .lines()
+        .find(|l| l.contains("record_dead_lettered"))
+        .expect("a dead-letter log line");
+    let json: serde_json::Value = serde_json::from_str(line).unwrap();
+    let span = &json["span"];
+    assert_eq!(span["topic"], topic.as_str());
+    for field in ["partition", "offset", "id", "key"] {
+        assert!(!span[field].is_null(), "{field} missing in {line}");
+    }
+}
+
+#[test]
+fn run_rejects_bad_settings_naming_the_flag_and_value() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--brokers", "nohost"], "--brokers"),
+        (&["--max-retries", "many"], "--max-retries"),
+        (
+            &["--backoff-initial-ms", "5000", "--backoff-max-ms", "10"],
+            "--backoff-max-ms",
+        ),
+        (&["--target-url", "ftp://x"], "--target-url"),
+    ];
+    for (args, flag) in cases {
+        let base = [
+            ("--brokers", "localhost:9092"),
+            ("--group-id", "g"),
+            ("--topics", "t"),
+            ("--target-url", "http://localhost:1/"),
+        ];
+        let mut full = vec!["run"];
+        for (f, v) in base.iter().filter(|(f, _)| !args.contains(f)) {
+            full.extend([*f, *v]);
+        }
+        full.extend_from_slice(args);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+            .args(&full)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+        let value = args[args.len() - 1];
+        assert!(
+            stderr.contains(value),
+            "{args:?} should name {value}: {stderr}"
+        );
+    }
+}
