@@ -37,3 +37,5 @@ pub(crate) fn log_rdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
 pub(crate) fn log_client_error(error: &KafkaError, reason: &str) {
     tracing::warn!(target: "librdkafka", event = "kafka_client_error", error = %error, "{reason}");
 }
+
+impl rdkafka::consumer::ConsumerContext for LogContext {}

@@ -38,7 +38,10 @@ pub mod dlq;
 pub mod failure;
 pub mod handler;
 pub mod kafka;
+pub mod metrics;
+pub mod monitor;
 pub mod record;
+pub mod server;
 pub mod sidecar;
 
 pub use config::{ConfigError, ConsumerConfig};

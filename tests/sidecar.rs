@@ -105,6 +105,7 @@ async fn run_delivers_over_http_classifies_answers_and_exits_cleanly_on_sigterm(
             "--backoff-max-ms",
             "50",
         ])
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .env("KAFKA_BROKERS", &brokers)
         .env("LOG_FORMAT", "json")
         .stdout(Stdio::null())

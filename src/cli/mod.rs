@@ -1,5 +1,6 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
+mod monitor;
 mod run;
 
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ enum LogFormat {
 enum Command {
     /// Consume topics and POST each record to an HTTP service (the sidecar).
     Run(run::RunArgs),
+    /// Watch dead-letter topics and alert in Slack when their volume changes.
+    Monitor(monitor::MonitorArgs),
 }
 
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code:
@@ -53,6 +56,7 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Monitor(args) => monitor::run(args).await,
         }
     });
     match result {
@@ -80,6 +84,14 @@ pub enum CliError {
 impl From<ConfigError> for CliError {
     fn from(e: ConfigError) -> Self {
         CliError::Config(e)
+    }
+}
+
+/// Maps a monitor error to the exit code it deserves.
+fn monitor_error(e: kafka_dlq::monitor::MonitorError) -> CliError {
+    match e {
+        kafka_dlq::monitor::MonitorError::Config(c) => CliError::Config(c),
+        other => CliError::Runtime(other.into()),
     }
 }
 

@@ -73,6 +73,14 @@ pub struct RunArgs {
         default_value = "application/json"
     )]
     content_type: String,
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, env = "KAFKA_DLQ_METRICS_ADDR", default_value = "0.0.0.0:9102")]
+    metrics_addr: String,
+    /// Also run the DLQ monitor on this consumer's dead-letter topics.
+    #[arg(long, env = "KAFKA_DLQ_MONITOR")]
+    monitor: bool,
+    #[command(flatten)]
+    alerts: super::monitor::AlertArgs,
 }
 
 impl RunArgs {
@@ -142,14 +150,59 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         Duration::from_millis(args.request_timeout_ms),
         &args.content_type,
     )?;
-    tracing::info!(event = "sidecar_starting", target_url = %url, config = ?config);
+    let addr: std::net::SocketAddr = args.metrics_addr.parse().map_err(|e| {
+        ConfigError::new(
+            "metrics_addr",
+            &args.metrics_addr,
+            format!("expected host:port ({e})"),
+        )
+    })?;
+    let monitor = if args.monitor {
+        let template = config.dlq_topic()?;
+        let mut dlq_topics: Vec<String> = config
+            .topics
+            .iter()
+            .map(|t| template.for_topic(t))
+            .collect();
+        dlq_topics.dedup();
+        let monitor_config = args.alerts.monitor_config(&config.brokers, dlq_topics)?;
+        Some(kafka_dlq::monitor::Monitor::new(monitor_config).map_err(super::monitor_error)?)
+    } else {
+        None
+    };
+    tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %addr,
+        monitor = args.monitor, config = ?config);
     let consumer = Consumer::new(config, target).map_err(|e| match e {
         kafka_dlq::ConsumerError::Config(c) => CliError::Config(c),
         other => CliError::Runtime(other.into()),
     })?;
-    consumer
-        .run(super::shutdown_signal())
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .context("consumer failed")
-        .map_err(CliError::Runtime)
+        .with_context(|| format!("cannot listen on --metrics-addr {addr}"))
+        .map_err(CliError::Runtime)?;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server_stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(kafka_dlq::server::serve(
+        listener,
+        consumer.metrics(),
+        server_stop.clone().cancelled_owned(),
+    ));
+    let monitor = monitor.map(|m| tokio::spawn(m.run(stop.clone().cancelled_owned())));
+    let signal = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            super::shutdown_signal().await;
+            stop.cancel();
+        })
+    };
+    let result = consumer.run(stop.clone().cancelled_owned()).await;
+    stop.cancel();
+    signal.abort();
+    if let Some(monitor) = monitor {
+        let _ = monitor.await;
+    }
+    server_stop.cancel();
+    let _ = server.await;
+    result.context("consumer failed").map_err(CliError::Runtime)
 }

@@ -289,6 +289,7 @@ impl ConsumerConfig {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.auto_offset_reset)
             .set("queued.max.messages.kbytes", "16384")
+            .set("statistics.interval.ms", "2000")
             .set("enable.partition.eof", "false");
         self.apply_raw(&mut config);
         config

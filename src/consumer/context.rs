@@ -7,10 +7,12 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
 use super::partition::PartitionQueue;
+use crate::metrics::Metrics;
 
 /// A topic and partition.
 pub(super) type PartitionKey = (String, i32);
@@ -29,6 +31,7 @@ pub(super) type Partitions = Arc<Mutex<HashMap<PartitionKey, PartitionSlot>>>;
 /// that the new owner consumes them again, and commit the offsets stored so far.
 pub(super) struct RebalanceContext {
     pub partitions: Partitions,
+    pub metrics: Metrics,
 }
 
 impl ClientContext for RebalanceContext {
@@ -38,6 +41,10 @@ impl ClientContext for RebalanceContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         crate::kafka::log_client_error(&error, reason);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        self.metrics.observe_statistics(&statistics);
     }
 }
 
@@ -75,6 +82,11 @@ impl ConsumerContext for RebalanceContext {
                 tracing::warn!(event = "rebalance_failed", error = %e);
             }
         }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, _rebalance: &Rebalance<'_>) {
+        let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(0);
+        self.metrics.partitions_assigned.set(assigned as i64);
     }
 }
 

@@ -56,6 +56,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::Handler;
+use crate::metrics::Metrics;
 use crate::record::Record;
 use context::{commit_stored, PartitionSlot, Partitions, RebalanceContext};
 use partition::{run_worker, PartitionQueue, Shared};
@@ -106,23 +107,32 @@ impl<H: Handler> Consumer<H> {
     pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, ConsumerError> {
         config.validate()?;
         let partitions: Partitions = Arc::new(Mutex::new(HashMap::new()));
+        let metrics = Metrics::new();
         let consumer: StreamConsumer<RebalanceContext> = config
             .consumer_client_config()
             .create_with_context(RebalanceContext {
                 partitions: partitions.clone(),
+                metrics: metrics.clone(),
             })
             .map_err(ConsumerError::CreateConsumer)?;
-        let dlq = DeadLetterPublisher::new(&config).map_err(ConsumerError::CreateProducer)?;
+        let dlq = DeadLetterPublisher::new(&config, metrics.clone())
+            .map_err(ConsumerError::CreateProducer)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 handler,
                 dlq,
                 backoff: config.backoff()?,
                 consumer: Arc::new(consumer),
+                metrics,
             }),
             config,
             partitions,
         })
+    }
+
+    /// The consumer's metrics and readiness, to serve or read while it runs.
+    pub fn metrics(&self) -> Metrics {
+        self.shared.metrics.clone()
     }
 
     /// Consumes until `shutdown` completes, then drains, commits and leaves the group. Returns
@@ -210,6 +220,11 @@ impl<H: Handler> Consumer<H> {
         stop: &CancellationToken,
     ) {
         let record = Record::from_message(message, self.config.id_header.as_deref());
+        self.shared
+            .metrics
+            .consumed
+            .with_label_values(&[record.topic.as_str()])
+            .inc();
         let key = (record.topic.clone(), record.partition);
         let queue = {
             let mut partitions = self.partitions.lock().expect("partitions lock");
@@ -218,6 +233,7 @@ impl<H: Handler> Consumer<H> {
                     &record.topic,
                     record.partition,
                     self.config.max_buffered_records,
+                    self.shared.metrics.buffered_records.clone(),
                 ));
                 let cancel = stop.child_token();
                 workers.spawn(run_worker(

@@ -18,6 +18,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::dlq::DeadLetterPublisher;
 use crate::failure::{self, decide, Decision};
 use crate::handler::Handler;
+use crate::metrics::{GaugeGuard, Metrics};
 use crate::record::Record;
 
 /// What the workers of all partitions share.
@@ -26,6 +27,7 @@ pub(super) struct Shared<H> {
     pub dlq: DeadLetterPublisher,
     pub backoff: ExponentialBackoff,
     pub consumer: Arc<StreamConsumer<RebalanceContext>>,
+    pub metrics: Metrics,
 }
 
 /// The fetched, not yet settled records of one partition. The partition is paused in the
@@ -38,6 +40,7 @@ pub(super) struct PartitionQueue {
     low: usize,
     state: Mutex<QueueState>,
     notify: Notify,
+    buffered: prometheus::IntGauge,
 }
 
 struct QueueState {
@@ -46,7 +49,7 @@ struct QueueState {
 }
 
 impl PartitionQueue {
-    pub fn new(topic: &str, partition: i32, high: usize) -> Self {
+    pub fn new(topic: &str, partition: i32, high: usize, buffered: prometheus::IntGauge) -> Self {
         Self {
             topic: topic.to_string(),
             partition,
@@ -57,6 +60,7 @@ impl PartitionQueue {
                 paused: false,
             }),
             notify: Notify::new(),
+            buffered,
         }
     }
 
@@ -70,6 +74,7 @@ impl PartitionQueue {
     pub fn push(&self, record: Record, consumer: &StreamConsumer<RebalanceContext>) {
         let mut state = self.state.lock().expect("partition queue lock");
         state.records.push_back(record);
+        self.buffered.inc();
         if !state.paused && state.records.len() >= self.high {
             match consumer.pause(&self.tpl()) {
                 Ok(()) => {
@@ -96,6 +101,7 @@ impl PartitionQueue {
             {
                 let mut state = self.state.lock().expect("partition queue lock");
                 if let Some(record) = state.records.pop_front() {
+                    self.buffered.dec();
                     if state.paused && state.records.len() <= self.low {
                         match consumer.resume(&self.tpl()) {
                             Ok(()) => {
@@ -116,6 +122,13 @@ impl PartitionQueue {
                 _ = self.notify.notified() => {}
             }
         }
+    }
+}
+
+impl Drop for PartitionQueue {
+    fn drop(&mut self) {
+        let left = self.state.get_mut().map(|s| s.records.len()).unwrap_or(0);
+        self.buffered.sub(left as i64);
     }
 }
 
@@ -179,10 +192,21 @@ async fn settle<H: Handler>(
         let result = AssertUnwindSafe(shared.handler.handle(record))
             .catch_unwind()
             .await;
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let elapsed = started.elapsed().as_secs_f64();
+        shared
+            .metrics
+            .handler_duration
+            .with_label_values(&[record.topic.as_str()])
+            .observe(elapsed);
+        let elapsed_ms = elapsed * 1000.0;
         let error = match result {
             Ok(Ok(())) => {
                 tracing::debug!(event = "record_handled", attempts, elapsed_ms);
+                shared
+                    .metrics
+                    .succeeded
+                    .with_label_values(&[record.topic.as_str()])
+                    .inc();
                 return Outcome::Settled;
             }
             Ok(Err(error)) => error,
@@ -196,6 +220,12 @@ async fn settle<H: Handler>(
             Decision::Retry { delay } => {
                 tracing::warn!(event = "record_retry_scheduled", attempts,
                     retry_in_ms = delay.as_millis() as u64, error = %error);
+                shared
+                    .metrics
+                    .retried
+                    .with_label_values(&[record.topic.as_str()])
+                    .inc();
+                let _in_backoff = GaugeGuard::inc(&shared.metrics.partitions_in_backoff);
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = cancel.cancelled() => {
@@ -215,6 +245,11 @@ async fn settle<H: Handler>(
                         tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(),
                             attempts, dlq_topic = %to.topic, dlq_partition = to.partition,
                             dlq_offset = to.offset, error = %error.message());
+                        shared
+                            .metrics
+                            .dead_lettered
+                            .with_label_values(&[record.topic.as_str(), kind.as_str()])
+                            .inc();
                         return Outcome::Settled;
                     }
                     Err(_) => {

@@ -28,6 +28,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::config::ConsumerConfig;
 use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
+use crate::metrics::Metrics;
 use crate::record::Record;
 
 /// Header: the source topic (text).
@@ -112,11 +113,13 @@ pub struct DeadLetterPublisher {
     topic: DlqTopic,
     group: String,
     retry: ExponentialBackoff,
+    metrics: Metrics,
 }
 
 impl DeadLetterPublisher {
-    /// Creates the idempotent producer (`acks=all`) from `config`.
-    pub fn new(config: &ConsumerConfig) -> Result<Self, KafkaError> {
+    /// Creates the idempotent producer (`acks=all`) from `config`; failed writes are counted
+    /// in `metrics`.
+    pub fn new(config: &ConsumerConfig, metrics: Metrics) -> Result<Self, KafkaError> {
         let producer = config
             .producer_client_config()
             .create_with_context(LogContext)?;
@@ -127,6 +130,7 @@ impl DeadLetterPublisher {
             }),
             group: config.group_id.clone(),
             retry: ExponentialBackoff::infrastructure(),
+            metrics,
         })
     }
 
@@ -177,6 +181,10 @@ impl DeadLetterPublisher {
                         retry_in_ms = delay.as_millis() as u64,
                         "dead-letter write failed; the partition does not advance until it succeeds"
                     );
+                    self.metrics
+                        .dlq_write_failures
+                        .with_label_values(&[record.topic.as_str()])
+                        .inc();
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = cancel.cancelled() => return Err(Abandoned),

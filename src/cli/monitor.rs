@@ -1,0 +1,141 @@
+//! `kafka-dlq monitor`: watch DLQ topics and alert in Slack; its flags are shared with
+//! `kafka-dlq run --monitor`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use kafka_dlq::monitor::{Monitor, MonitorConfig, Secret, SlackTarget};
+use kafka_dlq::ConfigError;
+
+use super::CliError;
+
+/// Flags of `kafka-dlq monitor`.
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// Bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// Dead-letter topics to watch, comma-separated.
+    #[arg(long, env = "KAFKA_DLQ_TOPICS", value_delimiter = ',')]
+    dlq_topics: Vec<String>,
+    #[command(flatten)]
+    alerts: AlertArgs,
+}
+
+/// Where and how alerts are sent.
+#[derive(Debug, Args)]
+pub struct AlertArgs {
+    /// Slack incoming webhook URL (secret: never logged).
+    #[arg(long, env = "SLACK_WEBHOOK_URL", hide_env_values = true)]
+    slack_webhook_url: Option<String>,
+    /// A file holding the Slack webhook URL.
+    #[arg(long, env = "SLACK_WEBHOOK_URL_FILE")]
+    slack_webhook_url_file: Option<PathBuf>,
+    /// Slack bot token for chat.postMessage (secret: never logged).
+    #[arg(long, env = "SLACK_BOT_TOKEN", hide_env_values = true)]
+    slack_token: Option<String>,
+    /// A file holding the Slack bot token.
+    #[arg(long, env = "SLACK_BOT_TOKEN_FILE")]
+    slack_token_file: Option<PathBuf>,
+    /// Slack channel for the bot token.
+    #[arg(long, env = "SLACK_CHANNEL")]
+    slack_channel: Option<String>,
+    /// Slack Web API base URL.
+    #[arg(long, env = "SLACK_API_URL", default_value = "https://slack.com/api")]
+    slack_api_url: String,
+    /// How long new dead letters are gathered into one alert, in ms.
+    #[arg(long, env = "KAFKA_DLQ_WINDOW_MS", default_value_t = 30_000)]
+    window_ms: u64,
+    /// Least time between two increase alerts, in ms.
+    #[arg(long, env = "KAFKA_DLQ_MIN_INTERVAL_MS", default_value_t = 60_000)]
+    min_interval_ms: u64,
+    /// How often the outstanding volume is counted, in ms.
+    #[arg(long, env = "KAFKA_DLQ_CHECK_INTERVAL_MS", default_value_t = 10_000)]
+    check_interval_ms: u64,
+    /// The monitor's consumer group.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_MONITOR_GROUP_ID",
+        default_value = "kafka-dlq-monitor"
+    )]
+    monitor_group_id: String,
+    /// Put a few payloads in alerts (they may hold personal data).
+    #[arg(long, env = "KAFKA_DLQ_INCLUDE_PAYLOADS")]
+    include_payloads: bool,
+}
+
+fn secret(
+    value: &Option<String>,
+    file: &Option<PathBuf>,
+    key: &str,
+) -> Result<Option<Secret>, ConfigError> {
+    match (value, file) {
+        (Some(v), _) if !v.trim().is_empty() => Ok(Some(Secret::new(v.trim()))),
+        (_, Some(path)) => std::fs::read_to_string(path)
+            .map(|s| Some(Secret::new(s.trim())))
+            .map_err(|e| ConfigError::new(&format!("{key}_file"), path.display(), e)),
+        _ => Ok(None),
+    }
+}
+
+impl AlertArgs {
+    /// The monitor settings for `dlq_topics` on `brokers`.
+    pub fn monitor_config(
+        &self,
+        brokers: &str,
+        dlq_topics: Vec<String>,
+    ) -> Result<MonitorConfig, ConfigError> {
+        let webhook = secret(
+            &self.slack_webhook_url,
+            &self.slack_webhook_url_file,
+            "slack_webhook_url",
+        )?;
+        let token = secret(&self.slack_token, &self.slack_token_file, "slack_token")?;
+        let slack = match (webhook, token) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "slack_token",
+                    "<redacted>",
+                    "set either a webhook URL or a bot token, not both",
+                ))
+            }
+            (Some(url), None) => SlackTarget::Webhook { url },
+            (None, Some(token)) => SlackTarget::WebApi {
+                token,
+                channel: self.slack_channel.clone().unwrap_or_default(),
+                api_url: self.slack_api_url.clone(),
+            },
+            (None, None) => SlackTarget::Log,
+        };
+        let config = MonitorConfig {
+            group_id: self.monitor_group_id.clone(),
+            window_ms: self.window_ms,
+            min_interval_ms: self.min_interval_ms,
+            check_interval_ms: self.check_interval_ms,
+            include_payloads: self.include_payloads,
+            slack,
+            ..MonitorConfig::new(brokers, dlq_topics)
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Runs the monitor until SIGINT or SIGTERM.
+pub async fn run(args: MonitorArgs) -> Result<(), CliError> {
+    let brokers = args
+        .brokers
+        .clone()
+        .ok_or_else(|| ConfigError::new("brokers", "", "is required"))?;
+    let topics = args
+        .dlq_topics
+        .iter()
+        .map(|t| t.trim().to_string())
+        .collect();
+    let config = args.alerts.monitor_config(&brokers, topics)?;
+    let monitor = Monitor::new(config).map_err(super::monitor_error)?;
+    monitor
+        .run(super::shutdown_signal())
+        .await
+        .map_err(super::monitor_error)
+}

@@ -1,0 +1,245 @@
+//! Prometheus metrics and health of one consumer.
+//!
+//! Every metric has fixed labels (topic, partition, kind), so cardinality is bounded by the
+//! topics and partitions consumed. [`Metrics::render`] gives the Prometheus text format; a
+//! library user can also register [`Metrics::registry`] in their own exporter. Alerts
+//! (`alerting/` in the repository) read these, never the hot path.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `kafka_dlq_records_consumed_total` | counter | topic | records fetched and queued |
+//! | `kafka_dlq_records_succeeded_total` | counter | topic | records the handler accepted |
+//! | `kafka_dlq_records_retried_total` | counter | topic | retries scheduled |
+//! | `kafka_dlq_records_dead_lettered_total` | counter | topic, kind | dead letters acknowledged |
+//! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed dead-letter writes |
+//! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
+//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting for their worker |
+//! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
+//! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
+//! | `kafka_dlq_partitions_assigned` | gauge | | partitions this member owns |
+//! | `kafka_dlq_broker_up` | gauge | | 1 when a broker connection is up |
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use rdkafka::statistics::Statistics;
+
+/// The metrics of one consumer, registered in their own [`Registry`].
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub(crate) consumed: IntCounterVec,
+    pub(crate) succeeded: IntCounterVec,
+    pub(crate) retried: IntCounterVec,
+    pub(crate) dead_lettered: IntCounterVec,
+    pub(crate) dlq_write_failures: IntCounterVec,
+    pub(crate) partitions_in_backoff: IntGauge,
+    pub(crate) buffered_records: IntGauge,
+    pub(crate) handler_duration: HistogramVec,
+    pub(crate) consumer_lag: IntGaugeVec,
+    pub(crate) partitions_assigned: IntGauge,
+    pub(crate) broker_up: IntGauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric at zero.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let consumed = counter(
+            "kafka_dlq_records_consumed_total",
+            "Records fetched and queued for their partition's worker.",
+            &["topic"],
+        );
+        let succeeded = counter(
+            "kafka_dlq_records_succeeded_total",
+            "Records the handler accepted.",
+            &["topic"],
+        );
+        let retried = counter(
+            "kafka_dlq_records_retried_total",
+            "Retries scheduled after a transient failure.",
+            &["topic"],
+        );
+        let dead_lettered = counter(
+            "kafka_dlq_records_dead_lettered_total",
+            "Records acknowledged by the dead-letter topic, by error kind.",
+            &["topic", "kind"],
+        );
+        let dlq_write_failures = counter(
+            "kafka_dlq_dlq_write_failures_total",
+            "Dead-letter writes that failed (each is retried until it succeeds).",
+            &["topic"],
+        );
+        let partitions_in_backoff = gauge(
+            "kafka_dlq_partitions_in_backoff",
+            "Partitions whose current record waits for a retry.",
+        );
+        let buffered_records = gauge(
+            "kafka_dlq_buffered_records",
+            "Fetched records waiting for their partition's worker.",
+        );
+        let handler_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "kafka_dlq_handler_duration_seconds",
+                "Duration of one handler call.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ]),
+            &["topic"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(handler_duration.clone()))
+            .expect("unique metric");
+        let consumer_lag = IntGaugeVec::new(
+            Opts::new(
+                "kafka_dlq_consumer_lag",
+                "Records between the consumer position and the high watermark.",
+            ),
+            &["topic", "partition"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(consumer_lag.clone()))
+            .expect("unique metric");
+        let partitions_assigned = gauge(
+            "kafka_dlq_partitions_assigned",
+            "Partitions assigned to this consumer.",
+        );
+        let broker_up = gauge(
+            "kafka_dlq_broker_up",
+            "1 when at least one broker connection is up, per the last client statistics.",
+        );
+        Self {
+            registry,
+            consumed,
+            succeeded,
+            retried,
+            dead_lettered,
+            dlq_write_failures,
+            partitions_in_backoff,
+            buffered_records,
+            handler_duration,
+            consumer_lag,
+            partitions_assigned,
+            broker_up,
+        }
+    }
+
+    /// The registry holding these metrics.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// All metrics in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding never fails");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    /// Ready: at least one partition assigned and a broker connection up.
+    pub fn is_ready(&self) -> bool {
+        self.partitions_assigned.get() > 0 && self.broker_up.get() == 1
+    }
+
+    /// Takes librdkafka's periodic statistics: broker reachability and per-partition lag.
+    pub(crate) fn observe_statistics(&self, stats: &Statistics) {
+        let up = stats
+            .brokers
+            .values()
+            .any(|b| b.nodeid >= 0 && b.state == "UP");
+        self.broker_up.set(i64::from(up));
+        self.consumer_lag.reset();
+        for (topic, t) in &stats.topics {
+            for (partition, p) in &t.partitions {
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    self.consumer_lag
+                        .with_label_values(&[topic.as_str(), &partition.to_string()])
+                        .set(p.consumer_lag);
+                }
+            }
+        }
+    }
+}
+
+/// Decrements a gauge when dropped: keeps "in backoff" right on every exit path.
+pub(crate) struct GaugeGuard(IntGauge);
+
+impl GaugeGuard {
+    pub(crate) fn inc(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_metric_family() {
+        let m = Metrics::new();
+        m.consumed.with_label_values(&["orders"]).inc();
+        m.dead_lettered
+            .with_label_values(&["orders", "permanent"])
+            .inc();
+        let text = m.render();
+        assert!(text.contains("kafka_dlq_records_consumed_total{topic=\"orders\"} 1"));
+        assert!(text.contains(
+            "kafka_dlq_records_dead_lettered_total{kind=\"permanent\",topic=\"orders\"} 1"
+        ));
+        assert!(text.contains("kafka_dlq_partitions_in_backoff 0"));
+    }
+
+    #[test]
+    fn ready_needs_an_assignment_and_a_broker() {
+        let m = Metrics::new();
+        assert!(!m.is_ready());
+        m.partitions_assigned.set(2);
+        assert!(!m.is_ready());
+        m.broker_up.set(1);
+        assert!(m.is_ready());
+    }
+
+    #[test]
+    fn backoff_gauge_guard_decrements_on_drop() {
+        let m = Metrics::new();
+        {
+            let _g = GaugeGuard::inc(&m.partitions_in_backoff);
+            assert_eq!(m.partitions_in_backoff.get(), 1);
+        }
+        assert_eq!(m.partitions_in_backoff.get(), 0);
+    }
+}

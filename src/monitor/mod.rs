@@ -1,0 +1,366 @@
+//! The DLQ monitor: watches dead-letter topics and tells the team when their volume changes.
+//!
+//! A dead-letter topic nobody watches is slow data loss. The monitor reads the DLQ topics in a
+//! consumer group of its own (default `kafka-dlq-monitor`) and sends one message per incident:
+//!
+//! - **increase**: new dead letters are gathered over a window (`window_ms`, default 30 s, from
+//!   the first new one) into one alert: how many, how many are outstanding, by source topic and
+//!   error kind, the most frequent errors grouped by a normalised [fingerprint](alert::fingerprint)
+//!   (an error never seen before is marked *first seen*), a few record ids, and the exact
+//!   commands to inspect and replay. Alerts are at least `min_interval_ms` (default 60 s)
+//!   apart, except that an alert with a never-seen error goes out as soon as its window closes.
+//! - **decrease** and **resolved**: every `check_interval_ms` (default 10 s) the monitor counts
+//!   the outstanding dead letters — on each DLQ partition, the records after both the log start
+//!   (retention) and the replay position (the committed offset of group `kafka-dlq-replay`,
+//!   which `kafka-dlq dlq replay` advances) — and says when that number went down, or to zero.
+//!
+//! Payloads are never sent unless `include_payloads` is set: they may hold personal data.
+//!
+//! The monitor commits its position only after the alert covering those records was delivered
+//! (or refused for good, and logged), so after a restart it neither repeats nor loses an alert.
+//! Slack trouble never touches record processing: the monitor runs on its own consumer and task,
+//! delivery is retried (429 after `Retry-After`, 5xx and network errors with backoff) and the
+//! pending alert goes out once Slack is back. With no Slack configured, alert texts go to the log.
+
+pub mod alert;
+pub mod slack;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use alert::{Alert, Increase};
+pub use slack::{DeliveryError, Notifier, Secret, SlackTarget};
+
+use crate::config::ConfigError;
+use crate::kafka::LogContext;
+
+/// The replay position group that `kafka-dlq dlq replay` commits to.
+pub const REPLAY_GROUP: &str = "kafka-dlq-replay";
+
+/// Settings of the monitor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonitorConfig {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Dead-letter topics to watch.
+    pub dlq_topics: Vec<String>,
+    /// The monitor's consumer group (its position survives restarts). Default
+    /// `kafka-dlq-monitor`.
+    pub group_id: String,
+    /// How long new dead letters are gathered into one alert. Default 30000 ms.
+    pub window_ms: u64,
+    /// Least time between two increase alerts (unless a never-seen error is in one).
+    /// Default 60000 ms.
+    pub min_interval_ms: u64,
+    /// How often the outstanding volume is counted. Default 10000 ms.
+    pub check_interval_ms: u64,
+    /// Put a few payloads in alerts. Default false.
+    pub include_payloads: bool,
+    /// Where alerts go. Default: the log.
+    pub slack: SlackTarget,
+    /// Raw librdkafka properties, applied last.
+    pub librdkafka: BTreeMap<String, String>,
+}
+
+impl MonitorConfig {
+    /// The defaults for watching `dlq_topics` on `brokers`.
+    pub fn new<T: Into<String>>(brokers: &str, dlq_topics: impl IntoIterator<Item = T>) -> Self {
+        Self {
+            brokers: brokers.to_string(),
+            dlq_topics: dlq_topics.into_iter().map(Into::into).collect(),
+            group_id: "kafka-dlq-monitor".into(),
+            window_ms: 30_000,
+            min_interval_ms: 60_000,
+            check_interval_ms: 10_000,
+            include_payloads: false,
+            slack: SlackTarget::Log,
+            librdkafka: BTreeMap::new(),
+        }
+    }
+
+    /// Checks every setting; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.brokers.trim().is_empty() {
+            return Err(ConfigError::new("brokers", &self.brokers, "is required"));
+        }
+        if self.dlq_topics.is_empty() {
+            return Err(ConfigError::new(
+                "dlq_topics",
+                "",
+                "at least one topic is required",
+            ));
+        }
+        for t in &self.dlq_topics {
+            crate::dlq::check_topic_name(t).map_err(|r| ConfigError::new("dlq_topics", t, r))?;
+        }
+        if self.group_id.trim().is_empty() {
+            return Err(ConfigError::new(
+                "monitor_group_id",
+                &self.group_id,
+                "is required",
+            ));
+        }
+        for (key, value) in [
+            ("window_ms", self.window_ms),
+            ("check_interval_ms", self.check_interval_ms),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, value, "must be greater than 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why the monitor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    /// A setting is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// librdkafka refused the consumer configuration.
+    #[error("could not create the monitor's Kafka consumer: {0}")]
+    CreateConsumer(#[source] rdkafka::error::KafkaError),
+    /// Subscribing failed.
+    #[error("could not subscribe to {0:?}: {1}")]
+    Subscribe(Vec<String>, #[source] rdkafka::error::KafkaError),
+}
+
+/// An alert waiting for delivery and the DLQ positions to commit once it is delivered.
+struct Pending {
+    alert: Alert,
+    positions: Vec<(String, i32, i64)>,
+}
+
+/// The DLQ monitor. See the [module docs](self).
+pub struct Monitor {
+    config: MonitorConfig,
+    notifier: Arc<Notifier>,
+}
+
+impl Monitor {
+    /// Checks the settings and builds the Slack client.
+    pub fn new(config: MonitorConfig) -> Result<Self, MonitorError> {
+        config.validate()?;
+        let notifier = Arc::new(Notifier::new(config.slack.clone())?);
+        Ok(Self { config, notifier })
+    }
+
+    /// Watches until `shutdown` completes. An alert still being delivered then is given up
+    /// (and, uncommitted, sent after the next start).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), MonitorError> {
+        let c = &self.config;
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &c.brokers)
+            .set("group.id", &c.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in &c.librdkafka {
+            client.set(k, v);
+        }
+        let consumer: Arc<StreamConsumer<LogContext>> = Arc::new(
+            client
+                .create_with_context(LogContext)
+                .map_err(MonitorError::CreateConsumer)?,
+        );
+        let topics: Vec<&str> = c.dlq_topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| MonitorError::Subscribe(c.dlq_topics.clone(), e))?;
+        let volume = Volume::new(c).map_err(MonitorError::CreateConsumer)?;
+        tracing::info!(event = "monitor_started", dlq_topics = ?c.dlq_topics,
+            slack = self.notifier.is_slack());
+
+        let stop = CancellationToken::new();
+        let (tx, rx) = mpsc::channel::<Pending>(16);
+        let delivery = tokio::spawn(deliver_all(
+            rx,
+            self.notifier.clone(),
+            consumer.clone(),
+            c.brokers.clone(),
+            stop.clone(),
+        ));
+
+        let window_len = Duration::from_millis(c.window_ms);
+        let min_interval = Duration::from_millis(c.min_interval_ms);
+        let mut window = alert::Window::default();
+        let mut opened: Option<Instant> = None;
+        let mut last_sent: Option<Instant> = None;
+        let mut positions: HashMap<(String, i32), i64> = HashMap::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut last_total: Option<u64> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut check = tokio::time::interval(Duration::from_millis(c.check_interval_ms));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                polled = consumer.recv() => match polled {
+                    Ok(m) => {
+                        window.add(m.topic(), m.payload(), &mut seen, c.include_payloads);
+                        positions.insert((m.topic().to_string(), m.partition()), m.offset() + 1);
+                        opened.get_or_insert_with(Instant::now);
+                    }
+                    Err(e) => {
+                        tracing::warn!(event = "monitor_poll_failed", error = %e);
+                        tokio::select! {
+                            _ = &mut shutdown => break,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
+                },
+                _ = tick.tick() => {
+                    let due = opened.is_some_and(|o| o.elapsed() >= window_len)
+                        && (window.has_new_fingerprint()
+                            || last_sent.is_none_or(|s| s.elapsed() >= min_interval));
+                    if due {
+                        let total = volume.outstanding().await;
+                        let pending = Pending {
+                            alert: Alert::Increase(window.take(total)),
+                            positions: positions.drain().map(|((t, p), o)| (t, p, o)).collect(),
+                        };
+                        opened = None;
+                        last_sent = Some(Instant::now());
+                        last_total = total.or(last_total);
+                        if tx.send(pending).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                _ = check.tick(), if window.is_empty() => {
+                    let Some(total) = volume.outstanding().await else { continue };
+                    let alert = match last_total {
+                        Some(prev) if total < prev && total == 0 => Some(Alert::Resolved { previous: prev }),
+                        Some(prev) if total < prev => Some(Alert::Decrease { previous: prev, total }),
+                        _ => None,
+                    };
+                    last_total = Some(total);
+                    if let Some(alert) = alert {
+                        if tx.send(Pending { alert, positions: vec![] }).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        drop(tx);
+        stop.cancel();
+        let _ = delivery.await;
+        let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+        tracing::info!(event = "monitor_stopped");
+        Ok(())
+    }
+}
+
+/// Delivers alerts in order; after each one, commits the DLQ positions it covers.
+async fn deliver_all(
+    mut rx: mpsc::Receiver<Pending>,
+    notifier: Arc<Notifier>,
+    consumer: Arc<StreamConsumer<LogContext>>,
+    brokers: String,
+    stop: CancellationToken,
+) {
+    while let Some(pending) = tokio::select! {
+        p = rx.recv() => p,
+        _ = stop.cancelled() => None,
+    } {
+        let text = pending.alert.text(&brokers);
+        match notifier.deliver(&text, &stop).await {
+            Ok(()) | Err(DeliveryError::Rejected(_)) => {}
+            Err(DeliveryError::Cancelled) => return,
+        }
+        if pending.positions.is_empty() {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition, offset) in &pending.positions {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+        }
+        let consumer = consumer.clone();
+        let committed =
+            tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
+        if let Ok(Err(e)) = committed {
+            tracing::warn!(event = "monitor_commit_failed", error = %e,
+                "the alert may be repeated after a restart");
+        }
+    }
+}
+
+/// Counts outstanding dead letters.
+struct Volume {
+    reader: Arc<BaseConsumer<LogContext>>,
+    topics: Vec<String>,
+}
+
+impl Volume {
+    fn new(c: &MonitorConfig) -> Result<Self, rdkafka::error::KafkaError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &c.brokers)
+            .set("group.id", REPLAY_GROUP)
+            .set("enable.auto.commit", "false");
+        for (k, v) in &c.librdkafka {
+            client.set(k, v);
+        }
+        Ok(Self {
+            reader: Arc::new(client.create_with_context(LogContext)?),
+            topics: c.dlq_topics.clone(),
+        })
+    }
+
+    /// Σ over DLQ partitions of `high − max(low, replay position)`; `None` when the broker
+    /// cannot tell.
+    async fn outstanding(&self) -> Option<u64> {
+        let reader = self.reader.clone();
+        let topics = self.topics.clone();
+        tokio::task::spawn_blocking(move || outstanding(&reader, &topics))
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// Outstanding dead letters on `topics`, read through `reader` (whose group is the replay
+/// group).
+pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
+    reader: &BaseConsumer<C>,
+    topics: &[String],
+) -> Option<u64> {
+    let timeout = Duration::from_secs(5);
+    let mut tpl = TopicPartitionList::new();
+    let mut marks = Vec::new();
+    for topic in topics {
+        let md = reader.fetch_metadata(Some(topic), timeout).ok()?;
+        let t = md.topics().first()?;
+        if t.error().is_some() {
+            continue; // not created yet: nothing outstanding
+        }
+        for p in t.partitions() {
+            let (low, high) = reader.fetch_watermarks(topic, p.id(), timeout).ok()?;
+            marks.push((topic.clone(), p.id(), low, high));
+            tpl.add_partition(topic, p.id());
+        }
+    }
+    let committed = reader.committed_offsets(tpl, timeout).ok()?;
+    let mut total = 0u64;
+    for (topic, partition, low, high) in marks {
+        let replayed = committed
+            .find_partition(&topic, partition)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(low);
+        total += (high - low.max(replayed)).max(0) as u64;
+    }
+    Some(total)
+}

@@ -1,0 +1,442 @@
+//! The DLQ monitor against a real broker and a fake Slack: a real HTTP server on loopback that
+//! records every request and answers as each test scripts it.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use common::*;
+use kafka_dlq::dlq::Envelope;
+use kafka_dlq::monitor::{Monitor, MonitorConfig, Secret, SlackTarget};
+use kafka_dlq::{DeadLetterKind, Record};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+struct Request {
+    at: Instant,
+    path: String,
+    authorization: Option<String>,
+    text: String,
+}
+
+#[derive(Clone, Default)]
+struct Slack {
+    /// Every request, in order.
+    requests: Arc<Mutex<Vec<Request>>>,
+    /// The requests answered 200.
+    ok: Arc<Mutex<Vec<Request>>>,
+    /// Answers to give first, in order: status and Retry-After seconds. Then 200.
+    script: Arc<Mutex<VecDeque<(u16, Option<u64>)>>>,
+}
+
+impl Slack {
+    fn fail_next(&self, answers: &[(u16, Option<u64>)]) {
+        self.script.lock().unwrap().extend(answers.iter().copied());
+    }
+    fn delivered(&self) -> Vec<String> {
+        self.ok
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.text.clone())
+            .collect()
+    }
+    fn delivered_requests(&self) -> Vec<Request> {
+        self.ok.lock().unwrap().clone()
+    }
+}
+
+async fn answer(
+    State(slack): State<Slack>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let request = Request {
+        at: Instant::now(),
+        path: uri.path().to_string(),
+        authorization: headers
+            .get("authorization")
+            .map(|v| v.to_str().unwrap().to_string()),
+        text: json["text"].as_str().unwrap_or_default().to_string(),
+    };
+    slack.requests.lock().unwrap().push(request.clone());
+    if let Some((status, retry_after)) = slack.script.lock().unwrap().pop_front() {
+        let mut response = (
+            StatusCode::from_u16(status).unwrap(),
+            [("content-type", "application/json")],
+            r#"{"ok":false,"error":"ratelimited"}"#,
+        )
+            .into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert("retry-after", secs.to_string().parse().unwrap());
+        }
+        return response;
+    }
+    slack.ok.lock().unwrap().push(request);
+    if uri.path().ends_with("chat.postMessage") {
+        (
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            r#"{"ok":true,"channel":"C1","ts":"1700000000.000100","message":{"ts":"1700000000.000100","text":"x"}}"#,
+        )
+            .into_response()
+    } else {
+        (StatusCode::OK, [("content-type", "text/plain")], "ok").into_response()
+    }
+}
+
+async fn fake_slack() -> (Slack, String) {
+    let slack = Slack::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/api/chat.postMessage", post(answer))
+        .route("/hooks/T1/B1/secret", post(answer))
+        .with_state(slack.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (slack, format!("http://{addr}"))
+}
+
+fn dead_letter(source: &str, id: &str, kind: DeadLetterKind, message: &str) -> Out {
+    let record = Record {
+        id: id.into(),
+        topic: source.into(),
+        partition: 0,
+        offset: 1,
+        key: None,
+        payload: Some(br#"{"email":"someone@example.com"}"#.to_vec()),
+        headers: vec![],
+        timestamp: None,
+    };
+    Out {
+        partition: 0,
+        key: None,
+        value: Some(Envelope::new(&record, kind, message, 1, "g").to_vec()),
+        headers: vec![],
+    }
+}
+
+fn config(brokers: &str, dlq: &str, slack: SlackTarget) -> MonitorConfig {
+    MonitorConfig {
+        group_id: unique("monitor"),
+        window_ms: 1_000,
+        min_interval_ms: 0,
+        check_interval_ms: 300,
+        slack,
+        ..MonitorConfig::new(brokers, [dlq])
+    }
+}
+
+fn web_api(base: &str) -> SlackTarget {
+    SlackTarget::WebApi {
+        token: Secret::new("xoxb-test-token"),
+        channel: "#alerts".into(),
+        api_url: format!("{base}/api/"),
+    }
+}
+
+struct RunningMonitor {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), kafka_dlq::monitor::MonitorError>>,
+}
+
+fn start(config: MonitorConfig) -> RunningMonitor {
+    init_logs();
+    let monitor = Monitor::new(config).expect("monitor");
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(monitor.run(async move {
+        let _ = rx.await;
+    }));
+    RunningMonitor { stop, task }
+}
+
+impl RunningMonitor {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("monitor stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_gives_one_alert_then_a_second_burst_another_and_draining_a_resolved_message() {
+    let brokers = brokers();
+    let dlq = unique("orders-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let monitor = start(config(&brokers, &dlq, web_api(&base)));
+
+    let mut burst = Vec::new();
+    for i in 0..7 {
+        burst.push(dead_letter(
+            "orders",
+            &format!("order-{i}"),
+            DeadLetterKind::Permanent,
+            &format!("malformed JSON at line {i}"),
+        ));
+    }
+    for i in 0..3 {
+        burst.push(dead_letter(
+            "parcels",
+            &format!("parcel-{i}"),
+            DeadLetterKind::RetriesExhausted,
+            "target answered HTTP 503",
+        ));
+    }
+    produce(&brokers, &dlq, burst).await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let texts = slack.delivered();
+    assert_eq!(texts.len(), 1, "one alert for the burst: {texts:#?}");
+    let text = &texts[0];
+    assert!(
+        text.contains("*10 new dead letters* (10 outstanding)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`orders` 7") && text.contains("`parcels` 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`permanent` 7") && text.contains("`retries_exhausted` 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("7× `permanent: malformed JSON at line #`"),
+        "{text}"
+    );
+    assert!(text.contains("order-0"), "sample ids: {text}");
+    assert!(text.contains(&format!(
+        "kafka-dlq dlq replay --brokers {brokers} --dlq-topic {dlq}"
+    )));
+    assert!(
+        !text.contains("someone@example.com"),
+        "no payloads by default"
+    );
+    let request = &slack.delivered_requests()[0];
+    assert_eq!(request.path, "/api/chat.postMessage");
+    assert_eq!(
+        request.authorization.as_deref(),
+        Some("Bearer xoxb-test-token")
+    );
+
+    // A second burst after the window: a second alert.
+    produce(
+        &brokers,
+        &dlq,
+        vec![
+            dead_letter(
+                "orders",
+                "order-7",
+                DeadLetterKind::Permanent,
+                "malformed JSON at line 9",
+            ),
+            dead_letter(
+                "orders",
+                "order-8",
+                DeadLetterKind::Permanent,
+                "malformed JSON at line 9",
+            ),
+        ],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
+    assert!(
+        slack.delivered()[1].contains("*2 new dead letters* (12 outstanding)"),
+        "{}",
+        slack.delivered()[1]
+    );
+
+    // Replayed: the replay position reaches the end, and the monitor says so.
+    commit_replay_position(&brokers, &dlq, 12);
+    assert!(eventually(WAIT, || slack.delivered().len() == 3).await);
+    assert!(
+        slack.delivered()[2].contains("Resolved"),
+        "{}",
+        slack.delivered()[2]
+    );
+    monitor.stop().await;
+}
+
+fn commit_replay_position(brokers: &str, topic: &str, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", kafka_dlq::monitor::REPLAY_GROUP)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_rate_limit_is_waited_out_and_the_alert_delivered_once() {
+    let brokers = brokers();
+    let dlq = unique("ratelimit-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    slack.fail_next(&[(429, Some(2))]);
+    let monitor = start(config(&brokers, &dlq, web_api(&base)));
+    produce(
+        &brokers,
+        &dlq,
+        vec![dead_letter(
+            "orders",
+            "o-1",
+            DeadLetterKind::Permanent,
+            "bad",
+        )],
+    )
+    .await;
+
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    let all = slack.requests.lock().unwrap().clone();
+    assert_eq!(all.len(), 2, "one refused, one delivered");
+    let waited = all[1].at - all[0].at;
+    assert!(
+        waited >= Duration::from_secs(2),
+        "Retry-After honoured: waited {waited:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(slack.delivered().len(), 1, "delivered once");
+    monitor.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slack_outage_delays_the_alert_but_never_the_records() {
+    let brokers = brokers();
+    let topic = unique("outage");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    // Slack's webhook answers 503 five times (about 1 + 2 + 4 + 8 s of backoff), then 200.
+    slack.fail_next(&[(503, None); 4]);
+    let monitor = start(config(
+        &brokers,
+        &dlq,
+        SlackTarget::Webhook {
+            url: Secret::new(format!("{base}/hooks/T1/B1/secret")),
+        },
+    ));
+
+    let mut records = vec![Out::new(0, "perm-1")];
+    for i in 0..20 {
+        records.push(Out::new(0, &format!("ok-{i}")));
+    }
+    produce(&brokers, &topic, records).await;
+    let handler = Scripted::default();
+    let consumer = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(
+        eventually(WAIT, || handler.attempts("ok-19") == 1).await,
+        "records flow while Slack is down"
+    );
+    assert!(
+        slack.delivered().is_empty(),
+        "Slack still down when the records were done"
+    );
+    consumer.stop().await;
+
+    assert!(
+        eventually(Duration::from_secs(40), || slack.delivered().len() == 1).await,
+        "the alert arrives after recovery"
+    );
+    assert_eq!(slack.requests.lock().unwrap().len(), 5);
+    assert!(slack.delivered()[0].contains("*1 new dead letter*"));
+    monitor.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_monitor_does_not_repeat_its_alerts() {
+    let brokers = brokers();
+    let dlq = unique("restart-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let cfg = config(&brokers, &dlq, web_api(&base));
+    let monitor = start(cfg.clone());
+    produce(
+        &brokers,
+        &dlq,
+        vec![
+            dead_letter("orders", "o-1", DeadLetterKind::Permanent, "bad"),
+            dead_letter("orders", "o-2", DeadLetterKind::Permanent, "bad"),
+        ],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    monitor.stop().await;
+
+    let monitor = start(cfg);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        slack.delivered().len(),
+        1,
+        "nothing announced twice: {:#?}",
+        slack.delivered()
+    );
+    produce(
+        &brokers,
+        &dlq,
+        vec![dead_letter(
+            "orders",
+            "o-3",
+            DeadLetterKind::Permanent,
+            "bad",
+        )],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
+    assert!(
+        slack.delivered()[1].contains("*1 new dead letter* (3 outstanding)"),
+        "{}",
+        slack.delivered()[1]
+    );
+    monitor.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_slack_the_alert_goes_to_the_log_and_the_position_advances() {
+    let brokers = brokers();
+    let dlq = unique("logonly-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let cfg = config(&brokers, &dlq, SlackTarget::Log);
+    let group = cfg.group_id.clone();
+    let monitor = start(cfg);
+    produce(
+        &brokers,
+        &dlq,
+        vec![dead_letter(
+            "orders",
+            "o-1",
+            DeadLetterKind::Permanent,
+            "bad",
+        )],
+    )
+    .await;
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &dlq, 1).get(&0)
+            == Some(&1))
+        .await,
+        "the logged alert counts as delivered"
+    );
+    monitor.stop().await;
+}
