@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
-# a C toolchain and zlib for the bundled librdkafka, and the tansu broker that the
-# integration tests start on loopback. Extra arguments go to `cargo test`.
+# a C toolchain and zlib for the bundled librdkafka, promtool and amtool for the alerting
+# rules, and the tansu broker that the integration tests start on loopback.
+# Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,9 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
+dpkg -s ca-certificates >/dev/null 2>&1 || need_apt+=(ca-certificates)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v amtool >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing ${need_apt[*]}"
   sudo_cmd=""
@@ -27,6 +31,11 @@ if ! "$cargo_bin/tansu" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
   cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore,libsql
 fi
 export TANSU_BIN="$cargo_bin/tansu"
+
+echo "==> alerting rules (promtool, amtool)"
+promtool check rules alerting/kafka-dlq.rules.yml
+promtool test rules alerting/kafka-dlq.rules.test.yml
+amtool check-config alerting/alertmanager.example.yml
 
 echo "==> cargo test"
 cargo test --locked "$@"

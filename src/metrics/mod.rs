@@ -163,6 +163,21 @@ impl Metrics {
         String::from_utf8(out).expect("the text format is UTF-8")
     }
 
+    /// Fetched records waiting for their partition's worker now.
+    pub fn buffered_records(&self) -> i64 {
+        self.buffered_records.get()
+    }
+
+    /// Partitions assigned to this consumer now.
+    pub fn partitions_assigned(&self) -> i64 {
+        self.partitions_assigned.get()
+    }
+
+    /// Partitions waiting to retry a record now.
+    pub fn partitions_in_backoff(&self) -> i64 {
+        self.partitions_in_backoff.get()
+    }
+
     /// Ready: at least one partition assigned and a broker connection up.
     pub fn is_ready(&self) -> bool {
         self.partitions_assigned.get() > 0 && self.broker_up.get() == 1
