@@ -41,6 +41,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod monitor;
 pub mod record;
+pub mod replay;
 pub mod server;
 pub mod sidecar;
 

@@ -1,5 +1,6 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
+mod dlq;
 mod monitor;
 mod run;
 
@@ -39,6 +40,9 @@ enum Command {
     Run(run::RunArgs),
     /// Watch dead-letter topics and alert in Slack when their volume changes.
     Monitor(monitor::MonitorArgs),
+    /// Inspect and replay a dead-letter topic.
+    #[command(subcommand)]
+    Dlq(dlq::DlqCommand),
 }
 
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code:
@@ -57,6 +61,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Monitor(args) => monitor::run(args).await,
+            Command::Dlq(command) => dlq::run(command).await,
         }
     });
     match result {
@@ -85,6 +90,20 @@ impl From<ConfigError> for CliError {
     fn from(e: ConfigError) -> Self {
         CliError::Config(e)
     }
+}
+
+/// Parses `KEY=VALUE` librdkafka options.
+pub fn parse_kafka_options(
+    options: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, ConfigError> {
+    options
+        .iter()
+        .map(|o| {
+            o.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .ok_or_else(|| ConfigError::new("kafka_option", o, "expected KEY=VALUE"))
+        })
+        .collect()
 }
 
 /// Maps a monitor error to the exit code it deserves.

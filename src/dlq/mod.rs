@@ -11,6 +11,7 @@
 //! so a broken dead-letter topic stalls its partition instead of losing records.
 
 mod envelope;
+mod reader;
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ pub use envelope::{
     truncate_message, Encoding, Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader,
     EnvelopeSource, MAX_ERROR_MESSAGE_BYTES,
 };
+pub use reader::{DlqContent, DlqEntry, DlqReader, Filter};
 
 use crate::backoff::ExponentialBackoff;
 use crate::config::ConsumerConfig;

@@ -1,0 +1,402 @@
+//! `kafka-dlq dlq list | show | replay`: look into a dead-letter topic and send records back.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use kafka_dlq::dlq::{DlqContent, DlqEntry, DlqReader, Filter};
+use kafka_dlq::replay::{replay, ReplayOptions};
+use kafka_dlq::{ConfigError, DeadLetterKind};
+
+use super::CliError;
+
+/// `kafka-dlq dlq …`
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters: a table, or one JSON object per line with --json.
+    List(ListArgs),
+    /// Show one dead letter in full.
+    Show(ShowArgs),
+    /// Send dead letters back to their source topic (or --to), resumably.
+    Replay(ReplayArgs),
+}
+
+/// Where the DLQ is.
+#[derive(Debug, Args)]
+pub struct Source {
+    /// Bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// The dead-letter topic.
+    #[arg(long)]
+    dlq_topic: String,
+    /// A raw librdkafka property KEY=VALUE (SASL, SSL, …), repeatable.
+    #[arg(
+        long = "kafka-option",
+        value_name = "KEY=VALUE",
+        env = "KAFKA_OPTIONS",
+        value_delimiter = ','
+    )]
+    kafka_options: Vec<String>,
+}
+
+impl Source {
+    fn brokers(&self) -> Result<String, ConfigError> {
+        self.brokers
+            .clone()
+            .filter(|b| !b.trim().is_empty())
+            .ok_or_else(|| ConfigError::new("brokers", "", "is required"))
+    }
+
+    fn librdkafka(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+        super::parse_kafka_options(&self.kafka_options)
+    }
+}
+
+/// Which dead letters.
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    /// Only dead letters from this source topic.
+    #[arg(long)]
+    source_topic: Option<String>,
+    /// Only this error kind: permanent or retries_exhausted.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only dead letters written at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only dead letters written before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
+    /// Only the dead letter with this record id.
+    #[arg(long)]
+    id: Option<String>,
+}
+
+fn parse_time(key: &str, value: &Option<String>) -> Result<Option<DateTime<Utc>>, ConfigError> {
+    value
+        .as_deref()
+        .map(|v| {
+            DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|e| {
+                    ConfigError::new(
+                        key,
+                        v,
+                        format!("expected RFC 3339, e.g. 2026-11-30T10:00:00Z ({e})"),
+                    )
+                })
+        })
+        .transpose()
+}
+
+impl FilterArgs {
+    fn filter(&self) -> Result<Filter, ConfigError> {
+        let kind = match self.kind.as_deref() {
+            None => None,
+            Some("permanent") => Some(DeadLetterKind::Permanent),
+            Some("retries_exhausted") => Some(DeadLetterKind::RetriesExhausted),
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "kind",
+                    other,
+                    "expected permanent or retries_exhausted",
+                ))
+            }
+        };
+        Ok(Filter {
+            source_topic: self.source_topic.clone(),
+            kind,
+            since: parse_time("since", &self.since)?,
+            until: parse_time("until", &self.until)?,
+            id: self.id.clone(),
+        })
+    }
+}
+
+/// Flags of `dlq list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    source: Source,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Show at most this many.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// Flags of `dlq show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    source: Source,
+    /// The record id (or `<dlq topic>-<partition>-<offset>` for a record that is not an envelope).
+    id: String,
+}
+
+/// Flags of `dlq replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    source: Source,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Send to this topic instead of each record's source topic.
+    #[arg(long)]
+    to: Option<String>,
+    /// Show what would be sent; send and commit nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// At most this many records per second.
+    #[arg(long)]
+    rate: Option<u32>,
+    /// Refuse records already replayed this many times.
+    #[arg(long, default_value_t = 3)]
+    max_replays: u32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a `dlq` subcommand.
+pub async fn run(command: DlqCommand) -> Result<(), CliError> {
+    match command {
+        DlqCommand::List(args) => list(args).await,
+        DlqCommand::Show(args) => show(args).await,
+        DlqCommand::Replay(args) => replay_command(args).await,
+    }
+}
+
+/// Reads every entry of the DLQ topic (from the log start) that `filter` matches.
+async fn read(
+    source: &Source,
+    filter: &Filter,
+    limit: Option<usize>,
+) -> Result<Vec<DlqEntry>, CliError> {
+    let (brokers, raw, topic) = (
+        source.brokers()?,
+        source.librdkafka()?,
+        source.dlq_topic.clone(),
+    );
+    let mut reader = tokio::task::spawn_blocking(move || {
+        DlqReader::open(&brokers, &raw, &topic, "kafka-dlq-reader", false)
+    })
+    .await
+    .expect("reader task")
+    .with_context(|| format!("cannot read dead-letter topic `{}`", source.dlq_topic))
+    .map_err(CliError::Runtime)?;
+    let mut out = Vec::new();
+    while let Some(entry) = reader.next_entry().await {
+        let entry = entry
+            .context("reading the dead-letter topic")
+            .map_err(CliError::Runtime)?;
+        if filter.matches(&entry) {
+            out.push(entry);
+            if limit.is_some_and(|l| out.len() >= l) {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn entry_json(e: &DlqEntry) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "dlq_topic": e.topic,
+        "dlq_partition": e.partition,
+        "dlq_offset": e.offset,
+    });
+    match &e.content {
+        DlqContent::Envelope(env) => {
+            v["envelope"] = serde_json::to_value(env).expect("an envelope serializes");
+        }
+        DlqContent::NotAnEnvelope { reason, preview } => {
+            v["not_an_envelope"] = serde_json::json!({"reason": reason, "preview": preview});
+        }
+    }
+    v
+}
+
+fn cut(text: &str, n: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() > n {
+        flat.chars().take(n - 1).collect::<String>() + "…"
+    } else {
+        flat
+    }
+}
+
+async fn list(args: ListArgs) -> Result<(), CliError> {
+    let entries = read(&args.source, &args.filter.filter()?, args.limit).await?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for e in &entries {
+            let _ = writeln!(out, "{}", entry_json(e));
+        }
+        return Ok(());
+    }
+    let _ = writeln!(
+        out,
+        "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} ERROR",
+        "DLQ", "ID", "SOURCE", "KIND", "TRY", "DEAD-LETTERED"
+    );
+    for e in &entries {
+        let at = format!("{}:{}", e.partition, e.offset);
+        match &e.content {
+            DlqContent::Envelope(env) => {
+                let source = format!(
+                    "{}/{}@{}",
+                    env.source.topic, env.source.partition, env.source.offset
+                );
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} {}",
+                    at,
+                    cut(&env.id, 28),
+                    cut(&source, 30),
+                    env.error.kind.as_str(),
+                    env.error.attempts,
+                    env.timestamp.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+                    cut(&env.error.message, 60)
+                );
+            }
+            DlqContent::NotAnEnvelope { reason, .. } => {
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:<28} (not a kafka-dlq envelope: {})",
+                    at,
+                    cut(&e.id(), 28),
+                    cut(reason, 70)
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "{} dead letter(s)", entries.len());
+    Ok(())
+}
+
+async fn show(args: ShowArgs) -> Result<(), CliError> {
+    let filter = Filter {
+        id: Some(args.id.clone()),
+        ..Filter::default()
+    };
+    let entries = read(&args.source, &filter, None).await?;
+    if entries.is_empty() {
+        return Err(CliError::Runtime(anyhow::anyhow!(
+            "no dead letter with id `{}` on `{}`",
+            args.id,
+            args.source.dlq_topic
+        )));
+    }
+    let mut out = std::io::stdout().lock();
+    for e in &entries {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&entry_json(e)).expect("JSON")
+        );
+    }
+    Ok(())
+}
+
+async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
+    if let Some(to) = &args.to {
+        kafka_dlq::dlq::check_topic_name(to).map_err(|r| ConfigError::new("to", to, r))?;
+    }
+    let options = ReplayOptions {
+        librdkafka: args.source.librdkafka()?,
+        to: args.to.clone(),
+        filter: args.filter.filter()?,
+        dry_run: args.dry_run,
+        rate_per_sec: args.rate,
+        max_replays: args.max_replays,
+        ..ReplayOptions::new(&args.source.brokers()?, &args.source.dlq_topic)
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let stopper = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            super::shutdown_signal().await;
+            cancel.cancel();
+        })
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last_draw = std::time::Instant::now();
+    let report = replay(
+        &options,
+        |done, total| {
+            if tty && (last_draw.elapsed().as_millis() >= 200 || done == total) {
+                last_draw = std::time::Instant::now();
+                let width = 30usize;
+                let filled = if total == 0 {
+                    width
+                } else {
+                    (done as usize * width) / total as usize
+                };
+                eprint!(
+                    "\r[{}{}] {done}/{total}",
+                    "=".repeat(filled),
+                    " ".repeat(width - filled)
+                );
+            }
+        },
+        &cancel,
+    )
+    .await;
+    stopper.abort();
+    if tty {
+        eprintln!();
+    }
+    let report = report.map_err(|e| CliError::Runtime(e.into()))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&report).expect("JSON")
+        );
+    } else {
+        let verb = if report.dry_run {
+            "would replay"
+        } else {
+            "replayed"
+        };
+        for (id, topic) in &report.sent {
+            let _ = writeln!(out, "{verb} {id} -> {topic}");
+        }
+        for r in &report.refused {
+            let _ = writeln!(
+                out,
+                "refused {} (already replayed {} times; loop guard --max-replays {})",
+                r.id, r.replays, args.max_replays
+            );
+        }
+        for id in &report.not_envelopes {
+            let _ = writeln!(out, "skipped {id} (not a kafka-dlq envelope)");
+        }
+        let _ = writeln!(
+            out,
+            "{verb} {} of {} scanned; filtered out {}, refused {}, not envelopes {}{}",
+            report.replayed,
+            report.scanned,
+            report.filtered_out,
+            report.refused.len(),
+            report.not_envelopes.len(),
+            if report.interrupted {
+                "; interrupted: run the same command again to resume"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}

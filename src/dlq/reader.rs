@@ -1,0 +1,340 @@
+//! Reading a dead-letter topic back: every record up to the high watermarks seen at the start,
+//! decoded as an [`Envelope`] or, when it is not one, kept as such.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::Envelope;
+use crate::failure::DeadLetterKind;
+use crate::kafka::LogContext;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One record of a dead-letter topic.
+#[derive(Debug, Clone)]
+pub struct DlqEntry {
+    /// The DLQ topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// When it was written.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// What it holds.
+    pub content: DlqContent,
+}
+
+/// The value of a DLQ record.
+#[derive(Debug, Clone)]
+pub enum DlqContent {
+    /// One of our envelopes.
+    Envelope(Box<Envelope>),
+    /// Something else: shown as such, never replayed.
+    NotAnEnvelope {
+        /// Why it does not decode.
+        reason: String,
+        /// The start of the value, as lossy UTF-8.
+        preview: String,
+    },
+}
+
+impl DlqEntry {
+    /// The record id of an envelope, else `<dlq topic>-<partition>-<offset>`.
+    pub fn id(&self) -> String {
+        match &self.content {
+            DlqContent::Envelope(e) => e.id.clone(),
+            DlqContent::NotAnEnvelope { .. } => {
+                format!("{}-{}-{}", self.topic, self.partition, self.offset)
+            }
+        }
+    }
+}
+
+/// Which dead letters an operator means. Every field set must match; an entry that is not an
+/// envelope matches only filters on id (its DLQ coordinates) and time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// The source topic (`source.topic`).
+    pub source_topic: Option<String>,
+    /// The error kind.
+    pub kind: Option<DeadLetterKind>,
+    /// Dead-lettered at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Dead-lettered before.
+    pub until: Option<DateTime<Utc>>,
+    /// The record id.
+    pub id: Option<String>,
+}
+
+impl Filter {
+    /// No field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    /// Whether `entry` is meant.
+    pub fn matches(&self, entry: &DlqEntry) -> bool {
+        let when = match &entry.content {
+            DlqContent::Envelope(e) => Some(e.timestamp),
+            DlqContent::NotAnEnvelope { .. } => entry.timestamp,
+        };
+        if let Some(since) = self.since {
+            if when.is_none_or(|w| w < since) {
+                return false;
+            }
+        }
+        if let Some(until) = self.until {
+            if when.is_none_or(|w| w >= until) {
+                return false;
+            }
+        }
+        if let Some(id) = &self.id {
+            if entry.id() != *id {
+                return false;
+            }
+        }
+        match &entry.content {
+            DlqContent::Envelope(e) => {
+                self.source_topic
+                    .as_ref()
+                    .is_none_or(|t| *t == e.source.topic)
+                    && self.kind.is_none_or(|k| k == e.error.kind)
+            }
+            DlqContent::NotAnEnvelope { .. } => self.source_topic.is_none() && self.kind.is_none(),
+        }
+    }
+}
+
+/// Reads a DLQ topic without joining a group (its group id only names where positions are
+/// committed), from given positions up to the high watermarks taken when it was opened.
+pub struct DlqReader {
+    consumer: BaseConsumer<LogContext>,
+    topic: String,
+    /// Per partition: the next offset to read and the end (high watermark at open).
+    positions: HashMap<i32, (i64, i64)>,
+}
+
+impl DlqReader {
+    /// Opens `topic`. With `resume`, each partition starts at the offset committed for
+    /// `group` (see [`DlqReader::commit`]), else at the log start. Blocks on metadata requests.
+    pub fn open(
+        brokers: &str,
+        librdkafka: &std::collections::BTreeMap<String, String>,
+        topic: &str,
+        group: &str,
+        resume: bool,
+    ) -> Result<Self, KafkaError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        for (k, v) in librdkafka {
+            config.set(k, v);
+        }
+        let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
+        let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
+        let t = metadata.topics().first().ok_or(KafkaError::MetadataFetch(
+            rdkafka::types::RDKafkaErrorCode::UnknownTopic,
+        ))?;
+        if let Some(e) = t.error() {
+            return Err(KafkaError::MetadataFetch(e.into()));
+        }
+        let mut start = HashMap::new();
+        if resume {
+            let mut all = TopicPartitionList::new();
+            for p in t.partitions() {
+                all.add_partition(topic, p.id());
+            }
+            for e in consumer.committed_offsets(all, TIMEOUT)?.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    start.insert(e.partition(), o);
+                }
+            }
+        }
+        let mut positions = HashMap::new();
+        let mut tpl = TopicPartitionList::new();
+        for p in t.partitions() {
+            let (low, high) = consumer.fetch_watermarks(topic, p.id(), TIMEOUT)?;
+            let from = start.get(&p.id()).copied().unwrap_or(low).max(low);
+            if from < high {
+                tpl.add_partition_offset(topic, p.id(), Offset::Offset(from))?;
+            }
+            positions.insert(p.id(), (from, high));
+        }
+        consumer.assign(&tpl)?;
+        Ok(Self {
+            consumer,
+            topic: topic.to_string(),
+            positions,
+        })
+    }
+
+    /// Records left to read.
+    pub fn remaining(&self) -> u64 {
+        self.positions
+            .values()
+            .map(|(next, end)| (end - next).max(0) as u64)
+            .sum()
+    }
+
+    /// The next offset to read, per partition.
+    pub fn positions(&self) -> HashMap<i32, i64> {
+        self.positions
+            .iter()
+            .map(|(p, (next, _))| (*p, *next))
+            .collect()
+    }
+
+    /// Commits `next_offset` as the position of `partition` for the reader's group.
+    /// Blocks until the broker answers.
+    pub fn commit(&self, partition: i32, next_offset: i64) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset))?;
+        self.consumer
+            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+    }
+
+    /// The next entry, in no particular order across partitions but in offset order within
+    /// one; `None` when every partition reached its end. Waits without blocking the thread;
+    /// gives up with a timeout error after 30 s without a record.
+    pub async fn next_entry(&mut self) -> Option<Result<DlqEntry, KafkaError>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.remaining() > 0 {
+            let Some(polled) = self.consumer.poll(Duration::ZERO) else {
+                if std::time::Instant::now() > deadline {
+                    return Some(Err(KafkaError::MessageConsumption(
+                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let message = match polled {
+                Ok(m) => m,
+                Err(e) => return Some(Err(e)),
+            };
+            let (next, end) = self
+                .positions
+                .get_mut(&message.partition())
+                .expect("only assigned partitions are read");
+            if message.offset() < *next || message.offset() >= *end {
+                continue;
+            }
+            *next = message.offset() + 1;
+            let content = match message.payload().map(Envelope::from_slice) {
+                Some(Ok(env)) => DlqContent::Envelope(Box::new(env)),
+                Some(Err(e)) => DlqContent::NotAnEnvelope {
+                    reason: e.to_string(),
+                    preview: String::from_utf8_lossy(
+                        &message.payload().unwrap_or_default()[..message.payload_len().min(120)],
+                    )
+                    .to_string(),
+                },
+                None => DlqContent::NotAnEnvelope {
+                    reason: "empty value".into(),
+                    preview: String::new(),
+                },
+            };
+            return Some(Ok(DlqEntry {
+                topic: self.topic.clone(),
+                partition: message.partition(),
+                offset: message.offset(),
+                timestamp: message
+                    .timestamp()
+                    .to_millis()
+                    .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+                content,
+            }));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    fn entry(source: &str, kind: DeadLetterKind, id: &str) -> DlqEntry {
+        let record = Record {
+            id: id.into(),
+            topic: source.into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: None,
+            headers: vec![],
+            timestamp: None,
+        };
+        DlqEntry {
+            topic: "x-dlt".into(),
+            partition: 0,
+            offset: 5,
+            timestamp: None,
+            content: DlqContent::Envelope(Box::new(Envelope::new(&record, kind, "m", 1, "g"))),
+        }
+    }
+
+    #[test]
+    fn filters_match_every_field_set() {
+        let e = entry("orders", DeadLetterKind::Permanent, "o-1");
+        assert!(Filter::default().matches(&e));
+        let f = |source: Option<&str>, kind: Option<DeadLetterKind>, id: Option<&str>| Filter {
+            source_topic: source.map(String::from),
+            kind,
+            id: id.map(String::from),
+            ..Filter::default()
+        };
+        assert!(f(Some("orders"), None, None).matches(&e));
+        assert!(!f(Some("parcels"), None, None).matches(&e));
+        assert!(f(None, Some(DeadLetterKind::Permanent), Some("o-1")).matches(&e));
+        assert!(!f(None, Some(DeadLetterKind::RetriesExhausted), None).matches(&e));
+        assert!(!f(None, None, Some("o-2")).matches(&e));
+        let past = Utc::now() - chrono::Duration::hours(1);
+        assert!(Filter {
+            since: Some(past),
+            ..Filter::default()
+        }
+        .matches(&e));
+        assert!(!Filter {
+            until: Some(past),
+            ..Filter::default()
+        }
+        .matches(&e));
+    }
+
+    #[test]
+    fn garbage_matches_only_coordinate_and_time_filters() {
+        let g = DlqEntry {
+            topic: "x-dlt".into(),
+            partition: 1,
+            offset: 9,
+            timestamp: Some(Utc::now()),
+            content: DlqContent::NotAnEnvelope {
+                reason: "r".into(),
+                preview: "p".into(),
+            },
+        };
+        assert_eq!(g.id(), "x-dlt-1-9");
+        assert!(Filter::default().matches(&g));
+        assert!(Filter {
+            id: Some("x-dlt-1-9".into()),
+            ..Filter::default()
+        }
+        .matches(&g));
+        assert!(!Filter {
+            source_topic: Some("orders".into()),
+            ..Filter::default()
+        }
+        .matches(&g));
+    }
+}

@@ -1,0 +1,311 @@
+//! Sending dead letters back once the bug is fixed.
+//!
+//! [`replay`] reads a dead-letter topic and produces each matching envelope's original record —
+//! its key, headers and payload bytes exactly — to its source topic (`source.topic`) or to a
+//! topic of the operator's choice, through an idempotent producer with `acks=all`.
+//!
+//! **Resumable.** After each DLQ record is dealt with (sent and acknowledged, or passed over),
+//! its position is committed for a consumer group of the replay's own: `kafka-dlq-replay` for a
+//! replay without filters, `kafka-dlq-replay-<hash>` for one with filters or `--to`. Running the
+//! same replay again after an interruption starts after the last record dealt with, so nothing
+//! is sent twice (a hard kill in the instant between the broker's acknowledgement and the commit
+//! can resend that one record). The monitor counts what the unfiltered replay has passed as no
+//! longer outstanding.
+//!
+//! **Loop guard.** Each replayed record carries the header `kafka_dlq-replay-count`, one more
+//! than its dead letter had. A record that would be replayed more than `max_replays` times is
+//! refused and reported, not sent: a record that keeps failing is not replayed forever.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::dlq::{DlqContent, DlqReader, EnvelopeDecodeError, Filter};
+use crate::kafka::LogContext;
+
+/// The header counting how often a record was replayed.
+pub const HEADER_REPLAY_COUNT: &str = "kafka_dlq-replay-count";
+
+/// What to replay and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayOptions {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Raw librdkafka properties for the reader and the producer.
+    pub librdkafka: BTreeMap<String, String>,
+    /// The dead-letter topic to read.
+    pub dlq_topic: String,
+    /// Send everything here instead of each record's source topic.
+    pub to: Option<String>,
+    /// Which dead letters.
+    pub filter: Filter,
+    /// Report what would be sent; send and commit nothing.
+    pub dry_run: bool,
+    /// At most this many records per second (`None`: as fast as the broker takes them).
+    pub rate_per_sec: Option<u32>,
+    /// The loop guard: a record already replayed this many times is refused. Default 3.
+    pub max_replays: u32,
+}
+
+impl ReplayOptions {
+    /// Replays everything on `dlq_topic` to its source topics, with the defaults.
+    pub fn new(brokers: &str, dlq_topic: &str) -> Self {
+        Self {
+            brokers: brokers.into(),
+            librdkafka: BTreeMap::new(),
+            dlq_topic: dlq_topic.into(),
+            to: None,
+            filter: Filter::default(),
+            dry_run: false,
+            rate_per_sec: None,
+            max_replays: 3,
+        }
+    }
+
+    /// The consumer group holding this replay's position.
+    pub fn position_group(&self) -> String {
+        if self.filter.is_empty() && self.to.is_none() {
+            return crate::monitor::REPLAY_GROUP.to_string();
+        }
+        // FNV-1a over the filter and destination: the same replay resumes, another starts anew.
+        let key = format!("{:?}|{:?}", self.filter, self.to);
+        let mut hash: u64 = 0xcbf29ce484222325;
+        for b in key.bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x100000001b3);
+        }
+        format!("{}-{hash:016x}", crate::monitor::REPLAY_GROUP)
+    }
+}
+
+/// A record refused by the loop guard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    /// The record id.
+    pub id: String,
+    /// How often it was replayed already.
+    pub replays: u32,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayReport {
+    /// DLQ records read.
+    pub scanned: u64,
+    /// Records sent and acknowledged (in a dry run: that would be sent).
+    pub replayed: u64,
+    /// Records the filter passed over.
+    pub filtered_out: u64,
+    /// Records refused by the loop guard.
+    pub refused: Vec<Refused>,
+    /// DLQ records that are not envelopes (never replayed), by DLQ coordinates.
+    pub not_envelopes: Vec<String>,
+    /// Ids and destination topics of what was (or, in a dry run, would be) sent.
+    pub sent: Vec<(String, String)>,
+    /// Nothing was sent or committed.
+    pub dry_run: bool,
+    /// Stopped before the end; run it again to resume.
+    pub interrupted: bool,
+}
+
+/// Why a replay stopped with an error. Its position stays before the record concerned, so
+/// running it again retries that record.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The DLQ topic could not be opened or read.
+    #[error("cannot read dead-letter topic `{topic}`: {source}")]
+    Read {
+        /// The DLQ topic.
+        topic: String,
+        /// The cause.
+        #[source]
+        source: KafkaError,
+    },
+    /// An envelope field does not decode.
+    #[error("dead letter `{id}` cannot be decoded: {source}")]
+    Decode {
+        /// The record id.
+        id: String,
+        /// The cause.
+        #[source]
+        source: EnvelopeDecodeError,
+    },
+    /// The producer could not be created.
+    #[error("cannot create the replay producer: {0}")]
+    CreateProducer(#[source] KafkaError),
+    /// Sending a record failed.
+    #[error("cannot send `{id}` to `{topic}`: {source}")]
+    Send {
+        /// The record id.
+        id: String,
+        /// The destination topic.
+        topic: String,
+        /// The cause.
+        #[source]
+        source: KafkaError,
+    },
+    /// Committing the replay position failed.
+    #[error("cannot commit the replay position of `{topic}`: {source}")]
+    Commit {
+        /// The DLQ topic.
+        topic: String,
+        /// The cause.
+        #[source]
+        source: KafkaError,
+    },
+}
+
+/// Replays as [`ReplayOptions`] says; calls `progress(done, total)` after each DLQ record and
+/// stops early (with `interrupted`) when `cancel` fires. See the [module docs](self).
+pub async fn replay(
+    options: &ReplayOptions,
+    mut progress: impl FnMut(u64, u64),
+    cancel: &CancellationToken,
+) -> Result<ReplayReport, ReplayError> {
+    let read_error = |source| ReplayError::Read {
+        topic: options.dlq_topic.clone(),
+        source,
+    };
+    let (brokers, raw, topic, group) = (
+        options.brokers.clone(),
+        options.librdkafka.clone(),
+        options.dlq_topic.clone(),
+        options.position_group(),
+    );
+    let dry_run = options.dry_run;
+    let mut reader = tokio::task::spawn_blocking(move || {
+        // A dry run shows everything from the start; a real one resumes.
+        DlqReader::open(&brokers, &raw, &topic, &group, !dry_run)
+    })
+    .await
+    .expect("reader task")
+    .map_err(read_error)?;
+    let mut producer_config = ClientConfig::new();
+    producer_config
+        .set("bootstrap.servers", &options.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all");
+    for (k, v) in &options.librdkafka {
+        producer_config.set(k, v);
+    }
+    let producer: FutureProducer<LogContext> = producer_config
+        .create_with_context(LogContext)
+        .map_err(ReplayError::CreateProducer)?;
+
+    let total = reader.remaining();
+    let mut report = ReplayReport {
+        dry_run: options.dry_run,
+        ..ReplayReport::default()
+    };
+    let pause = options
+        .rate_per_sec
+        .filter(|r| *r > 0)
+        .map(|r| Duration::from_secs_f64(1.0 / f64::from(r)));
+    let mut next_send = tokio::time::Instant::now();
+    loop {
+        if cancel.is_cancelled() {
+            report.interrupted = true;
+            break;
+        }
+        let entry = match reader.next_entry().await {
+            None => break,
+            Some(Err(e)) => return Err(read_error(e)),
+            Some(Ok(entry)) => entry,
+        };
+        report.scanned += 1;
+        if !options.filter.matches(&entry) {
+            report.filtered_out += 1;
+        } else {
+            match &entry.content {
+                DlqContent::NotAnEnvelope { .. } => report.not_envelopes.push(entry.id()),
+                DlqContent::Envelope(envelope) => {
+                    let decode = |source| ReplayError::Decode {
+                        id: envelope.id.clone(),
+                        source,
+                    };
+                    let mut headers = envelope.headers().map_err(decode)?;
+                    let replays = headers
+                        .iter()
+                        .rev()
+                        .find(|h| h.key == HEADER_REPLAY_COUNT)
+                        .and_then(|h| h.value.as_deref())
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|v| v.trim().parse::<u32>().ok())
+                        .unwrap_or(0);
+                    let destination = options
+                        .to
+                        .clone()
+                        .unwrap_or_else(|| envelope.source.topic.clone());
+                    if replays >= options.max_replays {
+                        tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
+                            max_replays = options.max_replays,
+                            "replayed too often already; fix the cause or raise --max-replays");
+                        report.refused.push(Refused {
+                            id: envelope.id.clone(),
+                            replays,
+                        });
+                    } else if options.dry_run {
+                        report.replayed += 1;
+                        report.sent.push((envelope.id.clone(), destination));
+                    } else {
+                        if let Some(pause) = pause {
+                            tokio::time::sleep_until(next_send).await;
+                            next_send = tokio::time::Instant::now() + pause;
+                        }
+                        headers.retain(|h| h.key != HEADER_REPLAY_COUNT);
+                        let count = (replays + 1).to_string();
+                        let mut out_headers = OwnedHeaders::new_with_capacity(headers.len() + 1);
+                        for h in &headers {
+                            out_headers = out_headers.insert(Header {
+                                key: &h.key,
+                                value: h.value.as_deref(),
+                            });
+                        }
+                        out_headers = out_headers.insert(Header {
+                            key: HEADER_REPLAY_COUNT,
+                            value: Some(count.as_bytes()),
+                        });
+                        let key = envelope.key_bytes().map_err(decode)?;
+                        let payload = envelope.payload_bytes().map_err(decode)?;
+                        let mut record =
+                            FutureRecord::<[u8], [u8]>::to(&destination).headers(out_headers);
+                        if let Some(k) = key.as_deref() {
+                            record = record.key(k);
+                        }
+                        if let Some(p) = payload.as_deref() {
+                            record = record.payload(p);
+                        }
+                        producer
+                            .send(record, Duration::from_secs(30))
+                            .await
+                            .map_err(|(source, _)| ReplayError::Send {
+                                id: envelope.id.clone(),
+                                topic: destination.clone(),
+                                source,
+                            })?;
+                        tracing::info!(event = "record_replayed", id = %envelope.id,
+                            to = %destination, replay_count = replays + 1);
+                        report.replayed += 1;
+                        report.sent.push((envelope.id.clone(), destination));
+                    }
+                }
+            }
+        }
+        if !options.dry_run {
+            reader
+                .commit(entry.partition, entry.offset + 1)
+                .map_err(|source| ReplayError::Commit {
+                    topic: options.dlq_topic.clone(),
+                    source,
+                })?;
+        }
+        progress(report.scanned, total);
+    }
+    Ok(report)
+}
