@@ -126,13 +126,7 @@ impl RunArgs {
         if let Some(v) = &self.auto_offset_reset {
             c.auto_offset_reset = v.clone();
         }
-        for option in &self.kafka_options {
-            let (key, value) = option
-                .split_once('=')
-                .ok_or_else(|| ConfigError::new("kafka_option", option, "expected KEY=VALUE"))?;
-            c.librdkafka
-                .insert(key.trim().to_string(), value.to_string());
-        }
+        c.librdkafka = super::parse_kafka_options(&self.kafka_options)?;
         c.validate()?;
         Ok(c)
     }
