@@ -1,0 +1,431 @@
+//! `kafka-dlq dlq list | show | replay` and the replay library against a real broker.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use kafka_dlq::dlq::Envelope;
+use kafka_dlq::replay::{replay, ReplayOptions, HEADER_REPLAY_COUNT};
+use kafka_dlq::{DeadLetterKind, Record, RecordHeader};
+use rdkafka::message::Headers;
+use rdkafka::Message;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn header(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<Vec<u8>> {
+    m.headers().and_then(|h| {
+        h.iter()
+            .find(|x| x.key == key)
+            .and_then(|x| x.value.map(<[u8]>::to_vec))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
+    let brokers = brokers();
+    let topic = unique("orders");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let mut poison = Out::new(0, "perm-2");
+    poison.key = Some(vec![0xff, 0x01]);
+    poison.headers = vec![
+        ("trace".into(), Some(b"t-2".to_vec())),
+        ("bin".into(), Some(vec![0x80])),
+    ];
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "ok-1"), poison, Out::new(0, "always-3")],
+    )
+    .await;
+
+    // The buggy version dead-letters two records.
+    let buggy = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), buggy.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&3))
+        .await
+    );
+    running.stop().await;
+    produce(
+        &brokers,
+        &dlq,
+        vec![Out::new(0, "garbage, not an envelope")],
+    )
+    .await;
+
+    // list: a table, JSON lines, filters.
+    let (code, table, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains(&format!("{topic}-0-1")) && table.contains("permanent"),
+        "{table}"
+    );
+    assert!(table.contains("retries_exhausted"), "{table}");
+    assert!(table.contains("not a kafka-dlq envelope"), "{table}");
+    assert!(table.contains("3 dead letter(s)"), "{table}");
+    let (_, json, _) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+    ]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["envelope"]["error"]["kind"], "permanent");
+    assert!(lines[2]["not_an_envelope"]["reason"].is_string());
+    let (_, json, _) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+        "--kind",
+        "retries_exhausted",
+    ]);
+    assert_eq!(json.lines().count(), 1);
+    assert!(json.contains(&format!("{topic}-0-2")));
+    let (_, json, _) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+        "--source-topic",
+        "elsewhere",
+    ]);
+    assert_eq!(json.lines().count(), 0);
+    let (_, json, _) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+        "--since",
+        "2999-01-01T00:00:00Z",
+    ]);
+    assert_eq!(json.lines().count(), 0);
+    let (code, _, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--kind",
+        "sometimes",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--kind") && err.contains("sometimes"), "{err}");
+
+    // show: one in full.
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        &format!("{topic}-0-1"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["envelope"]["payload"], "perm-2");
+    assert_eq!(shown["envelope"]["source"]["key_encoding"], "base64");
+    let (code, _, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "no-such-id",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no-such-id"), "{err}");
+
+    // A dry run sends nothing.
+    let (code, dry, err) = cli(&[
+        "dlq",
+        "replay",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--dry-run",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(dry.contains("would replay 2 of 3 scanned"), "{dry}");
+    assert!(dry.contains("not envelopes 1"), "{dry}");
+    assert_eq!(
+        read_all(&brokers, &topic).len(),
+        3,
+        "a dry run sends nothing"
+    );
+
+    // The fixed version handles the replayed records.
+    let fixed = Scripted::default();
+    let running = Running::start(
+        test_config(&brokers, &group, &topic),
+        AlwaysOk(fixed.clone()),
+    );
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 2 of 3 scanned"), "{out}");
+    assert!(
+        eventually(WAIT, || fixed.count() == 2).await,
+        "{:?}",
+        fixed.calls()
+    );
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&5))
+        .await
+    );
+    running.stop().await;
+
+    // Byte for byte: key, headers, payload; plus the replay count.
+    let all = read_all(&brokers, &topic);
+    let replayed = &all[3];
+    assert_eq!(replayed.payload(), Some(&b"perm-2"[..]));
+    assert_eq!(replayed.key(), Some(&[0xff, 0x01][..]));
+    assert_eq!(header(replayed, "trace"), Some(b"t-2".to_vec()));
+    assert_eq!(header(replayed, "bin"), Some(vec![0x80]));
+    assert_eq!(header(replayed, HEADER_REPLAY_COUNT), Some(b"1".to_vec()));
+    assert_eq!(all[4].payload(), Some(&b"always-3"[..]));
+
+    // The DLQ accounting: nothing outstanding, and a second run sends nothing.
+    let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", kafka_dlq::monitor::REPLAY_GROUP)
+        .create()
+        .unwrap();
+    assert_eq!(
+        kafka_dlq::monitor::outstanding(&reader, &[dlq.clone()]),
+        Some(0)
+    );
+    let (_, again, _) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert!(again.contains("replayed 0 of 0 scanned"), "{again}");
+}
+
+/// Records calls but succeeds every time (the fixed service).
+struct AlwaysOk(Scripted);
+
+impl kafka_dlq::Handler for AlwaysOk {
+    async fn handle(&self, record: &Record) -> Result<(), kafka_dlq::HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        self.0.calls.lock().unwrap().push(Call {
+            value,
+            partition: record.partition,
+            offset: record.offset,
+            attempt: 1,
+        });
+        Ok(())
+    }
+}
+
+fn envelope_out(source: &str, i: usize, replays: Option<u32>) -> Out {
+    let mut headers = vec![RecordHeader {
+        key: "n".into(),
+        value: Some(i.to_string().into_bytes()),
+    }];
+    if let Some(r) = replays {
+        headers.push(RecordHeader {
+            key: HEADER_REPLAY_COUNT.into(),
+            value: Some(r.to_string().into_bytes()),
+        });
+    }
+    let record = Record {
+        id: format!("rec-{i}"),
+        topic: source.into(),
+        partition: 0,
+        offset: i as i64,
+        key: Some(format!("k{i}").into_bytes()),
+        payload: Some(format!("{{\"n\":{i}}}").into_bytes()),
+        headers,
+        timestamp: None,
+    };
+    Out {
+        partition: 0,
+        key: record.key.clone(),
+        value: Some(Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, "g").to_vec()),
+        headers: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
+    let brokers = brokers();
+    let source = unique("source");
+    let dlq = unique("interrupt-dlt");
+    let target = unique("target");
+    create_topic(&brokers, &dlq, 2).await;
+    create_topic(&brokers, &target, 1).await;
+    let records: Vec<Out> = (0..20)
+        .map(|i| {
+            let mut o = envelope_out(&source, i, None);
+            o.partition = (i % 2) as i32;
+            o
+        })
+        .collect();
+    produce(&brokers, &dlq, records).await;
+
+    let options = ReplayOptions {
+        to: Some(target.clone()),
+        rate_per_sec: Some(50),
+        ..ReplayOptions::new(&brokers, &dlq)
+    };
+    let cancel = CancellationToken::new();
+    let first = replay(
+        &options,
+        |done, _| {
+            if done == 7 {
+                cancel.cancel()
+            }
+        },
+        &cancel,
+    )
+    .await
+    .unwrap();
+    assert!(first.interrupted);
+    assert_eq!(first.replayed, 7);
+
+    let second = replay(&options, |_, _| {}, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(!second.interrupted);
+    assert_eq!(second.replayed, 13, "resumed after the first seven");
+
+    let sent = read_all(&brokers, &target);
+    let mut ids: Vec<String> = sent
+        .iter()
+        .map(|m| String::from_utf8(header(m, "n").unwrap()).unwrap())
+        .collect();
+    ids.sort_by_key(|n| n.parse::<u32>().unwrap());
+    let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(ids, expected, "every record exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_guard_refuses_a_record_that_keeps_coming_back() {
+    let brokers = brokers();
+    let topic = unique("loop");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    produce(&brokers, &topic, vec![Out::new(0, "perm-forever")]).await;
+
+    // A handler that still rejects the record: every replay brings it back.
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    let options = ReplayOptions {
+        max_replays: 2,
+        ..ReplayOptions::new(&brokers, &dlq)
+    };
+    let mut dead_letters = 1;
+    assert!(eventually(WAIT, || read_all_len(&brokers, &dlq) == dead_letters).await);
+    for round in 1..=2 {
+        let report = replay(&options, |_, _| {}, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(report.replayed, 1, "round {round}");
+        dead_letters += 1;
+        assert!(eventually(WAIT, || read_all_len(&brokers, &dlq) == dead_letters).await);
+    }
+    let report = replay(&options, |_, _| {}, &CancellationToken::new())
+        .await
+        .unwrap();
+    running.stop().await;
+    assert_eq!(report.replayed, 0);
+    assert_eq!(report.refused.len(), 1, "{report:?}");
+    assert_eq!(report.refused[0].replays, 2);
+    assert_eq!(
+        handler.attempts("perm-forever"),
+        3,
+        "original + two replays"
+    );
+
+    let last = read_all(&brokers, &dlq).pop().unwrap();
+    let envelope = Envelope::from_slice(last.payload().unwrap()).unwrap();
+    let count = envelope
+        .headers()
+        .unwrap()
+        .into_iter()
+        .find(|h| h.key == HEADER_REPLAY_COUNT)
+        .and_then(|h| h.value);
+    assert_eq!(
+        count,
+        Some(b"2".to_vec()),
+        "the dead letter remembers its replays"
+    );
+}
+
+fn read_all_len(brokers: &str, topic: &str) -> usize {
+    read_all(brokers, topic).len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() {
+    let brokers = brokers();
+    let dlq = unique("filter-dlt");
+    let target = unique("filtered");
+    create_topic(&brokers, &dlq, 1).await;
+    create_topic(&brokers, &target, 1).await;
+    let mut records = vec![
+        envelope_out("orders", 0, None),
+        envelope_out("parcels", 1, None),
+    ];
+    records.push(envelope_out("orders", 2, None));
+    produce(&brokers, &dlq, records).await;
+    let options = ReplayOptions {
+        to: Some(target.clone()),
+        filter: kafka_dlq::dlq::Filter {
+            source_topic: Some("orders".into()),
+            ..Default::default()
+        },
+        ..ReplayOptions::new(&brokers, &dlq)
+    };
+    assert_ne!(options.position_group(), kafka_dlq::monitor::REPLAY_GROUP);
+    let report = replay(&options, |_, _| {}, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!((report.replayed, report.filtered_out), (2, 1));
+    let sent: HashMap<String, ()> = read_all(&brokers, &target)
+        .iter()
+        .map(|m| (String::from_utf8(m.key().unwrap().to_vec()).unwrap(), ()))
+        .collect();
+    assert_eq!(sent.len(), 2);
+    assert!(sent.contains_key("k0") && sent.contains_key("k2"));
+}
