@@ -1,12 +1,15 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
+mod config;
 mod dlq;
 mod monitor;
 mod run;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use kafka_dlq::ConfigError;
 
 /// kafka-dlq: consume Kafka/Redpanda safely — retries with backoff, a dead-letter topic,
@@ -14,6 +17,10 @@ use kafka_dlq::ConfigError;
 #[derive(Debug, Parser)]
 #[command(name = "kafka-dlq", version, about, long_about = None)]
 pub struct Cli {
+    /// A TOML configuration file; flags and environment variables override it.
+    #[arg(long, env = "KAFKA_DLQ_CONFIG", global = true)]
+    config: Option<std::path::PathBuf>,
+
     /// Log format: `human` or `json`. The level comes from RUST_LOG (default `info`).
     #[arg(
         long,
@@ -43,12 +50,48 @@ enum Command {
     /// Inspect and replay a dead-letter topic.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
+    /// Check the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration of a subcommand (file, environment, flags; secrets
+    /// redacted) and check it without connecting to anything. Exit code 2 when it is invalid.
+    Check {
+        /// The subcommand to check: run or monitor.
+        #[arg(default_value = "run")]
+        subcommand: String,
+        /// Flags for that subcommand, as you would pass them to it.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code:
 /// 0 success, 1 runtime failure, 2 invalid configuration.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let mut command = Cli::command();
+    let mut from_file = config::FileValues::new();
+    if let Some(path) = config::config_path(&argv) {
+        match config::apply_file(command, &path) {
+            Ok((with_file, values)) => {
+                command = with_file;
+                from_file = values;
+            }
+            Err(e) => {
+                eprintln!("error: {}", describe_config_error(&e));
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let matches = command.clone().get_matches_from(&argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Config(ConfigCommand::Check { subcommand, args }) = &cli.command {
+        return check(&command, subcommand, args, &from_file);
+    }
     init_logging(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -62,10 +105,58 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Monitor(args) => monitor::run(args).await,
             Command::Dlq(command) => dlq::run(command).await,
+            Command::Config(_) => unreachable!("handled before the runtime starts"),
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Config(e)) => {
+            eprintln!("error: {}", describe_config_error(&e));
+            ExitCode::from(2)
+        }
+        Err(CliError::Runtime(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kafka-dlq config check`: prints the effective settings and validates them.
+fn check(
+    command: &clap::Command,
+    subcommand: &str,
+    args: &[String],
+    from_file: &config::FileValues,
+) -> ExitCode {
+    if !matches!(subcommand, "run" | "monitor") {
+        eprintln!("error: `config check` checks `run` or `monitor`, not `{subcommand}`");
+        return ExitCode::from(2);
+    }
+    let argv = ["kafka-dlq", subcommand]
+        .into_iter()
+        .map(String::from)
+        .chain(args.iter().cloned());
+    let matches = match command.clone().try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) => e.exit(),
+    };
+    let sub = matches
+        .subcommand_matches(subcommand)
+        .expect("the subcommand was given");
+    config::print_effective(command, subcommand, sub, from_file);
+    let checked = match subcommand {
+        "run" => run::RunArgs::from_arg_matches(sub)
+            .map_err(|e| e.exit())
+            .and_then(|a| run::check(&a).map(|_| ())),
+        _ => monitor::MonitorArgs::from_arg_matches(sub)
+            .map_err(|e| e.exit())
+            .and_then(|a| monitor::check(&a).map(|_| ())),
+    };
+    match checked {
+        Ok(()) => {
+            println!("# configuration OK");
+            ExitCode::SUCCESS
+        }
         Err(CliError::Config(e)) => {
             eprintln!("error: {}", describe_config_error(&e));
             ExitCode::from(2)

@@ -121,8 +121,8 @@ impl AlertArgs {
     }
 }
 
-/// Runs the monitor until SIGINT or SIGTERM.
-pub async fn run(args: MonitorArgs) -> Result<(), CliError> {
+/// Checks every setting of `monitor` and builds it, without connecting.
+pub fn check(args: &MonitorArgs) -> Result<Monitor, CliError> {
     let brokers = args
         .brokers
         .clone()
@@ -133,8 +133,12 @@ pub async fn run(args: MonitorArgs) -> Result<(), CliError> {
         .map(|t| t.trim().to_string())
         .collect();
     let config = args.alerts.monitor_config(&brokers, topics)?;
-    let monitor = Monitor::new(config).map_err(super::monitor_error)?;
-    monitor
+    Monitor::new(config).map_err(super::monitor_error)
+}
+
+/// Runs the monitor until SIGINT or SIGTERM.
+pub async fn run(args: MonitorArgs) -> Result<(), CliError> {
+    check(&args)?
         .run(super::shutdown_signal())
         .await
         .map_err(super::monitor_error)

@@ -132,8 +132,16 @@ impl RunArgs {
     }
 }
 
-/// Runs the sidecar until SIGINT or SIGTERM.
-pub async fn run(args: RunArgs) -> Result<(), CliError> {
+/// Everything `run` needs, checked, before anything connects.
+pub struct Checked {
+    config: ConsumerConfig,
+    target: HttpTarget,
+    addr: std::net::SocketAddr,
+    monitor: Option<kafka_dlq::monitor::Monitor>,
+}
+
+/// Checks every setting of `run`.
+pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
     let config = args.consumer_config()?;
     let url = args
         .target_url
@@ -164,6 +172,23 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     } else {
         None
     };
+    Ok(Checked {
+        config,
+        target,
+        addr,
+        monitor,
+    })
+}
+
+/// Runs the sidecar until SIGINT or SIGTERM.
+pub async fn run(args: RunArgs) -> Result<(), CliError> {
+    let Checked {
+        config,
+        target,
+        addr,
+        monitor,
+    } = check(&args)?;
+    let url = args.target_url.as_deref().unwrap_or_default();
     tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %addr,
         monitor = args.monitor, config = ?config);
     let consumer = Consumer::new(config, target).map_err(|e| match e {
