@@ -244,12 +244,18 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
         }
         return Ok(());
     }
+    print_table(&entries, &mut out);
+    Ok(())
+}
+
+/// Prints dead letters as a table for people.
+pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
     let _ = writeln!(
         out,
         "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} ERROR",
         "DLQ", "ID", "SOURCE", "KIND", "TRY", "DEAD-LETTERED"
     );
-    for e in &entries {
+    for e in entries {
         let at = format!("{}:{}", e.partition, e.offset);
         match &e.content {
             DlqContent::Envelope(env) => {
@@ -281,7 +287,6 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
         }
     }
     let _ = writeln!(out, "{} dead letter(s)", entries.len());
-    Ok(())
 }
 
 async fn show(args: ShowArgs) -> Result<(), CliError> {

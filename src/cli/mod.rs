@@ -1,6 +1,7 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
 mod config;
+mod demo;
 mod dlq;
 mod monitor;
 mod run;
@@ -53,6 +54,8 @@ enum Command {
     /// Check the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// The whole product in one command, on an embedded broker (no external services).
+    Demo(demo::DemoArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,7 +95,13 @@ pub fn main() -> ExitCode {
     if let Command::Config(ConfigCommand::Check { subcommand, args }) = &cli.command {
         return check(&command, subcommand, args, &from_file);
     }
-    init_logging(cli.log_format);
+    // The demo narrates on stdout; only errors go to the log unless RUST_LOG says otherwise.
+    let default_level = if matches!(cli.command, Command::Demo(_)) {
+        "error"
+    } else {
+        "info"
+    };
+    init_logging(cli.log_format, default_level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -106,6 +115,7 @@ pub fn main() -> ExitCode {
             Command::Monitor(args) => monitor::run(args).await,
             Command::Dlq(command) => dlq::run(command).await,
             Command::Config(_) => unreachable!("handled before the runtime starts"),
+            Command::Demo(args) => demo::run(args).await,
         }
     });
     match result {
@@ -218,9 +228,10 @@ fn describe_config_error(e: &ConfigError) -> String {
     )
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

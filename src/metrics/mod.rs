@@ -163,6 +163,26 @@ impl Metrics {
         String::from_utf8(out).expect("the text format is UTF-8")
     }
 
+    /// The sum over all label values of a counter or gauge family, such as
+    /// `kafka_dlq_records_dead_lettered_total`; 0 when it has no samples yet.
+    pub fn total(&self, family: &str) -> f64 {
+        self.registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == family)
+            .flat_map(|f| {
+                let gauge = f.get_field_type() == prometheus::proto::MetricType::GAUGE;
+                f.get_metric().iter().map(move |m| {
+                    if gauge {
+                        m.get_gauge().get_value()
+                    } else {
+                        m.get_counter().get_value()
+                    }
+                })
+            })
+            .sum()
+    }
+
     /// Fetched records waiting for their partition's worker now.
     pub fn buffered_records(&self) -> i64 {
         self.buffered_records.get()
@@ -230,6 +250,9 @@ mod tests {
         m.dead_lettered
             .with_label_values(&["orders", "permanent"])
             .inc();
+        m.consumed.with_label_values(&["parcels"]).inc_by(2);
+        assert_eq!(m.total("kafka_dlq_records_consumed_total"), 3.0);
+        assert_eq!(m.total("kafka_dlq_records_retried_total"), 0.0);
         let text = m.render();
         assert!(text.contains("kafka_dlq_records_consumed_total{topic=\"orders\"} 1"));
         assert!(text.contains(
