@@ -302,6 +302,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         "v2 handled the replayed records; {dead_after_fix} came back to the DLQ (malformed JSON no fix can parse: it must be corrected where it is produced)."
     ));
     wait_for(&increases, 2).await;
+    wait_for(&alerts, 3).await;
     stop_monitor.cancel();
     monitor.await??;
 

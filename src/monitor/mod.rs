@@ -236,7 +236,7 @@ impl Monitor {
                         }
                     }
                 }
-                _ = check.tick(), if window.is_empty() => {
+                _ = check.tick() => {
                     let Some(total) = volume.outstanding().await else { continue };
                     let alert = match last_total {
                         Some(prev) if total < prev && total == 0 => Some(Alert::Resolved { previous: prev }),
