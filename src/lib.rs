@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod breaker;
 pub mod config;
 pub mod consumer;
 pub mod dlq;

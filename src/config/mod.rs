@@ -310,10 +310,22 @@ impl ConsumerConfig {
     }
 
     fn apply_raw(&self, config: &mut ClientConfig) {
-        for (key, value) in &self.librdkafka {
-            config.set(key, value);
-        }
+        apply_librdkafka(config, &self.librdkafka);
     }
+}
+
+/// Applies raw librdkafka `options` last, and sets which librdkafka log lines reach `tracing`:
+/// warnings and worse, or everything when the `debug` option is set.
+pub fn apply_librdkafka(config: &mut ClientConfig, options: &BTreeMap<String, String>) {
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    let level = if options.contains_key("debug") {
+        rdkafka::config::RDKafkaLogLevel::Debug
+    } else {
+        rdkafka::config::RDKafkaLogLevel::Warning
+    };
+    config.set_log_level(level);
 }
 
 #[cfg(test)]

@@ -183,17 +183,23 @@ impl<H: Handler> Consumer<H> {
                         _ = tokio::time::sleep(delay) => {}
                     }
                     // Errors queued while we slept belong to the same trouble: take them
-                    // without sleeping again, up to the first record.
+                    // without sleeping again, up to the first record. A poll that finds no
+                    // error may still have consumed a log or statistics event, so only a run
+                    // of empty polls means the queue is drained.
                     let mut skipped = 0u32;
-                    while skipped < 10_000 {
+                    let mut empty = 0u32;
+                    while skipped < 10_000 && empty < 64 {
                         match self.shared.consumer.recv().now_or_never() {
-                            Some(Err(_)) => skipped += 1,
+                            Some(Err(_)) => {
+                                skipped += 1;
+                                empty = 0;
+                            }
                             Some(Ok(message)) => {
                                 poll_delays.reset();
                                 self.dispatch(&message, &mut workers, &stop_workers);
                                 break;
                             }
-                            None => break,
+                            None => empty += 1,
                         }
                     }
                     if skipped > 0 {

@@ -137,9 +137,7 @@ impl DlqReader {
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
-        for (k, v) in librdkafka {
-            config.set(k, v);
-        }
+        crate::config::apply_librdkafka(&mut config, librdkafka);
         let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
         let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
         let t = metadata.topics().first().ok_or(KafkaError::MetadataFetch(

@@ -163,9 +163,7 @@ impl Monitor {
             .set("group.id", &c.group_id)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest");
-        for (k, v) in &c.librdkafka {
-            client.set(k, v);
-        }
+        crate::config::apply_librdkafka(&mut client, &c.librdkafka);
         let consumer: Arc<StreamConsumer<LogContext>> = Arc::new(
             client
                 .create_with_context(LogContext)
@@ -308,9 +306,7 @@ impl Volume {
             .set("bootstrap.servers", &c.brokers)
             .set("group.id", REPLAY_GROUP)
             .set("enable.auto.commit", "false");
-        for (k, v) in &c.librdkafka {
-            client.set(k, v);
-        }
+        crate::config::apply_librdkafka(&mut client, &c.librdkafka);
         Ok(Self {
             reader: Arc::new(client.create_with_context(LogContext)?),
             topics: c.dlq_topics.clone(),

@@ -191,9 +191,7 @@ pub async fn replay(
         .set("bootstrap.servers", &options.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all");
-    for (k, v) in &options.librdkafka {
-        producer_config.set(k, v);
-    }
+    crate::config::apply_librdkafka(&mut producer_config, &options.librdkafka);
     let producer: FutureProducer<LogContext> = producer_config
         .create_with_context(LogContext)
         .map_err(ReplayError::CreateProducer)?;

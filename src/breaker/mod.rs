@@ -1,0 +1,333 @@
+//! The outage breaker: when the downstream is down, stop, probe, and resume — instead of
+//! draining the topic into the dead-letter topic.
+//!
+//! Retries per record are right for a record that fails; they are wrong for a downstream that
+//! is down for ten minutes: every record would use up its retries and be dead-lettered. The
+//! breaker watches the outcome of every handler call over a sliding window. When at least
+//! `min_calls` calls ended within `window`, and the share of transient failures among them
+//! reaches `failure_ratio`, the downstream is down, not the records: the breaker **opens**.
+//!
+//! While open: every assigned partition is paused; no handler call is made except one
+//! **probe** at a time, first after `probe_initial`, then doubling up to `probe_max`; a transient
+//! failure while open neither uses up a record's retries nor dead-letters it; the record simply
+//! waits. The first probe that does not fail transiently (success, or a permanent failure,
+//! which proves the downstream answers) **closes** the breaker: partitions resume, waiting
+//! records go on, the window starts empty.
+//!
+//! Permanent failures never count: they are problems of records, not of the downstream.
+//!
+//! # Default
+//! window 30 s, `min_calls` 20, `failure_ratio` 0.5, probes 1 s doubling to 60 s.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+/// Settings of the breaker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerPolicy {
+    /// The sliding window of call outcomes.
+    pub window: Duration,
+    /// Fewer calls than this in the window never open the breaker.
+    pub min_calls: u32,
+    /// Share of transient failures (0 < ratio ≤ 1) that opens the breaker.
+    pub failure_ratio: f64,
+    /// Wait before the first probe.
+    pub probe_initial: Duration,
+    /// Cap on the wait between probes.
+    pub probe_max: Duration,
+}
+
+impl Default for BreakerPolicy {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(30),
+            min_calls: 20,
+            failure_ratio: 0.5,
+            probe_initial: Duration::from_secs(1),
+            probe_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Open or closed, as published to observers (the monitor, tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls flow.
+    Closed,
+    /// The downstream is considered down; only probes are made.
+    Open,
+}
+
+/// What a worker may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permit {
+    /// Call the handler as usual.
+    Normal,
+    /// Call the handler as the probe of an open breaker; report with [`Breaker::record`].
+    Probe,
+}
+
+/// How a call ended, for the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The downstream answered (success, or a permanent failure of the record).
+    Answered,
+    /// A transient failure.
+    Transient,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Closed {
+        outcomes: VecDeque<(Instant, bool)>,
+    },
+    Open {
+        next_probe: Instant,
+        delay: Duration,
+        probing: bool,
+    },
+}
+
+/// A breaker shared by all partitions of a consumer.
+#[derive(Debug)]
+pub struct Breaker {
+    policy: Option<BreakerPolicy>,
+    inner: Mutex<Inner>,
+    changed: Notify,
+    state: watch::Sender<BreakerState>,
+}
+
+impl Breaker {
+    /// A breaker with `policy`; `None` never opens.
+    pub fn new(policy: Option<BreakerPolicy>) -> Self {
+        Self {
+            policy,
+            inner: Mutex::new(Inner::Closed {
+                outcomes: VecDeque::new(),
+            }),
+            changed: Notify::new(),
+            state: watch::channel(BreakerState::Closed).0,
+        }
+    }
+
+    /// Watches the state.
+    pub fn subscribe(&self) -> watch::Receiver<BreakerState> {
+        self.state.subscribe()
+    }
+
+    /// The state now.
+    pub fn state(&self) -> BreakerState {
+        *self.state.borrow()
+    }
+
+    /// Waits until a handler call may be made: at once when closed; when open, until this
+    /// caller is granted the probe or the breaker closes.
+    pub async fn permit(&self) -> Permit {
+        loop {
+            let notified = self.changed.notified();
+            let wait = {
+                let mut inner = self.inner.lock().expect("breaker lock");
+                match &mut *inner {
+                    Inner::Closed { .. } => return Permit::Normal,
+                    Inner::Open {
+                        next_probe,
+                        probing,
+                        ..
+                    } => {
+                        let now = Instant::now();
+                        if !*probing && now >= *next_probe {
+                            *probing = true;
+                            return Permit::Probe;
+                        }
+                        if *probing {
+                            None
+                        } else {
+                            Some(*next_probe)
+                        }
+                    }
+                }
+            };
+            match wait {
+                Some(at) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Records how a call made with `permit` ended. Returns the new state when it changed.
+    pub fn record(&self, permit: Permit, outcome: CallOutcome) -> Option<BreakerState> {
+        let policy = self.policy.as_ref()?;
+        let now = Instant::now();
+        let mut inner = self.inner.lock().expect("breaker lock");
+        let changed = match (&mut *inner, permit) {
+            (Inner::Closed { outcomes }, _) => {
+                outcomes.push_back((now, outcome == CallOutcome::Transient));
+                while outcomes
+                    .front()
+                    .is_some_and(|(at, _)| now.duration_since(*at) > policy.window)
+                {
+                    outcomes.pop_front();
+                }
+                let calls = outcomes.len() as u32;
+                let failures = outcomes.iter().filter(|(_, t)| *t).count() as f64;
+                if calls >= policy.min_calls && failures / f64::from(calls) >= policy.failure_ratio
+                {
+                    *inner = Inner::Open {
+                        next_probe: now + policy.probe_initial,
+                        delay: policy.probe_initial,
+                        probing: false,
+                    };
+                    Some(BreakerState::Open)
+                } else {
+                    None
+                }
+            }
+            (Inner::Open { .. }, Permit::Probe) if outcome == CallOutcome::Answered => {
+                *inner = Inner::Closed {
+                    outcomes: VecDeque::new(),
+                };
+                Some(BreakerState::Closed)
+            }
+            (
+                Inner::Open {
+                    next_probe,
+                    delay,
+                    probing,
+                },
+                Permit::Probe,
+            ) => {
+                *delay = (*delay * 2).min(policy.probe_max);
+                *next_probe = now + *delay;
+                *probing = false;
+                None
+            }
+            // A call that started before the breaker opened: it neither opens nor closes it.
+            (Inner::Open { .. }, Permit::Normal) => None,
+        };
+        drop(inner);
+        if let Some(state) = changed {
+            self.state.send_replace(state);
+        }
+        self.changed.notify_waiters();
+        changed
+    }
+
+    /// Whether a transient failure now should wait for the breaker instead of using up a retry.
+    pub fn is_open(&self) -> bool {
+        self.state() == BreakerState::Open
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> BreakerPolicy {
+        BreakerPolicy {
+            window: Duration::from_secs(10),
+            min_calls: 4,
+            failure_ratio: 0.5,
+            probe_initial: Duration::from_secs(1),
+            probe_max: Duration::from_secs(4),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_when_transient_failures_reach_the_ratio() {
+        let b = Breaker::new(Some(policy()));
+        assert_eq!(
+            b.record(Permit::Normal, CallOutcome::Transient),
+            None,
+            "too few calls"
+        );
+        assert_eq!(b.record(Permit::Normal, CallOutcome::Answered), None);
+        assert_eq!(b.record(Permit::Normal, CallOutcome::Answered), None);
+        assert_eq!(
+            b.record(Permit::Normal, CallOutcome::Transient),
+            Some(BreakerState::Open),
+            "2 of 4 transient"
+        );
+        assert!(b.is_open());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn old_outcomes_leave_the_window() {
+        let b = Breaker::new(Some(policy()));
+        for _ in 0..3 {
+            b.record(Permit::Normal, CallOutcome::Transient);
+        }
+        tokio::time::advance(Duration::from_secs(11)).await;
+        for _ in 0..3 {
+            assert_eq!(b.record(Permit::Normal, CallOutcome::Answered), None);
+        }
+        assert_eq!(
+            b.record(Permit::Normal, CallOutcome::Transient),
+            None,
+            "1 of 4"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probes_at_growing_intervals_and_closes_on_an_answer() {
+        let b = Breaker::new(Some(policy()));
+        for _ in 0..4 {
+            b.record(Permit::Normal, CallOutcome::Transient);
+        }
+        let start = Instant::now();
+        assert_eq!(b.permit().await, Permit::Probe);
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert_eq!(b.record(Permit::Probe, CallOutcome::Transient), None);
+        assert_eq!(b.permit().await, Permit::Probe);
+        assert_eq!(start.elapsed(), Duration::from_secs(3), "then 2 s");
+        b.record(Permit::Probe, CallOutcome::Transient);
+        assert_eq!(b.permit().await, Permit::Probe);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(7),
+            "then 4 s (the cap)"
+        );
+        b.record(Permit::Probe, CallOutcome::Transient);
+        assert_eq!(b.permit().await, Permit::Probe);
+        assert_eq!(start.elapsed(), Duration::from_secs(11), "capped at 4 s");
+        assert_eq!(
+            b.record(Permit::Probe, CallOutcome::Answered),
+            Some(BreakerState::Closed)
+        );
+        assert_eq!(b.permit().await, Permit::Normal);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_one_probe_at_a_time_and_waiters_go_on_after_closing() {
+        let b = std::sync::Arc::new(Breaker::new(Some(policy())));
+        for _ in 0..4 {
+            b.record(Permit::Normal, CallOutcome::Transient);
+        }
+        assert_eq!(b.permit().await, Permit::Probe);
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.permit().await })
+        };
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(!waiter.is_finished(), "no second probe while one is out");
+        b.record(Permit::Probe, CallOutcome::Answered);
+        assert_eq!(waiter.await.unwrap(), Permit::Normal);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_disabled_breaker_never_opens() {
+        let b = Breaker::new(None);
+        for _ in 0..100 {
+            assert_eq!(b.record(Permit::Normal, CallOutcome::Transient), None);
+        }
+        assert_eq!(b.permit().await, Permit::Normal);
+    }
+}
