@@ -310,6 +310,7 @@ async fn a_partition_in_backoff_does_not_hold_back_the_others() {
         (0..20).all(|i| handler.attempts(&format!("ok-{i}")) == 1)
     })
     .await;
+    assert!(eventually(WAIT, || handler.attempts("always-stuck") >= 1).await);
     let stuck_attempts = handler.attempts("always-stuck");
     let behind = handler.attempts("ok-behind");
     running.stop().await;

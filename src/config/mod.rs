@@ -85,6 +85,22 @@ pub struct ConsumerConfig {
     /// Where a group with no committed offset starts: `earliest` or `latest`. Default
     /// `earliest`.
     pub auto_offset_reset: String,
+    /// Most records given to a [`BatchHandler`](crate::handler::BatchHandler) call. Default 1
+    /// (a [`Handler`](crate::Handler) always gets one record at a time).
+    pub batch_size: usize,
+    /// How long a batch waits for more records after its first. Default 100 ms.
+    pub batch_linger_ms: u64,
+    /// The outage breaker opens when at least this share of the calls in its window failed
+    /// transiently; 0 turns the breaker off. Default 0.5.
+    pub breaker_failure_ratio: f64,
+    /// Fewer calls than this in the window never open the breaker. Default 20.
+    pub breaker_min_calls: u32,
+    /// The breaker's sliding window. Default 30000 ms.
+    pub breaker_window_ms: u64,
+    /// First wait before probing an open breaker, doubling per failed probe. Default 1000 ms.
+    pub breaker_probe_initial_ms: u64,
+    /// Cap on the wait between probes. Default 60000 ms.
+    pub breaker_probe_max_ms: u64,
     /// Raw librdkafka properties, applied last to the consumer and the dead-letter producer.
     pub librdkafka: BTreeMap<String, String>,
 }
@@ -105,6 +121,13 @@ impl Default for ConsumerConfig {
             max_buffered_records: 500,
             shutdown_timeout_ms: 30_000,
             auto_offset_reset: "earliest".to_string(),
+            batch_size: 1,
+            batch_linger_ms: 100,
+            breaker_failure_ratio: 0.5,
+            breaker_min_calls: 20,
+            breaker_window_ms: 30_000,
+            breaker_probe_initial_ms: 1_000,
+            breaker_probe_max_ms: 60_000,
             librdkafka: BTreeMap::new(),
         }
     }
@@ -131,6 +154,13 @@ impl fmt::Debug for ConsumerConfig {
             .field("max_buffered_records", &self.max_buffered_records)
             .field("shutdown_timeout_ms", &self.shutdown_timeout_ms)
             .field("auto_offset_reset", &self.auto_offset_reset)
+            .field("batch_size", &self.batch_size)
+            .field("batch_linger_ms", &self.batch_linger_ms)
+            .field("breaker_failure_ratio", &self.breaker_failure_ratio)
+            .field("breaker_min_calls", &self.breaker_min_calls)
+            .field("breaker_window_ms", &self.breaker_window_ms)
+            .field("breaker_probe_initial_ms", &self.breaker_probe_initial_ms)
+            .field("breaker_probe_max_ms", &self.breaker_probe_max_ms)
             .field("librdkafka", &redacted)
             .finish()
     }
@@ -218,6 +248,37 @@ impl ConsumerConfig {
                 "must be at least 1",
             ));
         }
+        if self.batch_size == 0 {
+            return Err(ConfigError::new("batch_size", 0, "must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&self.breaker_failure_ratio) {
+            return Err(ConfigError::new(
+                "breaker_failure_ratio",
+                self.breaker_failure_ratio,
+                "must be between 0 (off) and 1",
+            ));
+        }
+        if self.breaker_failure_ratio > 0.0 {
+            for (key, value) in [
+                ("breaker_window_ms", self.breaker_window_ms),
+                ("breaker_probe_initial_ms", self.breaker_probe_initial_ms),
+                ("breaker_min_calls", u64::from(self.breaker_min_calls)),
+            ] {
+                if value == 0 {
+                    return Err(ConfigError::new(key, value, "must be greater than 0"));
+                }
+            }
+            if self.breaker_probe_max_ms < self.breaker_probe_initial_ms {
+                return Err(ConfigError::new(
+                    "breaker_probe_max_ms",
+                    self.breaker_probe_max_ms,
+                    format!(
+                        "must be at least breaker_probe_initial_ms ({})",
+                        self.breaker_probe_initial_ms
+                    ),
+                ));
+            }
+        }
         if !matches!(self.auto_offset_reset.as_str(), "earliest" | "latest") {
             return Err(ConfigError::new(
                 "auto_offset_reset",
@@ -263,6 +324,17 @@ impl ConsumerConfig {
                 }
                 BadJitter(_) => ConfigError::new("backoff_jitter", self.backoff_jitter, e),
             }
+        })
+    }
+
+    /// The outage breaker's policy; `None` when `breaker_failure_ratio` is 0.
+    pub fn breaker(&self) -> Option<crate::breaker::BreakerPolicy> {
+        (self.breaker_failure_ratio > 0.0).then(|| crate::breaker::BreakerPolicy {
+            window: Duration::from_millis(self.breaker_window_ms),
+            min_calls: self.breaker_min_calls,
+            failure_ratio: self.breaker_failure_ratio,
+            probe_initial: Duration::from_millis(self.breaker_probe_initial_ms),
+            probe_max: Duration::from_millis(self.breaker_probe_max_ms),
         })
     }
 
@@ -442,6 +514,30 @@ mod tests {
                 },
                 "max_buffered_records",
                 "0",
+            ),
+            (
+                ConsumerConfig {
+                    batch_size: 0,
+                    ..valid()
+                },
+                "batch_size",
+                "0",
+            ),
+            (
+                ConsumerConfig {
+                    breaker_failure_ratio: 1.5,
+                    ..valid()
+                },
+                "breaker_failure_ratio",
+                "1.5",
+            ),
+            (
+                ConsumerConfig {
+                    breaker_probe_max_ms: 10,
+                    ..valid()
+                },
+                "breaker_probe_max_ms",
+                "10",
             ),
         ];
         for (config, key, value) in cases {

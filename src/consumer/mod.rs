@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::ExponentialBackoff;
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::dlq::DeadLetterPublisher;
-use crate::handler::Handler;
+use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use context::{commit_stored, PartitionSlot, Partitions, RebalanceContext};
@@ -95,13 +95,13 @@ pub enum ConsumerError {
 
 /// An at-least-once consumer with retries and a dead-letter topic. See the
 /// [module docs](self) for exactly what it does.
-pub struct Consumer<H: Handler> {
+pub struct Consumer<H: BatchHandler> {
     config: ConsumerConfig,
     shared: Arc<Shared<H>>,
     partitions: Partitions,
 }
 
-impl<H: Handler> Consumer<H> {
+impl<H: BatchHandler> Consumer<H> {
     /// Checks `config` and creates the Kafka consumer and the dead-letter producer. Nothing
     /// connects yet; brokers that are down are not an error here.
     pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, ConsumerError> {
@@ -124,10 +124,19 @@ impl<H: Handler> Consumer<H> {
                 backoff: config.backoff()?,
                 consumer: Arc::new(consumer),
                 metrics,
+                breaker: crate::breaker::Breaker::new(config.breaker()),
+                partitions: partitions.clone(),
+                batch_size: config.batch_size,
+                batch_linger: std::time::Duration::from_millis(config.batch_linger_ms),
             }),
             config,
             partitions,
         })
+    }
+
+    /// Watches the outage breaker (open or closed), e.g. to tell the team.
+    pub fn breaker_state(&self) -> tokio::sync::watch::Receiver<crate::breaker::BreakerState> {
+        self.shared.breaker.subscribe()
     }
 
     /// The consumer's metrics and readiness, to serve or read while it runs.

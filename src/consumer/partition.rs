@@ -1,10 +1,11 @@
 //! One assigned partition: a bounded queue of fetched records and the worker task that settles
-//! them in offset order.
+//! them in offset order, in batches when the handler takes batches.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
@@ -13,11 +14,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::context::RebalanceContext;
+use super::context::{Partitions, RebalanceContext};
 use crate::backoff::ExponentialBackoff;
+use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
 use crate::dlq::DeadLetterPublisher;
-use crate::failure::{self, decide, Decision};
-use crate::handler::Handler;
+use crate::failure::{self, decide, Decision, FailureKind, HandlerError};
+use crate::handler::BatchHandler;
 use crate::metrics::{GaugeGuard, Metrics};
 use crate::record::Record;
 
@@ -28,6 +30,10 @@ pub(super) struct Shared<H> {
     pub backoff: ExponentialBackoff,
     pub consumer: Arc<StreamConsumer<RebalanceContext>>,
     pub metrics: Metrics,
+    pub breaker: Breaker,
+    pub partitions: Partitions,
+    pub batch_size: usize,
+    pub batch_linger: Duration,
 }
 
 /// The fetched, not yet settled records of one partition. The partition is paused in the
@@ -70,6 +76,11 @@ impl PartitionQueue {
         tpl
     }
 
+    /// Whether the queue holds the partition paused because it is full.
+    pub fn is_full(&self) -> bool {
+        self.state.lock().expect("partition queue lock").paused
+    }
+
     /// Adds a fetched record; pauses the partition when the queue is full.
     pub fn push(&self, record: Record, consumer: &StreamConsumer<RebalanceContext>) {
         let mut state = self.state.lock().expect("partition queue lock");
@@ -90,20 +101,35 @@ impl PartitionQueue {
         self.notify.notify_one();
     }
 
-    /// The next record in offset order, waiting for one; `None` once `cancel` fires while the
-    /// queue is empty. Resumes the partition when the queue has drained to `low`.
-    async fn pop(
+    /// Takes up to `max` records in offset order: waits for the first, then up to `linger` for
+    /// more. `None` once `cancel` fires while the queue is empty. Resumes the partition when
+    /// the queue has drained to `low` (unless the outage breaker holds it paused).
+    async fn pop_batch(
         &self,
-        consumer: &StreamConsumer<RebalanceContext>,
+        max: usize,
+        linger: Duration,
+        shared_consumer: &StreamConsumer<RebalanceContext>,
+        breaker: &Breaker,
         cancel: &CancellationToken,
-    ) -> Option<Record> {
+    ) -> Option<Vec<Record>> {
+        let mut batch = Vec::with_capacity(max.min(64));
+        let mut deadline: Option<tokio::time::Instant> = None;
         loop {
             {
                 let mut state = self.state.lock().expect("partition queue lock");
-                if let Some(record) = state.records.pop_front() {
+                while batch.len() < max {
+                    let Some(record) = state.records.pop_front() else {
+                        break;
+                    };
                     self.buffered.dec();
-                    if state.paused && state.records.len() <= self.low {
-                        match consumer.resume(&self.tpl()) {
+                    batch.push(record);
+                }
+                if state.paused && state.records.len() <= self.low {
+                    if breaker.is_open() {
+                        // The breaker pauses every partition; it resumes this one on closing.
+                        state.paused = false;
+                    } else {
+                        match shared_consumer.resume(&self.tpl()) {
                             Ok(()) => {
                                 state.paused = false;
                                 tracing::debug!(event = "partition_resumed", topic = %self.topic,
@@ -113,13 +139,28 @@ impl PartitionQueue {
                                 topic = %self.topic, partition = self.partition, error = %e),
                         }
                     }
-                    return Some(record);
                 }
             }
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return None,
-                _ = self.notify.notified() => {}
+            if batch.len() >= max {
+                return Some(batch);
+            }
+            if !batch.is_empty() {
+                let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
+                if linger.is_zero() || tokio::time::Instant::now() >= until {
+                    return Some(batch);
+                }
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Some(batch),
+                    _ = self.notify.notified() => {}
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return None,
+                    _ = self.notify.notified() => {}
+                }
             }
         }
     }
@@ -132,133 +173,281 @@ impl Drop for PartitionQueue {
     }
 }
 
-/// How a record ended.
-enum Outcome {
-    /// Handled, or acknowledged by the dead-letter topic: its offset may be stored.
-    Settled,
-    /// Given up because the partition was revoked or the service is stopping: its offset must
-    /// not be stored, so it is consumed again.
-    Abandoned,
-}
+/// The partition was revoked or the service is stopping: the record was given up unsettled,
+/// its offset not stored, so it will be consumed again.
+struct Abandoned;
 
-/// Settles the records of one partition one after another, storing each offset once its record
-/// is settled, until `cancel` fires (revocation or shutdown). A handler call in progress when
-/// `cancel` fires runs to its end; a backoff wait or dead-letter retry does not.
-pub(super) async fn run_worker<H: Handler>(
+/// Settles the records of one partition in offset order, storing offsets as records settle,
+/// until `cancel` fires (revocation or shutdown). A handler call in progress when `cancel`
+/// fires runs to its end; a backoff wait, a wait for the breaker or a dead-letter retry does
+/// not.
+pub(super) async fn run_worker<H: BatchHandler>(
     shared: Arc<Shared<H>>,
     queue: Arc<PartitionQueue>,
     cancel: CancellationToken,
 ) {
     while !cancel.is_cancelled() {
-        let Some(record) = queue.pop(&shared.consumer, &cancel).await else {
+        let Some(batch) = queue
+            .pop_batch(
+                shared.batch_size,
+                shared.batch_linger,
+                &shared.consumer,
+                &shared.breaker,
+                &cancel,
+            )
+            .await
+        else {
             break;
         };
-        let span = tracing::info_span!(
-            "record",
-            topic = %record.topic,
-            partition = record.partition,
-            offset = record.offset,
-            id = %record.id,
-            key = %record.key_for_logs(),
-        );
-        match settle(&shared, &record, &cancel).instrument(span).await {
-            Outcome::Settled => {
-                if let Err(e) =
-                    shared
-                        .consumer
-                        .store_offset(&record.topic, record.partition, record.offset)
-                {
-                    tracing::debug!(event = "offset_store_failed", topic = %record.topic,
-                        partition = record.partition, offset = record.offset, error = %e,
-                        "partition no longer assigned; the new owner consumes it again");
-                }
-            }
-            Outcome::Abandoned => break,
+        if settle_batch(&shared, &batch, &cancel).await.is_err() {
+            break;
         }
     }
 }
 
-/// Calls the handler until the record succeeds, is dead-lettered, or is abandoned.
-async fn settle<H: Handler>(
+/// Stores the offset of `record`: it and every record before it are settled.
+fn store(shared: &Shared<impl BatchHandler>, record: &Record) {
+    if let Err(e) = shared
+        .consumer
+        .store_offset(&record.topic, record.partition, record.offset)
+    {
+        tracing::debug!(event = "offset_store_failed", topic = %record.topic,
+            partition = record.partition, offset = record.offset, error = %e,
+            "partition no longer assigned; the new owner consumes it again");
+    }
+}
+
+/// Calls the handler with `records`, catching a panic as a permanent failure, and tells the
+/// breaker how it went.
+async fn call<H: BatchHandler>(
     shared: &Shared<H>,
-    record: &Record,
-    cancel: &CancellationToken,
-) -> Outcome {
-    let mut delays = shared.backoff.delays();
-    let mut attempts: u32 = 0;
-    loop {
-        attempts += 1;
-        let started = Instant::now();
-        let result = AssertUnwindSafe(shared.handler.handle(record))
-            .catch_unwind()
-            .await;
-        let elapsed = started.elapsed().as_secs_f64();
-        shared
-            .metrics
-            .handler_duration
-            .with_label_values(&[record.topic.as_str()])
-            .observe(elapsed);
-        let elapsed_ms = elapsed * 1000.0;
-        let error = match result {
-            Ok(Ok(())) => {
-                tracing::debug!(event = "record_handled", attempts, elapsed_ms);
-                shared
-                    .metrics
-                    .succeeded
-                    .with_label_values(&[record.topic.as_str()])
-                    .inc();
-                return Outcome::Settled;
+    records: &[Record],
+    permit: Permit,
+) -> Result<(), HandlerError> {
+    let started = Instant::now();
+    let result = AssertUnwindSafe(shared.handler.handle_batch(records))
+        .catch_unwind()
+        .await;
+    let topic = records[0].topic.as_str();
+    shared
+        .metrics
+        .handler_duration
+        .with_label_values(&[topic])
+        .observe(started.elapsed().as_secs_f64());
+    let result = match result {
+        Ok(result) => result,
+        Err(panic) => {
+            let error = failure::from_panic(panic);
+            tracing::error!(event = "handler_panicked", first_offset = records[0].offset,
+                records = records.len(), error = %error.message());
+            Err(error)
+        }
+    };
+    let outcome = match &result {
+        Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
+        _ => CallOutcome::Answered,
+    };
+    if let Some(state) = shared.breaker.record(permit, outcome) {
+        on_breaker_change(shared, state, result.as_ref().err());
+    }
+    result
+}
+
+/// Pauses every assigned partition when the breaker opens; resumes them when it closes (except
+/// partitions whose queue is full).
+fn on_breaker_change<H: BatchHandler>(
+    shared: &Shared<H>,
+    state: BreakerState,
+    error: Option<&HandlerError>,
+) {
+    let assignment = match shared.consumer.assignment() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(event = "breaker_assignment_failed", error = %e);
+            return;
+        }
+    };
+    match state {
+        BreakerState::Open => {
+            shared.metrics.breaker_open.set(1);
+            shared.metrics.breaker_opened.inc();
+            if let Err(e) = shared.consumer.pause(&assignment) {
+                tracing::warn!(event = "breaker_pause_failed", error = %e);
             }
-            Ok(Err(error)) => error,
-            Err(panic) => {
-                let error = failure::from_panic(panic);
-                tracing::error!(event = "handler_panicked", attempts, error = %error.message());
-                error
+            tracing::error!(event = "breaker_opened", partitions = assignment.count(),
+                last_error = %error.map(|e| e.message()).unwrap_or_default(),
+                "the downstream looks down: consumption paused, probing with one record; nothing is dead-lettered for the outage");
+        }
+        BreakerState::Closed => {
+            shared.metrics.breaker_open.set(0);
+            if let Err(e) = shared.consumer.resume(&assignment) {
+                tracing::warn!(event = "breaker_resume_failed", error = %e);
             }
-        };
-        match decide(&error, &mut delays) {
-            Decision::Retry { delay } => {
-                tracing::warn!(event = "record_retry_scheduled", attempts,
-                    retry_in_ms = delay.as_millis() as u64, error = %error);
-                shared
-                    .metrics
-                    .retried
-                    .with_label_values(&[record.topic.as_str()])
-                    .inc();
-                let _in_backoff = GaugeGuard::inc(&shared.metrics.partitions_in_backoff);
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = cancel.cancelled() => {
-                        tracing::info!(event = "record_abandoned", attempts,
-                            "stopped during backoff; the record will be consumed again");
-                        return Outcome::Abandoned;
-                    }
+            let partitions = shared.partitions.lock().expect("partitions lock");
+            for slot in partitions.values() {
+                if slot.queue.is_full() {
+                    let _ = shared.consumer.pause(&slot.queue.tpl());
                 }
             }
-            Decision::DeadLetter(kind) => {
-                match shared
-                    .dlq
-                    .publish(record, kind, error.message(), attempts, cancel)
-                    .await
-                {
-                    Ok(to) => {
-                        tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(),
-                            attempts, dlq_topic = %to.topic, dlq_partition = to.partition,
-                            dlq_offset = to.offset, error = %error.message());
-                        shared
-                            .metrics
-                            .dead_lettered
-                            .with_label_values(&[record.topic.as_str(), kind.as_str()])
-                            .inc();
-                        return Outcome::Settled;
+            tracing::warn!(
+                event = "breaker_closed",
+                partitions = assignment.count(),
+                "the downstream answers again: consumption resumed"
+            );
+        }
+    }
+}
+
+/// Waits for the breaker's permission to call the handler, or for `cancel`.
+async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit, Abandoned> {
+    tokio::select! {
+        permit = breaker.permit() => Ok(permit),
+        _ = cancel.cancelled() => Err(Abandoned),
+    }
+}
+
+/// Settles a batch: one call for all of it; on failure, halves in order, recursively, until
+/// the failing records stand alone and go through [`settle_one`].
+async fn settle_batch<H: BatchHandler>(
+    shared: &Shared<H>,
+    batch: &[Record],
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    let mut todo: VecDeque<Range<usize>> = VecDeque::from([0..batch.len()]);
+    while let Some(range) = todo.pop_front() {
+        let records = &batch[range.clone()];
+        let granted = permit(&shared.breaker, cancel).await?;
+        let result = if records.len() == 1 {
+            let record = &records[0];
+            let span = record_span(record);
+            async {
+                let first = call(shared, records, granted).await;
+                settle_one(shared, record, first, cancel).await
+            }
+            .instrument(span)
+            .await?;
+            Ok(())
+        } else {
+            call(shared, records, granted).await
+        };
+        match result {
+            Ok(()) => {
+                if records.len() > 1 {
+                    tracing::debug!(event = "batch_handled", topic = %records[0].topic,
+                        partition = records[0].partition, first_offset = records[0].offset,
+                        records = records.len());
+                    shared
+                        .metrics
+                        .succeeded
+                        .with_label_values(&[records[0].topic.as_str()])
+                        .inc_by(records.len() as u64);
+                }
+                store(shared, &records[records.len() - 1]);
+            }
+            Err(error) if error.kind() == FailureKind::Transient && shared.breaker.is_open() => {
+                // The downstream is down, not these records: try the same part again once the
+                // breaker lets us.
+                todo.push_front(range);
+            }
+            Err(error) => {
+                let mid = range.start + records.len() / 2;
+                tracing::warn!(event = "batch_split", topic = %records[0].topic,
+                    partition = records[0].partition, first_offset = records[0].offset,
+                    records = records.len(), error = %error,
+                    "batch failed; retrying its halves to isolate the failing records");
+                shared
+                    .metrics
+                    .batch_splits
+                    .with_label_values(&[records[0].topic.as_str()])
+                    .inc();
+                todo.push_front(mid..range.end);
+                todo.push_front(range.start..mid);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn record_span(record: &Record) -> tracing::Span {
+    tracing::info_span!(
+        "record",
+        topic = %record.topic,
+        partition = record.partition,
+        offset = record.offset,
+        id = %record.id,
+        key = %record.key_for_logs(),
+    )
+}
+
+/// Settles one record after its first attempt: retries transient failures with backoff (not
+/// counting attempts made while the breaker is open against its retries), dead-letters
+/// permanent failures and exhausted retries.
+async fn settle_one<H: BatchHandler>(
+    shared: &Shared<H>,
+    record: &Record,
+    first: Result<(), HandlerError>,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    let topic = record.topic.as_str();
+    let mut delays = shared.backoff.delays();
+    let mut attempts: u32 = 1;
+    let mut result = first;
+    loop {
+        let error = match result {
+            Ok(()) => {
+                tracing::debug!(event = "record_handled", attempts);
+                shared.metrics.succeeded.with_label_values(&[topic]).inc();
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        if error.kind() == FailureKind::Transient && shared.breaker.is_open() {
+            tracing::info!(event = "record_waiting_for_breaker", attempts, error = %error,
+                "the downstream is down; this record waits without using up its retries");
+        } else {
+            match decide(&error, &mut delays) {
+                Decision::Retry { delay } => {
+                    tracing::warn!(event = "record_retry_scheduled", attempts,
+                        retry_in_ms = delay.as_millis() as u64, error = %error);
+                    shared.metrics.retried.with_label_values(&[topic]).inc();
+                    let _in_backoff = GaugeGuard::inc(&shared.metrics.partitions_in_backoff);
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = cancel.cancelled() => {
+                            tracing::info!(event = "record_abandoned", attempts,
+                                "stopped during backoff; the record will be consumed again");
+                            return Err(Abandoned);
+                        }
                     }
-                    Err(_) => {
-                        tracing::info!(event = "record_abandoned", attempts,
-                            "stopped before the dead-letter write succeeded; the record will be consumed again");
-                        return Outcome::Abandoned;
-                    }
+                }
+                Decision::DeadLetter(kind) => {
+                    return match shared
+                        .dlq
+                        .publish(record, kind, error.message(), attempts, cancel)
+                        .await
+                    {
+                        Ok(to) => {
+                            tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(),
+                                attempts, dlq_topic = %to.topic, dlq_partition = to.partition,
+                                dlq_offset = to.offset, error = %error.message());
+                            shared
+                                .metrics
+                                .dead_lettered
+                                .with_label_values(&[topic, kind.as_str()])
+                                .inc();
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::info!(event = "record_abandoned", attempts,
+                                "stopped before the dead-letter write succeeded; the record will be consumed again");
+                            Err(Abandoned)
+                        }
+                    };
                 }
             }
         }
+        let granted = permit(&shared.breaker, cancel).await?;
+        attempts += 1;
+        result = call(shared, std::slice::from_ref(record), granted).await;
     }
 }

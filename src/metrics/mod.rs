@@ -18,6 +18,9 @@
 //! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
 //! | `kafka_dlq_partitions_assigned` | gauge | | partitions this member owns |
 //! | `kafka_dlq_broker_up` | gauge | | 1 when a broker connection is up |
+//! | `kafka_dlq_breaker_open` | gauge | | 1 while the outage breaker is open |
+//! | `kafka_dlq_breaker_opened_total` | counter | | times the outage breaker opened |
+//! | `kafka_dlq_batch_splits_total` | counter | topic | failed batches split in halves |
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -40,6 +43,9 @@ pub struct Metrics {
     pub(crate) consumer_lag: IntGaugeVec,
     pub(crate) partitions_assigned: IntGauge,
     pub(crate) broker_up: IntGauge,
+    pub(crate) breaker_open: IntGauge,
+    pub(crate) breaker_opened: prometheus::IntCounter,
+    pub(crate) batch_splits: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -133,6 +139,23 @@ impl Metrics {
             "kafka_dlq_broker_up",
             "1 when at least one broker connection is up, per the last client statistics.",
         );
+        let breaker_open = gauge(
+            "kafka_dlq_breaker_open",
+            "1 while the outage breaker is open (consumption paused, probing).",
+        );
+        let breaker_opened = prometheus::IntCounter::new(
+            "kafka_dlq_breaker_opened_total",
+            "Times the outage breaker opened.",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(breaker_opened.clone()))
+            .expect("unique metric");
+        let batch_splits = counter(
+            "kafka_dlq_batch_splits_total",
+            "Failed batches split in halves to isolate poison records.",
+            &["topic"],
+        );
         Self {
             registry,
             consumed,
@@ -146,6 +169,9 @@ impl Metrics {
             consumer_lag,
             partitions_assigned,
             broker_up,
+            breaker_open,
+            breaker_opened,
+            batch_splits,
         }
     }
 
