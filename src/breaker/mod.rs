@@ -4,8 +4,15 @@
 //! Retries per record are right for a record that fails; they are wrong for a downstream that
 //! is down for ten minutes: every record would use up its retries and be dead-lettered. The
 //! breaker watches the outcome of every handler call over a sliding window. When at least
-//! `min_calls` calls ended within `window`, and the share of transient failures among them
-//! reaches `failure_ratio`, the downstream is down, not the records: the breaker **opens**.
+//! `min_calls` calls ended within `window`, the share of transient failures among them reaches
+//! `failure_ratio`, and the failures come from more than one record (one record failing again
+//! and again is that record's problem, and goes to the dead-letter topic after its retries),
+//! the downstream is down, not the records: the breaker **opens**.
+//!
+//! The breaker needs failures from two records to tell an outage from one bad record, so on a
+//! topic with a single partition the first record caught by an outage can use up its retries
+//! and be dead-lettered before a second record shows the outage; with several partitions
+//! failing at once the breaker opens long before that.
 //!
 //! While open: every assigned partition is paused; no handler call is made except one
 //! **probe** at a time, first after `probe_initial`, then doubling up to `probe_max`; a transient
@@ -83,7 +90,8 @@ pub enum CallOutcome {
 #[derive(Debug)]
 enum Inner {
     Closed {
-        outcomes: VecDeque<(Instant, bool)>,
+        /// When each call ended, whether it failed transiently, and which record it was for.
+        outcomes: VecDeque<(Instant, bool, u64)>,
     },
     Open {
         next_probe: Instant,
@@ -163,23 +171,35 @@ impl Breaker {
         }
     }
 
-    /// Records how a call made with `permit` ended. Returns the new state when it changed.
-    pub fn record(&self, permit: Permit, outcome: CallOutcome) -> Option<BreakerState> {
+    /// Records how a call made with `permit` for the record identified by `record` (any stable
+    /// number, e.g. a hash of topic, partition and offset) ended. Returns the new state when it
+    /// changed.
+    pub fn record(
+        &self,
+        permit: Permit,
+        outcome: CallOutcome,
+        record: u64,
+    ) -> Option<BreakerState> {
         let policy = self.policy.as_ref()?;
         let now = Instant::now();
         let mut inner = self.inner.lock().expect("breaker lock");
         let changed = match (&mut *inner, permit) {
             (Inner::Closed { outcomes }, _) => {
-                outcomes.push_back((now, outcome == CallOutcome::Transient));
+                outcomes.push_back((now, outcome == CallOutcome::Transient, record));
                 while outcomes
                     .front()
-                    .is_some_and(|(at, _)| now.duration_since(*at) > policy.window)
+                    .is_some_and(|(at, _, _)| now.duration_since(*at) > policy.window)
                 {
                     outcomes.pop_front();
                 }
                 let calls = outcomes.len() as u32;
-                let failures = outcomes.iter().filter(|(_, t)| *t).count() as f64;
-                if calls >= policy.min_calls && failures / f64::from(calls) >= policy.failure_ratio
+                let mut failing = outcomes.iter().filter(|(_, t, _)| *t);
+                let failures = failing.clone().count() as f64;
+                let first = failing.next().map(|(_, _, r)| *r);
+                let several = failing.any(|(_, _, r)| Some(*r) != first);
+                if calls >= policy.min_calls
+                    && several
+                    && failures / f64::from(calls) >= policy.failure_ratio
                 {
                     *inner = Inner::Open {
                         next_probe: now + policy.probe_initial,
@@ -241,36 +261,54 @@ mod tests {
         }
     }
 
+    fn open(b: &Breaker) {
+        for i in 0..4 {
+            b.record(Permit::Normal, CallOutcome::Transient, i);
+        }
+        assert!(b.is_open());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn opens_when_transient_failures_reach_the_ratio() {
         let b = Breaker::new(Some(policy()));
+        let t = CallOutcome::Transient;
+        let a = CallOutcome::Answered;
+        assert_eq!(b.record(Permit::Normal, t, 1), None, "too few calls");
+        assert_eq!(b.record(Permit::Normal, a, 2), None);
+        assert_eq!(b.record(Permit::Normal, a, 3), None);
         assert_eq!(
-            b.record(Permit::Normal, CallOutcome::Transient),
-            None,
-            "too few calls"
-        );
-        assert_eq!(b.record(Permit::Normal, CallOutcome::Answered), None);
-        assert_eq!(b.record(Permit::Normal, CallOutcome::Answered), None);
-        assert_eq!(
-            b.record(Permit::Normal, CallOutcome::Transient),
+            b.record(Permit::Normal, t, 4),
             Some(BreakerState::Open),
-            "2 of 4 transient"
+            "2 of 4 transient, from two records"
         );
         assert!(b.is_open());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn old_outcomes_leave_the_window() {
+    async fn one_record_failing_again_and_again_does_not_open_it() {
         let b = Breaker::new(Some(policy()));
-        for _ in 0..3 {
-            b.record(Permit::Normal, CallOutcome::Transient);
-        }
-        tokio::time::advance(Duration::from_secs(11)).await;
-        for _ in 0..3 {
-            assert_eq!(b.record(Permit::Normal, CallOutcome::Answered), None);
+        for _ in 0..10 {
+            assert_eq!(b.record(Permit::Normal, CallOutcome::Transient, 7), None);
         }
         assert_eq!(
-            b.record(Permit::Normal, CallOutcome::Transient),
+            b.record(Permit::Normal, CallOutcome::Transient, 8),
+            Some(BreakerState::Open),
+            "a second record failing too: an outage"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn old_outcomes_leave_the_window() {
+        let b = Breaker::new(Some(policy()));
+        for i in 0..3 {
+            b.record(Permit::Normal, CallOutcome::Transient, i);
+        }
+        tokio::time::advance(Duration::from_secs(11)).await;
+        for i in 0..3 {
+            assert_eq!(b.record(Permit::Normal, CallOutcome::Answered, i), None);
+        }
+        assert_eq!(
+            b.record(Permit::Normal, CallOutcome::Transient, 9),
             None,
             "1 of 4"
         );
@@ -279,27 +317,22 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn probes_at_growing_intervals_and_closes_on_an_answer() {
         let b = Breaker::new(Some(policy()));
-        for _ in 0..4 {
-            b.record(Permit::Normal, CallOutcome::Transient);
-        }
+        open(&b);
         let start = Instant::now();
-        assert_eq!(b.permit().await, Permit::Probe);
-        assert_eq!(start.elapsed(), Duration::from_secs(1));
-        assert_eq!(b.record(Permit::Probe, CallOutcome::Transient), None);
-        assert_eq!(b.permit().await, Permit::Probe);
-        assert_eq!(start.elapsed(), Duration::from_secs(3), "then 2 s");
-        b.record(Permit::Probe, CallOutcome::Transient);
+        let mut expected = Duration::ZERO;
+        for wait in [1, 2, 4, 4] {
+            assert_eq!(b.permit().await, Permit::Probe);
+            expected += Duration::from_secs(wait);
+            assert_eq!(
+                start.elapsed(),
+                expected,
+                "1 s, then 2 s, then 4 s (the cap)"
+            );
+            assert_eq!(b.record(Permit::Probe, CallOutcome::Transient, 0), None);
+        }
         assert_eq!(b.permit().await, Permit::Probe);
         assert_eq!(
-            start.elapsed(),
-            Duration::from_secs(7),
-            "then 4 s (the cap)"
-        );
-        b.record(Permit::Probe, CallOutcome::Transient);
-        assert_eq!(b.permit().await, Permit::Probe);
-        assert_eq!(start.elapsed(), Duration::from_secs(11), "capped at 4 s");
-        assert_eq!(
-            b.record(Permit::Probe, CallOutcome::Answered),
+            b.record(Permit::Probe, CallOutcome::Answered, 0),
             Some(BreakerState::Closed)
         );
         assert_eq!(b.permit().await, Permit::Normal);
@@ -308,9 +341,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_one_probe_at_a_time_and_waiters_go_on_after_closing() {
         let b = std::sync::Arc::new(Breaker::new(Some(policy())));
-        for _ in 0..4 {
-            b.record(Permit::Normal, CallOutcome::Transient);
-        }
+        open(&b);
         assert_eq!(b.permit().await, Permit::Probe);
         let waiter = {
             let b = b.clone();
@@ -318,15 +349,15 @@ mod tests {
         };
         tokio::time::advance(Duration::from_secs(30)).await;
         assert!(!waiter.is_finished(), "no second probe while one is out");
-        b.record(Permit::Probe, CallOutcome::Answered);
+        b.record(Permit::Probe, CallOutcome::Answered, 0);
         assert_eq!(waiter.await.unwrap(), Permit::Normal);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_disabled_breaker_never_opens() {
         let b = Breaker::new(None);
-        for _ in 0..100 {
-            assert_eq!(b.record(Permit::Normal, CallOutcome::Transient), None);
+        for i in 0..100 {
+            assert_eq!(b.record(Permit::Normal, CallOutcome::Transient, i), None);
         }
         assert_eq!(b.permit().await, Permit::Normal);
     }

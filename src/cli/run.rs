@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use kafka_dlq::sidecar::HttpTarget;
+use kafka_dlq::handler::BatchHandler;
+use kafka_dlq::sidecar::{HttpBatchTarget, HttpTarget};
 use kafka_dlq::{ConfigError, Consumer, ConsumerConfig};
 
 use super::CliError;
@@ -73,6 +74,29 @@ pub struct RunArgs {
         default_value = "application/json"
     )]
     content_type: String,
+    /// Records per POST: 1 posts each record's value; more posts a JSON array of records
+    /// [default: 1].
+    #[arg(long, env = "KAFKA_DLQ_BATCH_SIZE")]
+    batch_size: Option<usize>,
+    /// How long a batch waits for more records after its first, in ms [default: 100].
+    #[arg(long, env = "KAFKA_DLQ_BATCH_LINGER_MS")]
+    batch_linger_ms: Option<u64>,
+    /// Share of transient failures in the window that opens the outage breaker; 0 turns it
+    /// off [default: 0.5].
+    #[arg(long, env = "KAFKA_DLQ_BREAKER_FAILURE_RATIO")]
+    breaker_failure_ratio: Option<f64>,
+    /// Fewer calls than this in the window never open the breaker [default: 20].
+    #[arg(long, env = "KAFKA_DLQ_BREAKER_MIN_CALLS")]
+    breaker_min_calls: Option<u32>,
+    /// The breaker's sliding window in ms [default: 30000].
+    #[arg(long, env = "KAFKA_DLQ_BREAKER_WINDOW_MS")]
+    breaker_window_ms: Option<u64>,
+    /// First wait before probing an open breaker, in ms, doubling [default: 1000].
+    #[arg(long, env = "KAFKA_DLQ_BREAKER_PROBE_INITIAL_MS")]
+    breaker_probe_initial_ms: Option<u64>,
+    /// Cap on the wait between probes, in ms [default: 60000].
+    #[arg(long, env = "KAFKA_DLQ_BREAKER_PROBE_MAX_MS")]
+    breaker_probe_max_ms: Option<u64>,
     /// Address of the /metrics, /healthz and /readyz endpoint.
     #[arg(long, env = "KAFKA_DLQ_METRICS_ADDR", default_value = "0.0.0.0:9102")]
     metrics_addr: String,
@@ -126,6 +150,27 @@ impl RunArgs {
         if let Some(v) = &self.auto_offset_reset {
             c.auto_offset_reset = v.clone();
         }
+        if let Some(v) = self.batch_size {
+            c.batch_size = v;
+        }
+        if let Some(v) = self.batch_linger_ms {
+            c.batch_linger_ms = v;
+        }
+        if let Some(v) = self.breaker_failure_ratio {
+            c.breaker_failure_ratio = v;
+        }
+        if let Some(v) = self.breaker_min_calls {
+            c.breaker_min_calls = v;
+        }
+        if let Some(v) = self.breaker_window_ms {
+            c.breaker_window_ms = v;
+        }
+        if let Some(v) = self.breaker_probe_initial_ms {
+            c.breaker_probe_initial_ms = v;
+        }
+        if let Some(v) = self.breaker_probe_max_ms {
+            c.breaker_probe_max_ms = v;
+        }
         c.librdkafka = super::parse_kafka_options(&self.kafka_options)?;
         c.validate()?;
         Ok(c)
@@ -135,9 +180,15 @@ impl RunArgs {
 /// Everything `run` needs, checked, before anything connects.
 pub struct Checked {
     config: ConsumerConfig,
-    target: HttpTarget,
+    target: Target,
     addr: std::net::SocketAddr,
     monitor: Option<kafka_dlq::monitor::Monitor>,
+}
+
+/// One record per POST, or batches.
+enum Target {
+    Single(HttpTarget),
+    Batch(HttpBatchTarget),
 }
 
 /// Checks every setting of `run`.
@@ -147,11 +198,12 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         .target_url
         .as_deref()
         .ok_or_else(|| ConfigError::new("target_url", "", "is required"))?;
-    let target = HttpTarget::new(
-        url,
-        Duration::from_millis(args.request_timeout_ms),
-        &args.content_type,
-    )?;
+    let timeout = Duration::from_millis(args.request_timeout_ms);
+    let target = if config.batch_size > 1 {
+        Target::Batch(HttpBatchTarget::new(url, timeout)?)
+    } else {
+        Target::Single(HttpTarget::new(url, timeout, &args.content_type)?)
+    };
     let addr: std::net::SocketAddr = args.metrics_addr.parse().map_err(|e| {
         ConfigError::new(
             "metrics_addr",
@@ -182,15 +234,22 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
 
 /// Runs the sidecar until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
-    let Checked {
-        config,
-        target,
-        addr,
-        monitor,
-    } = check(&args)?;
+    let checked = check(&args)?;
     let url = args.target_url.as_deref().unwrap_or_default();
-    tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %addr,
-        monitor = args.monitor, config = ?config);
+    tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %checked.addr,
+        monitor = args.monitor, batch_size = checked.config.batch_size, config = ?checked.config);
+    match checked.target {
+        Target::Single(t) => serve(checked.config, t, checked.addr, checked.monitor).await,
+        Target::Batch(t) => serve(checked.config, t, checked.addr, checked.monitor).await,
+    }
+}
+
+async fn serve<H: BatchHandler>(
+    config: ConsumerConfig,
+    target: H,
+    addr: std::net::SocketAddr,
+    monitor: Option<kafka_dlq::monitor::Monitor>,
+) -> Result<(), CliError> {
     let consumer = Consumer::new(config, target).map_err(|e| match e {
         kafka_dlq::ConsumerError::Config(c) => CliError::Config(c),
         other => CliError::Runtime(other.into()),
@@ -207,7 +266,10 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         consumer.metrics(),
         server_stop.clone().cancelled_owned(),
     ));
-    let monitor = monitor.map(|m| tokio::spawn(m.run(stop.clone().cancelled_owned())));
+    let monitor = monitor.map(|m| {
+        let m = m.with_breaker(consumer.breaker_state());
+        tokio::spawn(m.run(stop.clone().cancelled_owned()))
+    });
     let signal = {
         let stop = stop.clone();
         tokio::spawn(async move {

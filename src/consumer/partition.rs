@@ -247,7 +247,9 @@ async fn call<H: BatchHandler>(
         Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
         _ => CallOutcome::Answered,
     };
-    if let Some(state) = shared.breaker.record(permit, outcome) {
+    // Calls are told apart by their first record: partition and offset.
+    let who = (records[0].partition as u64) << 48 ^ records[0].offset as u64;
+    if let Some(state) = shared.breaker.record(permit, outcome, who) {
         on_breaker_change(shared, state, result.as_ref().err());
     }
     result
@@ -404,6 +406,8 @@ async fn settle_one<H: BatchHandler>(
         if error.kind() == FailureKind::Transient && shared.breaker.is_open() {
             tracing::info!(event = "record_waiting_for_breaker", attempts, error = %error,
                 "the downstream is down; this record waits without using up its retries");
+            // Failures during an outage say nothing about the record: its retries start over.
+            delays.reset();
         } else {
             match decide(&error, &mut delays) {
                 Decision::Retry { delay } => {

@@ -218,7 +218,9 @@ pub fn truncate_message(message: &str) -> String {
     format!("{}…", &message[..end])
 }
 
-fn encode_payload(payload: Option<&[u8]>) -> (Box<RawValue>, Encoding) {
+/// A value as JSON for embedding: itself when it is one JSON value with nothing around it,
+/// else a UTF-8 string, else base64; `null` for none.
+pub(crate) fn encode_payload(payload: Option<&[u8]>) -> (Box<RawValue>, Encoding) {
     let Some(bytes) = payload else {
         return (raw("null"), Encoding::None);
     };

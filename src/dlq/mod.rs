@@ -11,6 +11,7 @@
 //! so a broken dead-letter topic stalls its partition instead of losing records.
 
 mod envelope;
+pub(crate) use envelope::encode_payload;
 mod reader;
 
 use std::time::Duration;

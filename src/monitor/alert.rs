@@ -26,6 +26,10 @@ pub enum Alert {
         /// Outstanding dead letters before.
         previous: u64,
     },
+    /// The consumer's outage breaker opened: the downstream looks down.
+    BreakerOpened,
+    /// The outage breaker closed: the downstream answers again.
+    BreakerClosed,
 }
 
 /// The content of an increase alert.
@@ -260,6 +264,8 @@ impl Alert {
             Alert::Resolved { previous } => format!(
                 ":white_check_mark: *Resolved:* no outstanding dead letters (was {previous})."
             ),
+            Alert::BreakerOpened => ":construction: *Downstream outage:* most recent calls failed transiently, so the outage breaker opened. Consumption is paused and one record probes the downstream at growing intervals; no record is dead-lettered because of the outage.".to_string(),
+            Alert::BreakerClosed => ":white_check_mark: *Downstream back:* a probe succeeded, the outage breaker closed and consumption resumed.".to_string(),
         }
     }
 }

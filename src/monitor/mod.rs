@@ -143,6 +143,7 @@ struct Pending {
 pub struct Monitor {
     config: MonitorConfig,
     notifier: Arc<Notifier>,
+    breaker: Option<tokio::sync::watch::Receiver<crate::breaker::BreakerState>>,
 }
 
 impl Monitor {
@@ -150,7 +151,21 @@ impl Monitor {
     pub fn new(config: MonitorConfig) -> Result<Self, MonitorError> {
         config.validate()?;
         let notifier = Arc::new(Notifier::new(config.slack.clone())?);
-        Ok(Self { config, notifier })
+        Ok(Self {
+            config,
+            notifier,
+            breaker: None,
+        })
+    }
+
+    /// Also announces when a consumer's outage breaker opens and closes (see
+    /// [`Consumer::breaker_state`](crate::Consumer::breaker_state)).
+    pub fn with_breaker(
+        mut self,
+        breaker: tokio::sync::watch::Receiver<crate::breaker::BreakerState>,
+    ) -> Self {
+        self.breaker = Some(breaker);
+        self
     }
 
     /// Watches until `shutdown` completes. An alert still being delivered then is given up
@@ -197,6 +212,7 @@ impl Monitor {
         let mut last_total: Option<u64> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut check = tokio::time::interval(Duration::from_millis(c.check_interval_ms));
+        let mut breaker = self.breaker.clone();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -232,6 +248,20 @@ impl Monitor {
                         if tx.send(pending).await.is_err() {
                             break;
                         }
+                    }
+                }
+                changed = async { breaker.as_mut().expect("guarded").changed().await }, if breaker.is_some() => {
+                    let Ok(()) = changed else {
+                        breaker = None; // the consumer is gone
+                        continue;
+                    };
+                    let state = *breaker.as_mut().expect("guarded").borrow_and_update();
+                    let alert = match state {
+                        crate::breaker::BreakerState::Open => Alert::BreakerOpened,
+                        crate::breaker::BreakerState::Closed => Alert::BreakerClosed,
+                    };
+                    if tx.send(Pending { alert, positions: vec![] }).await.is_err() {
+                        break;
                     }
                 }
                 _ = check.tick() => {

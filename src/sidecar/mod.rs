@@ -16,6 +16,15 @@
 //! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
 //! connection errors and timeouts are transient (a `Retry-After` header, in seconds or as an
 //! HTTP date, replaces the next backoff delay); any other status is permanent.
+//!
+//! In batch mode ([`HttpBatchTarget`], `kafka-dlq run --batch-size N`) one `POST` carries up to
+//! N records of one partition as a JSON array, in offset order:
+//! `[{"id": "...", "offset": 41, "key": "..." | null, "payload": ..., "payload_encoding": "json"}, …]`
+//! (`payload` embedded as JSON when it is JSON, else a string, else base64, as in the
+//! dead-letter envelope), with `X-Kafka-Topic`, `X-Kafka-Partition`, `X-Kafka-First-Offset`
+//! and `X-Kafka-Last-Offset` headers. The answer is classified as above, for the whole batch;
+//! a failed batch is split to find the records that fail (see
+//! [`BatchHandler`](crate::handler::BatchHandler)).
 
 use std::time::Duration;
 
@@ -98,6 +107,13 @@ impl Handler for HttpTarget {
                 None => request.header("X-Kafka-Key-Base64", BASE64.encode(key)),
             };
         }
+        self.send(request).await
+    }
+}
+
+impl HttpTarget {
+    /// Sends `request` and classifies the answer.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<(), HandlerError> {
         let mut response = request.send().await.map_err(|e| {
             HandlerError::transient(format!("POST {} failed: {}", self.url, error_chain(&e)))
         })?;
@@ -124,6 +140,65 @@ impl Handler for HttpTarget {
             &String::from_utf8_lossy(&body),
             Utc::now(),
         )
+    }
+}
+
+/// Delivers batches of records to an HTTP endpoint as one JSON array per call.
+#[derive(Debug, Clone)]
+pub struct HttpBatchTarget {
+    single: HttpTarget,
+}
+
+impl HttpBatchTarget {
+    /// Checks the URL (`http://` only) and builds a client whose requests time out after
+    /// `timeout`. The body is always `application/json`.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, ConfigError> {
+        Ok(Self {
+            single: HttpTarget::new(url, timeout, "application/json")?,
+        })
+    }
+}
+
+#[derive(serde::Serialize)]
+struct BatchItem<'a> {
+    id: &'a str,
+    offset: i64,
+    key: Option<std::borrow::Cow<'a, str>>,
+    payload: Box<serde_json::value::RawValue>,
+    payload_encoding: crate::dlq::Encoding,
+}
+
+impl crate::handler::BatchHandler for HttpBatchTarget {
+    async fn handle_batch(&self, records: &[Record]) -> Result<(), HandlerError> {
+        let items: Vec<BatchItem<'_>> = records
+            .iter()
+            .map(|r| {
+                let (payload, payload_encoding) = crate::dlq::encode_payload(r.payload.as_deref());
+                BatchItem {
+                    id: &r.id,
+                    offset: r.offset,
+                    key: r.key.as_deref().map(String::from_utf8_lossy),
+                    payload,
+                    payload_encoding,
+                }
+            })
+            .collect();
+        let body = serde_json::to_vec(&items).expect("a batch serializes");
+        let first = &records[0];
+        let request = self
+            .single
+            .client
+            .post(self.single.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header("X-Kafka-Topic", &first.topic)
+            .header("X-Kafka-Partition", first.partition.to_string())
+            .header("X-Kafka-First-Offset", first.offset.to_string())
+            .header(
+                "X-Kafka-Last-Offset",
+                records[records.len() - 1].offset.to_string(),
+            )
+            .body(body);
+        self.single.send(request).await
     }
 }
 

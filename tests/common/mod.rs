@@ -432,7 +432,10 @@ pub struct Running {
 }
 
 impl Running {
-    pub fn start<H: Handler>(config: kafka_dlq::ConsumerConfig, handler: H) -> Running {
+    pub fn start<H: kafka_dlq::handler::BatchHandler>(
+        config: kafka_dlq::ConsumerConfig,
+        handler: H,
+    ) -> Running {
         init_logs();
         let consumer = kafka_dlq::Consumer::new(config, handler).expect("consumer");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
