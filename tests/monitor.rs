@@ -440,3 +440,33 @@ async fn with_no_slack_the_alert_goes_to_the_log_and_the_position_advances() {
     );
     monitor.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outage_breaker_is_announced_when_it_opens_and_closes() {
+    use kafka_dlq::breaker::BreakerState;
+    let brokers = brokers();
+    let dlq = unique("breaker-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let (state, watch) = tokio::sync::watch::channel(BreakerState::Closed);
+    init_logs();
+    let monitor = Monitor::new(config(&brokers, &dlq, web_api(&base)))
+        .unwrap()
+        .with_breaker(watch);
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(monitor.run(async move {
+        let _ = rx.await;
+    }));
+    state.send(BreakerState::Open).unwrap();
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    assert!(
+        slack.delivered()[0].contains("Downstream outage"),
+        "{:?}",
+        slack.delivered()
+    );
+    state.send(BreakerState::Closed).unwrap();
+    assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
+    assert!(slack.delivered()[1].contains("Downstream back"));
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}

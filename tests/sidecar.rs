@@ -214,3 +214,136 @@ fn run_rejects_bad_settings_naming_the_flag_and_value() {
         );
     }
 }
+
+/// Answers a batch: 400 when any record in it is `bad…`, else 200; records every array.
+async fn answer_batch(State(target): State<Target>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array");
+    let bad = items
+        .iter()
+        .any(|i| i["payload"].as_str().is_some_and(|p| p.starts_with("bad")));
+    target
+        .requests
+        .lock()
+        .unwrap()
+        .push((headers, String::from_utf8_lossy(&body).to_string()));
+    if bad {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_in_batch_mode_posts_json_arrays_and_isolates_the_bad_record() {
+    let brokers = brokers();
+    let topic = unique("sidecar-batch");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let values: Vec<String> = (0..20)
+        .map(|i| {
+            if i == 13 {
+                format!("bad-{i}")
+            } else {
+                format!("ok-{i}")
+            }
+        })
+        .collect();
+    produce(
+        &brokers,
+        &topic,
+        values.iter().map(|v| Out::new(0, v)).collect(),
+    )
+    .await;
+    let target = Target::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/batch", listener.local_addr().unwrap());
+    let app = Router::new()
+        .route("/batch", post(answer_batch))
+        .with_state(target.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .arg("run")
+        .args([
+            "--brokers",
+            &brokers,
+            "--group-id",
+            &group,
+            "--topics",
+            &topic,
+        ])
+        .args([
+            "--target-url",
+            &url,
+            "--batch-size",
+            "10",
+            "--batch-linger-ms",
+            "1000",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&20))
+        .await
+    );
+    unsafe {
+        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    let requests = target.requests.lock().unwrap().clone();
+    let (headers, first) = &requests[0];
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(headers["x-kafka-first-offset"], "0");
+    let first: Vec<serde_json::Value> = serde_json::from_str(first).unwrap();
+    assert_eq!(first.len(), 10, "a full batch");
+    assert_eq!(first[0]["id"], format!("{topic}-0-0").as_str());
+    assert_eq!(first[0]["payload"], "ok-0");
+    assert_eq!(first[0]["payload_encoding"], "utf8");
+    let offsets: Vec<i64> = first
+        .iter()
+        .map(|i| i["offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<i64>>(), "ordered by offset");
+
+    // Every good record was in exactly one accepted batch.
+    let mut accepted: Vec<String> = requests
+        .iter()
+        .filter_map(|(_, body)| {
+            let items: Vec<serde_json::Value> = serde_json::from_str(body).unwrap();
+            let bad = items
+                .iter()
+                .any(|i| i["payload"].as_str().unwrap().starts_with("bad"));
+            (!bad).then(|| {
+                items
+                    .iter()
+                    .map(|i| i["payload"].as_str().unwrap().to_string())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .flatten()
+        .collect();
+    accepted.sort();
+    let mut good: Vec<String> = values
+        .iter()
+        .filter(|v| v.starts_with("ok"))
+        .cloned()
+        .collect();
+    good.sort();
+    assert_eq!(accepted, good);
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 1);
+    let env = Envelope::from_slice(dlq[0].payload().unwrap()).unwrap();
+    assert_eq!(env.payload_bytes().unwrap(), Some(b"bad-13".to_vec()));
+    assert_eq!(env.error.message, "target answered HTTP 400");
+}
