@@ -18,6 +18,19 @@
 //! paused in librdkafka and resumed when half of them are done: memory stays bounded when the
 //! handler is slower than the broker.
 //!
+//! # Batches
+//! With a [`BatchHandler`](crate::handler::BatchHandler) and
+//! [`batch_size`](ConsumerConfig::batch_size) > 1, a worker hands its partition's records over
+//! in batches (up to `batch_size`, waiting up to `batch_linger_ms` after the first); a failed
+//! batch is bisected until the failing records stand alone, and only they go through the
+//! retry and dead-letter policy. Offsets are stored as each part settles, in order.
+//!
+//! # Outage breaker
+//! All workers share one [`Breaker`](crate::breaker::Breaker): when most recent calls fail
+//! transiently, every partition is paused and one record probes the downstream at growing
+//! intervals; records wait without using up their retries, so an outage does not drain the
+//! topic into the dead-letter topic. See [`crate::breaker`].
+//!
 //! # Rebalance
 //! On revocation the revoked partitions' workers stop: a handler call in progress runs to its
 //! end, a record in backoff is abandoned (not dead-lettered) and its offset is not stored; then
