@@ -26,7 +26,7 @@
 //! # Default
 //! window 30 s, `min_calls` 20, `failure_ratio` 0.5, probes 1 s doubling to 60 s.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -89,15 +89,68 @@ pub enum CallOutcome {
 
 #[derive(Debug)]
 enum Inner {
-    Closed {
-        /// When each call ended, whether it failed transiently, and which record it was for.
-        outcomes: VecDeque<(Instant, bool, u64)>,
-    },
+    Closed(Window),
     Open {
         next_probe: Instant,
         delay: Duration,
         probing: bool,
     },
+}
+
+/// The calls of the sliding window, kept cheap at any rate: calls are counted in 100 ms slots;
+/// transient failures are kept one by one (they are rare until there is an outage, and then
+/// the breaker opens and the window starts over), with a count per failing record.
+#[derive(Debug, Default)]
+struct Window {
+    /// Start of each 100 ms slot and the calls that ended in it.
+    slots: VecDeque<(Instant, u32)>,
+    calls: u64,
+    /// Each transient failure: when, and for which record.
+    failures: VecDeque<(Instant, u64)>,
+    /// Transient failures per record in the window.
+    failing: HashMap<u64, u32>,
+}
+
+const SLOT: Duration = Duration::from_millis(100);
+
+impl Window {
+    fn add(&mut self, now: Instant, transient: bool, record: u64, window: Duration) {
+        match self.slots.back_mut() {
+            Some((start, n)) if now.duration_since(*start) < SLOT => *n += 1,
+            _ => self.slots.push_back((now, 1)),
+        }
+        self.calls += 1;
+        if transient {
+            self.failures.push_back((now, record));
+            *self.failing.entry(record).or_default() += 1;
+        }
+        while let Some((start, n)) = self.slots.front().copied() {
+            if now.duration_since(start) <= window {
+                break;
+            }
+            self.slots.pop_front();
+            self.calls -= u64::from(n);
+        }
+        while let Some((at, r)) = self.failures.front().copied() {
+            if now.duration_since(at) <= window {
+                break;
+            }
+            self.failures.pop_front();
+            if let Some(n) = self.failing.get_mut(&r) {
+                *n -= 1;
+                if *n == 0 {
+                    self.failing.remove(&r);
+                }
+            }
+        }
+    }
+
+    /// Whether the window shows an outage under `policy`.
+    fn outage(&self, policy: &BreakerPolicy) -> bool {
+        self.calls >= u64::from(policy.min_calls)
+            && self.failing.len() >= 2
+            && self.failures.len() as f64 / self.calls as f64 >= policy.failure_ratio
+    }
 }
 
 /// A breaker shared by all partitions of a consumer.
@@ -114,9 +167,7 @@ impl Breaker {
     pub fn new(policy: Option<BreakerPolicy>) -> Self {
         Self {
             policy,
-            inner: Mutex::new(Inner::Closed {
-                outcomes: VecDeque::new(),
-            }),
+            inner: Mutex::new(Inner::Closed(Window::default())),
             changed: Notify::new(),
             state: watch::channel(BreakerState::Closed).0,
         }
@@ -184,23 +235,14 @@ impl Breaker {
         let now = Instant::now();
         let mut inner = self.inner.lock().expect("breaker lock");
         let changed = match (&mut *inner, permit) {
-            (Inner::Closed { outcomes }, _) => {
-                outcomes.push_back((now, outcome == CallOutcome::Transient, record));
-                while outcomes
-                    .front()
-                    .is_some_and(|(at, _, _)| now.duration_since(*at) > policy.window)
-                {
-                    outcomes.pop_front();
-                }
-                let calls = outcomes.len() as u32;
-                let mut failing = outcomes.iter().filter(|(_, t, _)| *t);
-                let failures = failing.clone().count() as f64;
-                let first = failing.next().map(|(_, _, r)| *r);
-                let several = failing.any(|(_, _, r)| Some(*r) != first);
-                if calls >= policy.min_calls
-                    && several
-                    && failures / f64::from(calls) >= policy.failure_ratio
-                {
+            (Inner::Closed(window), _) => {
+                window.add(
+                    now,
+                    outcome == CallOutcome::Transient,
+                    record,
+                    policy.window,
+                );
+                if window.outage(policy) {
                     *inner = Inner::Open {
                         next_probe: now + policy.probe_initial,
                         delay: policy.probe_initial,
@@ -212,9 +254,7 @@ impl Breaker {
                 }
             }
             (Inner::Open { .. }, Permit::Probe) if outcome == CallOutcome::Answered => {
-                *inner = Inner::Closed {
-                    outcomes: VecDeque::new(),
-                };
+                *inner = Inner::Closed(Window::default());
                 Some(BreakerState::Closed)
             }
             (

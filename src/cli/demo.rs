@@ -338,7 +338,7 @@ fn say(out: &mut std::io::Stdout, text: &str) {
     let _ = out.flush();
 }
 
-async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()> {
+pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()?;

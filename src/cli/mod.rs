@@ -1,5 +1,6 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
+mod bench;
 mod config;
 mod demo;
 mod dlq;
@@ -56,6 +57,8 @@ enum Command {
     Config(ConfigCommand),
     /// The whole product in one command, on an embedded broker (no external services).
     Demo(demo::DemoArgs),
+    /// Measure kafka-dlq against a plain rdkafka consumer, side by side, in one run.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,6 +119,7 @@ pub fn main() -> ExitCode {
             Command::Dlq(command) => dlq::run(command).await,
             Command::Config(_) => unreachable!("handled before the runtime starts"),
             Command::Demo(args) => demo::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     });
     match result {
@@ -230,8 +234,16 @@ fn describe_config_error(e: &ConfigError) -> String {
 
 fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let directives = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| default_level.to_string());
+    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!(
+            "warning: RUST_LOG={directives:?} is not a valid filter ({e}); using {default_level}"
+        );
+        EnvFilter::new(default_level)
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -118,7 +118,7 @@ impl Default for ConsumerConfig {
             backoff_multiplier: 2.0,
             backoff_max_ms: 30_000,
             backoff_jitter: 0.2,
-            max_buffered_records: 500,
+            max_buffered_records: 2000,
             shutdown_timeout_ms: 30_000,
             auto_offset_reset: "earliest".to_string(),
             batch_size: 1,
@@ -361,6 +361,7 @@ impl ConsumerConfig {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.auto_offset_reset)
             .set("queued.max.messages.kbytes", "16384")
+            .set("max.partition.fetch.bytes", "262144")
             .set("statistics.interval.ms", "2000")
             .set("enable.partition.eof", "false");
         self.apply_raw(&mut config);

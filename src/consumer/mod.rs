@@ -74,6 +74,11 @@ use crate::record::Record;
 use context::{commit_stored, PartitionSlot, Partitions, RebalanceContext};
 use partition::{run_worker, PartitionQueue, Shared};
 
+/// How long the poll loop waits for a full partition queue to drain before pausing the
+/// partition: a worker that keeps up drains it in time, so fast partitions never pause (a pause
+/// makes librdkafka drop and fetch again what it had prefetched for the partition).
+const PAUSE_GRACE: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Why the consumer could not start.
 #[derive(Debug, Error)]
 pub enum ConsumerError {
@@ -186,7 +191,7 @@ impl<H: BatchHandler> Consumer<H> {
             match polled {
                 Ok(message) => {
                     poll_delays.reset();
-                    self.dispatch(&message, &mut workers, &stop_workers);
+                    self.dispatch(&message, &mut workers, &stop_workers).await;
                 }
                 Err(error) => {
                     if let Some((code, reason)) = self.shared.consumer.client().fatal_error() {
@@ -218,7 +223,7 @@ impl<H: BatchHandler> Consumer<H> {
                             }
                             Some(Ok(message)) => {
                                 poll_delays.reset();
-                                self.dispatch(&message, &mut workers, &stop_workers);
+                                self.dispatch(&message, &mut workers, &stop_workers).await;
                                 break;
                             }
                             None => empty += 1,
@@ -241,7 +246,7 @@ impl<H: BatchHandler> Consumer<H> {
 
     /// Queues a copy of `message` on its partition, starting the partition's worker if it has
     /// none.
-    fn dispatch<M: Message>(
+    async fn dispatch<M: Message>(
         &self,
         message: &M,
         workers: &mut JoinSet<()>,
@@ -273,7 +278,7 @@ impl<H: BatchHandler> Consumer<H> {
             });
             slot.queue.clone()
         };
-        queue.push(record, &self.shared.consumer);
+        queue.push(record, &self.shared.consumer, PAUSE_GRACE).await;
     }
 
     async fn shutdown(self, mut workers: JoinSet<()>, stop_workers: CancellationToken) {

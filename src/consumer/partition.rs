@@ -46,11 +46,14 @@ pub(super) struct PartitionQueue {
     low: usize,
     state: Mutex<QueueState>,
     notify: Notify,
+    /// Woken when the queue drained to `low`.
+    space: Notify,
     buffered: prometheus::IntGauge,
 }
 
 struct QueueState {
-    records: VecDeque<Record>,
+    /// Each record with the time it was fetched.
+    records: VecDeque<(Instant, Record)>,
     paused: bool,
 }
 
@@ -66,6 +69,7 @@ impl PartitionQueue {
                 paused: false,
             }),
             notify: Notify::new(),
+            space: Notify::new(),
             buffered,
         }
     }
@@ -81,11 +85,42 @@ impl PartitionQueue {
         self.state.lock().expect("partition queue lock").paused
     }
 
-    /// Adds a fetched record; pauses the partition when the queue is full.
-    pub fn push(&self, record: Record, consumer: &StreamConsumer<RebalanceContext>) {
+    /// Adds a fetched record. When the queue is full, gives the worker `grace` to drain it
+    /// (a fast worker does, and the partition keeps flowing), then pauses the partition.
+    pub async fn push(
+        &self,
+        record: Record,
+        consumer: &StreamConsumer<RebalanceContext>,
+        grace: Duration,
+    ) {
+        let full = {
+            let mut state = self.state.lock().expect("partition queue lock");
+            state.records.push_back((Instant::now(), record));
+            self.buffered.inc();
+            state.records.len() >= self.high && !state.paused
+        };
+        self.notify.notify_one();
+        if !full {
+            return;
+        }
+        let _ = tokio::time::timeout(grace, async {
+            loop {
+                let drained = self.space.notified();
+                if self
+                    .state
+                    .lock()
+                    .expect("partition queue lock")
+                    .records
+                    .len()
+                    <= self.low
+                {
+                    return;
+                }
+                drained.await;
+            }
+        })
+        .await;
         let mut state = self.state.lock().expect("partition queue lock");
-        state.records.push_back(record);
-        self.buffered.inc();
         if !state.paused && state.records.len() >= self.high {
             match consumer.pause(&self.tpl()) {
                 Ok(()) => {
@@ -97,12 +132,11 @@ impl PartitionQueue {
                     partition = self.partition, error = %e),
             }
         }
-        drop(state);
-        self.notify.notify_one();
     }
 
-    /// Takes up to `max` records in offset order: waits for the first, then up to `linger` for
-    /// more. `None` once `cancel` fires while the queue is empty. Resumes the partition when
+    /// Takes up to `max` records in offset order, with the times they were fetched: waits for
+    /// the first, then up to `linger` for more. `None` once `cancel` fires while the queue is
+    /// empty. Resumes the partition when
     /// the queue has drained to `low` (unless the outage breaker holds it paused).
     async fn pop_batch(
         &self,
@@ -111,18 +145,23 @@ impl PartitionQueue {
         shared_consumer: &StreamConsumer<RebalanceContext>,
         breaker: &Breaker,
         cancel: &CancellationToken,
-    ) -> Option<Vec<Record>> {
+    ) -> Option<(Vec<Record>, Vec<Instant>)> {
         let mut batch = Vec::with_capacity(max.min(64));
+        let mut fetched = Vec::with_capacity(max.min(64));
         let mut deadline: Option<tokio::time::Instant> = None;
         loop {
             {
                 let mut state = self.state.lock().expect("partition queue lock");
                 while batch.len() < max {
-                    let Some(record) = state.records.pop_front() else {
+                    let Some((at, record)) = state.records.pop_front() else {
                         break;
                     };
                     self.buffered.dec();
                     batch.push(record);
+                    fetched.push(at);
+                }
+                if state.records.len() <= self.low {
+                    self.space.notify_waiters();
                 }
                 if state.paused && state.records.len() <= self.low {
                     if breaker.is_open() {
@@ -142,16 +181,16 @@ impl PartitionQueue {
                 }
             }
             if batch.len() >= max {
-                return Some(batch);
+                return Some((batch, fetched));
             }
             if !batch.is_empty() {
                 let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
                 if linger.is_zero() || tokio::time::Instant::now() >= until {
-                    return Some(batch);
+                    return Some((batch, fetched));
                 }
                 tokio::select! {
                     biased;
-                    _ = cancel.cancelled() => return Some(batch),
+                    _ = cancel.cancelled() => return Some((batch, fetched)),
                     _ = self.notify.notified() => {}
                     _ = tokio::time::sleep_until(until) => {}
                 }
@@ -186,34 +225,61 @@ pub(super) async fn run_worker<H: BatchHandler>(
     queue: Arc<PartitionQueue>,
     cancel: CancellationToken,
 ) {
-    while !cancel.is_cancelled() {
-        let Some(batch) = queue
-            .pop_batch(
-                shared.batch_size,
-                shared.batch_linger,
-                &shared.consumer,
-                &shared.breaker,
-                &cancel,
-            )
+    // A record handler takes the queue's records in chunks (one lock and wake-up per chunk,
+    // not per record) and handles them one by one; a batch handler takes one batch at a time.
+    let (take, linger) = if shared.batch_size == 1 {
+        (256, Duration::ZERO)
+    } else {
+        (shared.batch_size, shared.batch_linger)
+    };
+    let mut settled = Settled::default();
+    'work: while !cancel.is_cancelled() {
+        let Some((records, fetched)) = queue
+            .pop_batch(take, linger, &shared.consumer, &shared.breaker, &cancel)
             .await
         else {
             break;
         };
-        if settle_batch(&shared, &batch, &cancel).await.is_err() {
-            break;
+        for (unit, times) in records
+            .chunks(shared.batch_size)
+            .zip(fetched.chunks(shared.batch_size))
+        {
+            if cancel.is_cancelled()
+                || settle_batch(&shared, unit, times, &mut settled, &cancel)
+                    .await
+                    .is_err()
+            {
+                break 'work;
+            }
         }
+        settled.store(&shared);
     }
+    settled.store(&shared);
 }
 
-/// Stores the offset of `record`: it and every record before it are settled.
-fn store(shared: &Shared<impl BatchHandler>, record: &Record) {
-    if let Err(e) = shared
-        .consumer
-        .store_offset(&record.topic, record.partition, record.offset)
-    {
-        tracing::debug!(event = "offset_store_failed", topic = %record.topic,
-            partition = record.partition, offset = record.offset, error = %e,
-            "partition no longer assigned; the new owner consumes it again");
+/// The last settled record whose offset is not stored yet. Storing is deferred to the end of a
+/// chunk, and done before any wait (a retry, the breaker, a dead-letter write), so a stored
+/// offset never passes an unsettled record and a waiting partition has its progress stored.
+#[derive(Default)]
+struct Settled {
+    last: Option<(String, i32, i64)>,
+}
+
+impl Settled {
+    fn set(&mut self, record: &Record) {
+        match &mut self.last {
+            Some((_, p, o)) if *p == record.partition => *o = record.offset,
+            _ => self.last = Some((record.topic.clone(), record.partition, record.offset)),
+        }
+    }
+
+    fn store(&mut self, shared: &Shared<impl BatchHandler>) {
+        if let Some((topic, partition, offset)) = self.last.take() {
+            if let Err(e) = shared.consumer.store_offset(&topic, partition, offset) {
+                tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
+                    error = %e, "partition no longer assigned; the new owner consumes it again");
+            }
+        }
     }
 }
 
@@ -243,6 +309,13 @@ async fn call<H: BatchHandler>(
             Err(error)
         }
     };
+    if result.is_ok() {
+        shared
+            .metrics
+            .succeeded
+            .with_label_values(&[topic])
+            .inc_by(records.len() as u64);
+    }
     let outcome = match &result {
         Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
         _ => CallOutcome::Answered,
@@ -313,6 +386,8 @@ async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit,
 async fn settle_batch<H: BatchHandler>(
     shared: &Shared<H>,
     batch: &[Record],
+    fetched: &[Instant],
+    settled: &mut Settled,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
     let mut todo: VecDeque<Range<usize>> = VecDeque::from([0..batch.len()]);
@@ -321,14 +396,21 @@ async fn settle_batch<H: BatchHandler>(
         let granted = permit(&shared.breaker, cancel).await?;
         let result = if records.len() == 1 {
             let record = &records[0];
-            let span = record_span(record);
-            async {
-                let first = call(shared, records, granted).await;
-                settle_one(shared, record, first, cancel).await
+            match call(shared, records, granted).await {
+                Ok(()) => {
+                    tracing::debug!(event = "record_handled", topic = %record.topic,
+                        partition = record.partition, offset = record.offset, id = %record.id);
+                    Ok(())
+                }
+                Err(first) => {
+                    // Waits may follow: store the progress made so far first.
+                    settled.store(shared);
+                    settle_one(shared, record, first, cancel)
+                        .instrument(record_span(record))
+                        .await?;
+                    Ok(())
+                }
             }
-            .instrument(span)
-            .await?;
-            Ok(())
         } else {
             call(shared, records, granted).await
         };
@@ -338,20 +420,24 @@ async fn settle_batch<H: BatchHandler>(
                     tracing::debug!(event = "batch_handled", topic = %records[0].topic,
                         partition = records[0].partition, first_offset = records[0].offset,
                         records = records.len());
+                }
+                settled.set(&records[records.len() - 1]);
+                for at in &fetched[range] {
                     shared
                         .metrics
-                        .succeeded
-                        .with_label_values(&[records[0].topic.as_str()])
-                        .inc_by(records.len() as u64);
+                        .settle_seconds
+                        .observe(at.elapsed().as_secs_f64());
                 }
-                store(shared, &records[records.len() - 1]);
-            }
-            Err(error) if error.kind() == FailureKind::Transient && shared.breaker.is_open() => {
-                // The downstream is down, not these records: try the same part again once the
-                // breaker lets us.
-                todo.push_front(range);
             }
             Err(error) => {
+                // Waits or more calls follow: store the progress made so far first.
+                settled.store(shared);
+                if error.kind() == FailureKind::Transient && shared.breaker.is_open() {
+                    // The downstream is down, not these records: try the same part again once
+                    // the breaker lets us.
+                    todo.push_front(range);
+                    continue;
+                }
                 let mid = range.start + records.len() / 2;
                 tracing::warn!(event = "batch_split", topic = %records[0].topic,
                     partition = records[0].partition, first_offset = records[0].offset,
@@ -387,18 +473,17 @@ fn record_span(record: &Record) -> tracing::Span {
 async fn settle_one<H: BatchHandler>(
     shared: &Shared<H>,
     record: &Record,
-    first: Result<(), HandlerError>,
+    first: HandlerError,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
     let topic = record.topic.as_str();
     let mut delays = shared.backoff.delays();
     let mut attempts: u32 = 1;
-    let mut result = first;
+    let mut result = Err(first);
     loop {
         let error = match result {
             Ok(()) => {
                 tracing::debug!(event = "record_handled", attempts);
-                shared.metrics.succeeded.with_label_values(&[topic]).inc();
                 return Ok(());
             }
             Err(error) => error,

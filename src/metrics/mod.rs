@@ -15,6 +15,7 @@
 //! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
 //! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting for their worker |
 //! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
+//! | `kafka_dlq_record_settle_seconds` | histogram | | from fetch to settled (handled or dead-lettered) |
 //! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
 //! | `kafka_dlq_partitions_assigned` | gauge | | partitions this member owns |
 //! | `kafka_dlq_broker_up` | gauge | | 1 when a broker connection is up |
@@ -40,6 +41,7 @@ pub struct Metrics {
     pub(crate) partitions_in_backoff: IntGauge,
     pub(crate) buffered_records: IntGauge,
     pub(crate) handler_duration: HistogramVec,
+    pub(crate) settle_seconds: prometheus::Histogram,
     pub(crate) consumer_lag: IntGaugeVec,
     pub(crate) partitions_assigned: IntGauge,
     pub(crate) broker_up: IntGauge,
@@ -120,6 +122,17 @@ impl Metrics {
         registry
             .register(Box::new(handler_duration.clone()))
             .expect("unique metric");
+        let settle_seconds = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "kafka_dlq_record_settle_seconds",
+                "Time from fetch to settled (handled or acknowledged by the dead-letter topic).",
+            )
+            .buckets(prometheus::exponential_buckets(0.0001, 2.0, 21).expect("valid buckets")),
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(settle_seconds.clone()))
+            .expect("unique metric");
         let consumer_lag = IntGaugeVec::new(
             Opts::new(
                 "kafka_dlq_consumer_lag",
@@ -166,6 +179,7 @@ impl Metrics {
             partitions_in_backoff,
             buffered_records,
             handler_duration,
+            settle_seconds,
             consumer_lag,
             partitions_assigned,
             broker_up,
@@ -207,6 +221,24 @@ impl Metrics {
                 })
             })
             .sum()
+    }
+
+    /// The `q` quantile (0 to 1) of the time from fetch to settled, as the upper bound of the
+    /// histogram bucket that holds it (buckets double from 0.1 ms); `None` before any record.
+    pub fn settle_quantile(&self, q: f64) -> Option<std::time::Duration> {
+        use prometheus::core::Metric as _;
+        let metric = self.settle_seconds.metric();
+        let h = metric.get_histogram();
+        let total = h.get_sample_count();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as u64;
+        h.get_bucket()
+            .iter()
+            .find(|b| b.cumulative_count() >= rank)
+            .map(|b| std::time::Duration::from_secs_f64(b.upper_bound()))
+            .or(Some(std::time::Duration::MAX))
     }
 
     /// Fetched records waiting for their partition's worker now.

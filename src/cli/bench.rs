@@ -1,0 +1,403 @@
+//! `kafka-dlq bench`: what kafka-dlq costs over a plain rdkafka consumer, measured side by side
+//! in one run on the same broker and topic.
+//!
+//! It pre-produces N records (default 1,000,000 × 200 B over 12 partitions), then consumes the
+//! whole topic once per scenario, each in a consumer group of its own:
+//!
+//! - `baseline`: a plain rdkafka `StreamConsumer` loop that stores each offset — the limit;
+//! - `noop`: kafka-dlq with a handler that does nothing;
+//! - `poison1`: 1% of records fail permanently, so 1% are written to the DLQ;
+//! - `stalled`: the first record of partition 0 waits out a 10-minute retry; the rate is that
+//!   of the other partitions, compared with their share of the no-op rate;
+//! - `slow`: each record takes 1 ms of async work (a downstream call); the first
+//!   `--slow-records` records.
+//!
+//! Each scenario prints records/s, the ratio to the baseline (to no-op for `poison1` and
+//! `stalled`), p50/p99 from fetch to settle, and the peak RSS of the process during the
+//! scenario (VmHWM after resetting it through /proc/self/clear_refs), and ends with
+//! `RESULT <scenario> records_per_s=<x> ratio=<y> rss_mb=<z>`. The clock starts at the first
+//! record, so the group join is not counted.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use kafka_dlq::{Consumer, ConsumerConfig, Handler, HandlerError, Record};
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message};
+use tokio_util::sync::CancellationToken;
+
+use super::CliError;
+
+/// Flags of `kafka-dlq bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Run against this cluster instead of librdkafka's mock cluster in-process.
+    #[arg(long)]
+    brokers: Option<String>,
+    /// Records to pre-produce.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Partitions of the benchmark topic.
+    #[arg(long, default_value_t = 12)]
+    partitions: i32,
+    /// Bytes per record value.
+    #[arg(long, default_value_t = 200)]
+    value_bytes: usize,
+    /// Records the slow (1 ms per record) scenario handles.
+    #[arg(long, default_value_t = 60_000)]
+    slow_records: u64,
+    /// Scenarios to run, comma-separated (default: all, in order).
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Vec<String>,
+}
+
+const ALL: [&str; 5] = ["baseline", "noop", "poison1", "stalled", "slow"];
+
+/// One scenario's figures.
+struct Figures {
+    records: u64,
+    elapsed: Duration,
+    p50: Option<Duration>,
+    p99: Option<Duration>,
+    rss_mb: f64,
+}
+
+impl Figures {
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What the handler does in a scenario.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Noop,
+    Poison1,
+    Stalled,
+    Slow,
+}
+
+struct BenchHandler(Behaviour);
+
+impl Handler for BenchHandler {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        match self.0 {
+            Behaviour::Noop => Ok(()),
+            Behaviour::Poison1 if record.offset % 100 == 0 => {
+                Err(HandlerError::permanent("poison record"))
+            }
+            Behaviour::Poison1 => Ok(()),
+            Behaviour::Stalled if record.partition == 0 && record.offset == 0 => {
+                Err(HandlerError::transient("stuck downstream for partition 0"))
+            }
+            Behaviour::Stalled => Ok(()),
+            Behaviour::Slow => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Runs the benchmark.
+pub async fn run(args: BenchArgs) -> Result<(), CliError> {
+    bench(args).await.map_err(CliError::Runtime)
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let scenarios: Vec<String> = if args.scenarios.is_empty() {
+        ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.scenarios.clone()
+    };
+    for s in &scenarios {
+        if !ALL.contains(&s.as_str()) {
+            bail!("unknown scenario `{s}`; expected one of {}", ALL.join(", "));
+        }
+    }
+    let mock = match &args.brokers {
+        Some(_) => None,
+        None => Some(MockCluster::new(1).context("starting the mock cluster")?),
+    };
+    let brokers = match (&args.brokers, &mock) {
+        (Some(b), _) => b.clone(),
+        (None, Some(m)) => m.bootstrap_servers(),
+        (None, None) => unreachable!(),
+    };
+    let run_id = chrono::Utc::now().format("%Y%m%d%H%M%S").to_string();
+    let topic = format!("bench-{run_id}");
+    let dlq = format!("{topic}-dlt");
+    match &mock {
+        Some(m) => {
+            m.create_topic(&topic, args.partitions, 1)?;
+            m.create_topic(&dlq, 1, 1)?;
+        }
+        None => {
+            super::demo::create_topics(&brokers, &[(&topic, args.partitions), (&dlq, 1)]).await?
+        }
+    }
+    println!(
+        "broker: {} | topic {topic}: {} records x {} B over {} partitions",
+        if mock.is_some() {
+            "librdkafka mock cluster (in-process)".to_string()
+        } else {
+            brokers.clone()
+        },
+        args.records,
+        args.value_bytes,
+        args.partitions
+    );
+    let started = Instant::now();
+    produce(
+        &brokers,
+        &topic,
+        args.records,
+        args.partitions,
+        args.value_bytes,
+    )
+    .await?;
+    println!("produced in {:.1} s\n", started.elapsed().as_secs_f64());
+    println!(
+        "{:<10} {:>10} {:>12} {:>8} {:>9} {:>9} {:>8}",
+        "scenario", "records", "records/s", "ratio", "p50", "p99", "rss MB"
+    );
+
+    let mut results: HashMap<String, Figures> = HashMap::new();
+    for scenario in &scenarios {
+        reset_peak_rss();
+        let group = format!("bench-{scenario}-{run_id}");
+        let figures = match scenario.as_str() {
+            "baseline" => baseline(&brokers, &group, &topic, args.records).await?,
+            "noop" => kafka_dlq(&brokers, &group, &topic, Behaviour::Noop, args.records).await?,
+            "poison1" => {
+                kafka_dlq(&brokers, &group, &topic, Behaviour::Poison1, args.records).await?
+            }
+            "stalled" => {
+                let stuck = partition_records(&brokers, &topic, 0).await?;
+                kafka_dlq(
+                    &brokers,
+                    &group,
+                    &topic,
+                    Behaviour::Stalled,
+                    args.records - stuck,
+                )
+                .await?
+            }
+            "slow" => {
+                let n = args.slow_records.min(args.records);
+                kafka_dlq(&brokers, &group, &topic, Behaviour::Slow, n).await?
+            }
+            _ => unreachable!(),
+        };
+        let (ratio, against) = match scenario.as_str() {
+            "baseline" => (1.0, "baseline"),
+            "poison1" => ratio(&results, "noop", figures.rate()),
+            "stalled" => {
+                let share = f64::from(args.partitions - 1) / f64::from(args.partitions);
+                match results.get("noop") {
+                    Some(noop) => (figures.rate() / (noop.rate() * share), "no-op share"),
+                    None => (f64::NAN, "no-op share"),
+                }
+            }
+            _ => ratio(&results, "baseline", figures.rate()),
+        };
+        let ms = |d: Option<Duration>| {
+            d.map(|d| format!("{:.1}ms", d.as_secs_f64() * 1000.0))
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "{:<10} {:>10} {:>12.0} {:>8.3} {:>9} {:>9} {:>8.1}   (ratio to {against})",
+            scenario,
+            figures.records,
+            figures.rate(),
+            ratio,
+            ms(figures.p50),
+            ms(figures.p99),
+            figures.rss_mb
+        );
+        println!(
+            "RESULT {scenario} records_per_s={:.0} ratio={:.3} rss_mb={:.1}",
+            figures.rate(),
+            ratio,
+            figures.rss_mb
+        );
+        results.insert(scenario.clone(), figures);
+    }
+    Ok(())
+}
+
+fn ratio(
+    results: &HashMap<String, Figures>,
+    against: &'static str,
+    rate: f64,
+) -> (f64, &'static str) {
+    match results.get(against) {
+        Some(f) => (rate / f.rate(), against),
+        None => (f64::NAN, against),
+    }
+}
+
+async fn produce(
+    brokers: &str,
+    topic: &str,
+    n: u64,
+    partitions: i32,
+    bytes: usize,
+) -> anyhow::Result<()> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()?;
+    let filler = "x".repeat(bytes);
+    let mut pending = Vec::with_capacity(20_000);
+    for i in 0..n {
+        let mut value = format!("{{\"n\":{i},\"pad\":\"");
+        value.push_str(&filler[..bytes.saturating_sub(value.len() + 2)]);
+        value.push_str("\"}");
+        let key = i.to_string();
+        let record = FutureRecord::to(topic)
+            .partition((i % partitions as u64) as i32)
+            .key(&key)
+            .payload(&value);
+        match producer.send_result(record) {
+            Ok(delivery) => pending.push(delivery),
+            Err((e, _)) => bail!("producing record {i}: {e}"),
+        }
+        if pending.len() >= 20_000 {
+            for d in pending.drain(..) {
+                d.await?.map_err(|(e, _)| e)?;
+            }
+        }
+    }
+    for d in pending {
+        d.await?.map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
+async fn partition_records(brokers: &str, topic: &str, partition: i32) -> anyhow::Result<u64> {
+    let (b, t) = (brokers.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<u64> {
+        let c: rdkafka::consumer::BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", &b).create()?;
+        let (low, high) = c.fetch_watermarks(&t, partition, Duration::from_secs(10))?;
+        Ok((high - low) as u64)
+    })
+    .await?
+}
+
+/// The plain rdkafka loop: receive, store the offset, count.
+async fn baseline(brokers: &str, group: &str, topic: &str, n: u64) -> anyhow::Result<Figures> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("queued.max.messages.kbytes", "16384")
+        .create()?;
+    consumer.subscribe(&[topic])?;
+    let mut count = 0u64;
+    let mut first: Option<Instant> = None;
+    while count < n {
+        let message = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+            .await
+            .context("no record for 60 s")??;
+        first.get_or_insert_with(Instant::now);
+        consumer.store_offset_from_message(&message)?;
+        std::hint::black_box(message.payload());
+        count += 1;
+    }
+    let elapsed = first.map(|f| f.elapsed()).unwrap_or_default();
+    let rss_mb = peak_rss_mb();
+    tokio::task::spawn_blocking(move || drop(consumer)).await?;
+    Ok(Figures {
+        records: count,
+        elapsed,
+        p50: None,
+        p99: None,
+        rss_mb,
+    })
+}
+
+/// kafka-dlq with `behaviour`, until `settled` records are settled.
+async fn kafka_dlq(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    behaviour: Behaviour,
+    settled: u64,
+) -> anyhow::Result<Figures> {
+    let config = ConsumerConfig {
+        max_retries: 1,
+        backoff_initial_ms: 600_000,
+        backoff_max_ms: 600_000,
+        shutdown_timeout_ms: 2_000,
+        ..ConsumerConfig::new(brokers, group, [topic])
+    };
+    let consumer = Consumer::new(config, BenchHandler(behaviour))?;
+    let metrics = consumer.metrics();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
+    let done = |m: &kafka_dlq::metrics::Metrics| {
+        (m.total("kafka_dlq_records_succeeded_total")
+            + m.total("kafka_dlq_records_dead_lettered_total")) as u64
+    };
+    let mut first: Option<Instant> = None;
+    let mut last_progress = Instant::now();
+    let mut last_done = 0;
+    loop {
+        let now_done = done(&metrics);
+        if first.is_none() && metrics.total("kafka_dlq_records_consumed_total") > 0.0 {
+            first = Some(Instant::now());
+        }
+        if now_done >= settled {
+            break;
+        }
+        if now_done != last_done {
+            last_done = now_done;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > Duration::from_secs(60) {
+            bail!("no progress for 60 s at {now_done} of {settled} records");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = first.map(|f| f.elapsed()).unwrap_or_default();
+    let rss_mb = peak_rss_mb();
+    let figures = Figures {
+        records: settled,
+        elapsed,
+        p50: metrics.settle_quantile(0.5),
+        p99: metrics.settle_quantile(0.99),
+        rss_mb,
+    };
+    stop.cancel();
+    task.await??;
+    Ok(figures)
+}
+
+/// Resets the process's peak RSS (Linux: writing 5 to /proc/self/clear_refs).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The peak RSS since the last reset, in MB (VmHWM).
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
