@@ -99,7 +99,7 @@ pub fn main() -> ExitCode {
         return check(&command, subcommand, args, &from_file);
     }
     // The demo narrates on stdout; only errors go to the log unless RUST_LOG says otherwise.
-    let default_level = if matches!(cli.command, Command::Demo(_)) {
+    let default_level = if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
         "error"
     } else {
         "info"

@@ -376,7 +376,7 @@ impl ConsumerConfig {
             .set("bootstrap.servers", &self.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("linger.ms", "5")
+            .set("linger.ms", "0")
             .set("message.timeout.ms", "30000");
         self.apply_raw(&mut config);
         config
