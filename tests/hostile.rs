@@ -1,0 +1,126 @@
+//! Hostile input: the envelope decoder, the configuration parser and the sidecar's response
+//! handling never panic, whatever they are given; envelopes round-trip any bytes exactly.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use kafka_dlq::dlq::{truncate_message, Envelope, MAX_ERROR_MESSAGE_BYTES};
+use kafka_dlq::monitor::alert::fingerprint;
+use kafka_dlq::sidecar::{classify_response, parse_retry_after};
+use kafka_dlq::{ConsumerConfig, DeadLetterKind, Record, RecordHeader};
+use proptest::prelude::*;
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..512)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_envelope_decoder_never_panics(raw in bytes()) {
+        if let Ok(env) = Envelope::from_slice(&raw) {
+            let _ = env.payload_bytes();
+            let _ = env.key_bytes();
+            let _ = env.headers();
+        }
+    }
+
+    #[test]
+    fn the_envelope_decoder_never_panics_on_json_shaped_input(
+        id in ".*", payload in ".*", enc in prop::sample::select(vec!["json", "utf8", "base64", "none", "x"]),
+        key in proptest::option::of(".*"), key_enc in prop::sample::select(vec!["utf8", "base64", "json"]),
+    ) {
+        let doc = serde_json::json!({
+            "id": id, "payload": payload, "payload_encoding": enc,
+            "error": {"kind": "permanent", "message": "m", "attempts": 1},
+            "timestamp": "2026-11-30T10:00:00Z",
+            "source": {"topic": "t", "partition": 0, "offset": 0, "key": key, "key_encoding": key_enc,
+                       "timestamp": null, "headers": [{"key": "h", "value": payload, "encoding": key_enc}],
+                       "group": "g"}
+        });
+        if let Ok(env) = Envelope::from_slice(doc.to_string().as_bytes()) {
+            let _ = env.payload_bytes();
+            let _ = env.key_bytes();
+            let _ = env.headers();
+        }
+    }
+
+    #[test]
+    fn envelopes_round_trip_any_record_exactly(
+        payload in proptest::option::of(bytes()),
+        key in proptest::option::of(bytes()),
+        headers in prop::collection::vec((".{0,20}", proptest::option::of(bytes())), 0..20),
+        message in ".*",
+    ) {
+        let record = Record {
+            id: "r".into(),
+            topic: "t".into(),
+            partition: 1,
+            offset: 2,
+            key: key.clone(),
+            payload: payload.clone(),
+            headers: headers.iter().map(|(k, v)| RecordHeader { key: k.clone(), value: v.clone() }).collect(),
+            timestamp: Utc.timestamp_millis_opt(1_700_000_000_000).single(),
+        };
+        let env = Envelope::new(&record, DeadLetterKind::Permanent, &message, 1, "g");
+        let back = Envelope::from_slice(&env.to_vec()).unwrap();
+        prop_assert_eq!(back.payload_bytes().unwrap(), payload);
+        prop_assert_eq!(back.key_bytes().unwrap(), key);
+        prop_assert_eq!(back.headers().unwrap(), record.headers);
+        prop_assert!(back.error.message.len() <= MAX_ERROR_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn the_config_parser_never_panics(text in ".{0,300}") {
+        if let Ok(config) = toml::from_str::<ConsumerConfig>(&text) {
+            let _ = config.validate();
+        }
+    }
+
+    #[test]
+    fn config_validation_never_panics(
+        brokers in ".{0,40}", group in ".{0,20}", topic in ".{0,30}", template in ".{0,30}",
+        initial in any::<u64>(), max in any::<u64>(), multiplier in any::<f64>(), jitter in any::<f64>(),
+        ratio in any::<f64>(),
+    ) {
+        let config = ConsumerConfig {
+            dlq_topic: template,
+            backoff_initial_ms: initial,
+            backoff_max_ms: max,
+            backoff_multiplier: multiplier,
+            backoff_jitter: jitter,
+            breaker_failure_ratio: ratio,
+            ..ConsumerConfig::new(&brokers, &group, [topic])
+        };
+        if config.validate().is_ok() {
+            let _ = config.backoff().unwrap().delays().take(20).count();
+        }
+    }
+
+    #[test]
+    fn the_sidecar_response_handling_never_panics(
+        status in any::<u16>(), retry_after in proptest::option::of(".{0,40}"), body in ".{0,600}",
+    ) {
+        let now = Utc.timestamp_millis_opt(1_800_000_000_000).single().unwrap();
+        let result = classify_response(status, retry_after.as_deref(), &body, now);
+        if (200..300).contains(&status) {
+            prop_assert!(result.is_ok());
+        } else {
+            prop_assert!(result.is_err());
+        }
+        if let Some(v) = retry_after {
+            if let Some(d) = parse_retry_after(&v, now) {
+                prop_assert!(d <= Duration::from_secs(u64::MAX));
+            }
+        }
+    }
+
+    #[test]
+    fn fingerprints_and_truncation_never_panic(message in ".*") {
+        let fp = fingerprint("permanent", &message);
+        prop_assert!(fp.chars().count() <= 120);
+        let cut = truncate_message(&message);
+        prop_assert!(cut.len() <= MAX_ERROR_MESSAGE_BYTES);
+    }
+}
