@@ -9,23 +9,9 @@ cd "$(dirname "$0")/.."
 
 TANSU_VERSION=0.6.0
 
-need_apt=()
-command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
-command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
-command -v make >/dev/null 2>&1 || need_apt+=(make)
-command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
-dpkg -s ca-certificates >/dev/null 2>&1 || need_apt+=(ca-certificates)
-command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
-command -v amtool >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "==> installing ${need_apt[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}"
-fi
+. scripts/lib.sh
+ensure_packages gcc g++ make pkg-config zlib1g-dev ca-certificates prometheus prometheus-alertmanager
+command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip
 
 cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
 if ! "$cargo_bin/tansu" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then

@@ -387,23 +387,6 @@ async fn a_crashed_consumer_leaves_unsettled_records_to_the_next_one() {
     );
 }
 
-/// Records calls like [`Scripted`] but succeeds every time (the "fixed" service).
-struct AlwaysOk(Scripted);
-
-impl kafka_dlq::Handler for AlwaysOk {
-    async fn handle(&self, record: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
-        let value =
-            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
-        self.0.calls.lock().unwrap().push(Call {
-            value,
-            partition: record.partition,
-            offset: record.offset,
-            attempt: 1,
-        });
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_dead_letters_the_record_and_keeps_running() {
     let brokers = brokers();

@@ -238,23 +238,6 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
     assert!(again.contains("replayed 0 of 0 scanned"), "{again}");
 }
 
-/// Records calls but succeeds every time (the fixed service).
-struct AlwaysOk(Scripted);
-
-impl kafka_dlq::Handler for AlwaysOk {
-    async fn handle(&self, record: &Record) -> Result<(), kafka_dlq::HandlerError> {
-        let value =
-            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
-        self.0.calls.lock().unwrap().push(Call {
-            value,
-            partition: record.partition,
-            offset: record.offset,
-            attempt: 1,
-        });
-        Ok(())
-    }
-}
-
 fn envelope_out(source: &str, i: usize, replays: Option<u32>) -> Out {
     let mut headers = vec![RecordHeader {
         key: "n".into(),

@@ -237,13 +237,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         &mut out,
         "\n== 1. tracking-service v1 consumes (max 3 retries, 50 ms doubling) ==",
     );
-    wait_committed(
-        &brokers,
-        &group,
-        &topic,
-        total_records(&brokers, &topic).await?,
-    )
-    .await?;
+    wait_committed(&brokers, &group, &topic).await?;
     let retried_v1 = metrics.total("kafka_dlq_records_retried_total");
     let dead_v1 = metrics.total("kafka_dlq_records_dead_lettered_total");
     say(
@@ -288,13 +282,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             report.replayed, report.scanned
         ),
     );
-    wait_committed(
-        &brokers,
-        &group,
-        &topic,
-        total_records(&brokers, &topic).await?,
-    )
-    .await?;
+    wait_committed(&brokers, &group, &topic).await?;
     stop.cancel();
     running.await??;
     let dead_after_fix = metrics.total("kafka_dlq_records_dead_lettered_total") - dead_v1;
@@ -414,12 +402,9 @@ async fn total_records(brokers: &str, topic: &str) -> anyhow::Result<HashMap<i32
     .await?
 }
 
-async fn wait_committed(
-    brokers: &str,
-    group: &str,
-    topic: &str,
-    end: HashMap<i32, i64>,
-) -> anyhow::Result<()> {
+/// Waits until `group` has committed every record of `topic` (as far as it is now).
+async fn wait_committed(brokers: &str, group: &str, topic: &str) -> anyhow::Result<()> {
+    let end = total_records(brokers, topic).await?;
     let deadline = Instant::now() + Duration::from_secs(45);
     loop {
         let (b, g, t, parts) = (

@@ -122,17 +122,7 @@ pub fn main() -> ExitCode {
             Command::Bench(args) => bench::run(args).await,
         }
     });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::Config(e)) => {
-            eprintln!("error: {}", describe_config_error(&e));
-            ExitCode::from(2)
-        }
-        Err(CliError::Runtime(e)) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(result)
 }
 
 /// `kafka-dlq config check`: prints the effective settings and validates them.
@@ -166,11 +156,17 @@ fn check(
             .map_err(|e| e.exit())
             .and_then(|a| monitor::check(&a).map(|_| ())),
     };
-    match checked {
-        Ok(()) => {
-            println!("# configuration OK");
-            ExitCode::SUCCESS
-        }
+    if checked.is_ok() {
+        println!("# configuration OK");
+    }
+    exit_code(checked)
+}
+
+/// Reports a failure on stderr and maps it to the exit code: 0 success, 1 runtime failure,
+/// 2 invalid configuration.
+fn exit_code(result: Result<(), CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Config(e)) => {
             eprintln!("error: {}", describe_config_error(&e));
             ExitCode::from(2)

@@ -95,15 +95,20 @@ impl<E: std::error::Error> From<E> for HandlerError {
     /// Any error is permanent unless the handler says otherwise; its message includes the
     /// chain of sources.
     fn from(error: E) -> Self {
-        let mut message = error.to_string();
-        let mut source = error.source();
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        Self::permanent(message)
+        Self::permanent(error_chain(&error))
     }
+}
+
+/// An error's message followed by those of its sources, joined by `: `.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Why a record went to the dead-letter topic; written as `error.kind` in the envelope.

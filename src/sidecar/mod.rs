@@ -34,7 +34,7 @@ use chrono::{DateTime, Utc};
 use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
 use crate::config::ConfigError;
-use crate::failure::HandlerError;
+use crate::failure::{error_chain, HandlerError};
 use crate::handler::Handler;
 use crate::record::Record;
 
@@ -243,17 +243,6 @@ pub fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
             .to_std()
             .unwrap_or(Duration::ZERO),
     )
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

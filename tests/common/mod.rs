@@ -413,6 +413,23 @@ impl Handler for Scripted {
     }
 }
 
+/// Records calls like [`Scripted`] but succeeds every time (the fixed service).
+pub struct AlwaysOk(pub Scripted);
+
+impl Handler for AlwaysOk {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        self.0.calls.lock().unwrap().push(Call {
+            value,
+            partition: record.partition,
+            offset: record.offset,
+            attempt: 1,
+        });
+        Ok(())
+    }
+}
+
 /// A consumer config for tests: small backoff delays, fast shutdown.
 pub fn test_config(brokers: &str, group: &str, topic: &str) -> kafka_dlq::ConsumerConfig {
     kafka_dlq::ConsumerConfig {
