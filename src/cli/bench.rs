@@ -10,7 +10,9 @@
 //! - `stalled`: the first record of partition 0 waits out a 10-minute retry; the rate is that
 //!   of the other partitions, compared with their share of the no-op rate;
 //! - `slow`: each record takes 1 ms of async work (a downstream call); the first
-//!   `--slow-records` records.
+//!   `--slow-records` records;
+//! - `slow-keyed`: the same with key-ordered concurrency (`ordering = key`, 64 in flight per
+//!   partition); its ratio is to `slow`.
 //!
 //! Each scenario prints records/s, the ratio to the baseline (to no-op for `poison1` and
 //! `stalled`), p50/p99 from fetch to settle, and the peak RSS of the process during the
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
+use kafka_dlq::config::Ordering;
 use kafka_dlq::{Consumer, ConsumerConfig, Handler, HandlerError, Record};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::mocking::MockCluster;
@@ -55,7 +58,14 @@ pub struct BenchArgs {
     scenarios: Vec<String>,
 }
 
-const ALL: [&str; 5] = ["baseline", "noop", "poison1", "stalled", "slow"];
+const ALL: [&str; 6] = [
+    "baseline",
+    "noop",
+    "poison1",
+    "stalled",
+    "slow",
+    "slow-keyed",
+];
 
 /// One scenario's figures.
 struct Figures {
@@ -185,9 +195,27 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         let group = format!("bench-{scenario}-{run_id}");
         let figures = match scenario.as_str() {
             "baseline" => baseline(&brokers, &group, &topic, args.records).await?,
-            "noop" => kafka_dlq(&brokers, &group, &topic, Behaviour::Noop, args.records).await?,
+            "noop" => {
+                kafka_dlq(
+                    &brokers,
+                    &group,
+                    &topic,
+                    Behaviour::Noop,
+                    args.records,
+                    Ordering::Partition,
+                )
+                .await?
+            }
             "poison1" => {
-                kafka_dlq(&brokers, &group, &topic, Behaviour::Poison1, args.records).await?
+                kafka_dlq(
+                    &brokers,
+                    &group,
+                    &topic,
+                    Behaviour::Poison1,
+                    args.records,
+                    Ordering::Partition,
+                )
+                .await?
             }
             "stalled" => {
                 let stuck = partition_records(&brokers, &topic, 0).await?;
@@ -197,18 +225,32 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                     &topic,
                     Behaviour::Stalled,
                     args.records - stuck,
+                    Ordering::Partition,
                 )
                 .await?
             }
             "slow" => {
                 let n = args.slow_records.min(args.records);
-                kafka_dlq(&brokers, &group, &topic, Behaviour::Slow, n).await?
+                kafka_dlq(
+                    &brokers,
+                    &group,
+                    &topic,
+                    Behaviour::Slow,
+                    n,
+                    Ordering::Partition,
+                )
+                .await?
+            }
+            "slow-keyed" => {
+                let n = args.slow_records.min(args.records);
+                kafka_dlq(&brokers, &group, &topic, Behaviour::Slow, n, Ordering::Key).await?
             }
             _ => unreachable!(),
         };
         let (ratio, against) = match scenario.as_str() {
             "baseline" => (1.0, "baseline"),
             "poison1" => ratio(&results, "noop", figures.rate()),
+            "slow-keyed" => ratio(&results, "slow", figures.rate()),
             "stalled" => {
                 let share = f64::from(args.partitions - 1) / f64::from(args.partitions);
                 match results.get("noop") {
@@ -347,8 +389,10 @@ async fn kafka_dlq(
     topic: &str,
     behaviour: Behaviour,
     settled: u64,
+    ordering: Ordering,
 ) -> anyhow::Result<Figures> {
     let config = ConsumerConfig {
+        ordering,
         max_retries: 1,
         backoff_initial_ms: 600_000,
         backoff_max_ms: 600_000,

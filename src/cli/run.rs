@@ -74,6 +74,13 @@ pub struct RunArgs {
         default_value = "application/json"
     )]
     content_type: String,
+    /// `partition`: one record at a time per partition; `key`: same key in order, different
+    /// keys of a partition concurrently [default: partition].
+    #[arg(long, env = "KAFKA_DLQ_ORDERING")]
+    ordering: Option<kafka_dlq::config::Ordering>,
+    /// With --ordering key: records of one partition in flight at once [default: 64].
+    #[arg(long, env = "KAFKA_DLQ_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
     /// Records per POST: 1 posts each record's value; more posts a JSON array of records
     /// [default: 1].
     #[arg(long, env = "KAFKA_DLQ_BATCH_SIZE")]
@@ -149,6 +156,12 @@ impl RunArgs {
         }
         if let Some(v) = &self.auto_offset_reset {
             c.auto_offset_reset = v.clone();
+        }
+        if let Some(v) = self.ordering {
+            c.ordering = v;
+        }
+        if let Some(v) = self.max_in_flight {
+            c.max_in_flight = v;
         }
         if let Some(v) = self.batch_size {
             c.batch_size = v;

@@ -17,6 +17,27 @@ use thiserror::Error;
 use crate::backoff::ExponentialBackoff;
 use crate::dlq::DlqTopic;
 
+/// How records of one partition are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// One record at a time per partition, in offset order.
+    Partition,
+    /// Per key: same key in order, different keys concurrently.
+    Key,
+}
+
+impl std::str::FromStr for Ordering {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "partition" => Ok(Ordering::Partition),
+            "key" => Ok(Ordering::Key),
+            other => Err(format!("expected `partition` or `key`, got `{other}`")),
+        }
+    }
+}
+
 /// A setting with a bad value.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("invalid setting `{key}` = {value:?}: {reason}")]
@@ -85,6 +106,13 @@ pub struct ConsumerConfig {
     /// Where a group with no committed offset starts: `earliest` or `latest`. Default
     /// `earliest`.
     pub auto_offset_reset: String,
+    /// `partition` (default): records of a partition are handled one after another, in offset
+    /// order. `key`: records with the same key keep their order, but records of different keys
+    /// in one partition are handled concurrently, up to `max_in_flight` at a time; offsets are
+    /// still committed only up to the lowest unsettled record. Needs `batch_size` 1.
+    pub ordering: Ordering,
+    /// With `ordering = "key"`: records of one partition in the handler at once. Default 64.
+    pub max_in_flight: usize,
     /// Most records given to a [`BatchHandler`](crate::handler::BatchHandler) call. Default 1
     /// (a [`Handler`](crate::Handler) always gets one record at a time).
     pub batch_size: usize,
@@ -121,6 +149,8 @@ impl Default for ConsumerConfig {
             max_buffered_records: 2000,
             shutdown_timeout_ms: 30_000,
             auto_offset_reset: "earliest".to_string(),
+            ordering: Ordering::Partition,
+            max_in_flight: 64,
             batch_size: 1,
             batch_linger_ms: 100,
             breaker_failure_ratio: 0.5,
@@ -154,6 +184,8 @@ impl fmt::Debug for ConsumerConfig {
             .field("max_buffered_records", &self.max_buffered_records)
             .field("shutdown_timeout_ms", &self.shutdown_timeout_ms)
             .field("auto_offset_reset", &self.auto_offset_reset)
+            .field("ordering", &self.ordering)
+            .field("max_in_flight", &self.max_in_flight)
             .field("batch_size", &self.batch_size)
             .field("batch_linger_ms", &self.batch_linger_ms)
             .field("breaker_failure_ratio", &self.breaker_failure_ratio)
@@ -250,6 +282,21 @@ impl ConsumerConfig {
         }
         if self.batch_size == 0 {
             return Err(ConfigError::new("batch_size", 0, "must be at least 1"));
+        }
+        if self.ordering == Ordering::Key {
+            if self.max_in_flight == 0 {
+                return Err(ConfigError::new("max_in_flight", 0, "must be at least 1"));
+            }
+            if self.batch_size > 1 {
+                return Err(ConfigError::new(
+                    "ordering",
+                    "key",
+                    format!(
+                        "works with single records; batch_size is {}",
+                        self.batch_size
+                    ),
+                ));
+            }
         }
         if !(0.0..=1.0).contains(&self.breaker_failure_ratio) {
             return Err(ConfigError::new(

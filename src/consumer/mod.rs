@@ -18,6 +18,11 @@
 //! paused in librdkafka and resumed when half of them are done: memory stays bounded when the
 //! handler is slower than the broker.
 //!
+//! # Key order
+//! With [`ordering`](ConsumerConfig::ordering) `key`, a partition's worker runs records of
+//! different keys concurrently (up to `max_in_flight`), records of one key in offset order, and
+//! stores offsets only over the longest prefix of settled records.
+//!
 //! # Batches
 //! With a [`BatchHandler`](crate::handler::BatchHandler) and
 //! [`batch_size`](ConsumerConfig::batch_size) > 1, a worker hands its partition's records over
@@ -146,6 +151,8 @@ impl<H: BatchHandler> Consumer<H> {
                 partitions: partitions.clone(),
                 batch_size: config.batch_size,
                 batch_linger: std::time::Duration::from_millis(config.batch_linger_ms),
+                key_ordered: (config.ordering == crate::config::Ordering::Key)
+                    .then_some(config.max_in_flight),
             }),
             config,
             partitions,

@@ -34,6 +34,8 @@ pub(super) struct Shared<H> {
     pub partitions: Partitions,
     pub batch_size: usize,
     pub batch_linger: Duration,
+    /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
+    pub key_ordered: Option<usize>,
 }
 
 /// The fetched, not yet settled records of one partition. The partition is paused in the
@@ -225,6 +227,9 @@ pub(super) async fn run_worker<H: BatchHandler>(
     queue: Arc<PartitionQueue>,
     cancel: CancellationToken,
 ) {
+    if let Some(max_in_flight) = shared.key_ordered {
+        return run_key_ordered(shared, queue, cancel, max_in_flight).await;
+    }
     // A record handler takes the queue's records in chunks (one lock and wake-up per chunk,
     // not per record) and handles them one by one; a batch handler takes one batch at a time.
     let (take, linger) = if shared.batch_size == 1 {
@@ -255,6 +260,103 @@ pub(super) async fn run_worker<H: BatchHandler>(
         settled.store(&shared);
     }
     settled.store(&shared);
+}
+
+/// Key-ordered mode: records with the same key one after another, in offset order; records of
+/// different keys concurrently, at most `max_in_flight` at once. Each record goes through the
+/// usual retry and dead-letter policy. The stored offset advances only over the longest prefix
+/// of settled records, so it never passes a record that is still running or waiting.
+async fn run_key_ordered<H: BatchHandler>(
+    shared: Arc<Shared<H>>,
+    queue: Arc<PartitionQueue>,
+    cancel: CancellationToken,
+    max_in_flight: usize,
+) {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    use std::collections::{BTreeMap, HashMap, HashSet};
+
+    type Key = Option<Vec<u8>>;
+    // Offset → settled? for every record taken from the queue and not yet stored.
+    let mut pending: BTreeMap<i64, bool> = BTreeMap::new();
+    // Records waiting for an earlier record of their key.
+    let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
+    let mut busy: HashSet<Key> = HashSet::new();
+    type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (i64, Key, bool)> + Send>>;
+    let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
+    let mut last: Option<(String, i32)> = None;
+
+    let start = |record: Record, at: Instant, running: &mut FuturesUnordered<Running>| {
+        let (shared, cancel) = (shared.clone(), cancel.clone());
+        running.push(Box::pin(async move {
+            let result = settle_batch(
+                &shared,
+                std::slice::from_ref(&record),
+                &[at],
+                &mut Settled::default(),
+                &cancel,
+            )
+            .await;
+            (record.offset, record.key, result.is_ok())
+        }));
+    };
+
+    loop {
+        // Taken but not yet stored: bounded, so a stuck key cannot pile records up in memory
+        // (the queue fills instead and the partition is paused).
+        let room = running.len() < max_in_flight && pending.len() < max_in_flight * 4;
+        let free = max_in_flight.saturating_sub(running.len()).max(1);
+        tokio::select! {
+            done = running.next(), if !running.is_empty() => {
+                let Some((offset, key, settled)) = done else { continue };
+                if !settled {
+                    break; // abandoned: revoked or stopping
+                }
+                pending.insert(offset, true);
+                busy.remove(&key);
+                if let Some(queue) = waiting.get_mut(&key) {
+                    if let Some((at, next)) = queue.pop_front() {
+                        busy.insert(key.clone());
+                        start(next, at, &mut running);
+                    }
+                    if queue.is_empty() {
+                        waiting.remove(&key);
+                    }
+                }
+                let mut stored = None;
+                while let Some((&o, &true)) = pending.iter().next() {
+                    pending.remove(&o);
+                    stored = Some(o);
+                }
+                if let (Some(offset), Some((topic, partition))) = (stored, &last) {
+                    if let Err(e) = shared.consumer.store_offset(topic, *partition, offset) {
+                        tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
+                            error = %e, "partition no longer assigned; the new owner consumes it again");
+                    }
+                }
+            }
+            popped = queue.pop_batch(
+                free,
+                Duration::ZERO,
+                &shared.consumer,
+                &shared.breaker,
+                &cancel,
+            ), if room => {
+                let Some((records, fetched)) = popped else { break };
+                for (record, at) in records.into_iter().zip(fetched) {
+                    last.get_or_insert_with(|| (record.topic.clone(), record.partition));
+                    pending.insert(record.offset, false);
+                    if busy.contains(&record.key) {
+                        waiting.entry(record.key.clone()).or_default().push_back((at, record));
+                    } else {
+                        busy.insert(record.key.clone());
+                        start(record, at, &mut running);
+                    }
+                }
+            }
+        }
+    }
+    // Records still running finish their handler call only if they get there before the
+    // futures are dropped; their offsets are not stored, so they are consumed again.
 }
 
 /// The last settled record whose offset is not stored yet. Storing is deferred to the end of a
