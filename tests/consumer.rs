@@ -555,3 +555,98 @@ async fn rebalance_abandons_records_in_backoff_to_the_new_owner_without_dead_let
         "nothing dead-lettered because of the rebalance"
     );
 }
+
+/// Keeps every record it is given; rejects those whose value starts with `x`.
+#[derive(Clone, Default)]
+struct Keep(std::sync::Arc<std::sync::Mutex<Vec<kafka_dlq::Record>>>);
+
+impl kafka_dlq::Handler for Keep {
+    async fn handle(&self, record: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
+        self.0.lock().unwrap().push(record.clone());
+        if record
+            .payload
+            .as_deref()
+            .is_some_and(|p| p.first() == Some(&b'x'))
+        {
+            return Err(kafka_dlq::HandlerError::permanent("rejected"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_binary_and_header_heavy_records_reach_the_handler_and_the_dlq_intact() {
+    let brokers = brokers();
+    let topic = unique("hostile");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let many: Vec<(String, Option<Vec<u8>>)> = (0..2_000)
+        .map(|i| (format!("h{i}"), Some(vec![0xff, (i % 256) as u8])))
+        .collect();
+    let records = vec![
+        Out {
+            partition: 0,
+            key: Some(vec![]),
+            value: Some(vec![]),
+            headers: vec![],
+        },
+        Out {
+            partition: 0,
+            key: Some(vec![0xc3, 0x28]),
+            value: Some(vec![0, 159, 146, 150]),
+            headers: many.clone(),
+        },
+        Out {
+            partition: 0,
+            key: Some(vec![0xfe]),
+            value: Some(b"x\xff\x00".to_vec()),
+            headers: many.clone(),
+        },
+        Out {
+            partition: 0,
+            key: None,
+            value: Some(b"x".repeat(300_000)),
+            headers: vec![],
+        },
+    ];
+    produce(&brokers, &topic, records).await;
+
+    let keep = Keep::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), keep.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&4))
+        .await
+    );
+    running.stop().await;
+
+    let seen = keep.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[0].payload.as_deref(), Some(&b""[..]), "a 0-byte value");
+    assert_eq!(
+        seen[1].key.as_deref(),
+        Some(&[0xc3, 0x28][..]),
+        "a non-UTF-8 key"
+    );
+    assert_eq!(seen[1].headers.len(), 2_000, "thousands of headers");
+    assert_eq!(
+        seen[1].headers[1999].value,
+        Some(vec![0xff, (1999 % 256) as u8])
+    );
+
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 2);
+    let binary = Envelope::from_slice(dlq[0].payload().unwrap()).unwrap();
+    assert_eq!(binary.payload_bytes().unwrap(), Some(b"x\xff\x00".to_vec()));
+    assert_eq!(binary.key_bytes().unwrap(), Some(vec![0xfe]));
+    let headers = binary.headers().unwrap();
+    assert_eq!(headers.len(), 2_000);
+    assert_eq!(headers[7].value, Some(vec![0xff, 7]));
+    let large = Envelope::from_slice(dlq[1].payload().unwrap()).unwrap();
+    assert_eq!(
+        large.payload_bytes().unwrap().unwrap().len(),
+        300_000,
+        "a large value, intact"
+    );
+}
