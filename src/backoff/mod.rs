@@ -111,11 +111,6 @@ impl ExponentialBackoff {
         }
     }
 
-    /// The number of delays before giving up (`None`: never).
-    pub fn max_retries(&self) -> Option<u32> {
-        self.max_retries
-    }
-
     /// The delays with jitter drawn from a random seed.
     pub fn delays(&self) -> Delays {
         self.delays_seeded(fastrand::u64(..))
@@ -151,11 +146,6 @@ pub struct Delays {
 }
 
 impl Delays {
-    /// How many delays this iterator has given.
-    pub fn given(&self) -> u32 {
-        self.given
-    }
-
     /// Starts the schedule again from the first delay.
     pub fn reset(&mut self) {
         self.given = 0;

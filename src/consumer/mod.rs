@@ -138,7 +138,7 @@ impl<H: BatchHandler> Consumer<H> {
                 metrics: metrics.clone(),
             })
             .map_err(ConsumerError::CreateConsumer)?;
-        let dlq = DeadLetterPublisher::new(&config, metrics.clone())
+        let dlq = DeadLetterPublisher::new(&config, config.dlq_topic()?, metrics.clone())
             .map_err(ConsumerError::CreateProducer)?;
         Ok(Self {
             shared: Arc::new(Shared {

@@ -120,26 +120,23 @@ pub struct DeadLetterPublisher {
 }
 
 impl DeadLetterPublisher {
-    /// Creates the idempotent producer (`acks=all`) from `config`; failed writes are counted
-    /// in `metrics`.
-    pub fn new(config: &ConsumerConfig, metrics: Metrics) -> Result<Self, KafkaError> {
+    /// Creates the idempotent producer (`acks=all`) from `config`, writing to `topic`; failed
+    /// writes are counted in `metrics`.
+    pub fn new(
+        config: &ConsumerConfig,
+        topic: DlqTopic,
+        metrics: Metrics,
+    ) -> Result<Self, KafkaError> {
         let producer = config
             .producer_client_config()
             .create_with_context(LogContext)?;
         Ok(Self {
             producer,
-            topic: DlqTopic::new(&config.dlq_topic).unwrap_or_else(|_| {
-                DlqTopic::new("{topic}-dlt").expect("the default template is valid")
-            }),
+            topic,
             group: config.group_id.clone(),
             retry: ExponentialBackoff::infrastructure(),
             metrics,
         })
-    }
-
-    /// The topic that dead letters of `topic` go to.
-    pub fn topic_for(&self, topic: &str) -> String {
-        self.topic.for_topic(topic)
     }
 
     /// Writes `record` to its dead-letter topic and returns once the broker acknowledged it.

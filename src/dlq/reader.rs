@@ -184,14 +184,6 @@ impl DlqReader {
             .sum()
     }
 
-    /// The next offset to read, per partition.
-    pub fn positions(&self) -> HashMap<i32, i64> {
-        self.positions
-            .iter()
-            .map(|(p, (next, _))| (*p, *next))
-            .collect()
-    }
-
     /// Commits `next_offset` as the position of `partition` for the reader's group.
     /// Blocks until the broker answers.
     pub fn commit(&self, partition: i32, next_offset: i64) -> Result<(), KafkaError> {
