@@ -650,3 +650,88 @@ async fn empty_binary_and_header_heavy_records_reach_the_handler_and_the_dlq_int
         "a large value, intact"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
+    // librdkafka's producers refuse records over `message.max.bytes` (1,000,000 by default):
+    // this binary value fits as a record, but its base64 envelope (a third larger) does not,
+    // so the dead letter is written in the detached form.
+    let brokers = brokers();
+    let topic = unique("near-limit");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let value: Vec<u8> = std::iter::once(b'x')
+        .chain((1..990_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 | 0x80))
+        .collect();
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            Out {
+                partition: 0,
+                key: Some(vec![0xfe, 0x01]),
+                value: Some(value.clone()),
+                headers: vec![("trace".into(), Some(vec![0xff]))],
+            },
+            Out::new(0, "ok-after"),
+        ],
+    )
+    .await;
+
+    let keep = Keep::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), keep.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&2))
+        .await,
+        "the record was dead-lettered and the partition went on"
+    );
+    running.stop().await;
+    let seen = keep.0.lock().unwrap().clone();
+    assert_eq!(
+        seen[0].payload.as_deref(),
+        Some(&value[..]),
+        "the handler got it intact"
+    );
+
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(
+        dlq[0].payload(),
+        Some(&value[..]),
+        "the value itself, byte for byte"
+    );
+    assert_eq!(dlq[0].key(), Some(&[0xfe, 0x01][..]));
+    let header = dlq[0]
+        .headers()
+        .unwrap()
+        .iter()
+        .find(|h| h.key == kafka_dlq::dlq::HEADER_ENVELOPE)
+        .and_then(|h| h.value)
+        .expect("the envelope header");
+    let detached = Envelope::from_slice(header).unwrap();
+    assert_eq!(
+        detached.payload_encoding,
+        kafka_dlq::dlq::Encoding::Detached
+    );
+    assert_eq!(detached.source.offset, 0);
+
+    // Operators read it as any other dead letter.
+    let mut reader = kafka_dlq::dlq::DlqReader::open(
+        &brokers,
+        &Default::default(),
+        &format!("{topic}-dlt"),
+        &unique("reader"),
+        false,
+    )
+    .unwrap();
+    let entry = reader.next_entry().await.unwrap().unwrap();
+    let kafka_dlq::dlq::DlqContent::Envelope(envelope) = entry.content else {
+        panic!("not read as an envelope");
+    };
+    assert_eq!(envelope.payload_encoding, kafka_dlq::dlq::Encoding::Base64);
+    assert_eq!(envelope.payload_bytes().unwrap(), Some(value));
+    assert_eq!(envelope.key_bytes().unwrap(), Some(vec![0xfe, 0x01]));
+    assert_eq!(envelope.headers().unwrap()[0].value, Some(vec![0xff]));
+}

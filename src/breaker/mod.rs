@@ -27,6 +27,7 @@
 //! window 30 s, `min_calls` 20, `failure_ratio` 0.5, probes 1 s doubling to 60 s.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -114,12 +115,14 @@ struct Window {
 const SLOT: Duration = Duration::from_millis(100);
 
 impl Window {
-    fn add(&mut self, now: Instant, transient: bool, record: u64, window: Duration) {
+    /// Adds `calls` calls that ended by `now`, `transient` telling whether the last of them
+    /// failed transiently (for `record`).
+    fn add(&mut self, now: Instant, calls: u32, transient: bool, record: u64, window: Duration) {
         match self.slots.back_mut() {
-            Some((start, n)) if now.duration_since(*start) < SLOT => *n += 1,
-            _ => self.slots.push_back((now, 1)),
+            Some((start, n)) if now.duration_since(*start) < SLOT => *n += calls,
+            _ => self.slots.push_back((now, calls)),
         }
-        self.calls += 1;
+        self.calls += u64::from(calls);
         if transient {
             self.failures.push_back((now, record));
             *self.failing.entry(record).or_default() += 1;
@@ -160,6 +163,14 @@ pub struct Breaker {
     inner: Mutex<Inner>,
     changed: Notify,
     state: watch::Sender<BreakerState>,
+    /// Whether the breaker is open: lets calls through without taking the lock while closed.
+    open: AtomicBool,
+    /// Calls answered since the window was last updated, counted without the lock; they join
+    /// the window at its next update, at most one slot (100 ms) later.
+    answered: AtomicU64,
+    /// When (nanoseconds after `epoch`) answered calls must next update the window.
+    fold_at_ns: AtomicU64,
+    epoch: Instant,
 }
 
 impl Breaker {
@@ -170,6 +181,10 @@ impl Breaker {
             inner: Mutex::new(Inner::Closed(Window::default())),
             changed: Notify::new(),
             state: watch::channel(BreakerState::Closed).0,
+            open: AtomicBool::new(false),
+            answered: AtomicU64::new(0),
+            fold_at_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
     }
 
@@ -186,6 +201,9 @@ impl Breaker {
     /// Waits until a handler call may be made: at once when closed; when open, until this
     /// caller is granted the probe or the breaker closes.
     pub async fn permit(&self) -> Permit {
+        if !self.open.load(Ordering::Acquire) {
+            return Permit::Normal;
+        }
         loop {
             let notified = self.changed.notified();
             let wait = {
@@ -233,11 +251,26 @@ impl Breaker {
     ) -> Option<BreakerState> {
         let policy = self.policy.as_ref()?;
         let now = Instant::now();
+        let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
+        if permit == Permit::Normal
+            && outcome == CallOutcome::Answered
+            && now_ns < self.fold_at_ns.load(Ordering::Relaxed)
+        {
+            self.answered.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let mut inner = self.inner.lock().expect("breaker lock");
+        let earlier = self.answered.swap(0, Ordering::Relaxed) as u32;
+        self.fold_at_ns
+            .store(now_ns + SLOT.as_nanos() as u64, Ordering::Relaxed);
         let changed = match (&mut *inner, permit) {
             (Inner::Closed(window), _) => {
+                if earlier > 0 {
+                    window.add(now, earlier, false, record, policy.window);
+                }
                 window.add(
                     now,
+                    1,
                     outcome == CallOutcome::Transient,
                     record,
                     policy.window,
@@ -273,11 +306,17 @@ impl Breaker {
             // A call that started before the breaker opened: it neither opens nor closes it.
             (Inner::Open { .. }, Permit::Normal) => None,
         };
+        if let Some(state) = changed {
+            self.open
+                .store(state == BreakerState::Open, Ordering::Release);
+        }
         drop(inner);
         if let Some(state) = changed {
             self.state.send_replace(state);
         }
-        self.changed.notify_waiters();
+        if changed.is_some() || permit == Permit::Probe {
+            self.changed.notify_waiters();
+        }
         changed
     }
 

@@ -56,6 +56,11 @@ pub struct BenchArgs {
     /// Scenarios to run, comma-separated (default: all, in order).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<String>,
+    /// Internal: serve librdkafka's mock cluster with these `topic:partitions` and print its
+    /// address; the bench runs it in a child process so that its copy of the data does not
+    /// count in the consumer's memory.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    serve_mock: Vec<String>,
 }
 
 const ALL: [&str; 6] = [
@@ -68,6 +73,7 @@ const ALL: [&str; 6] = [
 ];
 
 /// One scenario's figures.
+#[derive(Default)]
 struct Figures {
     records: u64,
     elapsed: Duration,
@@ -77,6 +83,14 @@ struct Figures {
 }
 
 impl Figures {
+    /// Adds another pass: records and time add up; the quantiles are the worst pass's.
+    fn add(&mut self, pass: Figures) {
+        self.records += pass.records;
+        self.elapsed += pass.elapsed;
+        self.p50 = self.p50.max(pass.p50);
+        self.p99 = self.p99.max(pass.p99);
+    }
+
     fn rate(&self) -> f64 {
         self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -91,11 +105,16 @@ enum Behaviour {
     Slow,
 }
 
-struct BenchHandler(Behaviour);
+struct BenchHandler {
+    behaviour: Behaviour,
+    /// When the handler was first called: the clock's start.
+    first: std::sync::Arc<std::sync::OnceLock<Instant>>,
+}
 
 impl Handler for BenchHandler {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
-        match self.0 {
+        self.first.get_or_init(Instant::now);
+        match self.behaviour {
             Behaviour::Noop => Ok(()),
             Behaviour::Poison1 if record.offset % 100 == 0 => {
                 Err(HandlerError::permanent("poison record"))
@@ -119,6 +138,9 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if !args.serve_mock.is_empty() {
+        return serve_mock(&args.serve_mock).await;
+    }
     let scenarios: Vec<String> = if args.scenarios.is_empty() {
         ALL.iter().map(|s| s.to_string()).collect()
     } else {
@@ -129,44 +151,42 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             bail!("unknown scenario `{s}`; expected one of {}", ALL.join(", "));
         }
     }
-    let mock = match &args.brokers {
-        Some(_) => None,
-        None => Some(MockCluster::new(1).context("starting the mock cluster")?),
-    };
-    let brokers = match (&args.brokers, &mock) {
-        (Some(b), _) => b.clone(),
-        (None, Some(m)) => m.bootstrap_servers(),
-        (None, None) => unreachable!(),
-    };
-    let mut args = args;
-    if mock.is_some() {
-        // librdkafka's mock cluster keeps at most 5 MB per partition and drops older records.
-        let per_record = args.value_bytes as u64 + 70;
-        let cap = 4_500_000 / per_record * args.partitions as u64;
-        if args.records > cap {
-            println!(
-                "note: the mock cluster keeps at most 5 MB per partition, so {} records instead of {} (use --brokers for more)",
-                cap, args.records
-            );
-            args.records = cap;
-        }
-    }
     let run_id = chrono::Utc::now().format("%Y%m%d%H%M%S").to_string();
     let topic = format!("bench-{run_id}");
     let dlq = format!("{topic}-dlt");
-    match &mock {
-        Some(m) => {
-            m.create_topic(&topic, args.partitions, 1)?;
-            m.create_topic(&dlq, 1, 1)?;
-        }
+    let mut args = args;
+    // On the mock cluster, how many times each scenario consumes the topic (see `passes`).
+    let mut passes = 1;
+    let mock = match &args.brokers {
+        Some(_) => None,
         None => {
-            super::demo::create_topics(&brokers, &[(&topic, args.partitions), (&dlq, 1)]).await?
+            // librdkafka's mock cluster keeps at most 5 MB per partition and drops older
+            // records; the topic holds what fits and each scenario consumes it several times.
+            let per_record = args.value_bytes as u64 + 70;
+            let cap = (4_500_000 / per_record * args.partitions as u64).max(1);
+            if args.records > cap {
+                passes = args.records.div_ceil(cap);
+                println!(
+                    "note: the mock cluster keeps at most 5 MB per partition: the topic holds {cap} records, and each scenario consumes it {passes} times, each time in a new group (use --brokers for one pass over {} records)",
+                    args.records
+                );
+                args.records = cap;
+            }
+            Some(MockChild::start(&[(&topic, args.partitions), (&dlq, 1)]).await?)
         }
+    };
+    let brokers = match (&args.brokers, &mock) {
+        (Some(b), _) => b.clone(),
+        (None, Some(m)) => m.bootstrap.clone(),
+        (None, None) => unreachable!(),
+    };
+    if mock.is_none() {
+        super::demo::create_topics(&brokers, &[(&topic, args.partitions), (&dlq, 1)]).await?
     }
     println!(
         "broker: {} | topic {topic}: {} records x {} B over {} partitions",
         if mock.is_some() {
-            "librdkafka mock cluster (in-process)".to_string()
+            "librdkafka mock cluster (child process)".to_string()
         } else {
             brokers.clone()
         },
@@ -192,61 +212,68 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let mut results: HashMap<String, Figures> = HashMap::new();
     for scenario in &scenarios {
         reset_peak_rss();
-        let group = format!("bench-{scenario}-{run_id}");
-        let figures = match scenario.as_str() {
-            "baseline" => baseline(&brokers, &group, &topic, args.records).await?,
-            "noop" => {
-                kafka_dlq(
-                    &brokers,
-                    &group,
-                    &topic,
-                    Behaviour::Noop,
-                    args.records,
-                    Ordering::Partition,
-                )
-                .await?
-            }
-            "poison1" => {
-                kafka_dlq(
-                    &brokers,
-                    &group,
-                    &topic,
-                    Behaviour::Poison1,
-                    args.records,
-                    Ordering::Partition,
-                )
-                .await?
-            }
-            "stalled" => {
-                let stuck = partition_records(&brokers, &topic, 0).await?;
-                kafka_dlq(
-                    &brokers,
-                    &group,
-                    &topic,
-                    Behaviour::Stalled,
-                    args.records - stuck,
-                    Ordering::Partition,
-                )
-                .await?
-            }
-            "slow" => {
-                let n = args.slow_records.min(args.records);
-                kafka_dlq(
-                    &brokers,
-                    &group,
-                    &topic,
-                    Behaviour::Slow,
-                    n,
-                    Ordering::Partition,
-                )
-                .await?
-            }
-            "slow-keyed" => {
-                let n = args.slow_records.min(args.records);
-                kafka_dlq(&brokers, &group, &topic, Behaviour::Slow, n, Ordering::Key).await?
-            }
-            _ => unreachable!(),
-        };
+        let mut figures = Figures::default();
+        for pass in 0..passes {
+            let group = format!("bench-{scenario}-{run_id}-{pass}");
+            let one = match scenario.as_str() {
+                "baseline" => {
+                    baseline(&brokers, &group, &topic, args.records, args.partitions).await?
+                }
+                "noop" => {
+                    kafka_dlq(
+                        &brokers,
+                        &group,
+                        &topic,
+                        Behaviour::Noop,
+                        args.records,
+                        Ordering::Partition,
+                    )
+                    .await?
+                }
+                "poison1" => {
+                    kafka_dlq(
+                        &brokers,
+                        &group,
+                        &topic,
+                        Behaviour::Poison1,
+                        args.records,
+                        Ordering::Partition,
+                    )
+                    .await?
+                }
+                "stalled" => {
+                    let stuck = partition_records(&brokers, &topic, 0).await?;
+                    kafka_dlq(
+                        &brokers,
+                        &group,
+                        &topic,
+                        Behaviour::Stalled,
+                        args.records - stuck,
+                        Ordering::Partition,
+                    )
+                    .await?
+                }
+                "slow" => {
+                    let n = args.slow_records.min(args.records);
+                    kafka_dlq(
+                        &brokers,
+                        &group,
+                        &topic,
+                        Behaviour::Slow,
+                        n,
+                        Ordering::Partition,
+                    )
+                    .await?
+                }
+                "slow-keyed" => {
+                    let n = args.slow_records.min(args.records);
+                    kafka_dlq(&brokers, &group, &topic, Behaviour::Slow, n, Ordering::Key).await?
+                }
+                _ => unreachable!(),
+            };
+            figures.add(one);
+        }
+        figures.rss_mb = peak_rss_mb();
         let (ratio, against) = match scenario.as_str() {
             "baseline" => (1.0, "baseline"),
             "poison1" => ratio(&results, "noop", figures.rate()),
@@ -282,6 +309,62 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         );
         results.insert(scenario.clone(), figures);
     }
+    drop(mock);
+    Ok(())
+}
+
+/// librdkafka's mock cluster in a child process (this binary, `bench --serve-mock`). It stops
+/// when this handle is dropped: the child exits when its standard input closes, and is killed
+/// if it has not.
+struct MockChild {
+    bootstrap: String,
+    _child: tokio::process::Child,
+}
+
+impl MockChild {
+    async fn start(topics: &[(&str, i32)]) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let spec: Vec<String> = topics.iter().map(|(t, p)| format!("{t}:{p}")).collect();
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .args(["bench", "--serve-mock", &spec.join(",")])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the mock cluster's process")?;
+        let stdout = child.stdout.take().context("mock cluster stdout")?;
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .context("the mock cluster did not start within 30 s")??;
+        let bootstrap = line
+            .strip_prefix("BOOTSTRAP ")
+            .map(|b| b.trim().to_string())
+            .with_context(|| format!("unexpected line from the mock cluster: {line:?}"))?;
+        Ok(Self {
+            bootstrap,
+            _child: child,
+        })
+    }
+}
+
+/// The child's side: start the mock cluster with `topics` (`name:partitions`), print
+/// `BOOTSTRAP <servers>`, serve until standard input closes.
+async fn serve_mock(topics: &[String]) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let mock = MockCluster::new(1).context("starting the mock cluster")?;
+    for spec in topics {
+        let (name, partitions) = spec
+            .rsplit_once(':')
+            .with_context(|| format!("expected topic:partitions, got `{spec}`"))?;
+        mock.create_topic(name, partitions.parse()?, 1)?;
+    }
+    println!("BOOTSTRAP {}", mock.bootstrap_servers());
+    let mut sink = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
     Ok(())
 }
 
@@ -349,15 +432,31 @@ async fn partition_records(brokers: &str, topic: &str, partition: i32) -> anyhow
 }
 
 /// The plain rdkafka loop: receive, store the offset, count.
-async fn baseline(brokers: &str, group: &str, topic: &str, n: u64) -> anyhow::Result<Figures> {
-    let consumer: StreamConsumer = ClientConfig::new()
+async fn baseline(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    n: u64,
+    partitions: i32,
+) -> anyhow::Result<Figures> {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("queued.max.messages.kbytes", "16384")
-        .create()?;
+        .set("auto.offset.reset", "earliest");
+    // The same fetch settings as kafka-dlq's consumer, so only the loop differs.
+    for (key, value) in kafka_dlq::config::FETCH_SETTINGS {
+        config.set(key, value);
+    }
+    // kafka-dlq's budget is per partition (each has its own queue); this loop has one queue
+    // for all of them, so it gets the same memory in total.
+    config.set(
+        "queued.max.messages.kbytes",
+        (2048 * partitions).to_string(),
+    );
+    let consumer: StreamConsumer = config.create()?;
     consumer.subscribe(&[topic])?;
     let mut count = 0u64;
     let mut first: Option<Instant> = None;
@@ -399,7 +498,12 @@ async fn kafka_dlq(
         shutdown_timeout_ms: 2_000,
         ..ConsumerConfig::new(brokers, group, [topic])
     };
-    let consumer = Consumer::new(config, BenchHandler(behaviour))?;
+    let started = std::sync::Arc::new(std::sync::OnceLock::new());
+    let handler = BenchHandler {
+        behaviour,
+        first: started.clone(),
+    };
+    let consumer = Consumer::new(config, handler)?;
     let metrics = consumer.metrics();
     let stop = CancellationToken::new();
     let task = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
@@ -412,8 +516,8 @@ async fn kafka_dlq(
     let mut last_done = 0;
     loop {
         let now_done = done(&metrics);
-        if first.is_none() && metrics.total("kafka_dlq_records_consumed_total") > 0.0 {
-            first = Some(Instant::now());
+        if first.is_none() {
+            first = started.get().copied();
         }
         if now_done >= settled {
             break;
@@ -424,7 +528,7 @@ async fn kafka_dlq(
         } else if last_progress.elapsed() > Duration::from_secs(60) {
             bail!("no progress for 60 s at {now_done} of {settled} records");
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let elapsed = first.map(|f| f.elapsed()).unwrap_or_default();
     let rss_mb = peak_rss_mb();

@@ -46,7 +46,7 @@ pub struct RunArgs {
     /// Header holding the record id [default: none; <topic>-<partition>-<offset>].
     #[arg(long, env = "KAFKA_DLQ_ID_HEADER")]
     id_header: Option<String>,
-    /// Records buffered per partition before it is paused [default: 500].
+    /// Fetched records that may wait per partition before fetching it stops [default: 10000].
     #[arg(long, env = "KAFKA_DLQ_MAX_BUFFERED_RECORDS")]
     max_buffered_records: Option<usize>,
     /// How long shutdown waits for in-flight requests, in ms [default: 30000].

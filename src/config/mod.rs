@@ -97,9 +97,10 @@ pub struct ConsumerConfig {
     /// Each delay is multiplied by a random factor in `[1 − jitter, 1 + jitter]` (then capped).
     /// Default 0.2.
     pub backoff_jitter: f64,
-    /// Records buffered per partition before the partition is paused (and resumed when half
-    /// of them are done): the bound on memory when the handler is slower than the broker.
-    /// Default 500.
+    /// Fetched records that may wait per partition: librdkafka stops fetching a partition
+    /// while this many of its records (or 2 MB, see [`FETCH_SETTINGS`]) wait, and fetches
+    /// again when fewer do; one fetch (at most 256 kB) can go past it. The bound on memory when
+    /// the handler is slower than the broker. Default 10000.
     pub max_buffered_records: usize,
     /// How long shutdown waits for in-flight handlers before committing. Default 30000 ms.
     pub shutdown_timeout_ms: u64,
@@ -146,7 +147,7 @@ impl Default for ConsumerConfig {
             backoff_multiplier: 2.0,
             backoff_max_ms: 30_000,
             backoff_jitter: 0.2,
-            max_buffered_records: 2000,
+            max_buffered_records: 10_000,
             shutdown_timeout_ms: 30_000,
             auto_offset_reset: "earliest".to_string(),
             ordering: Ordering::Partition,
@@ -197,6 +198,23 @@ impl fmt::Debug for ConsumerConfig {
             .finish()
     }
 }
+
+/// The fetch settings kafka-dlq gives librdkafka's consumer (raw `librdkafka` options can
+/// override them). Each partition has its own fetch queue (kafka-dlq splits it from the
+/// consumer's queue), so these apply per partition: at most 2 MB of fetched records wait
+/// (`queued.max.messages.kbytes`; the record-count bound is `max_buffered_records`), at most
+/// 256 kB per partition and fetch (`max.partition.fetch.bytes`), and a 10 ms pause before
+/// fetching again once the queue is full (`fetch.queue.backoff.ms`; librdkafka's 1 s default
+/// leaves a consumer that is a little slower than its broker idle for most of each second),
+/// and a broker holds a fetch for at most 100 ms when it has nothing new
+/// (`fetch.wait.max.ms`; while it holds one, no partition of that broker is fetched, so a
+/// partition whose queue has just drained would wait up to librdkafka's 500 ms default).
+pub const FETCH_SETTINGS: [(&str, &str); 4] = [
+    ("queued.max.messages.kbytes", "2048"),
+    ("max.partition.fetch.bytes", "262144"),
+    ("fetch.queue.backoff.ms", "10"),
+    ("fetch.wait.max.ms", "100"),
+];
 
 impl ConsumerConfig {
     /// The defaults, with the three required settings.
@@ -273,11 +291,11 @@ impl ConsumerConfig {
             }
         }
         self.backoff()?;
-        if self.max_buffered_records == 0 {
+        if !(1..=10_000_000).contains(&self.max_buffered_records) {
             return Err(ConfigError::new(
                 "max_buffered_records",
-                0,
-                "must be at least 1",
+                self.max_buffered_records,
+                "must be 1 to 10000000 (librdkafka's queued.min.messages)",
             ));
         }
         if self.batch_size == 0 {
@@ -396,7 +414,7 @@ impl ConsumerConfig {
         Duration::from_millis(self.shutdown_timeout_ms)
     }
 
-    /// librdkafka settings for the consumer: manual offset store, periodic commit of stored
+    /// librdkafka settings for the consumer: manual offset store, [`FETCH_SETTINGS`], periodic commit of stored
     /// offsets, then the raw `librdkafka` options.
     pub fn consumer_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -407,10 +425,12 @@ impl ConsumerConfig {
             .set("auto.commit.interval.ms", "1000")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.auto_offset_reset)
-            .set("queued.max.messages.kbytes", "16384")
-            .set("max.partition.fetch.bytes", "262144")
             .set("statistics.interval.ms", "2000")
             .set("enable.partition.eof", "false");
+        for (key, value) in FETCH_SETTINGS {
+            config.set(key, value);
+        }
+        config.set("queued.min.messages", self.max_buffered_records.to_string());
         self.apply_raw(&mut config);
         config
     }

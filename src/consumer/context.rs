@@ -1,37 +1,52 @@
 //! The consumer's librdkafka context: rebalance callbacks and logs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::partition::PartitionQueue;
+use super::partition::Assigned;
 use crate::metrics::Metrics;
 
 /// A topic and partition.
 pub(super) type PartitionKey = (String, i32);
 
-/// A partition's queue and the token that stops its worker.
+/// The token that stops a partition's worker.
 pub(super) struct PartitionSlot {
-    pub queue: Arc<PartitionQueue>,
     pub cancel: CancellationToken,
+    /// Records of this partition that arrived on the consumer's main queue instead of the
+    /// partition's own (only when splitting its queue failed), for its worker.
+    pub strays: mpsc::Sender<crate::record::Record>,
 }
 
-/// The partitions that have a worker, shared by the poll loop (which adds them) and the
-/// rebalance callback (which removes and stops them).
+/// The partitions that have a worker, shared by the rebalance callback (which adds, removes
+/// and stops them) and the poll loop.
 pub(super) type Partitions = Arc<Mutex<HashMap<PartitionKey, PartitionSlot>>>;
 
-/// On revocation (or loss) of partitions: stop their workers, abandoning records in backoff so
-/// that the new owner consumes them again, and commit the offsets stored so far.
+/// On assignment: gives each partition its own librdkafka queue (split from the consumer's
+/// main queue before fetching starts) and sends it to the poll loop, which starts the
+/// partition's worker. On revocation (or loss): stops their workers, abandoning records in
+/// backoff so that the new owner consumes them again, and commits the offsets stored so far.
 pub(super) struct RebalanceContext {
     pub partitions: Partitions,
     pub metrics: Metrics,
+    /// The consumer itself, set once it exists, to split partition queues.
+    pub consumer: OnceLock<Weak<StreamConsumer<RebalanceContext>>>,
+    /// Where newly assigned partitions go.
+    pub assigned: mpsc::UnboundedSender<Assigned>,
+    /// Parent of every worker's token; cancelled at shutdown.
+    pub stop: CancellationToken,
+    /// Records a partition may buffer before fetching stops (see the config).
+    pub max_buffered_records: usize,
 }
 
 impl ClientContext for RebalanceContext {
@@ -77,6 +92,38 @@ impl ConsumerContext for RebalanceContext {
                     .map(|e| format!("{}-{}", e.topic(), e.partition()))
                     .collect();
                 tracing::info!(event = "partitions_assigned", partitions = ?assigned);
+                // Split before librdkafka starts fetching (right after this callback), so
+                // every record of the partition arrives on its own queue.
+                let consumer = self.consumer.get().and_then(Weak::upgrade);
+                let mut partitions = self.partitions.lock().expect("partitions lock");
+                for e in tpl.elements() {
+                    let (topic, partition) = (e.topic().to_string(), e.partition());
+                    let queue = consumer
+                        .as_ref()
+                        .and_then(|c| c.split_partition_queue(&topic, partition));
+                    if queue.is_none() {
+                        tracing::warn!(event = "partition_queue_split_failed", %topic, partition,
+                            "its records come through the consumer's main queue instead");
+                    }
+                    let cancel = self.stop.child_token();
+                    let (strays, stray_records) = mpsc::channel(self.max_buffered_records);
+                    if let Some(old) = partitions.insert(
+                        (topic.clone(), partition),
+                        PartitionSlot {
+                            cancel: cancel.clone(),
+                            strays,
+                        },
+                    ) {
+                        old.cancel.cancel();
+                    }
+                    let _ = self.assigned.send(Assigned {
+                        topic,
+                        partition,
+                        queue,
+                        stray_records,
+                        cancel,
+                    });
+                }
             }
             Rebalance::Error(e) => {
                 tracing::warn!(event = "rebalance_failed", error = %e);

@@ -2,21 +2,25 @@
 //! commit.
 //!
 //! # How records flow
-//! One loop polls rdkafka's `StreamConsumer` and puts each record on its partition's queue;
-//! each assigned partition has one worker task that settles its records **in offset order**:
-//! it calls the [`Handler`], retries transient failures with backoff, and dead-letters
-//! permanent failures and exhausted retries. A record is *settled* when the handler succeeded
-//! or the dead-letter topic acknowledged it; only then is its offset stored, and stored offsets
-//! are committed every second, on rebalance and at shutdown. So an offset never passes a record
-//! that was neither handled nor safely dead-lettered.
+//! Each assigned partition gets its own librdkafka queue, split from the consumer's main queue
+//! when the partition is assigned (before fetching starts), and one worker task that reads it
+//! and settles its records **in offset order**: it calls the [`Handler`], retries transient
+//! failures with backoff, and dead-letters permanent failures and exhausted retries. A record
+//! is *settled* when the handler succeeded or the dead-letter topic acknowledged it; only then
+//! is its offset stored, and stored offsets are committed every second, on rebalance and at
+//! shutdown. So an offset never passes a record that was neither handled nor safely
+//! dead-lettered. The consumer's main queue, polled by [`Consumer::run`], serves rebalances,
+//! errors and statistics.
 //!
 //! # Why per-partition queues
 //! A record in backoff holds back only its own partition: the other partitions' workers carry
-//! on. The poll loop never waits for a handler, so the consumer keeps polling (and stays in the
-//! group) however long a backoff lasts. When a partition's queue holds
-//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) records, that partition is
-//! paused in librdkafka and resumed when half of them are done: memory stays bounded when the
-//! handler is slower than the broker.
+//! on, and the main queue keeps being polled (so the member stays in the group) however long a
+//! backoff lasts. Records go from librdkafka straight to the worker that handles them, with no
+//! hand-off between tasks, so a fast handler costs little over a bare rdkafka loop (see the
+//! benchmark in the README). Memory stays bounded when the handler is slower than the broker:
+//! librdkafka stops fetching a partition while
+//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) of its records or 2 MB wait
+//! in its queue ([`FETCH_SETTINGS`](crate::config::FETCH_SETTINGS)).
 //!
 //! # Key order
 //! With [`ordering`](ConsumerConfig::ordering) `key`, a partition's worker runs records of
@@ -49,40 +53,38 @@
 //! committed, and the consumer leaves the group.
 //!
 //! # Broker trouble
-//! librdkafka reconnects by itself; the poll loop logs each poll error and waits before
-//! polling again, 1 s doubling to 30 s, reset by the next record. Errors that queued up during
-//! the wait are taken at once afterwards, so recovery is not delayed by a backlog of stale
-//! errors. A broker outage never ends [`Consumer::run`]; only a fatal client error does (after
-//! the usual drain and commit).
+//! librdkafka reconnects and fetches again by itself; the poll loop logs each error of the
+//! main queue and waits 1 s before polling it again, then takes the errors that queued up
+//! meanwhile at once, so a flood of errors neither spins nor delays recovery; a partition's
+//! fetch errors are logged by its worker (`partition_poll_failed`). A broker outage never ends
+//! [`Consumer::run`]; only a fatal client error does (after the usual drain and commit).
 
 mod context;
 mod partition;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures_util::FutureExt;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::Message;
 use thiserror::Error;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::ExponentialBackoff;
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
-use context::{commit_stored, PartitionSlot, Partitions, RebalanceContext};
-use partition::{run_worker, PartitionQueue, Shared};
+use context::{commit_stored, Partitions, RebalanceContext};
+use partition::{run_worker, Assigned, PartitionInput, Shared};
 
-/// How long the poll loop waits for a full partition queue to drain before pausing the
-/// partition: a worker that keeps up drains it in time, so fast partitions never pause (a pause
-/// makes librdkafka drop and fetch again what it had prefetched for the partition).
-const PAUSE_GRACE: std::time::Duration = std::time::Duration::from_millis(5);
+/// How long the poll loop waits after an error from the consumer's main queue before polling
+/// it again (errors that queued up meanwhile are then taken at once).
+const POLL_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why the consumer could not start.
 #[derive(Debug, Error)]
@@ -122,6 +124,10 @@ pub struct Consumer<H: BatchHandler> {
     config: ConsumerConfig,
     shared: Arc<Shared<H>>,
     partitions: Partitions,
+    /// Partitions assigned by the rebalance callback, waiting for their worker.
+    assigned: mpsc::UnboundedReceiver<Assigned>,
+    /// Parent of every worker's token.
+    stop_workers: CancellationToken,
 }
 
 impl<H: BatchHandler> Consumer<H> {
@@ -131,13 +137,22 @@ impl<H: BatchHandler> Consumer<H> {
         config.validate()?;
         let partitions: Partitions = Arc::new(Mutex::new(HashMap::new()));
         let metrics = Metrics::new();
-        let consumer: StreamConsumer<RebalanceContext> = config
-            .consumer_client_config()
-            .create_with_context(RebalanceContext {
-                partitions: partitions.clone(),
-                metrics: metrics.clone(),
-            })
-            .map_err(ConsumerError::CreateConsumer)?;
+        let (assigned_tx, assigned) = mpsc::unbounded_channel();
+        let stop_workers = CancellationToken::new();
+        let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
+            config
+                .consumer_client_config()
+                .create_with_context(RebalanceContext {
+                    partitions: partitions.clone(),
+                    metrics: metrics.clone(),
+                    consumer: OnceLock::new(),
+                    assigned: assigned_tx,
+                    stop: stop_workers.clone(),
+                    max_buffered_records: config.max_buffered_records,
+                })
+                .map_err(ConsumerError::CreateConsumer)?,
+        );
+        let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
         let dlq = DeadLetterPublisher::new(&config, config.dlq_topic()?, metrics.clone())
             .map_err(ConsumerError::CreateProducer)?;
         Ok(Self {
@@ -145,10 +160,9 @@ impl<H: BatchHandler> Consumer<H> {
                 handler,
                 dlq,
                 backoff: config.backoff()?,
-                consumer: Arc::new(consumer),
+                consumer,
                 metrics,
                 breaker: crate::breaker::Breaker::new(config.breaker()),
-                partitions: partitions.clone(),
                 batch_size: config.batch_size,
                 batch_linger: std::time::Duration::from_millis(config.batch_linger_ms),
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
@@ -156,6 +170,8 @@ impl<H: BatchHandler> Consumer<H> {
             }),
             config,
             partitions,
+            assigned,
+            stop_workers,
         })
     }
 
@@ -172,7 +188,7 @@ impl<H: BatchHandler> Consumer<H> {
     /// Consumes until `shutdown` completes, then drains, commits and leaves the group. Returns
     /// an error only when subscribing fails or the client hits a fatal error (after the same
     /// drain and commit); broker trouble is retried, not returned.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         self.shared
             .consumer
@@ -184,21 +200,32 @@ impl<H: BatchHandler> Consumer<H> {
         tracing::info!(event = "consumer_started", topics = ?self.config.topics,
             group = %self.config.group_id);
 
-        let stop_workers = CancellationToken::new();
         let mut workers = JoinSet::new();
-        let mut poll_delays = ExponentialBackoff::infrastructure().delays();
         let mut outcome = Ok(());
         tokio::pin!(shutdown);
         loop {
+            // The main queue serves rebalances, errors and statistics; records arrive on the
+            // partitions' own queues, read by their workers.
             let polled = tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
+                Some(assigned) = self.assigned.recv() => {
+                    let cancel = assigned.cancel.clone();
+                    let input = PartitionInput::new(
+                        assigned,
+                        self.config.id_header.clone(),
+                        &self.shared.metrics,
+                    );
+                    workers.spawn(run_worker(self.shared.clone(), input, cancel));
+                    continue;
+                }
                 polled = self.shared.consumer.recv() => polled,
             };
             match polled {
                 Ok(message) => {
-                    poll_delays.reset();
-                    self.dispatch(&message, &mut workers, &stop_workers).await;
+                    let record = Record::from_message(&message, self.config.id_header.as_deref());
+                    drop(message);
+                    self.stray(record).await;
                 }
                 Err(error) => {
                     if let Some((code, reason)) = self.shared.consumer.client().fatal_error() {
@@ -207,19 +234,17 @@ impl<H: BatchHandler> Consumer<H> {
                         outcome = Err(ConsumerError::Fatal { code, reason });
                         break;
                     }
-                    let delay = poll_delays
-                        .next()
-                        .expect("infrastructure backoff never ends");
                     tracing::warn!(event = "poll_failed", error = %error,
-                        retry_in_ms = delay.as_millis() as u64);
+                        retry_in_ms = POLL_ERROR_PAUSE.as_millis() as u64);
+                    let delay = POLL_ERROR_PAUSE;
                     tokio::select! {
                         _ = &mut shutdown => break,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     // Errors queued while we slept belong to the same trouble: take them
-                    // without sleeping again, up to the first record. A poll that finds no
-                    // error may still have consumed a log or statistics event, so only a run
-                    // of empty polls means the queue is drained.
+                    // without sleeping again. A poll that finds no error may still have
+                    // served a rebalance, log or statistics event, so only a run of empty
+                    // polls means the queue is drained.
                     let mut skipped = 0u32;
                     let mut empty = 0u32;
                     while skipped < 10_000 && empty < 64 {
@@ -229,8 +254,12 @@ impl<H: BatchHandler> Consumer<H> {
                                 empty = 0;
                             }
                             Some(Ok(message)) => {
-                                poll_delays.reset();
-                                self.dispatch(&message, &mut workers, &stop_workers).await;
+                                let record = Record::from_message(
+                                    &message,
+                                    self.config.id_header.as_deref(),
+                                );
+                                drop(message);
+                                self.stray(record).await;
                                 break;
                             }
                             None => empty += 1,
@@ -247,50 +276,34 @@ impl<H: BatchHandler> Consumer<H> {
                 }
             }
         }
-        self.shutdown(workers, stop_workers).await;
+        self.shutdown(workers).await;
         outcome
     }
 
-    /// Queues a copy of `message` on its partition, starting the partition's worker if it has
-    /// none.
-    async fn dispatch<M: Message>(
-        &self,
-        message: &M,
-        workers: &mut JoinSet<()>,
-        stop: &CancellationToken,
-    ) {
-        let record = Record::from_message(message, self.config.id_header.as_deref());
-        self.shared
-            .metrics
-            .consumed
-            .with_label_values(&[record.topic.as_str()])
-            .inc();
+    /// A record that arrived on the main queue (its partition's queue could not be split):
+    /// handed to its partition's worker, waiting while the worker has `max_buffered_records`
+    /// of them. Dropped only when its partition is no longer assigned here: its offset was not
+    /// stored, so the new owner consumes it.
+    async fn stray(&self, record: Record) {
         let key = (record.topic.clone(), record.partition);
-        let queue = {
-            let mut partitions = self.partitions.lock().expect("partitions lock");
-            let slot = partitions.entry(key).or_insert_with(|| {
-                let queue = Arc::new(PartitionQueue::new(
-                    &record.topic,
-                    record.partition,
-                    self.config.max_buffered_records,
-                    self.shared.metrics.buffered_records.clone(),
-                ));
-                let cancel = stop.child_token();
-                workers.spawn(run_worker(
-                    self.shared.clone(),
-                    queue.clone(),
-                    cancel.clone(),
-                ));
-                PartitionSlot { queue, cancel }
-            });
-            slot.queue.clone()
-        };
-        queue.push(record, &self.shared.consumer, PAUSE_GRACE).await;
+        let strays = self
+            .partitions
+            .lock()
+            .expect("partitions lock")
+            .get(&key)
+            .map(|slot| slot.strays.clone());
+        match strays {
+            Some(strays) => {
+                let _ = strays.send(record).await;
+            }
+            None => tracing::debug!(event = "record_of_unassigned_partition",
+                topic = %key.0, partition = key.1, offset = record.offset),
+        }
     }
 
-    async fn shutdown(self, mut workers: JoinSet<()>, stop_workers: CancellationToken) {
+    async fn shutdown(self, mut workers: JoinSet<()>) {
         tracing::info!(event = "shutdown_started", workers = workers.len());
-        stop_workers.cancel();
+        self.stop_workers.cancel();
         let deadline = self.config.shutdown_timeout();
         let drained = tokio::time::timeout(deadline, async {
             while workers.join_next().await.is_some() {}
@@ -309,6 +322,8 @@ impl<H: BatchHandler> Consumer<H> {
         commit_stored(self.shared.consumer.as_ref(), "shutdown");
         self.shared.consumer.unsubscribe();
         self.partitions.lock().expect("partitions lock").clear();
+        // Partitions assigned but not started hold the consumer through their queues.
+        drop(self.assigned);
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
         let shared = self.shared;

@@ -1,20 +1,21 @@
-//! One assigned partition: a bounded queue of fetched records and the worker task that settles
-//! them in offset order, in batches when the handler takes batches.
+//! One assigned partition: the worker task that takes its records from the partition's own
+//! librdkafka queue and settles them in offset order, in batches when the handler takes
+//! batches.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use rdkafka::consumer::stream_consumer::{MessageStream, StreamPartitionQueue};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
-use rdkafka::TopicPartitionList;
-use tokio::sync::Notify;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::context::{Partitions, RebalanceContext};
+use super::context::RebalanceContext;
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
 use crate::dlq::DeadLetterPublisher;
@@ -31,186 +32,205 @@ pub(super) struct Shared<H> {
     pub consumer: Arc<StreamConsumer<RebalanceContext>>,
     pub metrics: Metrics,
     pub breaker: Breaker,
-    pub partitions: Partitions,
     pub batch_size: usize,
     pub batch_linger: Duration,
     /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
     pub key_ordered: Option<usize>,
 }
 
-/// The fetched, not yet settled records of one partition. The partition is paused in the
-/// consumer when `high` records wait, and resumed when no more than `low` do, so memory stays
-/// bounded however slow the handler is while the consumer keeps polling.
-pub(super) struct PartitionQueue {
-    topic: String,
-    partition: i32,
-    high: usize,
-    low: usize,
-    state: Mutex<QueueState>,
-    notify: Notify,
-    /// Woken when the queue drained to `low`.
-    space: Notify,
-    buffered: prometheus::IntGauge,
+/// A newly assigned partition, for the poll loop to start its worker.
+pub(super) struct Assigned {
+    pub topic: String,
+    pub partition: i32,
+    /// The partition's own librdkafka queue; `None` when splitting it failed, and its records
+    /// come through `stray_records`.
+    pub queue: Option<StreamPartitionQueue<RebalanceContext>>,
+    pub stray_records: mpsc::Receiver<Record>,
+    pub cancel: CancellationToken,
 }
 
-struct QueueState {
-    /// Each record with the time it was fetched.
-    records: VecDeque<(Instant, Record)>,
-    paused: bool,
+/// One topic's metric handles, looked up once per partition rather than once per record.
+#[derive(Clone)]
+pub(super) struct TopicHandles {
+    succeeded: prometheus::IntCounter,
+    handler_duration: prometheus::Histogram,
+    settle_seconds: prometheus::Histogram,
 }
 
-impl PartitionQueue {
-    pub fn new(topic: &str, partition: i32, high: usize, buffered: prometheus::IntGauge) -> Self {
+impl TopicHandles {
+    fn new(metrics: &Metrics, topic: &str) -> Self {
         Self {
-            topic: topic.to_string(),
-            partition,
-            high,
-            low: high / 2,
-            state: Mutex::new(QueueState {
-                records: VecDeque::new(),
-                paused: false,
-            }),
-            notify: Notify::new(),
-            space: Notify::new(),
-            buffered,
+            succeeded: metrics.succeeded.with_label_values(&[topic]),
+            handler_duration: metrics.handler_duration.with_label_values(&[topic]),
+            settle_seconds: metrics.settle_seconds.clone(),
         }
     }
 
-    fn tpl(&self) -> TopicPartitionList {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topic, self.partition);
-        tpl
-    }
-
-    /// Whether the queue holds the partition paused because it is full.
-    pub fn is_full(&self) -> bool {
-        self.state.lock().expect("partition queue lock").paused
-    }
-
-    /// Adds a fetched record. When the queue is full, gives the worker `grace` to drain it
-    /// (a fast worker does, and the partition keeps flowing), then pauses the partition.
-    pub async fn push(
-        &self,
-        record: Record,
-        consumer: &StreamConsumer<RebalanceContext>,
-        grace: Duration,
-    ) {
-        let full = {
-            let mut state = self.state.lock().expect("partition queue lock");
-            state.records.push_back((Instant::now(), record));
-            self.buffered.inc();
-            state.records.len() >= self.high && !state.paused
-        };
-        self.notify.notify_one();
-        if !full {
-            return;
+    /// Metrics kept by one worker and added to the shared ones on [`TopicMetrics::flush`]:
+    /// a worker settles hundreds of thousands of records a second, and shared atomics
+    /// touched by every worker for every record would cost more than the records.
+    fn local(&self) -> TopicMetrics {
+        TopicMetrics {
+            succeeded: self.succeeded.local(),
+            handler_duration: self.handler_duration.local(),
+            settle_seconds: self.settle_seconds.local(),
         }
-        let _ = tokio::time::timeout(grace, async {
-            loop {
-                let drained = self.space.notified();
-                if self
-                    .state
-                    .lock()
-                    .expect("partition queue lock")
-                    .records
-                    .len()
-                    <= self.low
-                {
-                    return;
-                }
-                drained.await;
+    }
+}
+
+/// A worker's own metrics; see [`TopicHandles::local`]. Flushed after each chunk of records
+/// and before any wait, and when dropped.
+pub(super) struct TopicMetrics {
+    succeeded: prometheus::local::LocalIntCounter,
+    handler_duration: prometheus::local::LocalHistogram,
+    settle_seconds: prometheus::local::LocalHistogram,
+}
+
+impl TopicMetrics {
+    fn flush(&self) {
+        self.succeeded.flush();
+        self.handler_duration.flush();
+        self.settle_seconds.flush();
+    }
+}
+
+impl Drop for TopicMetrics {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Where a partition's worker takes its records from: the partition's own librdkafka queue,
+/// which librdkafka keeps bounded (it stops fetching the partition while
+/// `max_buffered_records` records or 2 MB wait there), and the rare records that arrived on
+/// the main queue.
+pub(super) struct PartitionInput {
+    pub topic: String,
+    pub partition: i32,
+    queue: Option<StreamPartitionQueue<RebalanceContext>>,
+    strays: mpsc::Receiver<Record>,
+    id_header: Option<String>,
+    consumed: prometheus::IntCounter,
+    metrics: TopicHandles,
+}
+
+impl PartitionInput {
+    pub fn new(assigned: Assigned, id_header: Option<String>, metrics: &Metrics) -> Self {
+        Self {
+            consumed: metrics.consumed.with_label_values(&[&assigned.topic]),
+            metrics: TopicHandles::new(metrics, &assigned.topic),
+            topic: assigned.topic,
+            partition: assigned.partition,
+            queue: assigned.queue,
+            strays: assigned.stray_records,
+            id_header,
+        }
+    }
+
+    /// Reads the partition's records, through one message stream for the worker's life (a
+    /// stream per read would register and unregister a waker for every record).
+    fn records(&mut self) -> Records<'_> {
+        Records {
+            topic: &self.topic,
+            partition: self.partition,
+            stream: self.queue.as_ref().map(|queue| queue.stream()),
+            strays: &mut self.strays,
+            id_header: self.id_header.as_deref(),
+            consumed: &self.consumed,
+        }
+    }
+}
+
+/// A worker's reader of its partition's records; see [`PartitionInput::records`].
+struct Records<'a> {
+    topic: &'a str,
+    partition: i32,
+    stream: Option<MessageStream<'a, RebalanceContext>>,
+    strays: &'a mut mpsc::Receiver<Record>,
+    id_header: Option<&'a str>,
+    consumed: &'a prometheus::IntCounter,
+}
+
+impl Records<'_> {
+    /// The next record: waits for it. `None` once `cancel` fires.
+    async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
+        if let Ok(record) = self.strays.try_recv() {
+            return Some(record);
+        }
+        loop {
+            let polled = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return None,
+                Some(record) = self.strays.recv() => return Some(record),
+                Some(polled) = next_message(&mut self.stream) => polled,
+            };
+            match polled {
+                Ok(message) => return Some(Record::from_message(&message, self.id_header)),
+                Err(e) => tracing::warn!(event = "partition_poll_failed",
+                    topic = %self.topic, partition = self.partition, error = %e),
             }
-        })
-        .await;
-        let mut state = self.state.lock().expect("partition queue lock");
-        if !state.paused && state.records.len() >= self.high {
-            match consumer.pause(&self.tpl()) {
-                Ok(()) => {
-                    state.paused = true;
-                    tracing::debug!(event = "partition_paused", topic = %self.topic,
-                        partition = self.partition, buffered = state.records.len());
-                }
-                Err(e) => tracing::warn!(event = "partition_pause_failed", topic = %self.topic,
-                    partition = self.partition, error = %e),
-            }
         }
     }
 
-    /// Takes up to `max` records in offset order, with the times they were fetched: waits for
-    /// the first, then up to `linger` for more. `None` once `cancel` fires while the queue is
-    /// empty. Resumes the partition when
-    /// the queue has drained to `low` (unless the outage breaker holds it paused).
-    async fn pop_batch(
-        &self,
+    /// The next record if one is ready, without waiting.
+    fn ready(&mut self) -> Option<Record> {
+        if let Ok(record) = self.strays.try_recv() {
+            return Some(record);
+        }
+        match next_message(&mut self.stream).now_or_never()?? {
+            Ok(message) => Some(Record::from_message(&message, self.id_header)),
+            Err(_) => None,
+        }
+    }
+
+    /// Takes up to `max` records in offset order, with the time they were taken: waits for
+    /// the first, takes what else is ready, and waits up to `linger` for more. `None` once
+    /// `cancel` fires while none was taken.
+    async fn take(
+        &mut self,
         max: usize,
         linger: Duration,
-        shared_consumer: &StreamConsumer<RebalanceContext>,
-        breaker: &Breaker,
         cancel: &CancellationToken,
-    ) -> Option<(Vec<Record>, Vec<Instant>)> {
-        let mut batch = Vec::with_capacity(max.min(64));
-        let mut fetched = Vec::with_capacity(max.min(64));
-        let mut deadline: Option<tokio::time::Instant> = None;
-        loop {
-            {
-                let mut state = self.state.lock().expect("partition queue lock");
-                while batch.len() < max {
-                    let Some((at, record)) = state.records.pop_front() else {
-                        break;
-                    };
-                    self.buffered.dec();
-                    batch.push(record);
-                    fetched.push(at);
-                }
-                if state.records.len() <= self.low {
-                    self.space.notify_waiters();
-                }
-                if state.paused && state.records.len() <= self.low {
-                    if breaker.is_open() {
-                        // The breaker pauses every partition; it resumes this one on closing.
-                        state.paused = false;
-                    } else {
-                        match shared_consumer.resume(&self.tpl()) {
-                            Ok(()) => {
-                                state.paused = false;
-                                tracing::debug!(event = "partition_resumed", topic = %self.topic,
-                                    partition = self.partition);
-                            }
-                            Err(e) => tracing::debug!(event = "partition_resume_failed",
-                                topic = %self.topic, partition = self.partition, error = %e),
-                        }
-                    }
-                }
+    ) -> Option<(Vec<Record>, Instant)> {
+        let first = self.next(cancel).await?;
+        let taken = Instant::now();
+        let mut records = Vec::with_capacity(max.min(256));
+        records.push(first);
+        while records.len() < max {
+            // librdkafka's queue is not part of tokio's cooperative scheduling: without this, a
+            // worker whose records are always ready would not let other tasks run.
+            tokio::task::coop::consume_budget().await;
+            match self.ready() {
+                Some(record) => records.push(record),
+                None => break,
             }
-            if batch.len() >= max {
-                return Some((batch, fetched));
-            }
-            if !batch.is_empty() {
-                let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
-                if linger.is_zero() || tokio::time::Instant::now() >= until {
-                    return Some((batch, fetched));
-                }
+        }
+        if records.len() < max && !linger.is_zero() {
+            let until = tokio::time::Instant::now() + linger;
+            while records.len() < max {
                 tokio::select! {
                     biased;
-                    _ = cancel.cancelled() => return Some((batch, fetched)),
-                    _ = self.notify.notified() => {}
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-            } else {
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return None,
-                    _ = self.notify.notified() => {}
+                    _ = tokio::time::sleep_until(until) => break,
+                    next = self.next(cancel) => match next {
+                        Some(record) => records.push(record),
+                        None => break,
+                    },
                 }
             }
         }
+        self.consumed.inc_by(records.len() as u64);
+        Some((records, taken))
     }
 }
 
-impl Drop for PartitionQueue {
-    fn drop(&mut self) {
-        let left = self.state.get_mut().map(|s| s.records.len()).unwrap_or(0);
-        self.buffered.sub(left as i64);
+/// The next message of the partition's stream; never ready when it has none.
+async fn next_message<'a>(
+    stream: &mut Option<MessageStream<'a, RebalanceContext>>,
+) -> Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'a>>> {
+    use futures_util::StreamExt;
+    match stream {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -224,40 +244,51 @@ struct Abandoned;
 /// not.
 pub(super) async fn run_worker<H: BatchHandler>(
     shared: Arc<Shared<H>>,
-    queue: Arc<PartitionQueue>,
+    mut input: PartitionInput,
     cancel: CancellationToken,
 ) {
     if let Some(max_in_flight) = shared.key_ordered {
-        return run_key_ordered(shared, queue, cancel, max_in_flight).await;
+        return run_key_ordered(shared, input, cancel, max_in_flight).await;
     }
-    // A record handler takes the queue's records in chunks (one lock and wake-up per chunk,
-    // not per record) and handles them one by one; a batch handler takes one batch at a time.
+    // A record handler takes what is ready in chunks and handles the records one by one,
+    // storing the offset once per chunk; a batch handler takes one batch at a time.
     let (take, linger) = if shared.batch_size == 1 {
         (256, Duration::ZERO)
     } else {
         (shared.batch_size, shared.batch_linger)
     };
+    let mut metrics = input.metrics.local();
+    let mut source = input.records();
     let mut settled = Settled::default();
     'work: while !cancel.is_cancelled() {
-        let Some((records, fetched)) = queue
-            .pop_batch(take, linger, &shared.consumer, &shared.breaker, &cancel)
-            .await
-        else {
+        let Some((records, taken)) = source.take(take, linger, &cancel).await else {
             break;
         };
-        for (unit, times) in records
-            .chunks(shared.batch_size)
-            .zip(fetched.chunks(shared.batch_size))
-        {
-            if cancel.is_cancelled()
-                || settle_batch(&shared, unit, times, &mut settled, &cancel)
-                    .await
-                    .is_err()
-            {
-                break 'work;
+        if shared.batch_size == 1 {
+            for record in &records {
+                if cancel.is_cancelled()
+                    || settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
+                        .await
+                        .is_err()
+                {
+                    break 'work;
+                }
             }
+        } else if settle_batch(
+            &shared,
+            &mut metrics,
+            &records,
+            taken,
+            &mut settled,
+            &cancel,
+        )
+        .await
+        .is_err()
+        {
+            break;
         }
         settled.store(&shared);
+        metrics.flush();
     }
     settled.store(&shared);
 }
@@ -268,7 +299,7 @@ pub(super) async fn run_worker<H: BatchHandler>(
 /// of settled records, so it never passes a record that is still running or waiting.
 async fn run_key_ordered<H: BatchHandler>(
     shared: Arc<Shared<H>>,
-    queue: Arc<PartitionQueue>,
+    mut input: PartitionInput,
     cancel: CancellationToken,
     max_in_flight: usize,
 ) {
@@ -283,15 +314,18 @@ async fn run_key_ordered<H: BatchHandler>(
     let mut busy: HashSet<Key> = HashSet::new();
     type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (i64, Key, bool)> + Send>>;
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
-    let mut last: Option<(String, i32)> = None;
+    let (topic, partition) = (input.topic.clone(), input.partition);
+    let metrics = input.metrics.clone();
+    let mut source = input.records();
 
     let start = |record: Record, at: Instant, running: &mut FuturesUnordered<Running>| {
-        let (shared, cancel) = (shared.clone(), cancel.clone());
+        let (shared, metrics, cancel) = (shared.clone(), metrics.clone(), cancel.clone());
         running.push(Box::pin(async move {
-            let result = settle_batch(
+            let result = settle_record(
                 &shared,
-                std::slice::from_ref(&record),
-                &[at],
+                &mut metrics.local(),
+                &record,
+                at,
                 &mut Settled::default(),
                 &cancel,
             )
@@ -302,7 +336,7 @@ async fn run_key_ordered<H: BatchHandler>(
 
     loop {
         // Taken but not yet stored: bounded, so a stuck key cannot pile records up in memory
-        // (the queue fills instead and the partition is paused).
+        // (librdkafka's queue for the partition fills instead, and fetching stops).
         let room = running.len() < max_in_flight && pending.len() < max_in_flight * 4;
         let free = max_in_flight.saturating_sub(running.len()).max(1);
         tokio::select! {
@@ -327,23 +361,16 @@ async fn run_key_ordered<H: BatchHandler>(
                     pending.remove(&o);
                     stored = Some(o);
                 }
-                if let (Some(offset), Some((topic, partition))) = (stored, &last) {
-                    if let Err(e) = shared.consumer.store_offset(topic, *partition, offset) {
+                if let Some(offset) = stored {
+                    if let Err(e) = shared.consumer.store_offset(&topic, partition, offset) {
                         tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
                             error = %e, "partition no longer assigned; the new owner consumes it again");
                     }
                 }
             }
-            popped = queue.pop_batch(
-                free,
-                Duration::ZERO,
-                &shared.consumer,
-                &shared.breaker,
-                &cancel,
-            ), if room => {
-                let Some((records, fetched)) = popped else { break };
-                for (record, at) in records.into_iter().zip(fetched) {
-                    last.get_or_insert_with(|| (record.topic.clone(), record.partition));
+            taken = source.take(free, Duration::ZERO, &cancel), if room => {
+                let Some((records, at)) = taken else { break };
+                for record in records {
                     pending.insert(record.offset, false);
                     if busy.contains(&record.key) {
                         waiting.entry(record.key.clone()).or_default().push_back((at, record));
@@ -389,6 +416,7 @@ impl Settled {
 /// breaker how it went.
 async fn call<H: BatchHandler>(
     shared: &Shared<H>,
+    metrics: &mut TopicMetrics,
     records: &[Record],
     permit: Permit,
 ) -> Result<(), HandlerError> {
@@ -396,11 +424,8 @@ async fn call<H: BatchHandler>(
     let result = AssertUnwindSafe(shared.handler.handle_batch(records))
         .catch_unwind()
         .await;
-    let topic = records[0].topic.as_str();
-    shared
-        .metrics
+    metrics
         .handler_duration
-        .with_label_values(&[topic])
         .observe(started.elapsed().as_secs_f64());
     let result = match result {
         Ok(result) => result,
@@ -412,11 +437,7 @@ async fn call<H: BatchHandler>(
         }
     };
     if result.is_ok() {
-        shared
-            .metrics
-            .succeeded
-            .with_label_values(&[topic])
-            .inc_by(records.len() as u64);
+        metrics.succeeded.inc_by(records.len() as u64);
     }
     let outcome = match &result {
         Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
@@ -430,8 +451,7 @@ async fn call<H: BatchHandler>(
     result
 }
 
-/// Pauses every assigned partition when the breaker opens; resumes them when it closes (except
-/// partitions whose queue is full).
+/// Pauses every assigned partition when the breaker opens; resumes them when it closes.
 fn on_breaker_change<H: BatchHandler>(
     shared: &Shared<H>,
     state: BreakerState,
@@ -460,12 +480,6 @@ fn on_breaker_change<H: BatchHandler>(
             if let Err(e) = shared.consumer.resume(&assignment) {
                 tracing::warn!(event = "breaker_resume_failed", error = %e);
             }
-            let partitions = shared.partitions.lock().expect("partitions lock");
-            for slot in partitions.values() {
-                if slot.queue.is_full() {
-                    let _ = shared.consumer.pause(&slot.queue.tpl());
-                }
-            }
             tracing::warn!(
                 event = "breaker_closed",
                 partitions = assignment.count(),
@@ -483,57 +497,71 @@ async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit,
     }
 }
 
+/// Settles one record: one handler call and, when it fails, [`settle_one`]'s retries or
+/// dead letter. Stores the progress made so far before any wait.
+async fn settle_record<H: BatchHandler>(
+    shared: &Shared<H>,
+    metrics: &mut TopicMetrics,
+    record: &Record,
+    fetched: Instant,
+    settled: &mut Settled,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    let granted = permit(&shared.breaker, cancel).await?;
+    match call(shared, metrics, std::slice::from_ref(record), granted).await {
+        Ok(()) => {
+            tracing::debug!(event = "record_handled", topic = %record.topic,
+                partition = record.partition, offset = record.offset, id = %record.id);
+        }
+        Err(first) => {
+            // Waits may follow: store and count the progress made so far first.
+            settled.store(shared);
+            metrics.flush();
+            settle_one(shared, metrics, record, first, cancel)
+                .instrument(record_span(record))
+                .await?;
+        }
+    }
+    settled.set(record);
+    metrics
+        .settle_seconds
+        .observe(fetched.elapsed().as_secs_f64());
+    Ok(())
+}
+
 /// Settles a batch: one call for all of it; on failure, halves in order, recursively, until
-/// the failing records stand alone and go through [`settle_one`].
+/// the failing records stand alone and go through [`settle_record`].
 async fn settle_batch<H: BatchHandler>(
     shared: &Shared<H>,
+    metrics: &mut TopicMetrics,
     batch: &[Record],
-    fetched: &[Instant],
+    taken: Instant,
     settled: &mut Settled,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
     let mut todo: VecDeque<Range<usize>> = VecDeque::from([0..batch.len()]);
     while let Some(range) = todo.pop_front() {
         let records = &batch[range.clone()];
+        if records.len() == 1 {
+            settle_record(shared, metrics, &records[0], taken, settled, cancel).await?;
+            continue;
+        }
         let granted = permit(&shared.breaker, cancel).await?;
-        let result = if records.len() == 1 {
-            let record = &records[0];
-            match call(shared, records, granted).await {
-                Ok(()) => {
-                    tracing::debug!(event = "record_handled", topic = %record.topic,
-                        partition = record.partition, offset = record.offset, id = %record.id);
-                    Ok(())
-                }
-                Err(first) => {
-                    // Waits may follow: store the progress made so far first.
-                    settled.store(shared);
-                    settle_one(shared, record, first, cancel)
-                        .instrument(record_span(record))
-                        .await?;
-                    Ok(())
-                }
-            }
-        } else {
-            call(shared, records, granted).await
-        };
-        match result {
+        match call(shared, metrics, records, granted).await {
             Ok(()) => {
-                if records.len() > 1 {
-                    tracing::debug!(event = "batch_handled", topic = %records[0].topic,
-                        partition = records[0].partition, first_offset = records[0].offset,
-                        records = records.len());
-                }
+                tracing::debug!(event = "batch_handled", topic = %records[0].topic,
+                    partition = records[0].partition, first_offset = records[0].offset,
+                    records = records.len());
                 settled.set(&records[records.len() - 1]);
-                for at in &fetched[range] {
-                    shared
-                        .metrics
-                        .settle_seconds
-                        .observe(at.elapsed().as_secs_f64());
+                let elapsed = taken.elapsed().as_secs_f64();
+                for _ in records {
+                    metrics.settle_seconds.observe(elapsed);
                 }
             }
             Err(error) => {
-                // Waits or more calls follow: store the progress made so far first.
+                // Waits or more calls follow: store and count the progress made so far first.
                 settled.store(shared);
+                metrics.flush();
                 if error.kind() == FailureKind::Transient && shared.breaker.is_open() {
                     // The downstream is down, not these records: try the same part again once
                     // the breaker lets us.
@@ -574,6 +602,7 @@ fn record_span(record: &Record) -> tracing::Span {
 /// permanent failures and exhausted retries.
 async fn settle_one<H: BatchHandler>(
     shared: &Shared<H>,
+    metrics: &mut TopicMetrics,
     record: &Record,
     first: HandlerError,
     cancel: &CancellationToken,
@@ -639,6 +668,6 @@ async fn settle_one<H: BatchHandler>(
         }
         let granted = permit(&shared.breaker, cancel).await?;
         attempts += 1;
-        result = call(shared, std::slice::from_ref(record), granted).await;
+        result = call(shared, metrics, std::slice::from_ref(record), granted).await;
     }
 }

@@ -28,6 +28,11 @@ pub enum Encoding {
     Base64,
     /// The record had no value (a tombstone); `payload` is `null`.
     None,
+    /// The envelope did not fit the broker's size limit, so the dead letter's value is the
+    /// original value itself, byte for byte, and this envelope (`payload` `null`) is in its
+    /// [`HEADER_ENVELOPE`](super::HEADER_ENVELOPE) header. [`DlqReader`](super::DlqReader)
+    /// puts the value back into the envelope, so readers see one of the other encodings.
+    Detached,
 }
 
 /// The failure that sent a record to the dead-letter topic.
@@ -160,11 +165,41 @@ impl Envelope {
         serde_json::to_vec(self).expect("an envelope always serializes")
     }
 
-    /// The original value's bytes, exactly as consumed; `None` for a tombstone.
+    /// The envelope in the detached form: no payload, `payload_encoding` `detached`; the
+    /// original value travels as the dead letter's value.
+    pub fn detached(&self) -> Envelope {
+        Envelope {
+            payload: RawValue::from_string("null".into()).expect("null is JSON"),
+            payload_encoding: Encoding::Detached,
+            ..self.clone()
+        }
+    }
+
+    /// Puts a detached envelope's value (the dead letter's value) back in, encoded as usual.
+    /// Other envelopes are returned as they are.
+    pub fn attach(self, value: Option<&[u8]>) -> Envelope {
+        if self.payload_encoding != Encoding::Detached {
+            return self;
+        }
+        let (payload, payload_encoding) = encode_payload(value);
+        Envelope {
+            payload,
+            payload_encoding,
+            ..self
+        }
+    }
+
+    /// The original value's bytes, exactly as consumed; `None` for a tombstone. A detached
+    /// envelope has none until [`attach`](Self::attach)ed: that is an error.
     pub fn payload_bytes(&self) -> Result<Option<Vec<u8>>, EnvelopeDecodeError> {
         let raw = self.payload.get();
         match self.payload_encoding {
             Encoding::None => Ok(None),
+            Encoding::Detached => Err(EnvelopeDecodeError::BadField {
+                field: "payload",
+                encoding: Encoding::Detached,
+                reason: "the value is the dead letter's own value; read it with DlqReader".into(),
+            }),
             Encoding::Json => Ok(Some(raw.as_bytes().to_vec())),
             enc => {
                 let text: String =
@@ -281,6 +316,11 @@ fn decode_text(
                 reason: e.to_string(),
             }),
         Encoding::None => Ok(Vec::new()),
+        Encoding::Detached => Err(EnvelopeDecodeError::BadField {
+            field,
+            encoding,
+            reason: "`detached` is only a payload encoding".into(),
+        }),
     }
 }
 

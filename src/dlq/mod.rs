@@ -4,6 +4,14 @@
 //! Spring Kafka 3.3+), with the source record's key, the source headers (less any earlier
 //! `kafka_dlt-*` ones) plus Spring's `kafka_dlt-*` headers, and an [`Envelope`] as its value.
 //!
+//! An envelope that is too large for the broker (the producer's `message.max.bytes` or the
+//! topic's `max.message.bytes`: base64 makes a binary value a third larger) is written in the
+//! **detached form** instead: the original value, byte for byte, as the dead letter's value,
+//! and the envelope without it in the `kafka_dlq-envelope` header (Spring also writes the
+//! original value); [`DlqReader`] joins them again, so `dlq show` and `dlq replay` work the
+//! same. Only a record that does not fit even that way stalls its partition (logged as
+//! `dlq_record_too_large`, naming the settings to raise).
+//!
 //! [`DeadLetterPublisher::publish`] returns only once the broker acknowledged the write
 //! (idempotent producer, `acks=all`). A failed write is logged as an error and retried with
 //! backoff (1 s doubling to 30 s) for as long as it takes or until the partition is revoked or
@@ -19,6 +27,7 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
 pub use envelope::{
@@ -47,6 +56,9 @@ pub const HEADER_ORIGINAL_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
 pub const HEADER_ORIGINAL_CONSUMER_GROUP: &str = "kafka_dlt-original-consumer-group";
 /// Header: the failure message, cut to [`MAX_ERROR_MESSAGE_BYTES`].
 pub const HEADER_EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
+/// Header of a dead letter in the detached form ([`Encoding::Detached`]): the envelope, JSON,
+/// without the payload, which is the dead letter's value.
+pub const HEADER_ENVELOPE: &str = "kafka_dlq-envelope";
 
 /// A dead-letter topic name template: `{topic}` stands for the source topic; a template
 /// without it sends every topic's dead letters to one topic.
@@ -152,13 +164,24 @@ impl DeadLetterPublisher {
     ) -> Result<DeadLettered, Abandoned> {
         let topic = self.topic.for_topic(&record.topic);
         let envelope = Envelope::new(record, kind, message, attempts, &self.group);
-        let value = envelope.to_vec();
+        let inline = envelope.to_vec();
         let headers = dead_letter_headers(record, &envelope.error.message, &self.group);
+        let detached_headers = headers.clone().insert(Header {
+            key: HEADER_ENVELOPE,
+            value: Some(&envelope.detached().to_vec()),
+        });
+        let mut detached = false;
         let mut delays = self.retry.delays();
         loop {
-            let mut out = FutureRecord::<[u8], [u8]>::to(&topic)
-                .payload(&value)
-                .headers(headers.clone());
+            let (value, headers) = if detached {
+                (record.payload.as_deref(), detached_headers.clone())
+            } else {
+                (Some(inline.as_slice()), headers.clone())
+            };
+            let mut out = FutureRecord::<[u8], [u8]>::to(&topic).headers(headers);
+            if let Some(value) = value {
+                out = out.payload(value);
+            }
             if let Some(key) = record.key.as_deref() {
                 out = out.key(key);
             }
@@ -166,21 +189,46 @@ impl DeadLetterPublisher {
             // and consume it again); only the wait between writes is.
             match self.producer.send(out, Duration::from_secs(5)).await {
                 Ok(delivery) => {
+                    if detached {
+                        tracing::warn!(event = "dead_letter_detached", dlq_topic = %topic,
+                            envelope_bytes = inline.len(),
+                            "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header");
+                    }
                     return Ok(DeadLettered {
                         topic,
                         partition: delivery.partition,
                         offset: delivery.offset,
-                    })
+                    });
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _))
+                    if !detached =>
+                {
+                    // Try at once in the detached form: no base64, no copy of the value.
+                    detached = true;
+                    continue;
                 }
                 Err((error, _)) => {
                     let delay = delays.next().expect("infrastructure backoff never ends");
-                    tracing::error!(
-                        event = "dlq_write_failed",
-                        dlq_topic = %topic,
-                        error = %error,
-                        retry_in_ms = delay.as_millis() as u64,
-                        "dead-letter write failed; the partition does not advance until it succeeds"
-                    );
+                    if detached
+                        && error
+                            == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
+                    {
+                        tracing::error!(
+                            event = "dlq_record_too_large",
+                            dlq_topic = %topic,
+                            value_bytes = record.payload.as_ref().map_or(0, Vec::len),
+                            retry_in_ms = delay.as_millis() as u64,
+                            "the record does not fit the dead-letter topic even without its envelope: raise the topic's max.message.bytes and the producer's message.max.bytes (`librdkafka` setting); the partition does not advance until it fits"
+                        );
+                    } else {
+                        tracing::error!(
+                            event = "dlq_write_failed",
+                            dlq_topic = %topic,
+                            error = %error,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "dead-letter write failed; the partition does not advance until it succeeds"
+                        );
+                    }
                     self.metrics
                         .dlq_write_failures
                         .with_label_values(&[record.topic.as_str()])

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::Envelope;
@@ -220,8 +220,15 @@ impl DlqReader {
                 continue;
             }
             *next = message.offset() + 1;
-            let content = match message.payload().map(Envelope::from_slice) {
-                Some(Ok(env)) => DlqContent::Envelope(Box::new(env)),
+            let detached = message.headers().and_then(|headers| {
+                headers
+                    .iter()
+                    .find(|h| h.key == super::HEADER_ENVELOPE)
+                    .and_then(|h| h.value)
+                    .map(Envelope::from_slice)
+            });
+            let content = match detached.or_else(|| message.payload().map(Envelope::from_slice)) {
+                Some(Ok(env)) => DlqContent::Envelope(Box::new(env.attach(message.payload()))),
                 Some(Err(e)) => DlqContent::NotAnEnvelope {
                     reason: e.to_string(),
                     preview: String::from_utf8_lossy(

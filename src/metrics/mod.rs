@@ -13,7 +13,7 @@
 //! | `kafka_dlq_records_dead_lettered_total` | counter | topic, kind | dead letters acknowledged |
 //! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed dead-letter writes |
 //! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
-//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting for their worker |
+//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in the partitions' queues (librdkafka statistics, every 2 s) |
 //! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
 //! | `kafka_dlq_record_settle_seconds` | histogram | | from fetch to settled (handled or dead-lettered) |
 //! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
@@ -105,7 +105,7 @@ impl Metrics {
         );
         let buffered_records = gauge(
             "kafka_dlq_buffered_records",
-            "Fetched records waiting for their partition's worker.",
+            "Fetched records waiting in the partitions' queues for their workers (from librdkafka's statistics).",
         );
         let handler_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -241,7 +241,8 @@ impl Metrics {
             .or(Some(std::time::Duration::MAX))
     }
 
-    /// Fetched records waiting for their partition's worker now.
+    /// Fetched records waiting in the partitions' queues, as of librdkafka's last statistics
+    /// (every 2 s unless the `librdkafka` option `statistics.interval.ms` says otherwise).
     pub fn buffered_records(&self) -> i64 {
         self.buffered_records.get()
     }
@@ -269,8 +270,12 @@ impl Metrics {
             .any(|b| b.nodeid >= 0 && b.state == "UP");
         self.broker_up.set(i64::from(up));
         self.consumer_lag.reset();
+        let mut buffered = 0;
         for (topic, t) in &stats.topics {
             for (partition, p) in &t.partitions {
+                if *partition >= 0 {
+                    buffered += p.fetchq_cnt.max(0);
+                }
                 if *partition >= 0 && p.consumer_lag >= 0 {
                     self.consumer_lag
                         .with_label_values(&[topic.as_str(), &partition.to_string()])
@@ -278,6 +283,7 @@ impl Metrics {
                 }
             }
         }
+        self.buffered_records.set(buffered);
     }
 }
 
