@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
@@ -47,7 +48,15 @@ pub(super) struct RebalanceContext {
     pub stop: CancellationToken,
     /// Records a partition may buffer before fetching stops (see the config).
     pub max_buffered_records: usize,
+    /// Each partition's queue, split once and kept for the consumer's life (cleared at
+    /// shutdown): a revoked partition's worker may still hold its queue when the partition is
+    /// assigned again, and dropping a queue turns off the wake-ups of the partition's queue
+    /// for every holder, so a fresh split would leave the new worker waiting forever.
+    pub queues: Mutex<HashMap<PartitionKey, Arc<PartitionQueue>>>,
 }
+
+/// A partition's own queue.
+pub(super) type PartitionQueue = StreamPartitionQueue<RebalanceContext>;
 
 impl ClientContext for RebalanceContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -96,11 +105,20 @@ impl ConsumerContext for RebalanceContext {
                 // every record of the partition arrives on its own queue.
                 let consumer = self.consumer.get().and_then(Weak::upgrade);
                 let mut partitions = self.partitions.lock().expect("partitions lock");
+                let mut queues = self.queues.lock().expect("queues lock");
                 for e in tpl.elements() {
                     let (topic, partition) = (e.topic().to_string(), e.partition());
-                    let queue = consumer
-                        .as_ref()
-                        .and_then(|c| c.split_partition_queue(&topic, partition));
+                    let key = (topic.clone(), partition);
+                    let queue = match queues.get(&key) {
+                        Some(queue) => Some(queue.clone()),
+                        None => consumer
+                            .as_ref()
+                            .and_then(|c| c.split_partition_queue(&topic, partition))
+                            .map(Arc::new),
+                    };
+                    if let Some(queue) = &queue {
+                        queues.insert(key, queue.clone());
+                    }
                     if queue.is_none() {
                         tracing::warn!(event = "partition_queue_split_failed", %topic, partition,
                             "its records come through the consumer's main queue instead");

@@ -149,6 +149,7 @@ impl<H: BatchHandler> Consumer<H> {
                     assigned: assigned_tx,
                     stop: stop_workers.clone(),
                     max_buffered_records: config.max_buffered_records,
+                    queues: Mutex::new(HashMap::new()),
                 })
                 .map_err(ConsumerError::CreateConsumer)?,
         );
@@ -322,8 +323,15 @@ impl<H: BatchHandler> Consumer<H> {
         commit_stored(self.shared.consumer.as_ref(), "shutdown");
         self.shared.consumer.unsubscribe();
         self.partitions.lock().expect("partitions lock").clear();
-        // Partitions assigned but not started hold the consumer through their queues.
+        // The partitions' queues hold the consumer: let them go, so that it can close.
         drop(self.assigned);
+        self.shared
+            .consumer
+            .context()
+            .queues
+            .lock()
+            .expect("queues lock")
+            .clear();
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
         let shared = self.shared;

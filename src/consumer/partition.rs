@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use rdkafka::consumer::stream_consumer::{MessageStream, StreamPartitionQueue};
+use rdkafka::consumer::stream_consumer::MessageStream;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::context::RebalanceContext;
+use super::context::{PartitionQueue, RebalanceContext};
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
 use crate::dlq::DeadLetterPublisher;
@@ -44,7 +44,7 @@ pub(super) struct Assigned {
     pub partition: i32,
     /// The partition's own librdkafka queue; `None` when splitting it failed, and its records
     /// come through `stray_records`.
-    pub queue: Option<StreamPartitionQueue<RebalanceContext>>,
+    pub queue: Option<Arc<PartitionQueue>>,
     pub stray_records: mpsc::Receiver<Record>,
     pub cancel: CancellationToken,
 }
@@ -107,7 +107,7 @@ impl Drop for TopicMetrics {
 pub(super) struct PartitionInput {
     pub topic: String,
     pub partition: i32,
-    queue: Option<StreamPartitionQueue<RebalanceContext>>,
+    queue: Option<Arc<PartitionQueue>>,
     strays: mpsc::Receiver<Record>,
     id_header: Option<String>,
     consumed: prometheus::IntCounter,
