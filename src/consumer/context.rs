@@ -48,12 +48,18 @@ pub(super) struct RebalanceContext {
     pub stop: CancellationToken,
     /// Records a partition may buffer before fetching stops (see the config).
     pub max_buffered_records: usize,
-    /// Each partition's queue, split once and kept for the consumer's life (cleared at
-    /// shutdown): a revoked partition's worker may still hold its queue when the partition is
-    /// assigned again, and dropping a queue turns off the wake-ups of the partition's queue
-    /// for every holder, so a fresh split would leave the new worker waiting forever.
-    pub queues: Mutex<HashMap<PartitionKey, Arc<PartitionQueue>>>,
+    /// Each partition's queue, split once and kept for the consumer's life: a revoked
+    /// partition's worker may still hold its queue when the partition is assigned again, and
+    /// dropping a queue turns off the wake-ups of the partition's queue for every holder, so a
+    /// fresh split would leave the new worker waiting forever. Held by the [`Consumer`]
+    /// (queues hold the Kafka consumer, so the context holding them would keep it alive).
+    ///
+    /// [`Consumer`]: super::Consumer
+    pub queues: Weak<Mutex<Queues>>,
 }
+
+/// The partitions' queues; see [`RebalanceContext::queues`].
+pub(super) type Queues = HashMap<PartitionKey, Arc<PartitionQueue>>;
 
 /// A partition's own queue.
 pub(super) type PartitionQueue = StreamPartitionQueue<RebalanceContext>;
@@ -105,18 +111,19 @@ impl ConsumerContext for RebalanceContext {
                 // every record of the partition arrives on its own queue.
                 let consumer = self.consumer.get().and_then(Weak::upgrade);
                 let mut partitions = self.partitions.lock().expect("partitions lock");
-                let mut queues = self.queues.lock().expect("queues lock");
+                let queues = self.queues.upgrade();
+                let mut queues = queues.as_ref().map(|q| q.lock().expect("queues lock"));
                 for e in tpl.elements() {
                     let (topic, partition) = (e.topic().to_string(), e.partition());
                     let key = (topic.clone(), partition);
-                    let queue = match queues.get(&key) {
+                    let queue = match queues.as_ref().and_then(|q| q.get(&key)) {
                         Some(queue) => Some(queue.clone()),
                         None => consumer
                             .as_ref()
                             .and_then(|c| c.split_partition_queue(&topic, partition))
                             .map(Arc::new),
                     };
-                    if let Some(queue) = &queue {
+                    if let (Some(queue), Some(queues)) = (&queue, queues.as_mut()) {
                         queues.insert(key, queue.clone());
                     }
                     if queue.is_none() {

@@ -128,6 +128,8 @@ pub struct Consumer<H: BatchHandler> {
     assigned: mpsc::UnboundedReceiver<Assigned>,
     /// Parent of every worker's token.
     stop_workers: CancellationToken,
+    /// The partitions' queues (see `RebalanceContext::queues`).
+    queues: Arc<Mutex<context::Queues>>,
 }
 
 impl<H: BatchHandler> Consumer<H> {
@@ -139,6 +141,7 @@ impl<H: BatchHandler> Consumer<H> {
         let metrics = Metrics::new();
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
         let stop_workers = CancellationToken::new();
+        let queues = Arc::new(Mutex::new(HashMap::new()));
         let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
             config
                 .consumer_client_config()
@@ -149,7 +152,7 @@ impl<H: BatchHandler> Consumer<H> {
                     assigned: assigned_tx,
                     stop: stop_workers.clone(),
                     max_buffered_records: config.max_buffered_records,
-                    queues: Mutex::new(HashMap::new()),
+                    queues: Arc::downgrade(&queues),
                 })
                 .map_err(ConsumerError::CreateConsumer)?,
         );
@@ -173,6 +176,7 @@ impl<H: BatchHandler> Consumer<H> {
             partitions,
             assigned,
             stop_workers,
+            queues,
         })
     }
 
@@ -325,13 +329,7 @@ impl<H: BatchHandler> Consumer<H> {
         self.partitions.lock().expect("partitions lock").clear();
         // The partitions' queues hold the consumer: let them go, so that it can close.
         drop(self.assigned);
-        self.shared
-            .consumer
-            .context()
-            .queues
-            .lock()
-            .expect("queues lock")
-            .clear();
+        self.queues.lock().expect("queues lock").clear();
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
         let shared = self.shared;

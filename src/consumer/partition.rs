@@ -19,7 +19,7 @@ use super::context::{PartitionQueue, RebalanceContext};
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
 use crate::dlq::DeadLetterPublisher;
-use crate::failure::{self, decide, Decision, FailureKind, HandlerError};
+use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::metrics::{GaugeGuard, Metrics};
 use crate::record::Record;
@@ -259,11 +259,15 @@ pub(super) async fn run_worker<H: BatchHandler>(
     };
     let mut metrics = input.metrics.local();
     let mut source = input.records();
-    let mut settled = Settled::default();
+    let mut settled = Settled {
+        writes: (shared.batch_size == 1).then(DeadLetterWrites::default),
+        ..Settled::default()
+    };
     'work: while !cancel.is_cancelled() {
         let Some((records, taken)) = source.take(take, linger, &cancel).await else {
             break;
         };
+        let drained = records.len() < take;
         if shared.batch_size == 1 {
             for record in &records {
                 if cancel.is_cancelled()
@@ -287,10 +291,15 @@ pub(super) async fn run_worker<H: BatchHandler>(
         {
             break;
         }
+        if drained && settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
+            // Nothing else is waiting: let the dead letters be acknowledged, so that the
+            // offsets are stored before the partition idles.
+            settled.finish(&shared).await;
+        }
         settled.store(&shared);
         metrics.flush();
     }
-    settled.store(&shared);
+    settled.finish(&shared).await;
 }
 
 /// Key-ordered mode: records with the same key one after another, in offset order; records of
@@ -389,9 +398,12 @@ async fn run_key_ordered<H: BatchHandler>(
 /// The last settled record whose offset is not stored yet. Storing is deferred to the end of a
 /// chunk, and done before any wait (a retry, the breaker, a dead-letter write), so a stored
 /// offset never passes an unsettled record and a waiting partition has its progress stored.
+/// With `writes`, dead letters are written while the partition goes on, and no offset is
+/// stored past a dead letter that is not acknowledged yet.
 #[derive(Default)]
 struct Settled {
     last: Option<(String, i32, i64)>,
+    writes: Option<DeadLetterWrites>,
 }
 
 impl Settled {
@@ -403,12 +415,112 @@ impl Settled {
     }
 
     fn store(&mut self, shared: &Shared<impl BatchHandler>) {
-        if let Some((topic, partition, offset)) = self.last.take() {
-            if let Err(e) = shared.consumer.store_offset(&topic, partition, offset) {
-                tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
-                    error = %e, "partition no longer assigned; the new owner consumes it again");
+        let limit = self.writes.as_mut().and_then(DeadLetterWrites::unsettled);
+        let Some((topic, partition, last)) = &self.last else {
+            return;
+        };
+        let offset = match limit {
+            Some(unsettled) => (*last).min(unsettled - 1),
+            None => *last,
+        };
+        if let Err(e) = shared.consumer.store_offset(topic, *partition, offset) {
+            tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
+                error = %e, "partition no longer assigned; the new owner consumes it again");
+        }
+        if offset == *last {
+            self.last = None;
+        }
+    }
+
+    /// Waits for every dead-letter write in flight, then stores what is settled.
+    async fn finish(&mut self, shared: &Shared<impl BatchHandler>) {
+        if let Some(writes) = self.writes.as_mut() {
+            writes.wait_all().await;
+        }
+        self.store(shared);
+    }
+}
+
+/// At most this many dead-letter writes of one partition are in flight at once.
+const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
+
+/// A partition's dead-letter writes in flight, in offset order.
+#[derive(Default)]
+struct DeadLetterWrites {
+    in_flight: VecDeque<(i64, tokio::task::JoinHandle<Result<(), Abandoned>>)>,
+    /// A write given up (revoked or stopping): no offset may pass it, ever.
+    abandoned: Option<i64>,
+}
+
+impl DeadLetterWrites {
+    /// Starts writing `record`'s dead letter; waits first while the most are in flight.
+    #[allow(clippy::too_many_arguments)]
+    async fn start<H: BatchHandler>(
+        &mut self,
+        shared: &Arc<Shared<H>>,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+        fetched: Instant,
+        cancel: &CancellationToken,
+        span: tracing::Span,
+    ) {
+        while self.in_flight.len() >= DEAD_LETTER_WRITES_IN_FLIGHT {
+            self.wait_first().await;
+        }
+        let (shared, record, cancel) = (shared.clone(), record.clone(), cancel.clone());
+        let offset = record.offset;
+        let write = tokio::spawn(
+            async move {
+                dead_letter(&shared, &record, kind, &message, attempts, &cancel).await?;
+                shared
+                    .metrics
+                    .settle_seconds
+                    .observe(fetched.elapsed().as_secs_f64());
+                Ok(())
+            }
+            .instrument(span),
+        );
+        self.in_flight.push_back((offset, write));
+    }
+
+    /// The lowest offset not settled yet, after taking the finished writes off.
+    fn unsettled(&mut self) -> Option<i64> {
+        while let Some((offset, write)) = self.in_flight.front_mut() {
+            if !write.is_finished() {
+                break;
+            }
+            let offset = *offset;
+            let done = write.now_or_never();
+            self.in_flight.pop_front();
+            if !matches!(done, Some(Ok(Ok(())))) {
+                self.abandoned.get_or_insert(offset);
             }
         }
+        match (self.abandoned, self.in_flight.front()) {
+            (Some(a), Some((f, _))) => Some(a.min(*f)),
+            (Some(a), None) => Some(a),
+            (None, front) => front.map(|(f, _)| *f),
+        }
+    }
+
+    async fn wait_first(&mut self) {
+        if let Some((offset, write)) = self.in_flight.pop_front() {
+            if !matches!(write.await, Ok(Ok(()))) {
+                self.abandoned.get_or_insert(offset);
+            }
+        }
+    }
+
+    async fn wait_all(&mut self) {
+        while !self.in_flight.is_empty() {
+            self.wait_first().await;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.in_flight.is_empty()
     }
 }
 
@@ -500,7 +612,7 @@ async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit,
 /// Settles one record: one handler call and, when it fails, [`settle_one`]'s retries or
 /// dead letter. Stores the progress made so far before any wait.
 async fn settle_record<H: BatchHandler>(
-    shared: &Shared<H>,
+    shared: &Arc<Shared<H>>,
     metrics: &mut TopicMetrics,
     record: &Record,
     fetched: Instant,
@@ -517,9 +629,35 @@ async fn settle_record<H: BatchHandler>(
             // Waits may follow: store and count the progress made so far first.
             settled.store(shared);
             metrics.flush();
-            settle_one(shared, metrics, record, first, cancel)
-                .instrument(record_span(record))
+            let span = record_span(record);
+            let outcome = settle_one(shared, metrics, record, first, cancel)
+                .instrument(span.clone())
                 .await?;
+            if let Outcome::DeadLetter {
+                kind,
+                message,
+                attempts,
+            } = outcome
+            {
+                match settled.writes.as_mut() {
+                    Some(writes) => {
+                        // The partition goes on while the write is acknowledged; offsets
+                        // stop short of it until then.
+                        writes
+                            .start(
+                                shared, record, kind, message, attempts, fetched, cancel, span,
+                            )
+                            .await;
+                        settled.set(record);
+                        return Ok(());
+                    }
+                    None => {
+                        dead_letter(shared, record, kind, &message, attempts, cancel)
+                            .instrument(span)
+                            .await?
+                    }
+                }
+            }
         }
     }
     settled.set(record);
@@ -532,7 +670,7 @@ async fn settle_record<H: BatchHandler>(
 /// Settles a batch: one call for all of it; on failure, halves in order, recursively, until
 /// the failing records stand alone and go through [`settle_record`].
 async fn settle_batch<H: BatchHandler>(
-    shared: &Shared<H>,
+    shared: &Arc<Shared<H>>,
     metrics: &mut TopicMetrics,
     batch: &[Record],
     taken: Instant,
@@ -586,6 +724,43 @@ async fn settle_batch<H: BatchHandler>(
     Ok(())
 }
 
+/// Writes `record` to the dead-letter topic and waits for the acknowledgement (retrying failed
+/// writes until `cancel`).
+async fn dead_letter<H: BatchHandler>(
+    shared: &Shared<H>,
+    record: &Record,
+    kind: DeadLetterKind,
+    message: &str,
+    attempts: u32,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    match shared
+        .dlq
+        .publish(record, kind, message, attempts, cancel)
+        .await
+    {
+        Ok(to) => {
+            tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
+                dlq_topic = %to.topic, dlq_partition = to.partition, dlq_offset = to.offset,
+                error = %message);
+            shared
+                .metrics
+                .dead_lettered
+                .with_label_values(&[record.topic.as_str(), kind.as_str()])
+                .inc();
+            Ok(())
+        }
+        Err(_) => {
+            tracing::info!(
+                event = "record_abandoned",
+                attempts,
+                "stopped before the dead-letter write succeeded; the record will be consumed again"
+            );
+            Err(Abandoned)
+        }
+    }
+}
+
 fn record_span(record: &Record) -> tracing::Span {
     tracing::info_span!(
         "record",
@@ -597,16 +772,27 @@ fn record_span(record: &Record) -> tracing::Span {
     )
 }
 
-/// Settles one record after its first attempt: retries transient failures with backoff (not
-/// counting attempts made while the breaker is open against its retries), dead-letters
-/// permanent failures and exhausted retries.
+/// How a record's calls ended.
+enum Outcome {
+    Handled,
+    /// Permanent failure or retries exhausted: the record goes to the dead-letter topic.
+    DeadLetter {
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+    },
+}
+
+/// Settles one record's calls after its first attempt: retries transient failures with
+/// backoff (not counting attempts made while the breaker is open against its retries); says
+/// when the record is to be dead-lettered (permanent failure, retries exhausted).
 async fn settle_one<H: BatchHandler>(
     shared: &Shared<H>,
     metrics: &mut TopicMetrics,
     record: &Record,
     first: HandlerError,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<Outcome, Abandoned> {
     let topic = record.topic.as_str();
     let mut delays = shared.backoff.delays();
     let mut attempts: u32 = 1;
@@ -615,7 +801,7 @@ async fn settle_one<H: BatchHandler>(
         let error = match result {
             Ok(()) => {
                 tracing::debug!(event = "record_handled", attempts);
-                return Ok(());
+                return Ok(Outcome::Handled);
             }
             Err(error) => error,
         };
@@ -641,28 +827,11 @@ async fn settle_one<H: BatchHandler>(
                     }
                 }
                 Decision::DeadLetter(kind) => {
-                    return match shared
-                        .dlq
-                        .publish(record, kind, error.message(), attempts, cancel)
-                        .await
-                    {
-                        Ok(to) => {
-                            tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(),
-                                attempts, dlq_topic = %to.topic, dlq_partition = to.partition,
-                                dlq_offset = to.offset, error = %error.message());
-                            shared
-                                .metrics
-                                .dead_lettered
-                                .with_label_values(&[topic, kind.as_str()])
-                                .inc();
-                            Ok(())
-                        }
-                        Err(_) => {
-                            tracing::info!(event = "record_abandoned", attempts,
-                                "stopped before the dead-letter write succeeded; the record will be consumed again");
-                            Err(Abandoned)
-                        }
-                    };
+                    return Ok(Outcome::DeadLetter {
+                        kind,
+                        message: error.message().to_string(),
+                        attempts,
+                    });
                 }
             }
         }
