@@ -19,12 +19,10 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
     let group = unique("g");
     mock.create_topic(&topic, 1, 1).unwrap();
     mock.create_topic(&format!("{topic}-dlt"), 1, 1).unwrap();
-    produce(
-        &brokers,
-        &topic,
-        vec![Out::new(0, "perm-1"), Out::new(0, "ok-2")],
-    )
-    .await;
+    // A poison record, then 1,100 good ones.
+    let mut records = vec![Out::new(0, "perm-1"), Out::new(0, "ok-2")];
+    records.extend((3..=1_101).map(|i| Out::new(0, &format!("ok-{i}"))));
+    produce(&brokers, &topic, records).await;
 
     // Every produce request fails until the errors are cleared.
     mock.request_errors(
@@ -39,14 +37,22 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
     let running = Running::start(config, handler.clone());
     assert!(eventually(WAIT, || handler.attempts("perm-1") == 1).await);
 
-    // Several failed writes (300 ms each, then 1 s, 2 s of backoff) and still no progress.
+    // Several failed writes (300 ms each, then 1 s, 2 s of backoff) and still no progress:
+    // the next 1,000 records are handled meanwhile, no more, and no offset passes the dead
+    // letter.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        handler.attempts("ok-2"),
-        0,
-        "the partition does not advance"
+        handler.count(),
+        1 + 1_000,
+        "handled up to 1,000 records past the unacknowledged dead letter"
     );
-    assert_eq!(committed(&brokers, &group, &topic, 1).get(&0), None);
+    assert_eq!(handler.attempts("ok-1001"), 1);
+    assert_eq!(handler.attempts("ok-1002"), 0);
+    assert_eq!(
+        committed(&brokers, &group, &topic, 1).get(&0),
+        None,
+        "the offset does not advance"
+    );
     assert_eq!(
         handler.attempts("perm-1"),
         1,
@@ -55,12 +61,12 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
 
     mock.clear_request_errors(RDKafkaApiKey::Produce);
     assert!(
-        eventually(WAIT, || handler.attempts("ok-2") == 1).await,
+        eventually(WAIT, || handler.attempts("ok-1101") == 1).await,
         "the write succeeds after recovery and the partition moves on"
     );
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1)
-            == HashMap::from([(0, 2)]))
+            == HashMap::from([(0, 1_101)]))
         .await
     );
     running.stop().await;

@@ -61,6 +61,17 @@ pub struct BenchArgs {
     /// count in the consumer's memory.
     #[arg(long, hide = true, value_delimiter = ',')]
     serve_mock: Vec<String>,
+    /// Internal: run this one scenario on `--topic` (already produced) and print its figures;
+    /// the bench runs each scenario in a process of its own, so that its peak memory is its
+    /// own.
+    #[arg(long, hide = true, requires = "topic")]
+    run_scenario: Option<String>,
+    /// Internal: the topic of `--run-scenario`.
+    #[arg(long, hide = true)]
+    topic: Option<String>,
+    /// Internal: how many passes `--run-scenario` makes over the topic.
+    #[arg(long, hide = true, default_value_t = 1)]
+    passes: u64,
 }
 
 const ALL: [&str; 6] = [
@@ -141,6 +152,20 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if !args.serve_mock.is_empty() {
         return serve_mock(&args.serve_mock).await;
     }
+    if let (Some(scenario), Some(topic), Some(brokers)) =
+        (&args.run_scenario, &args.topic, &args.brokers)
+    {
+        let figures = run_scenario(&args, brokers, topic, scenario).await?;
+        println!(
+            "FIGURES {} {} {} {} {}",
+            figures.records,
+            figures.elapsed.as_nanos(),
+            figures.p50.map_or(0, |d| d.as_nanos()),
+            figures.p99.map_or(0, |d| d.as_nanos()),
+            peak_rss_mb()
+        );
+        return Ok(());
+    }
     let scenarios: Vec<String> = if args.scenarios.is_empty() {
         ALL.iter().map(|s| s.to_string()).collect()
     } else {
@@ -211,69 +236,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
     let mut results: HashMap<String, Figures> = HashMap::new();
     for scenario in &scenarios {
-        reset_peak_rss();
-        let mut figures = Figures::default();
-        for pass in 0..passes {
-            let group = format!("bench-{scenario}-{run_id}-{pass}");
-            let one = match scenario.as_str() {
-                "baseline" => {
-                    baseline(&brokers, &group, &topic, args.records, args.partitions).await?
-                }
-                "noop" => {
-                    kafka_dlq(
-                        &brokers,
-                        &group,
-                        &topic,
-                        Behaviour::Noop,
-                        args.records,
-                        Ordering::Partition,
-                    )
-                    .await?
-                }
-                "poison1" => {
-                    kafka_dlq(
-                        &brokers,
-                        &group,
-                        &topic,
-                        Behaviour::Poison1,
-                        args.records,
-                        Ordering::Partition,
-                    )
-                    .await?
-                }
-                "stalled" => {
-                    let stuck = partition_records(&brokers, &topic, 0).await?;
-                    kafka_dlq(
-                        &brokers,
-                        &group,
-                        &topic,
-                        Behaviour::Stalled,
-                        args.records - stuck,
-                        Ordering::Partition,
-                    )
-                    .await?
-                }
-                "slow" => {
-                    let n = args.slow_records.min(args.records);
-                    kafka_dlq(
-                        &brokers,
-                        &group,
-                        &topic,
-                        Behaviour::Slow,
-                        n,
-                        Ordering::Partition,
-                    )
-                    .await?
-                }
-                "slow-keyed" => {
-                    let n = args.slow_records.min(args.records);
-                    kafka_dlq(&brokers, &group, &topic, Behaviour::Slow, n, Ordering::Key).await?
-                }
-                _ => unreachable!(),
-            };
-            figures.add(one);
-        }
-        figures.rss_mb = peak_rss_mb();
+        let figures = scenario_process(&args, &brokers, &topic, scenario, passes).await?;
         let (ratio, against) = match scenario.as_str() {
             "baseline" => (1.0, "baseline"),
             "poison1" => ratio(&results, "noop", figures.rate()),
@@ -311,6 +274,115 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
     drop(mock);
     Ok(())
+}
+
+/// One scenario, in this process: `--passes` passes over `topic`, each in a new group.
+async fn run_scenario(
+    args: &BenchArgs,
+    brokers: &str,
+    topic: &str,
+    scenario: &str,
+) -> anyhow::Result<Figures> {
+    let mut figures = Figures::default();
+    for pass in 0..args.passes {
+        let group = format!("{topic}-{scenario}-{pass}");
+        let one = match scenario {
+            "baseline" => baseline(brokers, &group, topic, args.records, args.partitions).await?,
+            "noop" => {
+                kafka_dlq(
+                    brokers,
+                    &group,
+                    topic,
+                    Behaviour::Noop,
+                    args.records,
+                    Ordering::Partition,
+                )
+                .await?
+            }
+            "poison1" => {
+                kafka_dlq(
+                    brokers,
+                    &group,
+                    topic,
+                    Behaviour::Poison1,
+                    args.records,
+                    Ordering::Partition,
+                )
+                .await?
+            }
+            "stalled" => {
+                let stuck = partition_records(brokers, topic, 0).await?;
+                kafka_dlq(
+                    brokers,
+                    &group,
+                    topic,
+                    Behaviour::Stalled,
+                    args.records - stuck,
+                    Ordering::Partition,
+                )
+                .await?
+            }
+            "slow" => {
+                let n = args.slow_records.min(args.records);
+                kafka_dlq(
+                    brokers,
+                    &group,
+                    topic,
+                    Behaviour::Slow,
+                    n,
+                    Ordering::Partition,
+                )
+                .await?
+            }
+            "slow-keyed" => {
+                let n = args.slow_records.min(args.records);
+                kafka_dlq(brokers, &group, topic, Behaviour::Slow, n, Ordering::Key).await?
+            }
+            _ => unreachable!(),
+        };
+        figures.add(one);
+    }
+    Ok(figures)
+}
+
+/// Runs `scenario` in a child process (`bench --run-scenario`) and reads its figures.
+async fn scenario_process(
+    args: &BenchArgs,
+    brokers: &str,
+    topic: &str,
+    scenario: &str,
+    passes: u64,
+) -> anyhow::Result<Figures> {
+    let output = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "--brokers", brokers, "--topic", topic])
+        .args(["--run-scenario", scenario])
+        .args(["--passes", &passes.to_string()])
+        .args(["--records", &args.records.to_string()])
+        .args(["--partitions", &args.partitions.to_string()])
+        .args(["--slow-records", &args.slow_records.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("running scenario {scenario}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("FIGURES "))
+        .with_context(|| format!("scenario {scenario} failed ({})", output.status))?;
+    let n: Vec<f64> = line
+        .split(' ')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad figures from scenario {scenario}: {line}"))?;
+    let nanos = |v: f64| (v > 0.0).then(|| Duration::from_nanos(v as u64));
+    Ok(Figures {
+        records: n[0] as u64,
+        elapsed: Duration::from_nanos(n[1] as u64),
+        p50: nanos(n[2]),
+        p99: nanos(n[3]),
+        rss_mb: n[4],
+    })
 }
 
 /// librdkafka's mock cluster in a child process (this binary, `bench --serve-mock`). It stops
@@ -544,12 +616,7 @@ async fn kafka_dlq(
     Ok(figures)
 }
 
-/// Resets the process's peak RSS (Linux: writing 5 to /proc/self/clear_refs).
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// The peak RSS since the last reset, in MB (VmHWM).
+/// The process's peak RSS, in MB (VmHWM).
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -423,6 +423,9 @@ impl Settled {
             Some(unsettled) => (*last).min(unsettled - 1),
             None => *last,
         };
+        if offset < 0 {
+            return; // the partition's first record is not settled yet
+        }
         if let Err(e) = shared.consumer.store_offset(topic, *partition, offset) {
             tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
                 error = %e, "partition no longer assigned; the new owner consumes it again");
@@ -443,6 +446,10 @@ impl Settled {
 
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
+
+/// A partition handles at most this many records past a dead letter that is not acknowledged
+/// yet; then it waits for the acknowledgement.
+const DEAD_LETTER_WINDOW: i64 = 1_000;
 
 /// A partition's dead-letter writes in flight, in offset order.
 #[derive(Default)]
@@ -469,13 +476,17 @@ impl DeadLetterWrites {
         while self.in_flight.len() >= DEAD_LETTER_WRITES_IN_FLIGHT {
             self.wait_first().await;
         }
-        let (shared, record, cancel) = (shared.clone(), record.clone(), cancel.clone());
-        let offset = record.offset;
+        // Handed to the producer now, so that dead letters keep the partition's order.
+        let written = shared
+            .dlq
+            .start(record, kind, &message, attempts, cancel.clone());
+        let metrics = shared.metrics.clone();
+        let (offset, topic) = (record.offset, record.topic.clone());
         let write = tokio::spawn(
             async move {
-                dead_letter(&shared, &record, kind, &message, attempts, &cancel).await?;
-                shared
-                    .metrics
+                let written = written.await;
+                dead_lettered(&metrics, &topic, kind, &message, attempts, written)?;
+                metrics
                     .settle_seconds
                     .observe(fetched.elapsed().as_secs_f64());
                 Ok(())
@@ -502,6 +513,20 @@ impl DeadLetterWrites {
             (Some(a), Some((f, _))) => Some(a.min(*f)),
             (Some(a), None) => Some(a),
             (None, front) => front.map(|(f, _)| *f),
+        }
+    }
+
+    /// Whether `offset` is more than [`DEAD_LETTER_WINDOW`] past the oldest write in flight.
+    fn too_far_behind(&self, offset: i64) -> bool {
+        self.in_flight
+            .front()
+            .is_some_and(|(first, _)| offset - first > DEAD_LETTER_WINDOW)
+    }
+
+    /// Waits until `offset` is within [`DEAD_LETTER_WINDOW`] of the oldest write in flight.
+    async fn catch_up(&mut self, offset: i64) {
+        while self.too_far_behind(offset) {
+            self.wait_first().await;
         }
     }
 
@@ -619,6 +644,18 @@ async fn settle_record<H: BatchHandler>(
     settled: &mut Settled,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
+    if settled
+        .writes
+        .as_ref()
+        .is_some_and(|w| w.too_far_behind(record.offset))
+    {
+        // A dead letter is not acknowledged yet (the dead-letter topic may be down): stop here
+        // rather than handle ever more records that a restart would deliver again.
+        settled.store(shared);
+        if let Some(writes) = settled.writes.as_mut() {
+            writes.catch_up(record.offset).await;
+        }
+    }
     let granted = permit(&shared.breaker, cancel).await?;
     match call(shared, metrics, std::slice::from_ref(record), granted).await {
         Ok(()) => {
@@ -734,19 +771,37 @@ async fn dead_letter<H: BatchHandler>(
     attempts: u32,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
-    match shared
+    let written = shared
         .dlq
         .publish(record, kind, message, attempts, cancel)
-        .await
-    {
+        .await;
+    dead_lettered(
+        &shared.metrics,
+        &record.topic,
+        kind,
+        message,
+        attempts,
+        written,
+    )
+}
+
+/// Logs and counts how a dead-letter write ended.
+fn dead_lettered(
+    metrics: &Metrics,
+    topic: &str,
+    kind: DeadLetterKind,
+    message: &str,
+    attempts: u32,
+    written: Result<crate::dlq::DeadLettered, crate::dlq::Abandoned>,
+) -> Result<(), Abandoned> {
+    match written {
         Ok(to) => {
             tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
                 dlq_topic = %to.topic, dlq_partition = to.partition, dlq_offset = to.offset,
                 error = %message);
-            shared
-                .metrics
+            metrics
                 .dead_lettered
-                .with_label_values(&[record.topic.as_str(), kind.as_str()])
+                .with_label_values(&[topic, kind.as_str()])
                 .inc();
             Ok(())
         }

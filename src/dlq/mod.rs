@@ -16,13 +16,13 @@
 //! (idempotent producer, `acks=all`). A failed write is logged as an error and retried with
 //! backoff (1 s doubling to 30 s) for as long as it takes or until the partition is revoked or
 //! the service stops: the caller commits the source offset only after an acknowledged write,
-//! so a broken dead-letter topic stalls its partition instead of losing records.
+//! so a broken dead-letter topic stalls its partition instead of losing records (a record
+//! handler's partition goes on for up to 1,000 records past the dead letter meanwhile, storing
+//! no offset past it).
 
 mod envelope;
 pub(crate) use envelope::encode_payload;
 mod reader;
-
-use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -162,76 +162,138 @@ impl DeadLetterPublisher {
         attempts: u32,
         cancel: &CancellationToken,
     ) -> Result<DeadLettered, Abandoned> {
+        self.start(record, kind, message, attempts, cancel.clone())
+            .await
+    }
+
+    /// Like [`publish`](Self::publish), but hands the first write to the producer before it
+    /// returns, so dead letters started one after another are written in that order; the
+    /// returned future waits for the acknowledgement (and retries) and owns what it needs.
+    pub fn start(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = Result<DeadLettered, Abandoned>> + Send + 'static {
         let topic = self.topic.for_topic(&record.topic);
         let envelope = Envelope::new(record, kind, message, attempts, &self.group);
-        let inline = envelope.to_vec();
-        let headers = dead_letter_headers(record, &envelope.error.message, &self.group);
-        let detached_headers = headers.clone().insert(Header {
-            key: HEADER_ENVELOPE,
-            value: Some(&envelope.detached().to_vec()),
-        });
+        let write = Write {
+            producer: self.producer.clone(),
+            source_topic: record.topic.clone(),
+            inline: envelope.to_vec(),
+            headers: dead_letter_headers(record, &envelope.error.message, &self.group),
+            detached: envelope.detached(),
+            payload: record.payload.clone(),
+            key: record.key.clone(),
+            topic,
+        };
+        let first = write.send(false);
+        let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
+        async move { write.deliver(first, retry, metrics, cancel).await }
+    }
+}
+
+/// One dead letter and what writing it takes.
+struct Write {
+    producer: FutureProducer<LogContext>,
+    topic: String,
+    source_topic: String,
+    inline: Vec<u8>,
+    headers: OwnedHeaders,
+    /// The envelope for the detached form (see the module docs).
+    detached: Envelope,
+    payload: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+}
+
+type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
+
+impl Write {
+    /// Hands the dead letter (inline or `detached`) to the producer.
+    fn send(&self, detached: bool) -> Sent {
+        let (value, headers) = if detached {
+            let headers = self.headers.clone().insert(Header {
+                key: HEADER_ENVELOPE,
+                value: Some(&self.detached.to_vec()),
+            });
+            (self.payload.as_deref(), headers)
+        } else {
+            (Some(self.inline.as_slice()), self.headers.clone())
+        };
+        let mut out = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
+        if let Some(value) = value {
+            out = out.payload(value);
+        }
+        if let Some(key) = self.key.as_deref() {
+            out = out.key(key);
+        }
+        self.producer.send_result(out).map_err(|(error, _)| error)
+    }
+
+    /// Waits for `first` to be acknowledged, writing again (with backoff) until a write is.
+    async fn deliver(
+        self,
+        first: Sent,
+        retry: ExponentialBackoff,
+        metrics: Metrics,
+        cancel: CancellationToken,
+    ) -> Result<DeadLettered, Abandoned> {
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         let mut detached = false;
-        let mut delays = self.retry.delays();
+        let mut delays = retry.delays();
+        let mut sent = first;
         loop {
-            let (value, headers) = if detached {
-                (record.payload.as_deref(), detached_headers.clone())
-            } else {
-                (Some(inline.as_slice()), headers.clone())
-            };
-            let mut out = FutureRecord::<[u8], [u8]>::to(&topic).headers(headers);
-            if let Some(value) = value {
-                out = out.payload(value);
-            }
-            if let Some(key) = record.key.as_deref() {
-                out = out.key(key);
-            }
             // A write in flight is not cut short by `cancel` (that could dead-letter the record
             // and consume it again); only the wait between writes is.
-            match self.producer.send(out, Duration::from_secs(5)).await {
+            let result = match sent {
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(delivery)) => Ok(delivery),
+                    Ok(Err((error, _))) => Err(error),
+                    Err(_) => Err(KafkaError::Canceled),
+                },
+                Err(error) => Err(error),
+            };
+            match result {
                 Ok(delivery) => {
                     if detached {
-                        tracing::warn!(event = "dead_letter_detached", dlq_topic = %topic,
-                            envelope_bytes = inline.len(),
+                        tracing::warn!(event = "dead_letter_detached", dlq_topic = %self.topic,
+                            envelope_bytes = self.inline.len(),
                             "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header");
                     }
                     return Ok(DeadLettered {
-                        topic,
+                        topic: self.topic,
                         partition: delivery.partition,
                         offset: delivery.offset,
                     });
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _))
-                    if !detached =>
-                {
+                Err(error) if error == too_large && !detached => {
                     // Try at once in the detached form: no base64, no copy of the value.
                     detached = true;
-                    continue;
                 }
-                Err((error, _)) => {
+                Err(error) => {
                     let delay = delays.next().expect("infrastructure backoff never ends");
-                    if detached
-                        && error
-                            == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
-                    {
+                    if detached && error == too_large {
                         tracing::error!(
                             event = "dlq_record_too_large",
-                            dlq_topic = %topic,
-                            value_bytes = record.payload.as_ref().map_or(0, Vec::len),
+                            dlq_topic = %self.topic,
+                            value_bytes = self.payload.as_ref().map_or(0, Vec::len),
                             retry_in_ms = delay.as_millis() as u64,
                             "the record does not fit the dead-letter topic even without its envelope: raise the topic's max.message.bytes and the producer's message.max.bytes (`librdkafka` setting); the partition does not advance until it fits"
                         );
                     } else {
                         tracing::error!(
                             event = "dlq_write_failed",
-                            dlq_topic = %topic,
+                            dlq_topic = %self.topic,
                             error = %error,
                             retry_in_ms = delay.as_millis() as u64,
                             "dead-letter write failed; the partition does not advance until it succeeds"
                         );
                     }
-                    self.metrics
+                    metrics
                         .dlq_write_failures
-                        .with_label_values(&[record.topic.as_str()])
+                        .with_label_values(&[self.source_topic.as_str()])
                         .inc();
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
@@ -239,6 +301,7 @@ impl DeadLetterPublisher {
                     }
                 }
             }
+            sent = self.send(detached);
         }
     }
 }
