@@ -131,6 +131,7 @@ impl PartitionInput {
     /// stream per read would register and unregister a waker for every record).
     fn records(&mut self) -> Records<'_> {
         Records {
+            peeked: None,
             topic: &self.topic,
             partition: self.partition,
             stream: self.queue.as_ref().map(|queue| queue.stream()),
@@ -143,6 +144,8 @@ impl PartitionInput {
 
 /// A worker's reader of its partition's records; see [`PartitionInput::records`].
 struct Records<'a> {
+    /// A record taken while waiting for something else; the next to hand out.
+    peeked: Option<Record>,
     topic: &'a str,
     partition: i32,
     stream: Option<MessageStream<'a, RebalanceContext>>,
@@ -154,6 +157,9 @@ struct Records<'a> {
 impl Records<'_> {
     /// The next record: waits for it. `None` once `cancel` fires.
     async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
+        if let Some(record) = self.peeked.take() {
+            return Some(record);
+        }
         if let Ok(record) = self.strays.try_recv() {
             return Some(record);
         }
@@ -291,13 +297,26 @@ pub(super) async fn run_worker<H: BatchHandler>(
         {
             break;
         }
-        if drained && settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
-            // Nothing else is waiting: let the dead letters be acknowledged, so that the
-            // offsets are stored before the partition idles.
-            settled.finish(&shared).await;
-        }
         settled.store(&shared);
         metrics.flush();
+        // Nothing else is waiting: store the offsets of the dead letters as they are
+        // acknowledged, until the next record comes.
+        while drained && settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
+            let Some(writes) = settled.writes.as_mut() else {
+                break;
+            };
+            tokio::select! {
+                biased;
+                _ = writes.wait_first() => settled.store(&shared),
+                next = source.next(&cancel) => {
+                    match next {
+                        Some(record) => source.peeked = Some(record),
+                        None => break 'work,
+                    }
+                    break;
+                }
+            }
+        }
     }
     settled.finish(&shared).await;
 }
@@ -530,9 +549,15 @@ impl DeadLetterWrites {
         }
     }
 
+    /// Waits for the oldest write in flight and takes it off. Cancel-safe: the write is
+    /// taken off only once it is done.
     async fn wait_first(&mut self) {
-        if let Some((offset, write)) = self.in_flight.pop_front() {
-            if !matches!(write.await, Ok(Ok(()))) {
+        let Some((_, write)) = self.in_flight.front_mut() else {
+            return;
+        };
+        let done = write.await;
+        if let Some((offset, _)) = self.in_flight.pop_front() {
+            if !matches!(done, Ok(Ok(()))) {
                 self.abandoned.get_or_insert(offset);
             }
         }
