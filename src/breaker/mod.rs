@@ -249,8 +249,19 @@ impl Breaker {
         outcome: CallOutcome,
         record: u64,
     ) -> Option<BreakerState> {
+        self.record_at(permit, outcome, record, Instant::now())
+    }
+
+    /// [`record`](Self::record) for a call that ended at `now` (saves reading the clock when
+    /// the caller has just read it).
+    pub fn record_at(
+        &self,
+        permit: Permit,
+        outcome: CallOutcome,
+        record: u64,
+        now: Instant,
+    ) -> Option<BreakerState> {
         let policy = self.policy.as_ref()?;
-        let now = Instant::now();
         let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
         if permit == Permit::Normal
             && outcome == CallOutcome::Answered

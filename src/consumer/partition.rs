@@ -102,7 +102,7 @@ impl Drop for TopicMetrics {
 
 /// Where a partition's worker takes its records from: the partition's own librdkafka queue,
 /// which librdkafka keeps bounded (it stops fetching the partition while
-/// `max_buffered_records` records or 2 MB wait there), and the rare records that arrived on
+/// `max_buffered_records` records or 1 MB wait there), and the rare records that arrived on
 /// the main queue.
 pub(super) struct PartitionInput {
     pub topic: String,
@@ -575,20 +575,21 @@ impl DeadLetterWrites {
 }
 
 /// Calls the handler with `records`, catching a panic as a permanent failure, and tells the
-/// breaker how it went.
+/// breaker how it went. Also returns when the call ended.
 async fn call<H: BatchHandler>(
     shared: &Shared<H>,
     metrics: &mut TopicMetrics,
     records: &[Record],
     permit: Permit,
-) -> Result<(), HandlerError> {
+) -> (Result<(), HandlerError>, Instant) {
     let started = Instant::now();
     let result = AssertUnwindSafe(shared.handler.handle_batch(records))
         .catch_unwind()
         .await;
+    let ended = Instant::now();
     metrics
         .handler_duration
-        .observe(started.elapsed().as_secs_f64());
+        .observe((ended - started).as_secs_f64());
     let result = match result {
         Ok(result) => result,
         Err(panic) => {
@@ -607,10 +608,11 @@ async fn call<H: BatchHandler>(
     };
     // Calls are told apart by their first record: partition and offset.
     let who = (records[0].partition as u64) << 48 ^ records[0].offset as u64;
-    if let Some(state) = shared.breaker.record(permit, outcome, who) {
+    let at = tokio::time::Instant::from_std(ended);
+    if let Some(state) = shared.breaker.record_at(permit, outcome, who, at) {
         on_breaker_change(shared, state, result.as_ref().err());
     }
-    result
+    (result, ended)
 }
 
 /// Pauses every assigned partition when the breaker opens; resumes them when it closes.
@@ -682,7 +684,9 @@ async fn settle_record<H: BatchHandler>(
         }
     }
     let granted = permit(&shared.breaker, cancel).await?;
-    match call(shared, metrics, std::slice::from_ref(record), granted).await {
+    let (result, ended) = call(shared, metrics, std::slice::from_ref(record), granted).await;
+    let mut ended = Some(ended);
+    match result {
         Ok(()) => {
             tracing::debug!(event = "record_handled", topic = %record.topic,
                 partition = record.partition, offset = record.offset, id = %record.id);
@@ -692,6 +696,7 @@ async fn settle_record<H: BatchHandler>(
             settled.store(shared);
             metrics.flush();
             let span = record_span(record);
+            ended = None; // retries and waits follow
             let outcome = settle_one(shared, metrics, record, first, cancel)
                 .instrument(span.clone())
                 .await?;
@@ -723,9 +728,11 @@ async fn settle_record<H: BatchHandler>(
         }
     }
     settled.set(record);
-    metrics
-        .settle_seconds
-        .observe(fetched.elapsed().as_secs_f64());
+    metrics.settle_seconds.observe(
+        ended
+            .map_or_else(|| fetched.elapsed(), |e| e - fetched)
+            .as_secs_f64(),
+    );
     Ok(())
 }
 
@@ -747,7 +754,7 @@ async fn settle_batch<H: BatchHandler>(
             continue;
         }
         let granted = permit(&shared.breaker, cancel).await?;
-        match call(shared, metrics, records, granted).await {
+        match call(shared, metrics, records, granted).await.0 {
             Ok(()) => {
                 tracing::debug!(event = "batch_handled", topic = %records[0].topic,
                     partition = records[0].partition, first_offset = records[0].offset,
@@ -917,6 +924,8 @@ async fn settle_one<H: BatchHandler>(
         }
         let granted = permit(&shared.breaker, cancel).await?;
         attempts += 1;
-        result = call(shared, metrics, std::slice::from_ref(record), granted).await;
+        result = call(shared, metrics, std::slice::from_ref(record), granted)
+            .await
+            .0;
     }
 }
