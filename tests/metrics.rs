@@ -143,8 +143,8 @@ async fn a_slow_handler_stops_fetching_instead_of_buffering_without_bound() {
     let topic = unique("backpressure");
     let group = unique("g");
     create_topic(&brokers, &topic, 1).await;
-    // 300 records of 10 kB: one fetch (256 kB) brings about 25 of them.
-    let padding = "p".repeat(10_000);
+    // 300 records of 20 kB (6 MB): one fetch (256 kB) brings about 12 of them.
+    let padding = "p".repeat(20_000);
     let records: Vec<Out> = (0..300)
         .map(|i| Out::new(0, &format!("slow5-{i}-{padding}")))
         .collect();

@@ -538,7 +538,7 @@ async fn baseline(
     // for all of them, so it gets the same memory in total.
     config.set(
         "queued.max.messages.kbytes",
-        (1024 * partitions).to_string(),
+        (1536 * partitions).to_string(),
     );
     let consumer: StreamConsumer = config.create()?;
     consumer.subscribe(&[topic])?;

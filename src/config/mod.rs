@@ -98,7 +98,7 @@ pub struct ConsumerConfig {
     /// Default 0.2.
     pub backoff_jitter: f64,
     /// Fetched records that may wait per partition: librdkafka stops fetching a partition
-    /// while this many of its records (or 1 MB, see [`FETCH_SETTINGS`]) wait, and fetches
+    /// while this many of its records (or 1.5 MB, see [`FETCH_SETTINGS`]) wait, and fetches
     /// again when fewer do; one fetch (at most 256 kB) can go past it. The bound on memory when
     /// the handler is slower than the broker. Default 10000.
     pub max_buffered_records: usize,
@@ -201,7 +201,7 @@ impl fmt::Debug for ConsumerConfig {
 
 /// The fetch settings kafka-dlq gives librdkafka's consumer (raw `librdkafka` options can
 /// override them). Each partition has its own fetch queue (kafka-dlq splits it from the
-/// consumer's queue), so these apply per partition: at most 1 MB of fetched records wait
+/// consumer's queue), so these apply per partition: at most 1.5 MB of fetched records wait
 /// (`queued.max.messages.kbytes`; the record-count bound is `max_buffered_records`), at most
 /// 256 kB per partition and fetch (`max.partition.fetch.bytes`), and a 10 ms pause before
 /// fetching again once the queue is full (`fetch.queue.backoff.ms`; librdkafka's 1 s default
@@ -210,7 +210,7 @@ impl fmt::Debug for ConsumerConfig {
 /// (`fetch.wait.max.ms`; while it holds one, no partition of that broker is fetched, so a
 /// partition whose queue has just drained would wait up to librdkafka's 500 ms default).
 pub const FETCH_SETTINGS: [(&str, &str); 4] = [
-    ("queued.max.messages.kbytes", "1024"),
+    ("queued.max.messages.kbytes", "1536"),
     ("max.partition.fetch.bytes", "262144"),
     ("fetch.queue.backoff.ms", "10"),
     ("fetch.wait.max.ms", "100"),

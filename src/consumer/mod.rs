@@ -19,7 +19,7 @@
 //! hand-off between tasks, so a fast handler costs little over a bare rdkafka loop (see the
 //! benchmark in the README). Memory stays bounded when the handler is slower than the broker:
 //! librdkafka stops fetching a partition while
-//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) of its records or 1 MB wait
+//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) of its records or 1.5 MB wait
 //! in its queue ([`FETCH_SETTINGS`](crate::config::FETCH_SETTINGS)).
 //!
 //! # Key order

@@ -102,7 +102,7 @@ impl Drop for TopicMetrics {
 
 /// Where a partition's worker takes its records from: the partition's own librdkafka queue,
 /// which librdkafka keeps bounded (it stops fetching the partition while
-/// `max_buffered_records` records or 1 MB wait there), and the rare records that arrived on
+/// `max_buffered_records` records or 1.5 MB wait there), and the rare records that arrived on
 /// the main queue.
 pub(super) struct PartitionInput {
     pub topic: String,
