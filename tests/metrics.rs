@@ -85,8 +85,21 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
         "{}",
         metrics.render()
     );
-    let (_, text) = get(&format!("{base}/metrics")).await;
     let t = |name: &str| format!("{name}{{topic=\"{topic}\"}}");
+    // The two partitions are independent: the other one may still be finishing.
+    let permanent =
+        format!("kafka_dlq_records_dead_lettered_total{{kind=\"permanent\",topic=\"{topic}\"}}");
+    assert!(
+        eventually(WAIT, || {
+            let text = metrics.render();
+            sample(&text, &t("kafka_dlq_records_succeeded_total")) == Some(3.0)
+                && sample(&text, &permanent) == Some(1.0)
+        })
+        .await,
+        "{}",
+        metrics.render()
+    );
+    let (_, text) = get(&format!("{base}/metrics")).await;
     assert_eq!(
         sample(&text, &t("kafka_dlq_records_consumed_total")),
         Some(5.0),
