@@ -184,8 +184,7 @@ impl DeadLetterPublisher {
             source_topic: record.topic.clone(),
             inline: envelope.to_vec(),
             headers: dead_letter_headers(record, &envelope.error.message, &self.group),
-            detached: envelope.detached(),
-            payload: record.payload.clone(),
+            envelope,
             key: record.key.clone(),
             topic,
         };
@@ -202,23 +201,32 @@ struct Write {
     source_topic: String,
     inline: Vec<u8>,
     headers: OwnedHeaders,
-    /// The envelope for the detached form (see the module docs).
-    detached: Envelope,
-    payload: Option<Vec<u8>>,
+    /// The envelope, for the detached form (see the module docs); only built, with the
+    /// original value decoded from it, when the inline one is too large.
+    envelope: Envelope,
     key: Option<Vec<u8>>,
 }
 
 type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
 
 impl Write {
+    /// The record's value, byte for byte (the envelope holds it exactly).
+    fn original_value(&self) -> Option<Vec<u8>> {
+        self.envelope
+            .payload_bytes()
+            .expect("an envelope we built decodes")
+    }
+
     /// Hands the dead letter (inline or `detached`) to the producer.
     fn send(&self, detached: bool) -> Sent {
+        let original;
         let (value, headers) = if detached {
             let headers = self.headers.clone().insert(Header {
                 key: HEADER_ENVELOPE,
-                value: Some(&self.detached.to_vec()),
+                value: Some(&self.envelope.detached().to_vec()),
             });
-            (self.payload.as_deref(), headers)
+            original = self.original_value();
+            (original.as_deref(), headers)
         } else {
             (Some(self.inline.as_slice()), self.headers.clone())
         };
@@ -278,7 +286,7 @@ impl Write {
                         tracing::error!(
                             event = "dlq_record_too_large",
                             dlq_topic = %self.topic,
-                            value_bytes = self.payload.as_ref().map_or(0, Vec::len),
+                            value_bytes = self.original_value().map_or(0, |v| v.len()),
                             retry_in_ms = delay.as_millis() as u64,
                             "the record does not fit the dead-letter topic even without its envelope: raise the topic's max.message.bytes and the producer's message.max.bytes (`librdkafka` setting); the partition does not advance until it fits"
                         );
