@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use clap::Args;
 use kafka_dlq::config::Ordering;
-use kafka_dlq::{Consumer, ConsumerConfig, Handler, HandlerError, Record};
+use kafka_dlq::{Consumer, ConsumerConfig, FailureKind, Handler, HandlerError, Record};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -69,9 +69,9 @@ pub struct BenchArgs {
     /// Internal: the topic of `--run-scenario`.
     #[arg(long, hide = true)]
     topic: Option<String>,
-    /// Internal: how many passes `--run-scenario` makes over the topic.
-    #[arg(long, hide = true, default_value_t = 1)]
-    passes: u64,
+    /// Internal: which pass over the topic `--run-scenario` makes (names its group).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pass: u64,
 }
 
 const ALL: [&str; 6] = [
@@ -91,19 +91,70 @@ struct Figures {
     p50: Option<Duration>,
     p99: Option<Duration>,
     rss_mb: f64,
+    /// CPU time the scenario's process used (all its threads, librdkafka's included) while
+    /// the clock ran.
+    cpu: Duration,
 }
 
 impl Figures {
-    /// Adds another pass: records and time add up; the quantiles are the worst pass's.
+    /// Adds another pass: records and times add up; quantiles and peak memory are the worst
+    /// pass's.
     fn add(&mut self, pass: Figures) {
         self.records += pass.records;
         self.elapsed += pass.elapsed;
+        self.cpu += pass.cpu;
+        self.rss_mb = self.rss_mb.max(pass.rss_mb);
         self.p50 = self.p50.max(pass.p50);
         self.p99 = self.p99.max(pass.p99);
     }
 
     fn rate(&self) -> f64 {
         self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// CPU microseconds per record.
+    fn cpu_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.records.max(1) as f64
+    }
+}
+
+/// CPU time used so far by this process, all threads.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// A count per partition, each on its own cache line: the workers of different partitions
+/// run on different threads, and one shared counter bumped for every record would cost the
+/// scenario more than the plain loop's local count costs the baseline.
+struct Counts(Box<[Counter]>);
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Counter(std::sync::atomic::AtomicU64);
+
+impl Counts {
+    fn new(partitions: i32) -> Self {
+        Self((0..partitions.max(1)).map(|_| Counter::default()).collect())
+    }
+
+    /// Counts one more for `partition`; returns its count now.
+    fn add(&self, partition: i32) -> u64 {
+        let shard = &self.0[partition as usize % self.0.len()];
+        shard.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    fn total(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -118,18 +169,33 @@ enum Behaviour {
 
 struct BenchHandler {
     behaviour: Behaviour,
-    /// When the handler was first called: the clock's start.
-    first: std::sync::Arc<std::sync::OnceLock<Instant>>,
-    /// Records the handler accepted (cheaper to watch than the metrics).
-    ok: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// When the handler was first called, and the process's CPU time then: the clock's start.
+    first: std::sync::Arc<std::sync::OnceLock<(Instant, Duration)>>,
+    /// Records the handler is done with (accepted or failed permanently), per partition.
+    seen: std::sync::Arc<Counts>,
+    /// Records that failed permanently: the dead letters to wait for.
+    failed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    goal: Option<std::sync::Arc<Goal>>,
 }
 
 impl Handler for BenchHandler {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
-        self.first.get_or_init(Instant::now);
+        self.first.get_or_init(|| (Instant::now(), cpu_time()));
         let result = self.outcome(record).await;
-        if result.is_ok() {
-            self.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let done = match &result {
+            Ok(()) => true,
+            Err(e) if e.kind() == FailureKind::Permanent => {
+                self.failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        };
+        if done {
+            let seen = self.seen.add(record.partition);
+            if let Some(goal) = &self.goal {
+                goal.saw(record.partition, seen);
+            }
         }
         result
     }
@@ -169,12 +235,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     {
         let figures = run_scenario(&args, brokers, topic, scenario).await?;
         println!(
-            "FIGURES {} {} {} {} {}",
+            "FIGURES {} {} {} {} {} {}",
             figures.records,
             figures.elapsed.as_nanos(),
             figures.p50.map_or(0, |d| d.as_nanos()),
             figures.p99.map_or(0, |d| d.as_nanos()),
-            peak_rss_mb()
+            peak_rss_mb(),
+            figures.cpu.as_nanos()
         );
         return Ok(());
     }
@@ -242,13 +309,28 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     .await?;
     println!("produced in {:.1} s\n", started.elapsed().as_secs_f64());
     println!(
-        "{:<10} {:>10} {:>12} {:>8} {:>9} {:>9} {:>8}",
-        "scenario", "records", "records/s", "ratio", "p50", "p99", "rss MB"
+        "{:<10} {:>10} {:>12} {:>8} {:>9} {:>9} {:>8} {:>11}",
+        "scenario", "records", "records/s", "ratio", "p50", "p99", "rss MB", "cpu µs/rec"
     );
 
+    // Pass by pass, each scenario in turn, so that a slower or faster spell of a shared machine
+    // falls on all of them rather than on one. The slow scenarios make one pass: they measure
+    // a handler-bound rate and flat memory, which more passes would not change.
     let mut results: HashMap<String, Figures> = HashMap::new();
+    for pass in 0..passes {
+        for scenario in &scenarios {
+            if pass > 0 && scenario.starts_with("slow") {
+                continue;
+            }
+            let figures = scenario_process(&args, &brokers, &topic, scenario, pass).await?;
+            results.entry(scenario.clone()).or_default().add(figures);
+        }
+        if passes > 1 {
+            eprintln!("pass {} of {passes} done", pass + 1);
+        }
+    }
     for scenario in &scenarios {
-        let figures = scenario_process(&args, &brokers, &topic, scenario, passes).await?;
+        let figures = &results[scenario];
         let (ratio, against) = match scenario.as_str() {
             "baseline" => (1.0, "baseline"),
             "poison1" => ratio(&results, "noop", figures.rate()),
@@ -267,14 +349,15 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| "-".into())
         };
         println!(
-            "{:<10} {:>10} {:>12.0} {:>8.3} {:>9} {:>9} {:>8.1}   (ratio to {against})",
+            "{:<10} {:>10} {:>12.0} {:>8.3} {:>9} {:>9} {:>8.1} {:>11.2}   (ratio to {against})",
             scenario,
             figures.records,
             figures.rate(),
             ratio,
             ms(figures.p50),
             ms(figures.p99),
-            figures.rss_mb
+            figures.rss_mb,
+            figures.cpu_us()
         );
         println!(
             "RESULT {scenario} records_per_s={:.0} ratio={:.3} rss_mb={:.1}",
@@ -282,79 +365,83 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             ratio,
             figures.rss_mb
         );
-        results.insert(scenario.clone(), figures);
     }
     drop(mock);
     Ok(())
 }
 
-/// One scenario, in this process: `--passes` passes over `topic`, each in a new group.
+/// One pass of one scenario, in this process, in a new group.
 async fn run_scenario(
     args: &BenchArgs,
     brokers: &str,
     topic: &str,
     scenario: &str,
 ) -> anyhow::Result<Figures> {
-    let mut figures = Figures::default();
-    for pass in 0..args.passes {
+    // The records of each partition: the scenarios that consume the whole topic end when the
+    // handler has seen all of them (all but partition 0's when it is stalled).
+    let mut per_partition = Vec::new();
+    if matches!(scenario, "noop" | "poison1" | "stalled") {
+        for partition in 0..args.partitions {
+            per_partition.push(partition_records(brokers, topic, partition).await?);
+        }
+        if scenario == "stalled" {
+            per_partition[0] = 0;
+        }
+    }
+    let slow = args.slow_records.min(args.records);
+    let pass = args.pass;
+    {
         let group = format!("{topic}-{scenario}-{pass}");
+        let run = |behaviour, end, ordering| Run {
+            brokers,
+            group: &group,
+            topic,
+            partitions: args.partitions,
+            behaviour,
+            end,
+            ordering,
+        };
         let one = match scenario {
             "baseline" => baseline(brokers, &group, topic, args.records, args.partitions).await?,
             "noop" => {
-                kafka_dlq(
-                    brokers,
-                    &group,
-                    topic,
+                kafka_dlq(run(
                     Behaviour::Noop,
-                    args.records,
+                    End::Partitions(&per_partition),
                     Ordering::Partition,
-                )
+                ))
                 .await?
             }
             "poison1" => {
-                kafka_dlq(
-                    brokers,
-                    &group,
-                    topic,
+                kafka_dlq(run(
                     Behaviour::Poison1,
-                    args.records,
+                    End::Partitions(&per_partition),
                     Ordering::Partition,
-                )
+                ))
                 .await?
             }
             "stalled" => {
-                let stuck = partition_records(brokers, topic, 0).await?;
-                kafka_dlq(
-                    brokers,
-                    &group,
-                    topic,
+                kafka_dlq(run(
                     Behaviour::Stalled,
-                    args.records - stuck,
+                    End::Partitions(&per_partition),
                     Ordering::Partition,
-                )
+                ))
                 .await?
             }
             "slow" => {
-                let n = args.slow_records.min(args.records);
-                kafka_dlq(
-                    brokers,
-                    &group,
-                    topic,
+                kafka_dlq(run(
                     Behaviour::Slow,
-                    n,
+                    End::Records(slow),
                     Ordering::Partition,
-                )
+                ))
                 .await?
             }
             "slow-keyed" => {
-                let n = args.slow_records.min(args.records);
-                kafka_dlq(brokers, &group, topic, Behaviour::Slow, n, Ordering::Key).await?
+                kafka_dlq(run(Behaviour::Slow, End::Records(slow), Ordering::Key)).await?
             }
             _ => unreachable!(),
         };
-        figures.add(one);
+        Ok(one)
     }
-    Ok(figures)
 }
 
 /// Runs `scenario` in a child process (`bench --run-scenario`) and reads its figures.
@@ -363,12 +450,12 @@ async fn scenario_process(
     brokers: &str,
     topic: &str,
     scenario: &str,
-    passes: u64,
+    pass: u64,
 ) -> anyhow::Result<Figures> {
     let output = tokio::process::Command::new(std::env::current_exe()?)
         .args(["bench", "--brokers", brokers, "--topic", topic])
         .args(["--run-scenario", scenario])
-        .args(["--passes", &passes.to_string()])
+        .args(["--pass", &pass.to_string()])
         .args(["--records", &args.records.to_string()])
         .args(["--partitions", &args.partitions.to_string()])
         .args(["--slow-records", &args.slow_records.to_string()])
@@ -394,6 +481,7 @@ async fn scenario_process(
         p50: nanos(n[2]),
         p99: nanos(n[3]),
         rss_mb: n[4],
+        cpu: Duration::from_nanos(n[5] as u64),
     })
 }
 
@@ -543,17 +631,17 @@ async fn baseline(
     let consumer: StreamConsumer = config.create()?;
     consumer.subscribe(&[topic])?;
     let mut count = 0u64;
-    let mut first: Option<Instant> = None;
+    let mut first: Option<(Instant, Duration)> = None;
     while count < n {
         let message = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
             .await
             .with_context(|| format!("no record for 60 s after {count} of {n}"))??;
-        first.get_or_insert_with(Instant::now);
+        first.get_or_insert_with(|| (Instant::now(), cpu_time()));
         consumer.store_offset_from_message(&message)?;
         std::hint::black_box(message.payload());
         count += 1;
     }
-    let elapsed = first.map(|f| f.elapsed()).unwrap_or_default();
+    let (elapsed, cpu) = since(first);
     let rss_mb = peak_rss_mb();
     tokio::task::spawn_blocking(move || drop(consumer)).await?;
     Ok(Figures {
@@ -562,70 +650,142 @@ async fn baseline(
         p50: None,
         p99: None,
         rss_mb,
+        cpu,
     })
 }
 
-/// kafka-dlq with `behaviour`, until `settled` records are settled.
-async fn kafka_dlq(
-    brokers: &str,
-    group: &str,
-    topic: &str,
+/// When a kafka-dlq scenario ends.
+#[derive(Clone, Copy)]
+enum End<'a> {
+    /// When the handler has seen this many records of each partition (a permanent failure
+    /// counts as seen) and every dead letter is acknowledged.
+    Partitions(&'a [u64]),
+    /// When the handler has accepted this many records.
+    Records(u64),
+}
+
+/// One pass of a kafka-dlq scenario.
+struct Run<'a> {
+    brokers: &'a str,
+    group: &'a str,
+    topic: &'a str,
+    partitions: i32,
     behaviour: Behaviour,
-    settled: u64,
+    end: End<'a>,
     ordering: Ordering,
-) -> anyhow::Result<Figures> {
+}
+
+/// Tells the bench when the handler has seen every record of the partitions it watches,
+/// without the bench polling a counter (a timer firing every millisecond costs the consumer
+/// CPU that the baseline does not pay).
+struct Goal {
+    /// Records to see per partition.
+    targets: Box<[u64]>,
+    /// Partitions whose records are not all seen yet.
+    left: std::sync::atomic::AtomicUsize,
+    /// When the last of them was seen, and the CPU time then.
+    reached: std::sync::OnceLock<(Instant, Duration)>,
+    notify: tokio::sync::Notify,
+}
+
+impl Goal {
+    fn new(targets: &[u64]) -> Self {
+        Self {
+            targets: targets.into(),
+            left: targets.iter().filter(|t| **t > 0).count().into(),
+            reached: std::sync::OnceLock::new(),
+            notify: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The handler has now seen `seen` records of `partition`.
+    fn saw(&self, partition: i32, seen: u64) {
+        let target = self.targets.get(partition as usize).copied().unwrap_or(0);
+        if seen == target && self.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            let _ = self.reached.set((Instant::now(), cpu_time()));
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// kafka-dlq with `run.behaviour`, until `run.end`.
+async fn kafka_dlq(run: Run<'_>) -> anyhow::Result<Figures> {
     let config = ConsumerConfig {
-        ordering,
+        ordering: run.ordering,
         max_retries: 1,
         backoff_initial_ms: 600_000,
         backoff_max_ms: 600_000,
         shutdown_timeout_ms: 2_000,
-        ..ConsumerConfig::new(brokers, group, [topic])
+        ..ConsumerConfig::new(run.brokers, run.group, [run.topic])
+    };
+    let (settled, goal) = match run.end {
+        End::Partitions(targets) => (
+            targets.iter().sum(),
+            Some(std::sync::Arc::new(Goal::new(targets))),
+        ),
+        End::Records(n) => (n, None),
     };
     let started = std::sync::Arc::new(std::sync::OnceLock::new());
-    let ok = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = std::sync::Arc::new(Counts::new(run.partitions));
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let handler = BenchHandler {
-        behaviour,
+        behaviour: run.behaviour,
         first: started.clone(),
-        ok: ok.clone(),
+        seen: seen.clone(),
+        failed: failed.clone(),
+        goal: goal.clone(),
     };
     let consumer = Consumer::new(config, handler)?;
     let metrics = consumer.metrics();
     let stop = CancellationToken::new();
     let task = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
-    // Dead letters are read from the metrics, at most every 10 ms (gathering them costs).
-    let mut dead = 0;
-    let mut dead_read = Instant::now();
-    let mut done = |m: &kafka_dlq::metrics::Metrics| {
-        let handled = ok.load(std::sync::atomic::Ordering::Relaxed);
-        if matches!(behaviour, Behaviour::Poison1)
-            && (dead_read.elapsed() >= Duration::from_millis(10) || handled + dead >= settled)
-        {
-            dead = m.total("kafka_dlq_records_dead_lettered_total") as u64;
-            dead_read = Instant::now();
-        }
-        handled + dead
-    };
-    let mut first: Option<Instant> = None;
     let mut last_progress = Instant::now();
-    let mut last_done = 0;
-    loop {
-        let now_done = done(&metrics);
-        if first.is_none() {
-            first = started.get().copied();
-        }
-        if now_done >= settled {
-            break;
-        }
-        if now_done != last_done {
-            last_done = now_done;
+    let mut last_seen = 0;
+    let mut progressing = |at_most: Duration| -> anyhow::Result<()> {
+        let now_seen = seen.total();
+        if now_seen != last_seen {
+            last_seen = now_seen;
             last_progress = Instant::now();
-        } else if last_progress.elapsed() > Duration::from_secs(60) {
-            bail!("no progress for 60 s at {now_done} of {settled} records");
+        } else if last_progress.elapsed() > at_most {
+            bail!("no progress for {at_most:?} at {now_seen} of {settled} records");
         }
+        Ok(())
+    };
+    let mut end = None;
+    match &goal {
+        Some(goal) if settled > 0 => loop {
+            tokio::select! {
+                _ = goal.notify.notified() => {
+                    end = goal.reached.get().copied();
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    progressing(Duration::from_secs(60))?
+                }
+            }
+        },
+        _ => {
+            while seen.total() < settled {
+                progressing(Duration::from_secs(60))?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+    // Settled means dead letters acknowledged too.
+    let dead_letters = failed.load(std::sync::atomic::Ordering::Relaxed);
+    let waited = Instant::now();
+    while (metrics.total("kafka_dlq_records_dead_lettered_total") as u64) < dead_letters {
+        if waited.elapsed() > Duration::from_secs(60) {
+            bail!("{dead_letters} dead letters not all acknowledged after 60 s");
+        }
+        end = None;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let elapsed = first.map(|f| f.elapsed()).unwrap_or_default();
+    let first = started.get().copied();
+    let (elapsed, cpu) = match (first, end) {
+        (Some((t0, c0)), Some((t1, c1))) => (t1 - t0, c1.saturating_sub(c0)),
+        _ => since(first),
+    };
     let rss_mb = peak_rss_mb();
     let figures = Figures {
         records: settled,
@@ -633,10 +793,18 @@ async fn kafka_dlq(
         p50: metrics.settle_quantile(0.5),
         p99: metrics.settle_quantile(0.99),
         rss_mb,
+        cpu,
     };
     stop.cancel();
     task.await??;
     Ok(figures)
+}
+
+/// Wall-clock and CPU time since `first` (zero when there was no first record).
+fn since(first: Option<(Instant, Duration)>) -> (Duration, Duration) {
+    first.map_or_else(Default::default, |(at, cpu)| {
+        (at.elapsed(), cpu_time().saturating_sub(cpu))
+    })
 }
 
 /// The process's peak RSS, in MB (VmHWM).
