@@ -655,6 +655,10 @@ fn on_breaker_change<H: BatchHandler>(
 
 /// Waits for the breaker's permission to call the handler, or for `cancel`.
 async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit, Abandoned> {
+    // A closed breaker answers at once: no cancellation future to set up for every record.
+    if let Some(permit) = breaker.permit().now_or_never() {
+        return Ok(permit);
+    }
     tokio::select! {
         permit = breaker.permit() => Ok(permit),
         _ = cancel.cancelled() => Err(Abandoned),

@@ -65,7 +65,7 @@ impl Record {
             .and_then(|v| std::str::from_utf8(v).ok())
             .filter(|v| !v.is_empty())
             .map(str::to_string)
-            .unwrap_or_else(|| format!("{}-{}-{}", topic, message.partition(), message.offset()));
+            .unwrap_or_else(|| fallback_id(&topic, message.partition(), message.offset()));
         Record {
             id,
             partition: message.partition(),
@@ -114,6 +114,19 @@ impl Record {
             .find(|h| h.key == key)
             .and_then(|h| h.value.as_deref())
     }
+}
+
+/// `<topic>-<partition>-<offset>`, built without the formatting machinery: it is made for
+/// nearly every record.
+fn fallback_id(topic: &str, partition: i32, offset: i64) -> String {
+    let mut numbers = itoa::Buffer::new();
+    let mut id = String::with_capacity(topic.len() + 32);
+    id.push_str(topic);
+    id.push('-');
+    id.push_str(numbers.format(partition));
+    id.push('-');
+    id.push_str(numbers.format(offset));
+    id
 }
 
 #[cfg(test)]
