@@ -29,9 +29,14 @@ use prometheus::{
 };
 use rdkafka::statistics::Statistics;
 
-/// The metrics of one consumer, registered in their own [`Registry`].
+/// The metrics of one consumer, registered in their own [`Registry`]. A clone shares them:
+/// cloning costs one reference count, not one per metric (the workers of every partition
+/// clone it, e.g. for each dead letter).
 #[derive(Clone)]
-pub struct Metrics {
+pub struct Metrics(std::sync::Arc<MetricSet>);
+
+/// The metrics themselves, behind [`Metrics`].
+pub struct MetricSet {
     registry: Registry,
     pub(crate) consumed: IntCounterVec,
     pub(crate) succeeded: IntCounterVec,
@@ -48,6 +53,14 @@ pub struct Metrics {
     pub(crate) breaker_open: IntGauge,
     pub(crate) breaker_opened: prometheus::IntCounter,
     pub(crate) batch_splits: IntCounterVec,
+}
+
+impl std::ops::Deref for Metrics {
+    type Target = MetricSet;
+
+    fn deref(&self) -> &MetricSet {
+        &self.0
+    }
 }
 
 impl Default for Metrics {
@@ -169,7 +182,7 @@ impl Metrics {
             "Failed batches split in halves to isolate poison records.",
             &["topic"],
         );
-        Self {
+        Self(std::sync::Arc::new(MetricSet {
             registry,
             consumed,
             succeeded,
@@ -186,7 +199,7 @@ impl Metrics {
             breaker_open,
             breaker_opened,
             batch_splits,
-        }
+        }))
     }
 
     /// The registry holding these metrics.
