@@ -343,8 +343,7 @@ pub(super) async fn run_worker<H: BatchHandler>(
             if source.peeked.is_none() {
                 source.peeked = source.ready();
             }
-            let Some(writes) = settled.writes.as_mut().filter(|_| source.peeked.is_none())
-            else {
+            let Some(writes) = settled.writes.as_mut().filter(|_| source.peeked.is_none()) else {
                 break;
             };
             tokio::select! {
