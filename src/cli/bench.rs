@@ -393,60 +393,30 @@ async fn run_scenario(
             per_partition[0] = 0;
         }
     }
-    let slow = args.slow_records.min(args.records);
-    let pass = args.pass;
-    {
-        let group = format!("{topic}-{scenario}-{pass}");
-        let run = |behaviour, end, ordering| Run {
-            brokers,
-            group: &group,
-            topic,
-            partitions: args.partitions,
-            behaviour,
-            end,
-            ordering,
-        };
-        let one = match scenario {
-            "baseline" => baseline(brokers, &group, topic, args.records, args.partitions).await?,
-            "noop" => {
-                kafka_dlq(run(
-                    Behaviour::Noop,
-                    End::Partitions(&per_partition),
-                    Ordering::Partition,
-                ))
-                .await?
-            }
-            "poison1" => {
-                kafka_dlq(run(
-                    Behaviour::Poison1,
-                    End::Partitions(&per_partition),
-                    Ordering::Partition,
-                ))
-                .await?
-            }
-            "stalled" => {
-                kafka_dlq(run(
-                    Behaviour::Stalled,
-                    End::Partitions(&per_partition),
-                    Ordering::Partition,
-                ))
-                .await?
-            }
-            "slow" => {
-                kafka_dlq(run(
-                    Behaviour::Slow,
-                    End::Records(slow),
-                    Ordering::Partition,
-                ))
-                .await?
-            }
-            "slow-keyed" => {
-                kafka_dlq(run(Behaviour::Slow, End::Records(slow), Ordering::Key)).await?
-            }
-            _ => unreachable!(),
-        };
-        Ok(one)
-    }
+    let group = format!("{topic}-{scenario}-{}", args.pass);
+    let whole = End::Partitions(&per_partition);
+    let slow = End::Records(args.slow_records.min(args.records));
+    let (behaviour, end, ordering) = match scenario {
+        "baseline" => {
+            return baseline(brokers, &group, topic, args.records, args.partitions).await;
+        }
+        "noop" => (Behaviour::Noop, whole, Ordering::Partition),
+        "poison1" => (Behaviour::Poison1, whole, Ordering::Partition),
+        "stalled" => (Behaviour::Stalled, whole, Ordering::Partition),
+        "slow" => (Behaviour::Slow, slow, Ordering::Partition),
+        "slow-keyed" => (Behaviour::Slow, slow, Ordering::Key),
+        _ => unreachable!("scenarios are checked before they run"),
+    };
+    kafka_dlq(Run {
+        brokers,
+        group: &group,
+        topic,
+        partitions: args.partitions,
+        behaviour,
+        end,
+        ordering,
+    })
+    .await
 }
 
 /// Runs `scenario` in a child process (`bench --run-scenario`) and reads its figures.
