@@ -79,6 +79,7 @@ impl Tansu {
             let l = TcpListener::bind("127.0.0.1:0").expect("free port");
             l.local_addr().unwrap().port()
         };
+        remove_dirs_of_ended_runs();
         let dir =
             std::env::temp_dir().join(format!("kafka-dlq-tansu-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -173,9 +174,36 @@ impl Tansu {
     }
 }
 
+/// Removes the broker directories of test binaries that have ended (the broker a binary shares
+/// between its tests is never dropped, so its directory outlives it).
+fn remove_dirs_of_ended_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("kafka-dlq-tansu-"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next() else {
+            continue;
+        };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl Drop for Tansu {
+    /// Kills the broker; removes its storage and log unless the test failed (kept to look at).
     fn drop(&mut self) {
         self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
