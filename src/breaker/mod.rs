@@ -331,6 +331,33 @@ impl Breaker {
         changed
     }
 
+    /// Records `calls` calls made with [`Permit::Normal`] that were answered, the last of them
+    /// ending at `now`: the same as [`record_at`](Self::record_at) for each of them, in one
+    /// step. Answered calls never change the state. For a caller that counts its calls
+    /// itself (a worker settling many records a second), so that the count shared by all
+    /// workers is touched once per batch rather than once per record.
+    pub fn record_answered(&self, calls: u32, now: Instant) {
+        if calls == 0 || self.policy.is_none() {
+            return;
+        }
+        let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
+        self.answered.fetch_add(u64::from(calls), Ordering::Relaxed);
+        if now_ns < self.fold_at_ns.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(policy) = self.policy.as_ref() else {
+            return;
+        };
+        let mut inner = self.inner.lock().expect("breaker lock");
+        let answered = self.answered.swap(0, Ordering::Relaxed) as u32;
+        self.fold_at_ns
+            .store(now_ns + SLOT.as_nanos() as u64, Ordering::Relaxed);
+        // While open, calls that started before it opened neither open nor close it.
+        if let Inner::Closed(window) = &mut *inner {
+            window.add(now, answered, false, 0, policy.window);
+        }
+    }
+
     /// Whether a transient failure now should wait for the breaker instead of using up a retry.
     pub fn is_open(&self) -> bool {
         self.state() == BreakerState::Open
@@ -384,6 +411,28 @@ mod tests {
             b.record(Permit::Normal, CallOutcome::Transient, 8),
             Some(BreakerState::Open),
             "a second record failing too: an outage"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answered_calls_counted_in_bulk_weigh_like_single_ones() {
+        let b = Breaker::new(Some(policy()));
+        b.record(Permit::Normal, CallOutcome::Transient, 1);
+        tokio::time::advance(SLOT).await;
+        b.record_answered(3, Instant::now());
+        assert_eq!(
+            b.record(Permit::Normal, CallOutcome::Transient, 2),
+            None,
+            "2 of 5 transient: below the ratio"
+        );
+        tokio::time::advance(Duration::from_secs(11)).await;
+        b.record(Permit::Normal, CallOutcome::Answered, 10);
+        b.record(Permit::Normal, CallOutcome::Answered, 11);
+        b.record(Permit::Normal, CallOutcome::Transient, 3);
+        assert_eq!(
+            b.record(Permit::Normal, CallOutcome::Transient, 4),
+            Some(BreakerState::Open),
+            "2 of 4: the bulk count left the window with its slot"
         );
     }
 

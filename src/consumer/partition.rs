@@ -3,6 +3,7 @@
 //! batches.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -68,33 +69,71 @@ impl TopicHandles {
 
     /// Metrics kept by one worker and added to the shared ones on [`TopicMetrics::flush`]:
     /// a worker settles hundreds of thousands of records a second, and shared atomics
-    /// touched by every worker for every record would cost more than the records.
-    fn local(&self) -> TopicMetrics {
+    /// touched by every worker for every record would cost more than the records. The
+    /// calls the downstream answered are counted the same way for `breaker`.
+    fn local<'a>(&self, breaker: &'a Breaker) -> TopicMetrics<'a> {
         TopicMetrics {
             succeeded: self.succeeded.local(),
             handler_duration: self.handler_duration.local(),
             settle_seconds: self.settle_seconds.local(),
+            breaker,
+            answered: 0,
+            answered_at: None,
         }
     }
 }
 
 /// A worker's own metrics; see [`TopicHandles::local`]. Flushed after each chunk of records
 /// and before any wait, and when dropped.
-pub(super) struct TopicMetrics {
+pub(super) struct TopicMetrics<'a> {
     succeeded: prometheus::local::LocalIntCounter,
     handler_duration: prometheus::local::LocalHistogram,
     settle_seconds: prometheus::local::LocalHistogram,
+    breaker: &'a Breaker,
+    /// Calls made with [`Permit::Normal`] and answered, not yet told to the breaker, and when
+    /// the last of them ended.
+    answered: u32,
+    answered_at: Option<Instant>,
 }
 
-impl TopicMetrics {
-    fn flush(&self) {
+impl TopicMetrics<'_> {
+    /// Counts a call for the breaker; tells it at once unless it was a normal call that the
+    /// downstream answered. Returns the breaker's new state when it changed.
+    fn record_call(
+        &mut self,
+        permit: Permit,
+        outcome: CallOutcome,
+        who: u64,
+        ended: Instant,
+    ) -> Option<BreakerState> {
+        if permit == Permit::Normal && outcome == CallOutcome::Answered {
+            self.answered += 1;
+            self.answered_at = Some(ended);
+            return None;
+        }
+        // The answered calls before this one first, so the window sees them in order.
+        self.flush_answered();
+        self.breaker
+            .record_at(permit, outcome, who, tokio::time::Instant::from_std(ended))
+    }
+
+    fn flush_answered(&mut self) {
+        if let Some(at) = self.answered_at.take() {
+            self.breaker
+                .record_answered(self.answered, tokio::time::Instant::from_std(at));
+            self.answered = 0;
+        }
+    }
+
+    fn flush(&mut self) {
         self.succeeded.flush();
         self.handler_duration.flush();
         self.settle_seconds.flush();
+        self.flush_answered();
     }
 }
 
-impl Drop for TopicMetrics {
+impl Drop for TopicMetrics<'_> {
     fn drop(&mut self) {
         self.flush();
     }
@@ -263,7 +302,7 @@ pub(super) async fn run_worker<H: BatchHandler>(
     } else {
         (shared.batch_size, shared.batch_linger)
     };
-    let mut metrics = input.metrics.local();
+    let mut metrics = input.metrics.local(&shared.breaker);
     let mut source = input.records();
     let mut settled = Settled {
         writes: (shared.batch_size == 1).then(DeadLetterWrites::default),
@@ -273,7 +312,6 @@ pub(super) async fn run_worker<H: BatchHandler>(
         let Some((records, taken)) = source.take(take, linger, &cancel).await else {
             break;
         };
-        let drained = records.len() < take;
         if shared.batch_size == 1 {
             for record in &records {
                 if cancel.is_cancelled()
@@ -299,10 +337,13 @@ pub(super) async fn run_worker<H: BatchHandler>(
         }
         settled.store(&shared);
         metrics.flush();
-        // Nothing else is waiting: store the offsets of the dead letters as they are
-        // acknowledged, until the next record comes.
-        while drained && settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
-            let Some(writes) = settled.writes.as_mut() else {
+        // Until the next record comes, store the offsets of the dead letters as they are
+        // acknowledged (an idle partition's last dead letters get committed too).
+        while settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
+            if source.peeked.is_none() {
+                source.peeked = source.ready();
+            }
+            let Some(writes) = settled.writes.as_mut().filter(|_| source.peeked.is_none()) else {
                 break;
             };
             tokio::select! {
@@ -351,7 +392,7 @@ async fn run_key_ordered<H: BatchHandler>(
         running.push(Box::pin(async move {
             let result = settle_record(
                 &shared,
-                &mut metrics.local(),
+                &mut metrics.local(&shared.breaker),
                 &record,
                 at,
                 &mut Settled::default(),
@@ -470,10 +511,17 @@ const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
 /// yet; then it waits for the acknowledgement.
 const DEAD_LETTER_WINDOW: i64 = 1_000;
 
-/// A partition's dead-letter writes in flight, in offset order.
+/// A dead-letter write in flight: resolves once the broker acknowledged it (logged and
+/// counted), or with [`Abandoned`].
+type PendingWrite = std::pin::Pin<Box<dyn Future<Output = Result<(), Abandoned>> + Send>>;
+
+/// A partition's dead-letter writes in flight, in offset order. They are driven by the
+/// partition's own worker — polled when it stores offsets and awaited when it has to wait —
+/// not by tasks of their own: an acknowledgement then costs no task wake-up, and each write is
+/// still retried (a retry's backoff runs from the write that failed).
 #[derive(Default)]
 struct DeadLetterWrites {
-    in_flight: VecDeque<(i64, tokio::task::JoinHandle<Result<(), Abandoned>>)>,
+    in_flight: VecDeque<(i64, PendingWrite)>,
     /// A write given up (revoked or stopping): no offset may pass it, ever.
     abandoned: Option<i64>,
 }
@@ -492,7 +540,7 @@ impl DeadLetterWrites {
         cancel: &CancellationToken,
         span: tracing::Span,
     ) {
-        while self.in_flight.len() >= DEAD_LETTER_WRITES_IN_FLIGHT {
+        while self.is_full() {
             self.wait_first().await;
         }
         // Handed to the producer now, so that dead letters keep the partition's order.
@@ -500,31 +548,33 @@ impl DeadLetterWrites {
             .dlq
             .start(record, kind, &message, attempts, cancel.clone());
         let metrics = shared.metrics.clone();
-        let (offset, topic) = (record.offset, record.topic.clone());
-        let write = tokio::spawn(
-            async move {
-                let written = written.await;
-                dead_lettered(&metrics, &topic, kind, &message, attempts, written)?;
-                metrics
-                    .settle_seconds
-                    .observe(fetched.elapsed().as_secs_f64());
-                Ok(())
-            }
-            .instrument(span),
-        );
-        self.in_flight.push_back((offset, write));
+        let topic = record.topic.clone();
+        let write = async move {
+            let written = written.await;
+            dead_lettered(&metrics, &topic, kind, &message, attempts, written)?;
+            metrics
+                .settle_seconds
+                .observe(fetched.elapsed().as_secs_f64());
+            Ok(())
+        }
+        .instrument(span);
+        self.in_flight.push_back((record.offset, Box::pin(write)));
+    }
+
+    /// Whether starting another write has to wait for the oldest one.
+    fn is_full(&self) -> bool {
+        self.in_flight.len() >= DEAD_LETTER_WRITES_IN_FLIGHT
     }
 
     /// The lowest offset not settled yet, after taking the finished writes off.
     fn unsettled(&mut self) -> Option<i64> {
         while let Some((offset, write)) = self.in_flight.front_mut() {
-            if !write.is_finished() {
+            let Some(done) = write.as_mut().now_or_never() else {
                 break;
-            }
+            };
             let offset = *offset;
-            let done = write.now_or_never();
             self.in_flight.pop_front();
-            if !matches!(done, Some(Ok(Ok(())))) {
+            if done.is_err() {
                 self.abandoned.get_or_insert(offset);
             }
         }
@@ -555,9 +605,9 @@ impl DeadLetterWrites {
         let Some((_, write)) = self.in_flight.front_mut() else {
             return;
         };
-        let done = write.await;
+        let done = write.as_mut().await;
         if let Some((offset, _)) = self.in_flight.pop_front() {
-            if !matches!(done, Ok(Ok(()))) {
+            if done.is_err() {
                 self.abandoned.get_or_insert(offset);
             }
         }
@@ -578,7 +628,7 @@ impl DeadLetterWrites {
 /// breaker how it went. Also returns when the call ended.
 async fn call<H: BatchHandler>(
     shared: &Shared<H>,
-    metrics: &mut TopicMetrics,
+    metrics: &mut TopicMetrics<'_>,
     records: &[Record],
     permit: Permit,
 ) -> (Result<(), HandlerError>, Instant) {
@@ -608,8 +658,7 @@ async fn call<H: BatchHandler>(
     };
     // Calls are told apart by their first record: partition and offset.
     let who = (records[0].partition as u64) << 48 ^ records[0].offset as u64;
-    let at = tokio::time::Instant::from_std(ended);
-    if let Some(state) = shared.breaker.record_at(permit, outcome, who, at) {
+    if let Some(state) = metrics.record_call(permit, outcome, who, ended) {
         on_breaker_change(shared, state, result.as_ref().err());
     }
     (result, ended)
@@ -655,6 +704,10 @@ fn on_breaker_change<H: BatchHandler>(
 
 /// Waits for the breaker's permission to call the handler, or for `cancel`.
 async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit, Abandoned> {
+    // A closed breaker answers at once: no cancellation future to set up for every record.
+    if let Some(permit) = breaker.permit().now_or_never() {
+        return Ok(permit);
+    }
     tokio::select! {
         permit = breaker.permit() => Ok(permit),
         _ = cancel.cancelled() => Err(Abandoned),
@@ -665,7 +718,7 @@ async fn permit(breaker: &Breaker, cancel: &CancellationToken) -> Result<Permit,
 /// dead letter. Stores the progress made so far before any wait.
 async fn settle_record<H: BatchHandler>(
     shared: &Arc<Shared<H>>,
-    metrics: &mut TopicMetrics,
+    metrics: &mut TopicMetrics<'_>,
     record: &Record,
     fetched: Instant,
     settled: &mut Settled,
@@ -692,9 +745,15 @@ async fn settle_record<H: BatchHandler>(
                 partition = record.partition, offset = record.offset, id = %record.id);
         }
         Err(first) => {
-            // Waits may follow: store and count the progress made so far first.
-            settled.store(shared);
-            metrics.flush();
+            // Waits may follow: store and count the progress made so far first. A permanent
+            // failure goes straight to a pipelined dead-letter write, which waits only when
+            // the most writes are in flight.
+            let no_wait = first.kind() == FailureKind::Permanent
+                && settled.writes.as_ref().is_some_and(|w| !w.is_full());
+            if !no_wait {
+                settled.store(shared);
+                metrics.flush();
+            }
             let span = record_span(record);
             ended = None; // retries and waits follow
             let outcome = settle_one(shared, metrics, record, first, cancel)
@@ -740,7 +799,7 @@ async fn settle_record<H: BatchHandler>(
 /// the failing records stand alone and go through [`settle_record`].
 async fn settle_batch<H: BatchHandler>(
     shared: &Arc<Shared<H>>,
-    metrics: &mut TopicMetrics,
+    metrics: &mut TopicMetrics<'_>,
     batch: &[Record],
     taken: Instant,
     settled: &mut Settled,
@@ -875,7 +934,7 @@ enum Outcome {
 /// when the record is to be dead-lettered (permanent failure, retries exhausted).
 async fn settle_one<H: BatchHandler>(
     shared: &Shared<H>,
-    metrics: &mut TopicMetrics,
+    metrics: &mut TopicMetrics<'_>,
     record: &Record,
     first: HandlerError,
     cancel: &CancellationToken,
