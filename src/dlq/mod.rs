@@ -13,7 +13,7 @@
 //! `dlq_record_too_large`, naming the settings to raise).
 //!
 //! [`DeadLetterPublisher::publish`] returns only once the broker acknowledged the write
-//! (idempotent producer, `acks=all`). A failed write is logged as an error and retried with
+//! (`acks=all`, one request in flight). A failed write is logged as an error and retried with
 //! backoff (1 s doubling to 30 s) for as long as it takes or until the partition is revoked or
 //! the service stops: the caller commits the source offset only after an acknowledged write,
 //! so a broken dead-letter topic stalls its partition instead of losing records (a record
@@ -132,7 +132,7 @@ pub struct DeadLetterPublisher {
 }
 
 impl DeadLetterPublisher {
-    /// Creates the idempotent producer (`acks=all`) from `config`, writing to `topic`; failed
+    /// Creates the producer (`acks=all`, one request in flight) from `config`, writing to `topic`; failed
     /// writes are counted in `metrics`.
     pub fn new(
         config: &ConsumerConfig,
