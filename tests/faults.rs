@@ -19,9 +19,9 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
     let group = unique("g");
     mock.create_topic(&topic, 1, 1).unwrap();
     mock.create_topic(&format!("{topic}-dlt"), 1, 1).unwrap();
-    // A poison record, then 1,100 good ones.
+    // A poison record, then 5,100 good ones.
     let mut records = vec![Out::new(0, "perm-1"), Out::new(0, "ok-2")];
-    records.extend((3..=1_101).map(|i| Out::new(0, &format!("ok-{i}"))));
+    records.extend((3..=5_101).map(|i| Out::new(0, &format!("ok-{i}"))));
     produce(&brokers, &topic, records).await;
 
     // Every produce request fails until the errors are cleared.
@@ -38,16 +38,16 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
     assert!(eventually(WAIT, || handler.attempts("perm-1") == 1).await);
 
     // Several failed writes (300 ms each, then 1 s, 2 s of backoff) and still no progress:
-    // the next 1,000 records are handled meanwhile, no more, and no offset passes the dead
+    // the next 5,000 records are handled meanwhile, no more, and no offset passes the dead
     // letter.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         handler.count(),
-        1 + 1_000,
-        "handled up to 1,000 records past the unacknowledged dead letter"
+        1 + 5_000,
+        "handled up to 5,000 records past the unacknowledged dead letter"
     );
-    assert_eq!(handler.attempts("ok-1001"), 1);
-    assert_eq!(handler.attempts("ok-1002"), 0);
+    assert_eq!(handler.attempts("ok-5001"), 1);
+    assert_eq!(handler.attempts("ok-5002"), 0);
     assert_eq!(
         committed(&brokers, &group, &topic, 1).get(&0),
         None,
@@ -61,12 +61,12 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
 
     mock.clear_request_errors(RDKafkaApiKey::Produce);
     assert!(
-        eventually(WAIT, || handler.attempts("ok-1101") == 1).await,
+        eventually(WAIT, || handler.attempts("ok-5101") == 1).await,
         "the write succeeds after recovery and the partition moves on"
     );
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1)
-            == HashMap::from([(0, 1_101)]))
+            == HashMap::from([(0, 5_101)]))
         .await
     );
     running.stop().await;

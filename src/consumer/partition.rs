@@ -508,8 +508,10 @@ impl Settled {
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
 
 /// A partition handles at most this many records past a dead letter that is not acknowledged
-/// yet; then it waits for the acknowledgement.
-const DEAD_LETTER_WINDOW: i64 = 1_000;
+/// yet; then it waits for the acknowledgement. These records are consumed again if the
+/// service stops before then. 1,000 made a fast partition wait for every acknowledgement
+/// (5,000 records are a few milliseconds of a no-op handler).
+const DEAD_LETTER_WINDOW: i64 = 5_000;
 
 /// A dead-letter write in flight: resolves once the broker acknowledged it (logged and
 /// counted), or with [`Abandoned`].

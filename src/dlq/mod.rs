@@ -17,7 +17,7 @@
 //! backoff (1 s doubling to 30 s) for as long as it takes or until the partition is revoked or
 //! the service stops: the caller commits the source offset only after an acknowledged write,
 //! so a broken dead-letter topic stalls its partition instead of losing records (a record
-//! handler's partition goes on for up to 1,000 records past the dead letter meanwhile, storing
+//! handler's partition goes on for up to 5,000 records past the dead letter meanwhile, storing
 //! no offset past it).
 
 mod envelope;
