@@ -99,8 +99,9 @@ pub struct ConsumerConfig {
     pub backoff_jitter: f64,
     /// Fetched records that may wait per partition: librdkafka stops fetching a partition
     /// while this many of its records (or 1.5 MB, see [`FETCH_SETTINGS`]) wait, and fetches
-    /// again when fewer do; one fetch (at most 256 kB) can go past it. The bound on memory when
-    /// the handler is slower than the broker. Default 10000.
+    /// again when fewer do; one fetch (at most 256 kB, or 2 MB from a broker that ignores the
+    /// per-partition bound) can go past it. The bound on memory when the handler is slower than
+    /// the broker. Default 10000.
     pub max_buffered_records: usize,
     /// How long shutdown waits for in-flight handlers before committing. Default 30000 ms.
     pub shutdown_timeout_ms: u64,
@@ -201,16 +202,23 @@ impl fmt::Debug for ConsumerConfig {
 
 /// The fetch settings kafka-dlq gives librdkafka's consumer (raw `librdkafka` options can
 /// override them). Each partition has its own fetch queue (kafka-dlq splits it from the
-/// consumer's queue), so these apply per partition: at most 1.5 MB of fetched records wait
-/// (`queued.max.messages.kbytes`; the record-count bound is `max_buffered_records`), at most
-/// 256 kB per partition and fetch (`max.partition.fetch.bytes`), and a 10 ms pause before
-/// fetching again once the queue is full (`fetch.queue.backoff.ms`; librdkafka's 1 s default
-/// leaves a consumer that is a little slower than its broker idle for most of each second),
-/// and a broker holds a fetch for at most 100 ms when it has nothing new
-/// (`fetch.wait.max.ms`; while it holds one, no partition of that broker is fetched, so a
-/// partition whose queue has just drained would wait up to librdkafka's 500 ms default).
-pub const FETCH_SETTINGS: [(&str, &str); 4] = [
+/// consumer's queue):
+///
+/// - at most 1.5 MB of a partition's fetched records wait (`queued.max.messages.kbytes`; the
+///   record-count bound is `max_buffered_records`);
+/// - one fetch brings at most 256 kB per partition (`max.partition.fetch.bytes`) and 2 MB in
+///   all (`fetch.max.bytes`; librdkafka raises it to `message.max.bytes` if that is larger): a
+///   broker that ignores the per-partition bound, as tansu 0.6 does, would otherwise send up to
+///   5 MB for one partition (114 MB peak RSS in the `slow` benchmark on tansu, 86 MB with it);
+/// - a 10 ms pause before fetching again once a queue is full (`fetch.queue.backoff.ms`;
+///   librdkafka's 1 s default leaves a consumer that is a little slower than its broker idle
+///   for most of each second);
+/// - a broker holds a fetch for at most 100 ms when it has nothing new (`fetch.wait.max.ms`;
+///   while it holds one, no partition of that broker is fetched, so a partition whose queue has
+///   just drained would wait up to librdkafka's 500 ms default).
+pub const FETCH_SETTINGS: [(&str, &str); 5] = [
     ("queued.max.messages.kbytes", "1536"),
+    ("fetch.max.bytes", "2097152"),
     ("max.partition.fetch.bytes", "262144"),
     ("fetch.queue.backoff.ms", "10"),
     ("fetch.wait.max.ms", "100"),
