@@ -520,7 +520,10 @@ type PendingWrite = std::pin::Pin<Box<dyn Future<Output = Result<(), Abandoned>>
 /// A partition's dead-letter writes in flight, in offset order. They are driven by the
 /// partition's own worker — polled when it stores offsets and awaited when it has to wait —
 /// not by tasks of their own: an acknowledgement then costs no task wake-up, and each write is
-/// still retried (a retry's backoff runs from the write that failed).
+/// still retried (a retry's backoff runs from the write that failed). While the worker waits
+/// for something else (a transient failure's backoff, the outage breaker), a write that
+/// failed is retried, and one acknowledged is logged and counted, only once the worker goes
+/// on; no offset passes either meanwhile.
 #[derive(Default)]
 struct DeadLetterWrites {
     in_flight: VecDeque<(i64, PendingWrite)>,
