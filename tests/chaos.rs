@@ -79,7 +79,10 @@ fn spawn_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::p
             "50",
         ])
         .args(["--metrics-addr", "127.0.0.1:0"])
-        .args(["--kafka-option", "session.timeout.ms=6000"])
+        .args([
+            "--kafka-option",
+            &format!("session.timeout.ms={}", SESSION_TIMEOUT.as_millis()),
+        ])
         .args(["--kafka-option", "heartbeat.interval.ms=1000"])
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
@@ -89,8 +92,8 @@ fn spawn_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::p
         .unwrap()
 }
 
-/// Longer than the sidecar's `session.timeout.ms`.
-const SESSION_OVER: Duration = Duration::from_millis(7_000);
+/// The sidecar's `session.timeout.ms`: how long a killed sidecar stays a group member.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 fn sigkill(child: &tokio::process::Child) {
     unsafe {
@@ -142,7 +145,7 @@ async fn no_record_is_lost_when_the_sidecar_is_killed_and_the_broker_restarts() 
         tokio::time::sleep(Duration::from_millis(rng.u64(1_500..4_000))).await;
         sigkill(&sidecar);
         let _ = sidecar.wait().await;
-        tokio::time::sleep(SESSION_OVER).await;
+        tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(1)).await;
         if kill == 3 {
             // The broker goes away for a stretch while the next sidecar runs: DLQ writes,
             // fetches and commits all fail until it is back.

@@ -262,14 +262,11 @@ impl Breaker {
         now: Instant,
     ) -> Option<BreakerState> {
         let policy = self.policy.as_ref()?;
-        let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
-        if permit == Permit::Normal
-            && outcome == CallOutcome::Answered
-            && now_ns < self.fold_at_ns.load(Ordering::Relaxed)
-        {
-            self.answered.fetch_add(1, Ordering::Relaxed);
+        if permit == Permit::Normal && outcome == CallOutcome::Answered {
+            self.record_answered(1, now);
             return None;
         }
+        let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
         let mut inner = self.inner.lock().expect("breaker lock");
         let earlier = self.answered.swap(0, Ordering::Relaxed) as u32;
         self.fold_at_ns
@@ -337,17 +334,14 @@ impl Breaker {
     /// itself (a worker settling many records a second), so that the count shared by all
     /// workers is touched once per batch rather than once per record.
     pub fn record_answered(&self, calls: u32, now: Instant) {
-        if calls == 0 || self.policy.is_none() {
+        let Some(policy) = self.policy.as_ref().filter(|_| calls > 0) else {
             return;
-        }
+        };
         let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
         self.answered.fetch_add(u64::from(calls), Ordering::Relaxed);
         if now_ns < self.fold_at_ns.load(Ordering::Relaxed) {
             return;
         }
-        let Some(policy) = self.policy.as_ref() else {
-            return;
-        };
         let mut inner = self.inner.lock().expect("breaker lock");
         let answered = self.answered.swap(0, Ordering::Relaxed) as u32;
         self.fold_at_ns

@@ -77,8 +77,7 @@ impl TopicHandles {
             handler_duration: self.handler_duration.local(),
             settle_seconds: self.settle_seconds.local(),
             breaker,
-            answered: 0,
-            answered_at: None,
+            answered: None,
         }
     }
 }
@@ -92,8 +91,7 @@ pub(super) struct TopicMetrics<'a> {
     breaker: &'a Breaker,
     /// Calls made with [`Permit::Normal`] and answered, not yet told to the breaker, and when
     /// the last of them ended.
-    answered: u32,
-    answered_at: Option<Instant>,
+    answered: Option<(u32, Instant)>,
 }
 
 impl TopicMetrics<'_> {
@@ -107,8 +105,8 @@ impl TopicMetrics<'_> {
         ended: Instant,
     ) -> Option<BreakerState> {
         if permit == Permit::Normal && outcome == CallOutcome::Answered {
-            self.answered += 1;
-            self.answered_at = Some(ended);
+            let calls = self.answered.map_or(0, |(calls, _)| calls);
+            self.answered = Some((calls + 1, ended));
             return None;
         }
         // The answered calls before this one first, so the window sees them in order.
@@ -118,10 +116,9 @@ impl TopicMetrics<'_> {
     }
 
     fn flush_answered(&mut self) {
-        if let Some(at) = self.answered_at.take() {
+        if let Some((calls, at)) = self.answered.take() {
             self.breaker
-                .record_answered(self.answered, tokio::time::Instant::from_std(at));
-            self.answered = 0;
+                .record_answered(calls, tokio::time::Instant::from_std(at));
         }
     }
 

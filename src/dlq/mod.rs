@@ -132,8 +132,8 @@ pub struct DeadLetterPublisher {
 }
 
 impl DeadLetterPublisher {
-    /// Creates the producer (`acks=all`, one request in flight) from `config`, writing to `topic`; failed
-    /// writes are counted in `metrics`.
+    /// Creates the producer (`acks=all`, one request in flight) from `config`, writing to
+    /// `topic`; failed writes are counted in `metrics`.
     pub fn new(
         config: &ConsumerConfig,
         topic: DlqTopic,

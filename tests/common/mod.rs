@@ -174,8 +174,12 @@ impl Tansu {
     }
 }
 
+/// Marks a broker directory kept to look at: its test failed.
+const FAILED_MARK: &str = "test-failed";
+
 /// Removes the broker directories of test binaries that have ended (the broker a binary shares
-/// between its tests is never dropped, so its directory outlives it).
+/// between its tests is never dropped, so its directory outlives it), except those of a broker
+/// dropped by a failing test.
 fn remove_dirs_of_ended_runs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
@@ -191,17 +195,22 @@ fn remove_dirs_of_ended_runs() {
         let Some(pid) = rest.split('-').next() else {
             continue;
         };
-        if !std::path::Path::new("/proc").join(pid).exists() {
+        if !std::path::Path::new("/proc").join(pid).exists()
+            && !entry.path().join(FAILED_MARK).exists()
+        {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
 
 impl Drop for Tansu {
-    /// Kills the broker; removes its storage and log unless the test failed (kept to look at).
+    /// Kills the broker; removes its storage and log unless the test failed (then they are
+    /// kept to look at, marked so that later runs leave them).
     fn drop(&mut self) {
         self.kill();
-        if !std::thread::panicking() {
+        if std::thread::panicking() {
+            let _ = std::fs::write(self.dir.join(FAILED_MARK), "");
+        } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
