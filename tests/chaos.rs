@@ -1,16 +1,13 @@
-//! Zero loss under chaos: the real `kafka-dlq run` process is killed with SIGKILL at random
-//! moments five times and restarted, and the broker itself is restarted once (so DLQ writes
-//! and everything else fail for a stretch). At the end every record was handled by the target
-//! or is in the DLQ, the DLQ holds exactly the permanent failures, and duplicates are counted.
-//!
-//! The target takes 3 ms per record, so the work spans several sidecars: the kills and the broker
-//! restart fall while records are being handled and dead-lettered.
-//!
-//! A killed sidecar leaves its group member behind until its session times out. tansu 0.6 drops
-//! such a member correctly when the next member joins after the timeout, but when it notices the
-//! timeout on a live member's heartbeat it keeps the dead member's partitions assigned to nobody
-//! for good (no new generation). So, as an orchestrator restarting a crashed pod would, the test
-//! starts the next sidecar only once the killed one's session (6 s) is over.
+//! Zero loss under chaos, on a live group: three `kafka-dlq run` sidecars consume one topic of
+//! 6 partitions in one group at once; random members are SIGKILLed at random moments (five
+//! kills, each member restarted at once) while the others go on, and the broker is SIGKILLed
+//! and restarted once (so DLQ writes, fetches and commits fail for a stretch). 1% of the records
+//! fail permanently, half of them slowly (the target takes 300 ms before its 400, so dead
+//! letters are in flight at revocations); 5% fail transiently once. At the end every record was
+//! handled by the target or is in the DLQ, the DLQ holds exactly the permanent failures
+//! (duplicates counted and printed), and Kafka's own `kafka-consumer-groups --describe` shows
+//! lag 0 for the group. It runs under the classic protocol (cooperative-sticky), then under
+//! KIP-848's consumer protocol.
 //!
 //! Short form by default (5,000 records); `CHAOS_RECORDS=50000 cargo test --test chaos` for the
 //! long form.
@@ -39,8 +36,13 @@ struct Target {
 }
 
 async fn answer(State(t): State<Target>, body: Bytes) -> StatusCode {
-    tokio::time::sleep(Duration::from_millis(3)).await;
     let value = String::from_utf8_lossy(&body).to_string();
+    let work = if value.starts_with("permslow") {
+        300
+    } else {
+        10
+    };
+    tokio::time::sleep(Duration::from_millis(work)).await;
     let first = {
         let mut seen = t.seen.lock().unwrap();
         let n = seen.entry(value.clone()).or_default();
@@ -57,8 +59,23 @@ async fn answer(State(t): State<Target>, body: Bytes) -> StatusCode {
     StatusCode::OK
 }
 
-fn spawn_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+fn spawn_sidecar(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    url: &str,
+    protocol: &str,
+) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
+    if protocol == "classic" {
+        command
+            .args([
+                "--kafka-option",
+                &format!("session.timeout.ms={}", SESSION_TIMEOUT.as_millis()),
+            ])
+            .args(["--kafka-option", "heartbeat.interval.ms=1000"]);
+    }
+    command
         .arg("run")
         .args([
             "--brokers",
@@ -78,12 +95,12 @@ fn spawn_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::p
             "--backoff-max-ms",
             "50",
         ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
         .args([
-            "--kafka-option",
-            &format!("session.timeout.ms={}", SESSION_TIMEOUT.as_millis()),
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--group-protocol",
+            protocol,
         ])
-        .args(["--kafka-option", "heartbeat.interval.ms=1000"])
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -92,7 +109,8 @@ fn spawn_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::p
         .unwrap()
 }
 
-/// The sidecar's `session.timeout.ms`: how long a killed sidecar stays a group member.
+/// The sidecar's `session.timeout.ms` under the classic protocol (the test broker's
+/// `group.consumer.session.timeout.ms` is the same): how long a killed sidecar stays a member.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 fn sigkill(child: &tokio::process::Child) {
@@ -102,19 +120,29 @@ fn sigkill(child: &tokio::process::Child) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_record_is_lost_when_the_sidecar_is_killed_and_the_broker_restarts() {
+async fn no_record_is_lost_when_members_and_the_broker_are_killed_under_both_protocols() {
+    for protocol in ["classic", "consumer"] {
+        chaos(protocol).await;
+    }
+}
+
+const PARTITIONS: i32 = 6;
+const MEMBERS: usize = 3;
+
+async fn chaos(protocol: &str) {
     let n: usize = std::env::var("CHAOS_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
-    let mut tansu = Tansu::start().unwrap();
-    let brokers = tansu.brokers();
+    let mut kafka = Kafka::start().unwrap();
+    let brokers = kafka.brokers();
     let topic = unique("chaos");
     let group = unique("g");
-    create_topic(&brokers, &topic, 4).await;
+    create_topic(&brokers, &topic, PARTITIONS).await;
     create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
     let values: Vec<String> = (0..n)
         .map(|i| match i {
+            _ if i % 200 == 0 => format!("permslow-{i}"),
             _ if i % 100 == 0 => format!("perm-{i}"),
             _ if i % 20 == 1 => format!("trans-{i}"),
             _ => format!("ok-{i}"),
@@ -126,7 +154,7 @@ async fn no_record_is_lost_when_the_sidecar_is_killed_and_the_broker_restarts() 
         values
             .iter()
             .enumerate()
-            .map(|(i, v)| Out::new((i % 4) as i32, v))
+            .map(|(i, v)| Out::new(i as i32 % PARTITIONS, v))
             .collect(),
     )
     .await;
@@ -137,44 +165,67 @@ async fn no_record_is_lost_when_the_sidecar_is_killed_and_the_broker_restarts() 
     let app = Router::new()
         .route("/", post(answer))
         .with_state(target.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let mut rng = fastrand::Rng::with_seed(42);
-    let mut sidecar = spawn_sidecar(&brokers, &group, &topic, &url);
+    let spawn = || spawn_sidecar(&brokers, &group, &topic, &url, protocol);
+    let mut members: Vec<tokio::process::Child> = (0..MEMBERS).map(|_| spawn()).collect();
     for kill in 1..=5 {
-        tokio::time::sleep(Duration::from_millis(rng.u64(1_500..4_000))).await;
-        sigkill(&sidecar);
-        let _ = sidecar.wait().await;
-        tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(1_000..3_000))).await;
+        let victim = rng.usize(..MEMBERS);
+        sigkill(&members[victim]);
+        let _ = members[victim].wait().await;
+        members[victim] = spawn();
         if kill == 3 {
-            // The broker goes away for a stretch while the next sidecar runs: DLQ writes,
-            // fetches and commits all fail until it is back.
-            sidecar = spawn_sidecar(&brokers, &group, &topic, &url);
-            tokio::time::sleep(Duration::from_millis(1_500)).await;
-            tansu.kill();
+            // The broker goes away for a stretch while the members run: DLQ writes, fetches
+            // and commits all fail until it is back.
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            kafka.kill();
             tokio::time::sleep(Duration::from_secs(3)).await;
-            tansu = tansu.restart();
-            continue;
+            kafka = kafka.restart();
         }
-        sidecar = spawn_sidecar(&brokers, &group, &topic, &url);
     }
 
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let end = (n / 4) as i64;
-    while committed(&brokers, &group, &topic, 4)
-        != HashMap::from([(0, end), (1, end), (2, end), (3, end)])
-    {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let ends: HashMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| {
+            (
+                p,
+                values
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i as i32 % PARTITIONS == p)
+                    .count() as i64,
+            )
+        })
+        .collect();
+    while committed(&brokers, &group, &topic, PARTITIONS) != ends {
         assert!(
             Instant::now() < deadline,
-            "not settled: committed {:?}",
-            committed(&brokers, &group, &topic, 4)
+            "{protocol}: not settled: committed {:?} of {ends:?}",
+            committed(&brokers, &group, &topic, PARTITIONS)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    unsafe {
-        libc::kill(sidecar.id().unwrap() as i32, libc::SIGTERM);
+    let lag = group_lag(&brokers, &group);
+    assert_eq!(
+        lag.len(),
+        PARTITIONS as usize,
+        "{protocol}: every partition described: {lag:?}"
+    );
+    assert!(
+        lag.iter().all(|(_, _, lag)| *lag == Some(0)),
+        "{protocol}: kafka-consumer-groups shows lag 0: {lag:?}"
+    );
+    for member in &members {
+        unsafe {
+            libc::kill(member.id().unwrap() as i32, libc::SIGTERM);
+        }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(30), sidecar.wait()).await;
+    for member in &mut members {
+        let _ = tokio::time::timeout(Duration::from_secs(30), member.wait()).await;
+    }
+    server.abort();
 
     let handled = target.handled.lock().unwrap().clone();
     let dlq: Vec<String> = read_all(&brokers, &format!("{topic}-dlt"))
@@ -188,7 +239,7 @@ async fn no_record_is_lost_when_the_sidecar_is_killed_and_the_broker_restarts() 
     let permanent: BTreeSet<&String> = values.iter().filter(|v| v.starts_with("perm")).collect();
     assert_eq!(
         dead, permanent,
-        "the DLQ holds exactly the permanent failures"
+        "{protocol}: the DLQ holds exactly the permanent failures"
     );
     let lost: Vec<&String> = values
         .iter()
@@ -196,16 +247,16 @@ async fn no_record_is_lost_when_the_sidecar_is_killed_and_the_broker_restarts() 
         .collect();
     assert!(
         lost.is_empty(),
-        "lost {} records, e.g. {:?}",
+        "{protocol}: lost {} records, e.g. {:?}",
         lost.len(),
         &lost[..lost.len().min(5)]
     );
     let duplicate_handlings: u32 = handled.values().map(|c| c - 1).sum();
     let duplicate_dead_letters = dlq.len() - dead.len();
     eprintln!(
-        "chaos: {n} records, 5 SIGKILLs, 1 broker restart: 0 lost, {} handled, {} dead-lettered; duplicates: {duplicate_handlings} handlings, {duplicate_dead_letters} dead letters",
+        "chaos ({protocol}): {n} records, {MEMBERS} members, 5 SIGKILLs, 1 broker restart: 0 lost, {} handled, {} dead-lettered; duplicates: {duplicate_handlings} handlings, {duplicate_dead_letters} dead letters; lag 0",
         handled.len(),
         dead.len()
     );
-    drop(tansu);
+    drop(kafka);
 }

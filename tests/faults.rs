@@ -82,8 +82,8 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumer_rides_out_a_broker_restart() {
     // A broker of its own, so that killing it disturbs no other test.
-    let tansu = Tansu::start().unwrap();
-    let brokers = tansu.brokers();
+    let kafka = Kafka::start().unwrap();
+    let brokers = kafka.brokers();
     let topic = unique("outage");
     let group = unique("g");
     create_topic(&brokers, &topic, 2).await;
@@ -103,9 +103,9 @@ async fn the_consumer_rides_out_a_broker_restart() {
         .await
     );
 
-    tansu.kill();
+    kafka.kill();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let tansu = tansu.restart();
+    let kafka = kafka.restart();
 
     produce(
         &brokers,
@@ -128,5 +128,5 @@ async fn the_consumer_rides_out_a_broker_restart() {
     );
     running.stop().await;
     assert_eq!(handler.count(), 4, "each record once");
-    drop(tansu);
+    drop(kafka);
 }

@@ -78,6 +78,10 @@ pub struct RunArgs {
     /// keys of a partition concurrently [default: partition].
     #[arg(long, env = "KAFKA_DLQ_ORDERING")]
     ordering: Option<kafka_dlq::config::Ordering>,
+    /// The consumer group protocol: `classic` (cooperative-sticky assignor) or `consumer`
+    /// (KIP-848, Kafka 4.0+) [default: classic].
+    #[arg(long, env = "KAFKA_DLQ_GROUP_PROTOCOL")]
+    group_protocol: Option<kafka_dlq::config::GroupProtocol>,
     /// With --ordering key: records of one partition in flight at once [default: 64].
     #[arg(long, env = "KAFKA_DLQ_MAX_IN_FLIGHT")]
     max_in_flight: Option<usize>,
@@ -162,6 +166,9 @@ impl RunArgs {
         }
         if let Some(v) = self.max_in_flight {
             c.max_in_flight = v;
+        }
+        if let Some(v) = self.group_protocol {
+            c.group_protocol = v;
         }
         if let Some(v) = self.batch_size {
             c.batch_size = v;
