@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::*;
 use kafka_dlq::dlq::Envelope;
-use rdkafka::message::Headers;
 use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -17,11 +16,10 @@ fn values(prefix: &str, n: usize) -> Vec<String> {
 }
 
 fn header(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<String> {
-    m.headers().and_then(|h| {
-        h.iter()
-            .find(|x| x.key == key)
-            .and_then(|x| x.value.map(|v| String::from_utf8_lossy(v).to_string()))
-    })
+    m.headers()
+        .and_then(|h| kafka_dlq::kafka::headers::find(h, key.as_bytes()))
+        .flatten()
+        .map(|v| String::from_utf8_lossy(v).to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -581,8 +579,13 @@ async fn empty_binary_and_header_heavy_records_reach_the_handler_and_the_dlq_int
     let group = unique("g");
     create_topic(&brokers, &topic, 1).await;
     create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
-    let many: Vec<(String, Option<Vec<u8>>)> = (0..2_000)
-        .map(|i| (format!("h{i}"), Some(vec![0xff, (i % 256) as u8])))
+    let many: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..2_000)
+        .map(|i| {
+            (
+                format!("h{i}").into_bytes(),
+                Some(vec![0xff, (i % 256) as u8]),
+            )
+        })
         .collect();
     let records = vec![
         Out {
@@ -703,13 +706,12 @@ async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
         "the value itself, byte for byte"
     );
     assert_eq!(dlq[0].key(), Some(&[0xfe, 0x01][..]));
-    let header = dlq[0]
-        .headers()
-        .unwrap()
-        .iter()
-        .find(|h| h.key == kafka_dlq::dlq::HEADER_ENVELOPE)
-        .and_then(|h| h.value)
-        .expect("the envelope header");
+    let header = kafka_dlq::kafka::headers::find(
+        dlq[0].headers().unwrap(),
+        kafka_dlq::dlq::HEADER_ENVELOPE.as_bytes(),
+    )
+    .flatten()
+    .expect("the envelope header");
     let detached = Envelope::from_slice(header).unwrap();
     assert_eq!(
         detached.payload_encoding,

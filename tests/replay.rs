@@ -9,7 +9,6 @@ use common::*;
 use kafka_dlq::dlq::Envelope;
 use kafka_dlq::replay::{replay, ReplayOptions, HEADER_REPLAY_COUNT};
 use kafka_dlq::{DeadLetterKind, Record, RecordHeader};
-use rdkafka::message::Headers;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
 
@@ -28,11 +27,10 @@ fn cli(args: &[&str]) -> (i32, String, String) {
 }
 
 fn header(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<Vec<u8>> {
-    m.headers().and_then(|h| {
-        h.iter()
-            .find(|x| x.key == key)
-            .and_then(|x| x.value.map(<[u8]>::to_vec))
-    })
+    m.headers()
+        .and_then(|h| kafka_dlq::kafka::headers::find(h, key.as_bytes()))
+        .flatten()
+        .map(<[u8]>::to_vec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,7 +364,7 @@ async fn the_loop_guard_refuses_a_record_that_keeps_coming_back() {
         .headers()
         .unwrap()
         .into_iter()
-        .find(|h| h.key == HEADER_REPLAY_COUNT)
+        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
         .and_then(|h| h.value);
     assert_eq!(
         count,

@@ -347,3 +347,122 @@ async fn run_in_batch_mode_posts_json_arrays_and_isolates_the_bad_record() {
     assert_eq!(env.payload_bytes().unwrap(), Some(b"bad-13".to_vec()));
     assert_eq!(env.error.message, "target answered HTTP 400");
 }
+
+/// 301, 302 or 303 to `/elsewhere` by the record (`r301…`); `/elsewhere` answers 200 to any
+/// method, as a misconfigured target would.
+async fn redirect(
+    State(target): State<Target>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = String::from_utf8_lossy(&body).to_string();
+    target
+        .requests
+        .lock()
+        .unwrap()
+        .push((headers, body.clone()));
+    let status = match &body[..4.min(body.len())] {
+        "r301" => StatusCode::MOVED_PERMANENTLY,
+        "r302" => StatusCode::FOUND,
+        _ => StatusCode::SEE_OTHER,
+    };
+    (status, [(axum::http::header::LOCATION, "/elsewhere")]).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_never_a_delivery() {
+    let brokers = brokers();
+    let topic = unique("redirect");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let values = ["r301-a", "r302-b", "r303-c", "r301-d", "r302-e", "r303-f"];
+    produce(
+        &brokers,
+        &topic,
+        values.iter().map(|v| Out::new(0, v)).collect(),
+    )
+    .await;
+    let target = Target::default();
+    let elsewhere = Arc::new(Mutex::new(Vec::<String>::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = elsewhere.clone();
+    let app = Router::new()
+        .route("/events", post(redirect))
+        .route(
+            "/elsewhere",
+            axum::routing::any(move |method: axum::http::Method| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(method.to_string());
+                    StatusCode::OK
+                }
+            }),
+        )
+        .with_state(target.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(["run", "--group-id", &group, "--topics", &topic])
+        .args(["--target-url", &format!("http://{addr}/events")])
+        .args([
+            "--max-retries",
+            "1",
+            "--backoff-initial-ms",
+            "10",
+            "--backoff-max-ms",
+            "20",
+        ])
+        .args([
+            "--breaker-failure-ratio",
+            "0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .env("KAFKA_BROKERS", &brokers)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&6))
+        .await,
+        "requests: {:?}",
+        target.requests.lock().unwrap()
+    );
+    child.kill().await.unwrap();
+    assert!(
+        elsewhere.lock().unwrap().is_empty(),
+        "no redirect was followed: {:?}",
+        elsewhere.lock().unwrap()
+    );
+    for v in values {
+        assert_eq!(
+            target.count(v),
+            2,
+            "{v}: 1 + max_retries POSTs, no delivery"
+        );
+    }
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(
+        dlq.len(),
+        6,
+        "every redirected record is dead-lettered, none settled"
+    );
+    for m in &dlq {
+        let envelope = Envelope::from_slice(m.payload().unwrap()).unwrap();
+        assert_eq!(
+            envelope.error.kind,
+            kafka_dlq::DeadLetterKind::RetriesExhausted
+        );
+        assert!(
+            envelope.error.message.contains("redirect to /elsewhere"),
+            "{}",
+            envelope.error.message
+        );
+    }
+}

@@ -150,6 +150,13 @@ impl Delays {
     pub fn reset(&mut self) {
         self.given = 0;
     }
+
+    /// `delay` brought within the policy's bounds: at least `initial`, at most `max`. A
+    /// downstream's `Retry-After` goes through this, so `Retry-After: 0` cannot burn every
+    /// retry at once and a huge value cannot park the partition for longer than `max`.
+    pub fn bound(&self, delay: Duration) -> Duration {
+        delay.clamp(self.policy.initial, self.policy.max)
+    }
 }
 
 impl Iterator for Delays {
@@ -172,6 +179,25 @@ impl Iterator for Delays {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bound_keeps_a_delay_between_initial_and_max() {
+        let delays = ExponentialBackoff::new(
+            Duration::from_millis(100),
+            2.0,
+            Duration::from_secs(30),
+            0.0,
+            Some(3),
+        )
+        .unwrap()
+        .delays();
+        assert_eq!(delays.bound(Duration::ZERO), Duration::from_millis(100));
+        assert_eq!(delays.bound(Duration::from_secs(5)), Duration::from_secs(5));
+        assert_eq!(
+            delays.bound(Duration::from_secs(86_400)),
+            Duration::from_secs(30)
+        );
+    }
 
     fn no_jitter(max_retries: Option<u32>) -> ExponentialBackoff {
         ExponentialBackoff::new(

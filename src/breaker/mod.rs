@@ -114,6 +114,10 @@ struct Window {
 
 const SLOT: Duration = Duration::from_millis(100);
 
+/// A window with this many calls, every one of them a transient failure (of at least two
+/// records), shows an outage even below `min_calls`; see [`Window::outage`].
+pub const NOTHING_ANSWERED_CALLS: u64 = 3;
+
 impl Window {
     /// Adds `calls` calls that ended by `now`, `transient` telling whether the last of them
     /// failed transiently (for `record`).
@@ -148,11 +152,18 @@ impl Window {
         }
     }
 
-    /// Whether the window shows an outage under `policy`.
+    /// Whether the window shows an outage under `policy`: transient failures of at least two
+    /// records, at least `failure_ratio` of the calls, and either `min_calls` calls or
+    /// [`NOTHING_ANSWERED_CALLS`] calls none of which was answered. The second case is an
+    /// outage seen on a topic with one to three partitions: each partition in backoff makes
+    /// only a few calls a window, too few for `min_calls`, yet nothing gets through.
     fn outage(&self, policy: &BreakerPolicy) -> bool {
-        self.calls >= u64::from(policy.min_calls)
+        let failures = self.failures.len() as u64;
+        let enough = self.calls >= u64::from(policy.min_calls)
+            || (self.calls >= NOTHING_ANSWERED_CALLS && failures >= self.calls);
+        enough
             && self.failing.len() >= 2
-            && self.failures.len() as f64 / self.calls as f64 >= policy.failure_ratio
+            && failures as f64 / self.calls as f64 >= policy.failure_ratio
     }
 }
 
@@ -352,6 +363,26 @@ impl Breaker {
         }
     }
 
+    /// Gives back a probe that was granted but whose call never ended (its future was dropped,
+    /// e.g. at revocation): the next caller may probe at once. Without this, every later
+    /// [`permit`](Self::permit) would wait forever for a probe that no one makes.
+    pub fn abandon_probe(&self) {
+        let mut inner = self.inner.lock().expect("breaker lock");
+        if let Inner::Open {
+            next_probe,
+            probing,
+            ..
+        } = &mut *inner
+        {
+            if *probing {
+                *probing = false;
+                *next_probe = Instant::now();
+                drop(inner);
+                self.changed.notify_waiters();
+            }
+        }
+    }
+
     /// Whether a transient failure now should wait for the breaker instead of using up a retry.
     pub fn is_open(&self) -> bool {
         self.state() == BreakerState::Open
@@ -393,6 +424,50 @@ mod tests {
             "2 of 4 transient, from two records"
         );
         assert!(b.is_open());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_below_min_calls_when_nothing_gets_through() {
+        // One partition in backoff makes a few calls a window, far below min_calls.
+        let b = Breaker::new(Some(BreakerPolicy {
+            min_calls: 20,
+            ..policy()
+        }));
+        let t = CallOutcome::Transient;
+        assert_eq!(b.record(Permit::Normal, t, 1), None);
+        assert_eq!(b.record(Permit::Normal, t, 1), None, "one record only");
+        assert_eq!(
+            b.record(Permit::Normal, t, 2),
+            Some(BreakerState::Open),
+            "3 calls, none answered, two records"
+        );
+        let b = Breaker::new(Some(BreakerPolicy {
+            min_calls: 20,
+            ..policy()
+        }));
+        b.record(Permit::Normal, CallOutcome::Answered, 9);
+        for r in [1, 2, 3] {
+            assert_eq!(
+                b.record(Permit::Normal, t, r),
+                None,
+                "an answered call in the window: min_calls applies"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_probe_lets_the_next_caller_probe() {
+        let b = std::sync::Arc::new(Breaker::new(Some(policy())));
+        open(&b);
+        assert_eq!(b.permit().await, Permit::Probe);
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.permit().await })
+        };
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(!waiter.is_finished(), "the probe is out");
+        b.abandon_probe();
+        assert_eq!(waiter.await.unwrap(), Permit::Probe, "probed again at once");
     }
 
     #[tokio::test(start_paused = true)]

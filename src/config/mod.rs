@@ -38,6 +38,86 @@ impl std::str::FromStr for Ordering {
     }
 }
 
+/// How the consumer group assigns partitions to its members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupProtocol {
+    /// The classic protocol (`group.protocol=classic`) with the `cooperative-sticky` assignor:
+    /// a membership change moves only the partitions that change owner, and the others go on
+    /// (an eager assignor would revoke every partition of every member at every change).
+    Classic,
+    /// KIP-848's consumer protocol (`group.protocol=consumer`, generally available since
+    /// Kafka 4.0): the broker assigns partitions; session and heartbeat times are the
+    /// broker's (`group.consumer.*`), so the client's `session.timeout.ms`,
+    /// `heartbeat.interval.ms` and `partition.assignment.strategy` are not allowed with it.
+    Consumer,
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "classic" => Ok(GroupProtocol::Classic),
+            "consumer" => Ok(GroupProtocol::Consumer),
+            other => Err(format!("expected `classic` or `consumer`, got `{other}`")),
+        }
+    }
+}
+
+impl GroupProtocol {
+    /// The librdkafka value of `group.protocol`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+}
+
+/// Why a raw librdkafka option is refused, or `None` when it may be set. Options that would
+/// break the at-least-once guarantee, and options that a typed setting manages, are refused.
+pub fn refuse_raw_option(key: &str, value: &str, protocol: GroupProtocol) -> Option<String> {
+    let value = value.trim();
+    let why = match key {
+        "enable.auto.offset.store" => {
+            "kafka-dlq stores an offset only once its record is settled; librdkafka's automatic \
+             store would commit records that were never handled"
+        }
+        "enable.auto.commit" | "auto.commit.enable" => {
+            "kafka-dlq commits the stored (settled) offsets every second and at rebalance and \
+             shutdown; it is not a setting"
+        }
+        "group.id" | "bootstrap.servers" | "metadata.broker.list" => {
+            "is managed by kafka-dlq; use the typed setting instead"
+        }
+        "auto.offset.reset" => "use the typed setting auto_offset_reset",
+        "group.protocol" => "use the typed setting group_protocol",
+        "queued.min.messages" => "use the typed setting max_buffered_records",
+        "enable.partition.eof" => "partition EOF events are not records; kafka-dlq turns them off",
+        "acks" | "request.required.acks" if !matches!(value, "all" | "-1") => {
+            "a dead letter must be on every in-sync replica before its record's offset is \
+             committed (acks=all)"
+        }
+        "message.timeout.ms" | "delivery.timeout.ms" if value == "0" => {
+            "an unbounded dead-letter write never fails, so a DLQ outage is never retried, \
+             logged or counted; give a bound in ms"
+        }
+        "max.in.flight.requests.per.connection" | "max.in.flight" if value != "1" => {
+            "more than one dead-letter request in flight lets a retried write overtake a later \
+             one, out of the partition's order"
+        }
+        "transactional.id" => "the dead-letter producer is not transactional",
+        "session.timeout.ms" | "heartbeat.interval.ms" | "partition.assignment.strategy"
+            if protocol == GroupProtocol::Consumer =>
+        {
+            "is the broker's with group_protocol = \"consumer\" (KIP-848); set it on the \
+             broker or use group_protocol = \"classic\""
+        }
+        _ => return None,
+    };
+    Some(why.to_string())
+}
+
 /// A setting with a bad value.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("invalid setting `{key}` = {value:?}: {reason}")]
@@ -131,7 +211,11 @@ pub struct ConsumerConfig {
     pub breaker_probe_initial_ms: u64,
     /// Cap on the wait between probes. Default 60000 ms.
     pub breaker_probe_max_ms: u64,
+    /// The consumer group protocol: `classic` (default, with the `cooperative-sticky`
+    /// assignor) or `consumer` (KIP-848).
+    pub group_protocol: GroupProtocol,
     /// Raw librdkafka properties, applied last to the consumer and the dead-letter producer.
+    /// Those that would break the guarantees are refused ([`refuse_raw_option`]).
     pub librdkafka: BTreeMap<String, String>,
 }
 
@@ -160,6 +244,7 @@ impl Default for ConsumerConfig {
             breaker_window_ms: 30_000,
             breaker_probe_initial_ms: 1_000,
             breaker_probe_max_ms: 60_000,
+            group_protocol: GroupProtocol::Classic,
             librdkafka: BTreeMap::new(),
         }
     }
@@ -195,6 +280,7 @@ impl fmt::Debug for ConsumerConfig {
             .field("breaker_window_ms", &self.breaker_window_ms)
             .field("breaker_probe_initial_ms", &self.breaker_probe_initial_ms)
             .field("breaker_probe_max_ms", &self.breaker_probe_max_ms)
+            .field("group_protocol", &self.group_protocol)
             .field("librdkafka", &redacted)
             .finish()
     }
@@ -359,15 +445,12 @@ impl ConsumerConfig {
                 "expected `earliest` or `latest`",
             ));
         }
-        for key in self.librdkafka.keys() {
-            if matches!(
-                key.as_str(),
-                "enable.auto.offset.store" | "group.id" | "bootstrap.servers"
-            ) {
+        for (key, value) in &self.librdkafka {
+            if let Some(reason) = refuse_raw_option(key, value, self.group_protocol) {
                 return Err(ConfigError::new(
                     &format!("librdkafka.{key}"),
                     "<redacted>",
-                    "is managed by kafka-dlq; use the typed setting instead",
+                    reason,
                 ));
             }
         }
@@ -422,8 +505,9 @@ impl ConsumerConfig {
         Duration::from_millis(self.shutdown_timeout_ms)
     }
 
-    /// librdkafka settings for the consumer: manual offset store, [`FETCH_SETTINGS`], periodic commit of stored
-    /// offsets, then the raw `librdkafka` options.
+    /// librdkafka settings for the consumer: manual offset store, periodic commit of stored
+    /// offsets, the group protocol (`cooperative-sticky` with the classic one),
+    /// [`FETCH_SETTINGS`], then the raw `librdkafka` options.
     pub fn consumer_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
@@ -434,7 +518,11 @@ impl ConsumerConfig {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.auto_offset_reset)
             .set("statistics.interval.ms", "2000")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            .set("group.protocol", self.group_protocol.as_str());
+        if self.group_protocol == GroupProtocol::Classic {
+            config.set("partition.assignment.strategy", "cooperative-sticky");
+        }
         for (key, value) in FETCH_SETTINGS {
             config.set(key, value);
         }
@@ -636,6 +724,68 @@ mod tests {
             );
             assert!(err.to_string().contains(key));
         }
+    }
+
+    #[test]
+    fn raw_options_that_break_the_guarantees_are_refused() {
+        use GroupProtocol::{Classic, Consumer};
+        let refused = [
+            ("enable.auto.offset.store", "true", Classic),
+            ("enable.auto.commit", "false", Classic),
+            ("acks", "1", Classic),
+            ("request.required.acks", "0", Classic),
+            ("message.timeout.ms", "0", Classic),
+            ("max.in.flight.requests.per.connection", "5", Classic),
+            ("transactional.id", "x", Classic),
+            ("group.id", "x", Classic),
+            ("session.timeout.ms", "6000", Consumer),
+            ("partition.assignment.strategy", "range", Consumer),
+        ];
+        for (key, value, protocol) in refused {
+            assert!(
+                refuse_raw_option(key, value, protocol).is_some(),
+                "{key}={value} must be refused"
+            );
+        }
+        let allowed = [
+            ("acks", "all", Classic),
+            ("message.timeout.ms", "60000", Classic),
+            ("session.timeout.ms", "6000", Classic),
+            ("partition.assignment.strategy", "range", Classic),
+            ("security.protocol", "SASL_SSL", Consumer),
+            ("max.in.flight.requests.per.connection", "1", Classic),
+        ];
+        for (key, value, protocol) in allowed {
+            assert_eq!(
+                refuse_raw_option(key, value, protocol),
+                None,
+                "{key}={value}"
+            );
+        }
+        let config = ConsumerConfig {
+            librdkafka: BTreeMap::from([("acks".to_string(), "1".to_string())]),
+            ..valid()
+        };
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.key, "librdkafka.acks");
+        assert!(error.reason.contains("acks=all"), "{error}");
+    }
+
+    #[test]
+    fn classic_protocol_is_cooperative_and_consumer_protocol_sets_no_assignor() {
+        let classic = valid().consumer_client_config();
+        assert_eq!(classic.get("group.protocol"), Some("classic"));
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        let consumer = ConsumerConfig {
+            group_protocol: GroupProtocol::Consumer,
+            ..valid()
+        }
+        .consumer_client_config();
+        assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+        assert_eq!(consumer.get("partition.assignment.strategy"), None);
     }
 
     #[test]

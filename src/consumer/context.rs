@@ -59,7 +59,18 @@ pub(super) struct RebalanceContext {
 }
 
 /// The partitions' queues; see [`RebalanceContext::queues`].
-pub(super) type Queues = HashMap<PartitionKey, Arc<PartitionQueue>>;
+pub(super) type Queues = HashMap<PartitionKey, SharedQueue>;
+
+/// A partition's queue and the lease of its reader. The workers of successive assignments of
+/// one partition share the queue, so a worker reads it only while it holds the lease: the
+/// worker of a new assignment starts once the revoked one has ended (its handler call in
+/// progress finished), and a revoked worker takes nothing more from the queue after its
+/// cancellation (a record it took then would belong to the new assignment and be dropped).
+#[derive(Clone)]
+pub(super) struct SharedQueue {
+    pub queue: Arc<PartitionQueue>,
+    pub reader: Arc<tokio::sync::Mutex<()>>,
+}
 
 /// A partition's own queue.
 pub(super) type PartitionQueue = StreamPartitionQueue<RebalanceContext>;
@@ -121,7 +132,10 @@ impl ConsumerContext for RebalanceContext {
                         None => consumer
                             .as_ref()
                             .and_then(|c| c.split_partition_queue(&topic, partition))
-                            .map(Arc::new),
+                            .map(|queue| SharedQueue {
+                                queue: Arc::new(queue),
+                                reader: Arc::default(),
+                            }),
                     };
                     if let (Some(queue), Some(queues)) = (&queue, queues.as_mut()) {
                         queues.insert(key, queue.clone());

@@ -206,6 +206,7 @@ impl<H: BatchHandler> Consumer<H> {
             group = %self.config.group_id);
 
         let mut workers = JoinSet::new();
+        let mut worker_names = HashMap::new();
         let mut outcome = Ok(());
         tokio::pin!(shutdown);
         loop {
@@ -221,7 +222,9 @@ impl<H: BatchHandler> Consumer<H> {
                         self.config.id_header.clone(),
                         &self.shared.metrics,
                     );
-                    workers.spawn(run_worker(self.shared.clone(), input, cancel));
+                    let name = format!("{}-{}", input.topic, input.partition);
+                    let id = workers.spawn(run_worker(self.shared.clone(), input, cancel)).id();
+                    worker_names.insert(id, name);
                     continue;
                 }
                 polled = self.shared.consumer.recv() => polled,
@@ -275,9 +278,17 @@ impl<H: BatchHandler> Consumer<H> {
                     }
                 }
             }
-            while let Some(done) = workers.try_join_next() {
-                if let Err(e) = done {
-                    tracing::error!(event = "worker_failed", error = %e);
+            while let Some(done) = workers.try_join_next_with_id() {
+                let (id, error) = match done {
+                    Ok((id, ())) => (id, None),
+                    Err(e) => (e.id(), Some(e)),
+                };
+                let name = worker_names.remove(&id).unwrap_or_default();
+                if let Some(e) = error.filter(|e| e.is_panic()) {
+                    let panic = crate::failure::panic_message(&e.into_panic());
+                    tracing::error!(event = "worker_died", partition = %name, error = %panic,
+                        "the partition is no longer consumed here; /healthz fails until the process restarts");
+                    self.shared.metrics.worker_died(&name, &panic);
                 }
             }
         }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::context::{PartitionQueue, RebalanceContext};
+use super::context::{RebalanceContext, SharedQueue};
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
 use crate::dlq::DeadLetterPublisher;
@@ -43,9 +43,9 @@ pub(super) struct Shared<H> {
 pub(super) struct Assigned {
     pub topic: String,
     pub partition: i32,
-    /// The partition's own librdkafka queue; `None` when splitting it failed, and its records
-    /// come through `stray_records`.
-    pub queue: Option<Arc<PartitionQueue>>,
+    /// The partition's own librdkafka queue and its reader's lease; `None` when splitting it
+    /// failed, and its records come through `stray_records`.
+    pub queue: Option<SharedQueue>,
     pub stray_records: mpsc::Receiver<Record>,
     pub cancel: CancellationToken,
 }
@@ -143,7 +143,7 @@ impl Drop for TopicMetrics<'_> {
 pub(super) struct PartitionInput {
     pub topic: String,
     pub partition: i32,
-    queue: Option<Arc<PartitionQueue>>,
+    queue: Option<SharedQueue>,
     strays: mpsc::Receiver<Record>,
     id_header: Option<String>,
     consumed: prometheus::IntCounter,
@@ -170,7 +170,7 @@ impl PartitionInput {
             peeked: None,
             topic: &self.topic,
             partition: self.partition,
-            stream: self.queue.as_ref().map(|queue| queue.stream()),
+            stream: self.queue.as_ref().map(|shared| shared.queue.stream()),
             strays: &mut self.strays,
             id_header: self.id_header.as_deref(),
             consumed: &self.consumed,
@@ -191,10 +191,14 @@ struct Records<'a> {
 }
 
 impl Records<'_> {
-    /// The next record: waits for it. `None` once `cancel` fires.
+    /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
+    /// is taken from the partition's queue, which the next assignment's worker reads.
     async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
         if let Some(record) = self.peeked.take() {
             return Some(record);
+        }
+        if cancel.is_cancelled() {
+            return None;
         }
         if let Ok(record) = self.strays.try_recv() {
             return Some(record);
@@ -214,8 +218,11 @@ impl Records<'_> {
         }
     }
 
-    /// The next record if one is ready, without waiting.
-    fn ready(&mut self) -> Option<Record> {
+    /// The next record if one is ready, without waiting; `None` once `cancel` fired.
+    fn ready(&mut self, cancel: &CancellationToken) -> Option<Record> {
+        if cancel.is_cancelled() {
+            return None;
+        }
         if let Ok(record) = self.strays.try_recv() {
             return Some(record);
         }
@@ -242,7 +249,7 @@ impl Records<'_> {
             // librdkafka's queue is not part of tokio's cooperative scheduling: without this, a
             // worker whose records are always ready would not let other tasks run.
             tokio::task::coop::consume_budget().await;
-            match self.ready() {
+            match self.ready(cancel) {
                 Some(record) => records.push(record),
                 None => break,
             }
@@ -289,6 +296,16 @@ pub(super) async fn run_worker<H: BatchHandler>(
     mut input: PartitionInput,
     cancel: CancellationToken,
 ) {
+    // The partition's queue is read by one worker at a time: a worker of an earlier
+    // assignment of this partition may still be finishing its handler call.
+    let reader = input.queue.as_ref().map(|shared| shared.reader.clone());
+    let _lease = match reader {
+        Some(reader) => tokio::select! {
+            lease = reader.lock_owned() => Some(lease),
+            _ = cancel.cancelled() => return,
+        },
+        None => None,
+    };
     if let Some(max_in_flight) = shared.key_ordered {
         return run_key_ordered(shared, input, cancel, max_in_flight).await;
     }
@@ -338,7 +355,7 @@ pub(super) async fn run_worker<H: BatchHandler>(
         // acknowledged (an idle partition's last dead letters get committed too).
         while settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
             if source.peeked.is_none() {
-                source.peeked = source.ready();
+                source.peeked = source.ready(&cancel);
             }
             let Some(writes) = settled.writes.as_mut().filter(|_| source.peeked.is_none()) else {
                 break;
@@ -400,20 +417,30 @@ async fn run_key_ordered<H: BatchHandler>(
         }));
     };
 
+    // Once `cancel` fires (or a record is abandoned), nothing more is taken or started, and
+    // the handler calls in flight run to their end: a dropped call would leave its work half
+    // done and, as a probe, the breaker waiting for it forever.
+    let mut stopping = false;
     loop {
+        if stopping && running.is_empty() {
+            break;
+        }
         // Taken but not yet stored: bounded, so a stuck key cannot pile records up in memory
         // (librdkafka's queue for the partition fills instead, and fetching stops).
-        let room = running.len() < max_in_flight && pending.len() < max_in_flight * 4;
+        let room = !stopping && running.len() < max_in_flight && pending.len() < max_in_flight * 4;
         let free = max_in_flight.saturating_sub(running.len()).max(1);
         tokio::select! {
             done = running.next(), if !running.is_empty() => {
                 let Some((offset, key, settled)) = done else { continue };
+                busy.remove(&key);
                 if !settled {
-                    break; // abandoned: revoked or stopping
+                    // Abandoned (revoked or stopping): it stays unsettled in `pending`, so
+                    // no stored offset passes it.
+                    stopping = true;
+                    continue;
                 }
                 pending.insert(offset, true);
-                busy.remove(&key);
-                if let Some(queue) = waiting.get_mut(&key) {
+                if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
                     if let Some((at, next)) = queue.pop_front() {
                         busy.insert(key.clone());
                         start(next, at, &mut running);
@@ -434,8 +461,12 @@ async fn run_key_ordered<H: BatchHandler>(
                     }
                 }
             }
+            _ = cancel.cancelled(), if !stopping => stopping = true,
             taken = source.take(free, Duration::ZERO, &cancel), if room => {
-                let Some((records, at)) = taken else { break };
+                let Some((records, at)) = taken else {
+                    stopping = true;
+                    continue;
+                };
                 for record in records {
                     pending.insert(record.offset, false);
                     if busy.contains(&record.key) {
@@ -448,8 +479,8 @@ async fn run_key_ordered<H: BatchHandler>(
             }
         }
     }
-    // Records still running finish their handler call only if they get there before the
-    // futures are dropped; their offsets are not stored, so they are consumed again.
+    // Records still waiting for their key were never started: their offsets are not stored,
+    // so they are consumed again.
 }
 
 /// The last settled record whose offset is not stored yet. Storing is deferred to the end of a
@@ -634,6 +665,9 @@ async fn call<H: BatchHandler>(
     records: &[Record],
     permit: Permit,
 ) -> (Result<(), HandlerError>, Instant) {
+    // A probe whose call is dropped before it ends (revocation, shutdown deadline) is given
+    // back, or the breaker would wait for it forever.
+    let probe = (permit == Permit::Probe).then(|| ProbeGuard(&shared.breaker));
     let started = Instant::now();
     let result = AssertUnwindSafe(shared.handler.handle_batch(records))
         .catch_unwind()
@@ -663,7 +697,18 @@ async fn call<H: BatchHandler>(
     if let Some(state) = metrics.record_call(permit, outcome, who, ended) {
         on_breaker_change(shared, state, result.as_ref().err());
     }
+    std::mem::forget(probe); // recorded
     (result, ended)
+}
+
+/// Gives a granted probe back to the breaker when dropped; forgotten once the probe's outcome
+/// is recorded.
+struct ProbeGuard<'a>(&'a Breaker);
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.abandon_probe();
+    }
 }
 
 /// Pauses every assigned partition when the breaker opens; resumes them when it closes.

@@ -50,8 +50,11 @@ pub struct EnvelopeError {
 /// (`utf8` or `base64`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeHeader {
-    /// The header key.
+    /// The header key, as text in `key_encoding`.
     pub key: String,
+    /// `base64` when the key is not UTF-8; absent (`utf8`) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_encoding: Option<Encoding>,
     /// The value, encoded; `null` when the header had no value.
     pub value: Option<String>,
     /// `utf8` or `base64`.
@@ -229,7 +232,10 @@ impl Envelope {
             .iter()
             .map(|h| {
                 Ok(RecordHeader {
-                    key: h.key.clone(),
+                    key: match h.key_encoding {
+                        Some(enc) => decode_text("source.headers.key", &h.key, enc)?,
+                        None => h.key.as_bytes().to_vec(),
+                    },
                     value: match &h.value {
                         None => None,
                         Some(v) => Some(decode_text("source.headers", v, h.encoding)?),
@@ -284,16 +290,22 @@ fn encode_text(bytes: &[u8]) -> (String, Encoding) {
 }
 
 fn encode_header(header: &RecordHeader) -> EnvelopeHeader {
+    let (key, key_encoding) = match encode_text(&header.key) {
+        (key, Encoding::Utf8) => (key, None),
+        (key, encoding) => (key, Some(encoding)),
+    };
     match header.value.as_deref() {
         None => EnvelopeHeader {
-            key: header.key.clone(),
+            key,
+            key_encoding,
             value: None,
             encoding: Encoding::Utf8,
         },
         Some(v) => {
             let (value, encoding) = encode_text(v);
             EnvelopeHeader {
-                key: header.key.clone(),
+                key,
+                key_encoding,
                 value: Some(value),
                 encoding,
             }

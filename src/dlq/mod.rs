@@ -321,12 +321,9 @@ fn dead_letter_headers(record: &Record, error_message: &str, group: &str) -> Own
     for h in record
         .headers
         .iter()
-        .filter(|h| !h.key.starts_with("kafka_dlt-"))
+        .filter(|h| !h.key.starts_with(b"kafka_dlt-"))
     {
-        headers = headers.insert(Header {
-            key: &h.key,
-            value: h.value.as_deref(),
-        });
+        headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
     }
     let partition = record.partition.to_string();
     let offset = record.offset.to_string();

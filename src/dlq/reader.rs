@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::Envelope;
@@ -221,10 +221,8 @@ impl DlqReader {
             }
             *next = message.offset() + 1;
             let detached = message.headers().and_then(|headers| {
-                headers
-                    .iter()
-                    .find(|h| h.key == super::HEADER_ENVELOPE)
-                    .and_then(|h| h.value)
+                crate::kafka::headers::find(headers, super::HEADER_ENVELOPE.as_bytes())
+                    .flatten()
                     .map(Envelope::from_slice)
             });
             let content = match detached.or_else(|| message.payload().map(Envelope::from_slice)) {

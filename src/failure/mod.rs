@@ -147,14 +147,16 @@ pub enum Decision {
 ///
 /// - permanent → [`Decision::DeadLetter`]`(Permanent)`; the backoff is not touched;
 /// - transient → the backoff's next delay (replaced by the error's `retry_after` when it has
-///   one) as [`Decision::Retry`]; when the backoff has given up,
+///   one, bounded by the backoff's initial and max delay: see [`Delays::bound`]) as
+///   [`Decision::Retry`]; a `retry_after` uses up a retry like any delay; when the backoff has
+///   given up,
 ///   [`Decision::DeadLetter`]`(RetriesExhausted)`.
 pub fn decide(error: &HandlerError, delays: &mut Delays) -> Decision {
     match error.kind {
         FailureKind::Permanent => Decision::DeadLetter(DeadLetterKind::Permanent),
         FailureKind::Transient => match delays.next() {
             Some(delay) => Decision::Retry {
-                delay: error.retry_after.unwrap_or(delay),
+                delay: error.retry_after.map_or(delay, |asked| delays.bound(asked)),
             },
             None => Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
         },
@@ -163,14 +165,18 @@ pub fn decide(error: &HandlerError, delays: &mut Delays) -> Decision {
 
 /// Turns a caught panic payload into a permanent failure naming the panic message.
 pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> HandlerError {
-    let text = if let Some(s) = payload.downcast_ref::<&str>() {
+    HandlerError::permanent(format!("handler panicked: {}", panic_message(&payload)))
+}
+
+/// The message of a caught panic.
+pub fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
         s.clone()
     } else {
         "non-string panic payload".to_string()
-    };
-    HandlerError::permanent(format!("handler panicked: {text}"))
+    }
 }
 
 #[cfg(test)]
@@ -231,16 +237,28 @@ mod tests {
                 Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
             ),
             (
-                HandlerError::transient("429").with_retry_after(ms(2500)),
+                HandlerError::transient("429").with_retry_after(ms(700)),
                 10,
                 0,
-                Decision::Retry { delay: ms(2500) },
+                Decision::Retry { delay: ms(700) },
             ),
             (
                 HandlerError::transient("503"),
                 0,
                 0,
                 Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
+            ),
+            (
+                HandlerError::transient("429").with_retry_after(ms(0)),
+                10,
+                0,
+                Decision::Retry { delay: ms(100) },
+            ),
+            (
+                HandlerError::transient("429").with_retry_after(Duration::from_secs(86_400)),
+                10,
+                0,
+                Decision::Retry { delay: ms(1000) },
             ),
         ];
         for (error, max_retries, before, expected) in cases {

@@ -39,3 +39,5 @@ pub(crate) fn log_client_error(error: &KafkaError, reason: &str) {
 }
 
 impl rdkafka::consumer::ConsumerContext for LogContext {}
+
+pub mod headers;

@@ -53,6 +53,8 @@ pub struct MetricSet {
     pub(crate) breaker_open: IntGauge,
     pub(crate) breaker_opened: prometheus::IntCounter,
     pub(crate) batch_splits: IntCounterVec,
+    /// Partitions whose worker died (a bug: a panic outside the handler), with the panic.
+    dead_workers: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::ops::Deref for Metrics {
@@ -199,6 +201,7 @@ impl Metrics {
             breaker_open,
             breaker_opened,
             batch_splits,
+            dead_workers: std::sync::Mutex::default(),
         }))
     }
 
@@ -268,6 +271,30 @@ impl Metrics {
     /// Partitions waiting to retry a record now.
     pub fn partitions_in_backoff(&self) -> i64 {
         self.partitions_in_backoff.get()
+    }
+
+    /// Records that the worker of `partition` (`<topic>-<partition>`) died with `panic`: the
+    /// partition stays assigned with nothing reading it and no offset stored past its last
+    /// settled record, so [`health`](Self::health) fails from now on and the process should
+    /// be restarted (its records are then consumed again from the committed offset).
+    pub(crate) fn worker_died(&self, partition: &str, panic: &str) {
+        self.dead_workers
+            .lock()
+            .expect("dead workers lock")
+            .push(format!("the worker of {partition} died: {panic}"));
+    }
+
+    /// Live: `Ok` unless a partition's worker died; then why, naming each partition.
+    pub fn health(&self) -> Result<(), String> {
+        let dead = self.dead_workers.lock().expect("dead workers lock");
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "unhealthy: {}; restart the process",
+                dead.join("; ")
+            ))
+        }
     }
 
     /// Ready: at least one partition assigned and a broker connection up.

@@ -7,7 +7,9 @@
 use std::borrow::Cow;
 
 use chrono::{DateTime, TimeZone, Utc};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
+
+use crate::kafka::headers::RawHeaders;
 use serde::de::DeserializeOwned;
 
 use crate::failure::HandlerError;
@@ -15,8 +17,9 @@ use crate::failure::HandlerError;
 /// One header of a record. Kafka allows repeated keys and a missing value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// The header's key.
-    pub key: String,
+    /// The header's key (its name), as bytes: Kafka allows any bytes, and clients send names
+    /// that are not UTF-8. Read up to its first NUL byte (see [`crate::kafka::headers`]).
+    pub key: Vec<u8>,
     /// The header's value; `None` for a null value.
     pub value: Option<Vec<u8>>,
 }
@@ -45,22 +48,17 @@ pub struct Record {
 impl Record {
     /// Copies a message into a record. `id_header` names the header that holds the record id;
     /// a missing, null or non-UTF-8 header falls back to `<topic>-<partition>-<offset>`.
-    pub fn from_message<M: Message>(message: &M, id_header: Option<&str>) -> Record {
+    pub fn from_message<M: Message>(message: &M, id_header: Option<&str>) -> Record
+    where
+        M::Headers: RawHeaders,
+    {
         let headers: Vec<RecordHeader> = message
             .headers()
-            .map(|headers| {
-                headers
-                    .iter()
-                    .map(|h| RecordHeader {
-                        key: h.key.to_string(),
-                        value: h.value.map(<[u8]>::to_vec),
-                    })
-                    .collect()
-            })
+            .map(crate::kafka::headers::read)
             .unwrap_or_default();
         let topic = message.topic().to_string();
         let id = id_header
-            .and_then(|name| headers.iter().find(|h| h.key == name))
+            .and_then(|name| headers.iter().find(|h| h.key == name.as_bytes()))
             .and_then(|h| h.value.as_deref())
             .and_then(|v| std::str::from_utf8(v).ok())
             .filter(|v| !v.is_empty())
@@ -111,7 +109,7 @@ impl Record {
     pub fn header(&self, key: &str) -> Option<&[u8]> {
         self.headers
             .iter()
-            .find(|h| h.key == key)
+            .find(|h| h.key == key.as_bytes())
             .and_then(|h| h.value.as_deref())
     }
 }

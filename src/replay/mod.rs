@@ -231,7 +231,7 @@ pub async fn replay(
                     let replays = headers
                         .iter()
                         .rev()
-                        .find(|h| h.key == HEADER_REPLAY_COUNT)
+                        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
                         .and_then(|h| h.value.as_deref())
                         .and_then(|v| std::str::from_utf8(v).ok())
                         .and_then(|v| v.trim().parse::<u32>().ok())
@@ -256,14 +256,12 @@ pub async fn replay(
                             tokio::time::sleep_until(next_send).await;
                             next_send = tokio::time::Instant::now() + pause;
                         }
-                        headers.retain(|h| h.key != HEADER_REPLAY_COUNT);
+                        headers.retain(|h| h.key != HEADER_REPLAY_COUNT.as_bytes());
                         let count = (replays + 1).to_string();
                         let mut out_headers = OwnedHeaders::new_with_capacity(headers.len() + 1);
                         for h in &headers {
-                            out_headers = out_headers.insert(Header {
-                                key: &h.key,
-                                value: h.value.as_deref(),
-                            });
+                            out_headers =
+                                crate::kafka::headers::add(out_headers, &h.key, h.value.as_deref());
                         }
                         out_headers = out_headers.insert(Header {
                             key: HEADER_REPLAY_COUNT,

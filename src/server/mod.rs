@@ -3,7 +3,7 @@
 //! | path | answer |
 //! |---|---|
 //! | `GET /metrics` | 200, every [`Metrics`] family in the Prometheus text format |
-//! | `GET /healthz` | 200 `ok` while the process serves (liveness) |
+//! | `GET /healthz` | 200 `ok` while the process serves (liveness); 503 naming the partition when a partition's worker died (restart the process) |
 //! | `GET /readyz` | 200 `ready` when partitions are assigned and a broker is reachable, else 503 with the reason |
 
 use std::future::Future;
@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 pub fn router(metrics: Metrics) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .with_state(metrics)
 }
@@ -42,6 +42,13 @@ async fn render_metrics(State(metrics): State<Metrics>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         metrics.render(),
     )
+}
+
+async fn health(State(metrics): State<Metrics>) -> impl IntoResponse {
+    match metrics.health() {
+        Ok(()) => (StatusCode::OK, "ok".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    }
 }
 
 async fn ready(State(metrics): State<Metrics>) -> impl IntoResponse {

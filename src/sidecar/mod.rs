@@ -15,7 +15,10 @@
 //!
 //! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
 //! connection errors and timeouts are transient (a `Retry-After` header, in seconds or as an
-//! HTTP date, replaces the next backoff delay); any other status is permanent.
+//! HTTP date, replaces the next backoff delay, bounded by `backoff_initial_ms` and
+//! `backoff_max_ms`); a redirect (3xx) is not followed and is transient ([`redirected`]: a
+//! followed 301/302/303 would turn the POST into a bodiless GET whose 2xx settles nothing);
+//! any other status is permanent.
 //!
 //! In batch mode ([`HttpBatchTarget`], `kafka-dlq run --batch-size N`) one `POST` carries up to
 //! N records of one partition as a JSON array, in offset order:
@@ -31,7 +34,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 
 use crate::config::ConfigError;
 use crate::failure::{error_chain, HandlerError};
@@ -71,7 +74,10 @@ impl HttpTarget {
         }
         let content_type = HeaderValue::from_str(content_type)
             .map_err(|e| ConfigError::new("content_type", content_type, e))?;
+        // A redirect is never a delivery: following one would turn the POST into a GET without
+        // the body (301/302/303), and the GET's 2xx would settle the record.
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .build()
             .map_err(|e| ConfigError::new("target_url", url, e))?;
@@ -121,11 +127,17 @@ impl HttpTarget {
         if (200..300).contains(&status) {
             return Ok(());
         }
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header(RETRY_AFTER);
+        if (300..400).contains(&status) {
+            return Err(redirected(status, header(LOCATION).as_deref()));
+        }
         let mut body = Vec::new();
         while body.len() < ERROR_BODY_BYTES {
             match response.chunk().await {
@@ -229,6 +241,18 @@ pub fn classify_response(
     } else {
         Err(HandlerError::permanent(message))
     }
+}
+
+/// A 3xx answer: a transient failure (the record is retried, and a target that redirects
+/// every record opens the outage breaker instead of draining the topic into the DLQ) whose
+/// message names the redirect's target.
+pub fn redirected(status: u16, location: Option<&str>) -> HandlerError {
+    HandlerError::transient(format!(
+        "target answered HTTP {status} (redirect to {}); redirects are not followed, since a \
+         POST would be replayed as a GET without the record: point target_url at the final \
+         address",
+        location.unwrap_or("no Location")
+    ))
 }
 
 /// Parses a `Retry-After` value: delta seconds, or an HTTP date (a date in the past gives 0).

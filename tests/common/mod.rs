@@ -1,12 +1,12 @@
-//! Shared test support: a real tansu broker process on loopback (one per test binary, sqlite
-//! storage, killed when the test binary exits), topic and record helpers, and a scripted
+//! Shared test support: a real Apache Kafka node on loopback (one per test binary, killed
+//! when the test binary exits; see [`broker`]), topic and record helpers, and a scripted
 //! handler that records every call.
 #![allow(dead_code)]
 
+pub mod broker;
+pub use broker::{group_lag, Kafka};
+
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -32,188 +32,26 @@ pub fn init_logs() {
     });
 }
 
-/// The broker of this test binary, started on first use and killed when the binary exits.
+/// The broker of this test binary: `KAFKA_DLQ_TEST_BROKERS` when set (your own cluster),
+/// else an Apache Kafka node started on first use and killed when the binary exits (its log
+/// kept, and its path printed, when a test fails).
 pub fn brokers() -> String {
     init_logs();
     static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
     BROKER
         .get_or_init(|| {
-            Tansu::start().map(|t| {
-                let brokers = t.brokers();
-                std::mem::forget(t);
+            if let Ok(brokers) = std::env::var("KAFKA_DLQ_TEST_BROKERS") {
+                return Ok(brokers);
+            }
+            Kafka::start().map(|kafka| {
+                kafka.keep_log_on_panic();
+                let brokers = kafka.brokers();
+                std::mem::forget(kafka);
                 brokers
             })
         })
         .clone()
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn tansu_binary() -> PathBuf {
-    if let Ok(path) = std::env::var("TANSU_BIN") {
-        return PathBuf::from(path);
-    }
-    let cargo_bin = PathBuf::from(
-        std::env::var("CARGO_HOME")
-            .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default())),
-    )
-    .join("bin/tansu");
-    if cargo_bin.exists() {
-        return cargo_bin;
-    }
-    PathBuf::from("tansu")
-}
-
-/// A tansu broker process with sqlite storage in its own directory. It is killed when this
-/// value is dropped, and in any case when the test binary exits.
-pub struct Tansu {
-    pub port: u16,
-    dir: PathBuf,
-    pid: u32,
-    exited: std::sync::mpsc::Receiver<()>,
-}
-
-impl Tansu {
-    /// Starts a broker on a free loopback port and waits until it accepts connections.
-    pub fn start() -> Result<Tansu, String> {
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0").expect("free port");
-            l.local_addr().unwrap().port()
-        };
-        remove_dirs_of_ended_runs();
-        let dir =
-            std::env::temp_dir().join(format!("kafka-dlq-tansu-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self::spawn(port, dir)
-    }
-
-    fn spawn(port: u16, dir: PathBuf) -> Result<Tansu, String> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("tansu.log"))
-            .unwrap();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let mut command = Command::new(tansu_binary());
-        command
-            .arg("broker")
-            .arg("--listener-url")
-            .arg(&url)
-            .arg("--advertised-listener-url")
-            .arg(&url)
-            // tansu reads the path of a sqlite:// URL relative to its working directory.
-            .arg("--storage-engine")
-            .arg("sqlite://tansu.db")
-            .current_dir(&dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        // The broker gets SIGKILL when the thread that started it ends; that thread waits for
-        // the broker, so it lives as long as the broker or the test binary.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let (exited_tx, exited_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || match command.spawn() {
-            Ok(mut child) => {
-                started_tx.send(Ok(child.id())).unwrap();
-                let _ = child.wait();
-                let _ = exited_tx.send(());
-            }
-            Err(e) => started_tx.send(Err(e)).unwrap(),
-        });
-        let pid = started_rx.recv().unwrap().map_err(|e| {
-            format!(
-                "could not start tansu ({e}); install it with \
-                 `cargo install tansu --version 0.6.0 --locked --features dynostore,libsql` \
-                 or set TANSU_BIN"
-            )
-        })?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "tansu did not listen on port {port}; see {}",
-                    dir.display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(Tansu {
-            port,
-            dir,
-            pid,
-            exited: exited_rx,
-        })
-    }
-
-    /// The bootstrap address.
-    pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the broker (SIGKILL) and waits for it to be gone.
-    pub fn kill(&self) {
-        unsafe {
-            libc::kill(self.pid as i32, libc::SIGKILL);
-        }
-        let _ = self.exited.recv_timeout(Duration::from_secs(10));
-    }
-
-    /// Kills the broker and starts it again on the same port and storage.
-    pub fn restart(self) -> Tansu {
-        self.kill();
-        let (port, dir) = (self.port, self.dir.clone());
-        std::mem::forget(self);
-        Self::spawn(port, dir).expect("tansu restarts")
-    }
-}
-
-/// Marks a broker directory kept to look at: its test failed.
-const FAILED_MARK: &str = "test-failed";
-
-/// Removes the broker directories of test binaries that have ended (the broker a binary shares
-/// between its tests is never dropped, so its directory outlives it), except those of a broker
-/// dropped by a failing test.
-fn remove_dirs_of_ended_runs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("kafka-dlq-tansu-"))
-        else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next() else {
-            continue;
-        };
-        if !std::path::Path::new("/proc").join(pid).exists()
-            && !entry.path().join(FAILED_MARK).exists()
-        {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-impl Drop for Tansu {
-    /// Kills the broker; removes its storage and log unless the test failed (then they are
-    /// kept to look at, marked so that later runs leave them).
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            let _ = std::fs::write(self.dir.join(FAILED_MARK), "");
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
 }
 
 /// A name no other test uses.
@@ -244,7 +82,8 @@ pub struct Out {
     pub partition: i32,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Header names are bytes: any bytes but NUL (see `kafka_dlq::kafka::headers`).
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl Out {
@@ -270,10 +109,7 @@ pub async fn produce(brokers: &str, topic: &str, records: Vec<Out>) {
     for r in records {
         let mut headers = OwnedHeaders::new();
         for (k, v) in &r.headers {
-            headers = headers.insert(Header {
-                key: k,
-                value: v.as_deref(),
-            });
+            headers = kafka_dlq::kafka::headers::add(headers, k, v.as_deref());
         }
         let mut out = FutureRecord::<[u8], [u8]>::to(topic)
             .partition(r.partition)
@@ -335,7 +171,8 @@ pub fn read_all(brokers: &str, topic: &str) -> Vec<OwnedMessage> {
     out
 }
 
-/// The committed offsets of `group` on `topic`, by partition (missing: none committed).
+/// The committed offsets of `group` on `topic`, by partition (missing: none committed);
+/// retries while the group coordinator is not ready.
 pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -346,9 +183,19 @@ pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Ha
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let got = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
+    // A broker that has just started answers "not coordinator" until it has loaded
+    // __consumer_offsets: ask again for a while.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(got) => break got,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("committed offsets of {group}: {e}"),
+        }
+    };
     got.elements()
         .iter()
         .filter_map(|e| match e.offset() {
