@@ -470,3 +470,53 @@ async fn the_outage_breaker_is_announced_when_it_opens_and_closes() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_while_slack_is_down_and_the_next_run_delivers_the_alert() {
+    let brokers = brokers();
+    let dlq = unique("down-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    slack.fail_next(&[(503, None); 10_000]);
+    let cfg = MonitorConfig {
+        window_ms: 50,
+        ..config(&brokers, &dlq, web_api(&base))
+    };
+    let monitor = start(cfg.clone());
+    // One dead letter per window: one alert each, more than the delivery queue holds while
+    // the first is retried against the failing Slack.
+    for i in 0..24 {
+        produce(
+            &brokers,
+            &dlq,
+            vec![dead_letter(
+                "orders",
+                &format!("o-{i}"),
+                DeadLetterKind::Permanent,
+                "bad",
+            )],
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(slack.delivered().is_empty());
+    let _ = monitor.stop.send(());
+    let stopped = tokio::time::timeout(Duration::from_secs(10), monitor.task).await;
+    assert!(
+        matches!(stopped, Ok(Ok(Ok(())))),
+        "the monitor stops within 10 s while Slack is down"
+    );
+
+    slack.script.lock().unwrap().clear();
+    let monitor = start(cfg);
+    assert!(
+        eventually(WAIT, || !slack.delivered().is_empty()).await,
+        "the alert given up at shutdown is delivered by the next run"
+    );
+    assert!(
+        slack.delivered()[0].contains("new dead letter"),
+        "{}",
+        slack.delivered()[0]
+    );
+    monitor.stop().await;
+}

@@ -245,7 +245,7 @@ impl Monitor {
                         opened = None;
                         last_sent = Some(Instant::now());
                         last_total = total.or(last_total);
-                        if tx.send(pending).await.is_err() {
+                        if !send_or_stop(&tx, pending, &mut shutdown).await {
                             break;
                         }
                     }
@@ -260,7 +260,7 @@ impl Monitor {
                         crate::breaker::BreakerState::Open => Alert::BreakerOpened,
                         crate::breaker::BreakerState::Closed => Alert::BreakerClosed,
                     };
-                    if tx.send(Pending { alert, positions: vec![] }).await.is_err() {
+                    if !send_or_stop(&tx, Pending { alert, positions: vec![] }, &mut shutdown).await {
                         break;
                     }
                 }
@@ -273,7 +273,7 @@ impl Monitor {
                     };
                     last_total = Some(total);
                     if let Some(alert) = alert {
-                        if tx.send(Pending { alert, positions: vec![] }).await.is_err() {
+                        if !send_or_stop(&tx, Pending { alert, positions: vec![] }, &mut shutdown).await {
                             break;
                         }
                     }
@@ -286,6 +286,21 @@ impl Monitor {
         let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
         tracing::info!(event = "monitor_stopped");
         Ok(())
+    }
+}
+
+/// Hands `pending` to the delivery task; `false` when shutdown came first (the delivery task
+/// may be stuck retrying an alert while Slack is down, and the channel full) or the delivery
+/// task is gone. An increase alert given up so is sent by the next run: the DLQ positions it
+/// covers are committed only after its delivery.
+async fn send_or_stop(
+    tx: &mpsc::Sender<Pending>,
+    pending: Pending,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> bool {
+    tokio::select! {
+        sent = tx.send(pending) => sent.is_ok(),
+        _ = shutdown.as_mut() => false,
     }
 }
 
