@@ -466,3 +466,48 @@ async fn a_redirect_is_never_a_delivery() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_logs_once_per_kind_of_trouble_not_twenty_lines_a_second() {
+    // Nothing listens on this port: the broker is down for the whole run.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log_path = std::env::temp_dir().join(format!("{}.log", unique("outage")));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(["run", "--group-id", "g", "--topics", "t"])
+        .args(["--target-url", "http://127.0.0.1:1/"])
+        .args(["--brokers", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .env("LOG_FORMAT", "json")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    unsafe {
+        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    let _ = std::fs::remove_file(&log_path);
+    let trouble: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+        .collect();
+    assert!(
+        trouble
+            .iter()
+            .any(|l| l.contains("Connect") || l.contains("brokers are down")),
+        "the outage is said: {logs}"
+    );
+    assert!(
+        trouble.len() <= 12,
+        "{} warning lines in 12 s of outage:\n{}",
+        trouble.len(),
+        trouble.join("\n")
+    );
+}

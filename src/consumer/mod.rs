@@ -242,8 +242,7 @@ impl<H: BatchHandler> Consumer<H> {
                         outcome = Err(ConsumerError::Fatal { code, reason });
                         break;
                     }
-                    tracing::warn!(event = "poll_failed", error = %error,
-                        retry_in_ms = POLL_ERROR_PAUSE.as_millis() as u64);
+                    crate::kafka::warn_gated("poll_failed", &error, "polling again in 1 s");
                     let delay = POLL_ERROR_PAUSE;
                     tokio::select! {
                         _ = &mut shutdown => break,

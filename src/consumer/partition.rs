@@ -212,8 +212,11 @@ impl Records<'_> {
             };
             match polled {
                 Ok(message) => return Some(Record::from_message(&message, self.id_header)),
-                Err(e) => tracing::warn!(event = "partition_poll_failed",
-                    topic = %self.topic, partition = self.partition, error = %e),
+                Err(e) => crate::kafka::warn_gated(
+                    "partition_poll_failed",
+                    &e,
+                    &format!("{}-{}", self.topic, self.partition),
+                ),
             }
         }
     }

@@ -19,9 +19,21 @@ impl ClientContext for LogContext {
     }
 }
 
-/// Sends one librdkafka log line to `tracing` at the matching level.
+/// Sends one librdkafka log line to `tracing` at the matching level; warnings and worse go
+/// through the [`log_gate`] (repeats held back, a summary every 30 s).
 pub(crate) fn log_rdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
     use RDKafkaLogLevel::*;
+    if matches!(level, Emerg | Alert | Critical | Error | Warning) {
+        match log_gate::judge(fac, message) {
+            log_gate::Verdict::First => {}
+            log_gate::Verdict::Repeat => return,
+            log_gate::Verdict::Summary { held_back } => {
+                tracing::warn!(target: "librdkafka", facility = fac, held_back,
+                    "{message} (still happening: {held_back} more like it in the last 30 s)");
+                return;
+            }
+        }
+    }
     match level {
         Emerg | Alert | Critical | Error => {
             tracing::error!(target: "librdkafka", facility = fac, "{message}")
@@ -32,12 +44,35 @@ pub(crate) fn log_rdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
     }
 }
 
-/// Logs a client-level error (broker down, authentication failure, …). librdkafka retries
-/// these by itself; they are logged, never fatal to the service.
+/// Logs a client-level error (broker down, authentication failure, …) through the
+/// [`log_gate`]. librdkafka retries these by itself; they are logged, never fatal.
 pub(crate) fn log_client_error(error: &KafkaError, reason: &str) {
-    tracing::warn!(target: "librdkafka", event = "kafka_client_error", error = %error, "{reason}");
+    let text = format!("{error}: {reason}");
+    match log_gate::judge("kafka_client_error", &text) {
+        log_gate::Verdict::First => {
+            tracing::warn!(target: "librdkafka", event = "kafka_client_error", error = %error, "{reason}")
+        }
+        log_gate::Verdict::Repeat => {}
+        log_gate::Verdict::Summary { held_back } => {
+            tracing::warn!(target: "librdkafka", event = "kafka_client_error", error = %error,
+                held_back, "{reason} (still happening: {held_back} more like it in the last 30 s)")
+        }
+    }
+}
+
+/// Logs `event` at warn level through the [`log_gate`]: the first of its kind, then a
+/// summary every 30 s with the count held back.
+pub(crate) fn warn_gated(event: &'static str, error: &dyn std::fmt::Display, context: &str) {
+    let text = format!("{context} {error}");
+    match log_gate::judge(event, &text) {
+        log_gate::Verdict::First => tracing::warn!(event, error = %error, "{context}"),
+        log_gate::Verdict::Repeat => {}
+        log_gate::Verdict::Summary { held_back } => tracing::warn!(event, error = %error,
+            held_back, "{context} (still happening: {held_back} more like it in the last 30 s)"),
+    }
 }
 
 impl rdkafka::consumer::ConsumerContext for LogContext {}
 
 pub mod headers;
+pub mod log_gate;

@@ -225,7 +225,7 @@ impl Monitor {
                         opened.get_or_insert_with(Instant::now);
                     }
                     Err(e) => {
-                        tracing::warn!(event = "monitor_poll_failed", error = %e);
+                        crate::kafka::warn_gated("monitor_poll_failed", &e, "polling again in 1 s");
                         tokio::select! {
                             _ = &mut shutdown => break,
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
