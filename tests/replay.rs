@@ -410,3 +410,144 @@ async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() 
     assert_eq!(sent.len(), 2);
     assert!(sent.contains_key("k0") && sent.contains_key("k2"));
 }
+
+/// A dead letter of `source` for the record `value` at `offset`, as the consumer writes it.
+fn letter(source: &str, offset: i64, value: &str) -> Out {
+    let record = Record {
+        id: format!("{source}-0-{offset}"),
+        topic: source.into(),
+        partition: 0,
+        offset,
+        key: None,
+        payload: Some(value.as_bytes().to_vec()),
+        headers: vec![],
+        timestamp: None,
+    };
+    Out {
+        partition: 0,
+        key: None,
+        value: Some(Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, "g").to_vec()),
+        headers: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replay_of_the_same_dlq_refuses_while_the_first_runs() {
+    let brokers = brokers();
+    let topic = unique("twice");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    produce(
+        &brokers,
+        &dlq,
+        (0..12)
+            .map(|i| letter(&topic, i, &format!("v{i}")))
+            .collect(),
+    )
+    .await;
+    // The first replay sends 2 a second: it runs for about 6 s.
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args([
+            "dlq",
+            "replay",
+            "--brokers",
+            &brokers,
+            "--dlq-topic",
+            &dlq,
+            "--rate",
+            "2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || !read_all(&brokers, &topic).is_empty()).await,
+        "the first replay is sending"
+    );
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_ne!(code, 0, "the second replay refuses: {out}");
+    assert!(err.contains("another replay"), "{err}");
+    let first = first.wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let sent: Vec<Vec<u8>> = read_all(&brokers, &topic)
+        .iter()
+        .map(|m| m.payload().unwrap().to_vec())
+        .collect();
+    assert_eq!(sent.len(), 12, "each dead letter sent once");
+    let distinct: std::collections::BTreeSet<_> = sent.iter().collect();
+    assert_eq!(distinct.len(), 12);
+
+    // Once it is over, the lock is free again (and the position is at the end).
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_lists_from_where_a_real_run_resumes() {
+    let brokers = brokers();
+    let topic = unique("dry");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    produce(
+        &brokers,
+        &dlq,
+        vec![letter(&topic, 0, "a"), letter(&topic, 1, "b")],
+    )
+    .await;
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 2 of 2 scanned"), "{out}");
+    produce(&brokers, &dlq, vec![letter(&topic, 2, "c")]).await;
+    let (code, dry, err) = cli(&[
+        "dlq",
+        "replay",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--dry-run",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        dry.contains("would replay 1 of 1 scanned") && dry.contains(&format!("{topic}-0-2")),
+        "only what a real run would send now: {dry}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
+    let brokers = brokers();
+    let topic = unique("undecodable");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let mut broken: serde_json::Value =
+        serde_json::from_slice(letter(&topic, 0, "x").value.as_ref().unwrap()).unwrap();
+    broken["payload_encoding"] = "base64".into();
+    broken["payload"] = "%%% not base64 %%%".into();
+    let broken = Out {
+        partition: 0,
+        key: None,
+        value: Some(serde_json::to_vec(&broken).unwrap()),
+        headers: vec![],
+    };
+    produce(&brokers, &dlq, vec![broken, letter(&topic, 1, "good")]).await;
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("skipped {topic}-0-0")), "{out}");
+    assert!(
+        out.contains("replayed 1 of 2 scanned") && out.contains("undecodable 1"),
+        "{out}"
+    );
+    let sent = read_all(&brokers, &topic);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload(), Some(&b"good"[..]));
+}

@@ -388,14 +388,18 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
         for id in &report.not_envelopes {
             let _ = writeln!(out, "skipped {id} (not a kafka-dlq envelope)");
         }
+        for (id, why) in &report.undecodable {
+            let _ = writeln!(out, "skipped {id} (its envelope does not decode: {why})");
+        }
         let _ = writeln!(
             out,
-            "{verb} {} of {} scanned; filtered out {}, refused {}, not envelopes {}{}",
+            "{verb} {} of {} scanned; filtered out {}, refused {}, not envelopes {}, undecodable {}{}",
             report.replayed,
             report.scanned,
             report.filtered_out,
             report.refused.len(),
             report.not_envelopes.len(),
+            report.undecodable.len(),
             if report.interrupted {
                 "; interrupted: run the same command again to resume"
             } else {

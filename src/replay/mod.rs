@@ -12,6 +12,14 @@
 //! can resend that one record). The monitor counts what the unfiltered replay has passed as no
 //! longer outstanding.
 //!
+//! **One at a time.** A replay holds a [`ReplayLock`] (a consumer-group membership) while it
+//! runs; a second replay with the same position group refuses to start
+//! ([`ReplayError::Locked`]). A dry run takes no lock: it sends nothing.
+//!
+//! **Undecodable dead letters** (an envelope that parses but whose payload, key or headers do
+//! not decode) are reported in [`ReplayReport::undecodable`] and passed over, not sent; the
+//! replay goes on.
+//!
 //! **Loop guard.** Each replayed record carries the header `kafka_dlq-replay-count`, one more
 //! than its dead letter had. A record that would be replayed more than `max_replays` times is
 //! refused and reported, not sent: a record that keeps failing is not replayed forever.
@@ -28,6 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dlq::{DlqContent, DlqReader, EnvelopeDecodeError, Filter};
 use crate::kafka::LogContext;
+
+mod lock;
+pub use lock::{LockError, ReplayLock};
 
 /// The header counting how often a record was replayed.
 pub const HEADER_REPLAY_COUNT: &str = "kafka_dlq-replay-count";
@@ -106,6 +117,9 @@ pub struct ReplayReport {
     pub refused: Vec<Refused>,
     /// DLQ records that are not envelopes (never replayed), by DLQ coordinates.
     pub not_envelopes: Vec<String>,
+    /// Dead letters whose envelope parses but does not decode (passed over, not sent): the
+    /// record id and why.
+    pub undecodable: Vec<(String, String)>,
     /// Ids and destination topics of what was (or, in a dry run, would be) sent.
     pub sent: Vec<(String, String)>,
     /// Nothing was sent or committed.
@@ -127,15 +141,9 @@ pub enum ReplayError {
         #[source]
         source: KafkaError,
     },
-    /// An envelope field does not decode.
-    #[error("dead letter `{id}` cannot be decoded: {source}")]
-    Decode {
-        /// The record id.
-        id: String,
-        /// The cause.
-        #[source]
-        source: EnvelopeDecodeError,
-    },
+    /// Another replay with the same position is running, or the lock could not be taken.
+    #[error(transparent)]
+    Locked(#[from] LockError),
     /// The producer could not be created.
     #[error("cannot create the replay producer: {0}")]
     CreateProducer(#[source] KafkaError),
@@ -178,10 +186,20 @@ pub async fn replay(
         options.dlq_topic.clone(),
         options.position_group(),
     );
-    let dry_run = options.dry_run;
+    let _lock = if options.dry_run {
+        None
+    } else {
+        let (brokers, raw, topic, group) =
+            (brokers.clone(), raw.clone(), topic.clone(), group.clone());
+        Some(
+            tokio::task::spawn_blocking(move || ReplayLock::take(&brokers, &raw, &topic, &group))
+                .await
+                .expect("lock task")?,
+        )
+    };
     let mut reader = tokio::task::spawn_blocking(move || {
-        // A dry run shows everything from the start; a real one resumes.
-        DlqReader::open(&brokers, &raw, &topic, &group, !dry_run)
+        // A dry run lists what a real run would send: from the same position.
+        DlqReader::open(&brokers, &raw, &topic, &group, true)
     })
     .await
     .expect("reader task")
@@ -222,75 +240,30 @@ pub async fn replay(
         } else {
             match &entry.content {
                 DlqContent::NotAnEnvelope { .. } => report.not_envelopes.push(entry.id()),
-                DlqContent::Envelope(envelope) => {
-                    let decode = |source| ReplayError::Decode {
-                        id: envelope.id.clone(),
-                        source,
-                    };
-                    let mut headers = envelope.headers().map_err(decode)?;
-                    let replays = headers
-                        .iter()
-                        .rev()
-                        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
-                        .and_then(|h| h.value.as_deref())
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|v| v.trim().parse::<u32>().ok())
-                        .unwrap_or(0);
-                    let destination = options
-                        .to
-                        .clone()
-                        .unwrap_or_else(|| envelope.source.topic.clone());
-                    if replays >= options.max_replays {
-                        tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
-                            max_replays = options.max_replays,
-                            "replayed too often already; fix the cause or raise --max-replays");
-                        report.refused.push(Refused {
-                            id: envelope.id.clone(),
-                            replays,
-                        });
-                    } else if options.dry_run {
-                        report.replayed += 1;
-                        report.sent.push((envelope.id.clone(), destination));
-                    } else {
-                        if let Some(pause) = pause {
-                            tokio::time::sleep_until(next_send).await;
-                            next_send = tokio::time::Instant::now() + pause;
-                        }
-                        headers.retain(|h| h.key != HEADER_REPLAY_COUNT.as_bytes());
-                        let count = (replays + 1).to_string();
-                        let mut out_headers = OwnedHeaders::new_with_capacity(headers.len() + 1);
-                        for h in &headers {
-                            out_headers =
-                                crate::kafka::headers::add(out_headers, &h.key, h.value.as_deref());
-                        }
-                        out_headers = out_headers.insert(Header {
-                            key: HEADER_REPLAY_COUNT,
-                            value: Some(count.as_bytes()),
-                        });
-                        let key = envelope.key_bytes().map_err(decode)?;
-                        let payload = envelope.payload_bytes().map_err(decode)?;
-                        let mut record =
-                            FutureRecord::<[u8], [u8]>::to(&destination).headers(out_headers);
-                        if let Some(k) = key.as_deref() {
-                            record = record.key(k);
-                        }
-                        if let Some(p) = payload.as_deref() {
-                            record = record.payload(p);
-                        }
-                        producer
-                            .send(record, Duration::from_secs(30))
-                            .await
-                            .map_err(|(source, _)| ReplayError::Send {
-                                id: envelope.id.clone(),
-                                topic: destination.clone(),
-                                source,
-                            })?;
-                        tracing::info!(event = "record_replayed", id = %envelope.id,
-                            to = %destination, replay_count = replays + 1);
-                        report.replayed += 1;
-                        report.sent.push((envelope.id.clone(), destination));
+                DlqContent::Envelope(envelope) => match decoded(envelope) {
+                    Err(e) => {
+                        tracing::warn!(event = "replay_undecodable", id = %envelope.id,
+                                dlq_partition = entry.partition, dlq_offset = entry.offset,
+                                error = %e, "passed over: its envelope does not decode");
+                        report
+                            .undecodable
+                            .push((envelope.id.clone(), e.to_string()));
                     }
-                }
+                    Ok((mut headers, key, payload)) => {
+                        send_one(
+                            options,
+                            &producer,
+                            &mut report,
+                            envelope,
+                            &mut headers,
+                            key,
+                            payload,
+                            pause,
+                            &mut next_send,
+                        )
+                        .await?;
+                    }
+                },
             }
         }
         if !options.dry_run {
@@ -304,4 +277,96 @@ pub async fn replay(
         progress(report.scanned, total);
     }
     Ok(report)
+}
+
+/// An envelope's headers, key and payload, decoded.
+type Decoded = (
+    Vec<crate::record::RecordHeader>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+);
+
+fn decoded(envelope: &crate::dlq::Envelope) -> Result<Decoded, EnvelopeDecodeError> {
+    Ok((
+        envelope.headers()?,
+        envelope.key_bytes()?,
+        envelope.payload_bytes()?,
+    ))
+}
+
+/// Sends one decoded dead letter (or, in a dry run, reports it), unless the loop guard
+/// refuses it.
+#[allow(clippy::too_many_arguments)]
+async fn send_one(
+    options: &ReplayOptions,
+    producer: &FutureProducer<LogContext>,
+    report: &mut ReplayReport,
+    envelope: &crate::dlq::Envelope,
+    headers: &mut Vec<crate::record::RecordHeader>,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+    pause: Option<Duration>,
+    next_send: &mut tokio::time::Instant,
+) -> Result<(), ReplayError> {
+    let replays = headers
+        .iter()
+        .rev()
+        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
+        .and_then(|h| h.value.as_deref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    let destination = options
+        .to
+        .clone()
+        .unwrap_or_else(|| envelope.source.topic.clone());
+    if replays >= options.max_replays {
+        tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
+            max_replays = options.max_replays,
+            "replayed too often already; fix the cause or raise --max-replays");
+        report.refused.push(Refused {
+            id: envelope.id.clone(),
+            replays,
+        });
+        return Ok(());
+    }
+    if options.dry_run {
+        report.replayed += 1;
+        report.sent.push((envelope.id.clone(), destination));
+        return Ok(());
+    }
+    if let Some(pause) = pause {
+        tokio::time::sleep_until(*next_send).await;
+        *next_send = tokio::time::Instant::now() + pause;
+    }
+    headers.retain(|h| h.key != HEADER_REPLAY_COUNT.as_bytes());
+    let count = (replays + 1).to_string();
+    let mut out_headers = OwnedHeaders::new_with_capacity(headers.len() + 1);
+    for h in headers.iter() {
+        out_headers = crate::kafka::headers::add(out_headers, &h.key, h.value.as_deref());
+    }
+    out_headers = out_headers.insert(Header {
+        key: HEADER_REPLAY_COUNT,
+        value: Some(count.as_bytes()),
+    });
+    let mut record = FutureRecord::<[u8], [u8]>::to(&destination).headers(out_headers);
+    if let Some(k) = key.as_deref() {
+        record = record.key(k);
+    }
+    if let Some(p) = payload.as_deref() {
+        record = record.payload(p);
+    }
+    producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .map_err(|(source, _)| ReplayError::Send {
+            id: envelope.id.clone(),
+            topic: destination.clone(),
+            source,
+        })?;
+    tracing::info!(event = "record_replayed", id = %envelope.id,
+        to = %destination, replay_count = replays + 1);
+    report.replayed += 1;
+    report.sent.push((envelope.id.clone(), destination));
+    Ok(())
 }

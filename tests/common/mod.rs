@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+#[allow(unused_imports)]
 pub use broker::{group_lag, Kafka};
 
 use std::collections::HashMap;

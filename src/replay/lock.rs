@@ -1,0 +1,154 @@
+//! One replay of a dead-letter topic at a time.
+//!
+//! A replay reads the DLQ by manual assignment (its position is a committed offset, not a
+//! group membership), so nothing stopped two replays of one DLQ from both sending everything.
+//! A [`ReplayLock`] is a consumer-group membership: it joins the group
+//! `<position group>-lock-<dlq topic>` on the DLQ topic and holds it while the replay runs. If the group has another member, a
+//! replay with the same position is running already, and this one refuses to start. Two that
+//! join at the same instant both see two members and both refuse: neither sends anything twice.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::ClientConfig;
+
+/// How long joining the lock group may take.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The lock consumer's context: notes when a rebalance has given it its (maybe empty) share.
+struct Joined(Arc<AtomicBool>);
+
+impl ClientContext for Joined {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        crate::kafka::log_rdkafka(level, fac, message);
+    }
+}
+
+impl ConsumerContext for Joined {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if matches!(rebalance, Rebalance::Assign(_)) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Why the lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another replay of the same DLQ, with the same filters and destination, is running.
+    #[error(
+        "another replay of `{topic}` with the same filters is running ({members} members in \
+         group `{group}`); wait for it to end"
+    )]
+    Held {
+        /// The DLQ topic.
+        topic: String,
+        /// The lock group.
+        group: String,
+        /// Its members, this one included.
+        members: usize,
+    },
+    /// The lock group could not be joined or described.
+    #[error("cannot take the replay lock `{group}`: {source}")]
+    Kafka {
+        /// The lock group.
+        group: String,
+        /// The cause.
+        #[source]
+        source: KafkaError,
+    },
+    /// Joining the lock group took longer than 30 s.
+    #[error("cannot take the replay lock `{group}`: the group was not joined within 30 s")]
+    Timeout {
+        /// The lock group.
+        group: String,
+    },
+}
+
+/// A held lock; released (the group left) when dropped.
+pub struct ReplayLock {
+    stop: Arc<AtomicBool>,
+    poller: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ReplayLock {
+    /// Joins `<position_group>-lock-<topic>` on `topic` and checks that no one else is in it. Blocks
+    /// for the join (up to 30 s); run it off the async threads.
+    pub fn take(
+        brokers: &str,
+        librdkafka: &std::collections::BTreeMap<String, String>,
+        topic: &str,
+        position_group: &str,
+    ) -> Result<ReplayLock, LockError> {
+        let group = format!("{position_group}-lock-{topic}");
+        let kafka = |source| LockError::Kafka {
+            group: group.clone(),
+            source,
+        };
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", brokers)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            // A member joining makes the holder rejoin at its next heartbeat: keep that short,
+            // so a second replay learns at once that the lock is held.
+            .set("heartbeat.interval.ms", "500");
+        crate::config::apply_librdkafka(&mut config, librdkafka);
+        let joined = Arc::new(AtomicBool::new(false));
+        let consumer: BaseConsumer<Joined> = config
+            .create_with_context(Joined(joined.clone()))
+            .map_err(kafka)?;
+        consumer.subscribe(&[topic]).map_err(kafka)?;
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        while !joined.load(Ordering::Acquire) {
+            if Instant::now() > deadline {
+                return Err(LockError::Timeout { group });
+            }
+            let _ = consumer.poll(Duration::from_millis(100));
+        }
+        let groups = consumer
+            .fetch_group_list(Some(&group), Duration::from_secs(10))
+            .map_err(kafka)?;
+        let members = groups
+            .groups()
+            .iter()
+            .find(|g| g.name() == group)
+            .map_or(1, |g| g.members().len());
+        if members > 1 {
+            return Err(LockError::Held {
+                topic: topic.to_string(),
+                group,
+                members,
+            });
+        }
+        // Poll while the replay runs, so that the membership outlives max.poll.interval.ms.
+        let stop = Arc::new(AtomicBool::new(false));
+        let poller = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let _ = consumer.poll(Duration::from_millis(200));
+                }
+                consumer.unsubscribe();
+            })
+        };
+        Ok(ReplayLock {
+            stop,
+            poller: Some(poller),
+        })
+    }
+}
+
+impl Drop for ReplayLock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(poller) = self.poller.take() {
+            let _ = poller.join();
+        }
+    }
+}
