@@ -130,3 +130,77 @@ async fn the_consumer_rides_out_a_broker_restart() {
     assert_eq!(handler.count(), 4, "each record once");
     drop(kafka);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_in_flight_are_bounded_by_bytes_while_the_dlq_is_down() {
+    let mock = MockCluster::new(1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let topic = unique("bigdlq");
+    let group = unique("g");
+    let partitions = 8;
+    mock.create_topic(&topic, partitions, 1).unwrap();
+    mock.create_topic(&format!("{topic}-dlt"), 1, 1).unwrap();
+    // 8 partitions × 24 permanent failures of 160 kB: 32 writes per partition in flight would
+    // hold about 8 × 24 × 214 kB = 41 MB of envelopes.
+    let value = vec![0xa5u8; 160_000];
+    let mut records = Vec::new();
+    for p in 0..partitions {
+        for i in 0..24 {
+            let mut v = format!("perm-{p}-{i}-").into_bytes();
+            v.extend_from_slice(&value);
+            records.push(Out {
+                partition: p,
+                key: None,
+                value: Some(v),
+                headers: vec![],
+            });
+        }
+    }
+    produce(&brokers, &topic, records).await;
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
+    );
+    let mut config = test_config(&brokers, &group, &topic);
+    config
+        .librdkafka
+        .insert("message.timeout.ms".into(), "300".into());
+    init_logs();
+    let handler = Scripted::default();
+    let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
+    let metrics = consumer.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let mut peak = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        peak = peak.max(metrics.dead_letter_bytes_in_flight());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let budget = 16 * 1024 * 1024;
+    eprintln!(
+        "dead letters in flight peaked at {peak} bytes ({} records handled)",
+        handler.count()
+    );
+    assert!(peak <= budget, "at most 16 MiB in flight: {peak}");
+    assert!(
+        peak > budget / 2,
+        "the bound is what held them back: {peak}"
+    );
+    assert!(handler.count() < 8 * 24, "records wait for the budget");
+
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
+    let ends: HashMap<i32, i64> = (0..partitions).map(|p| (p, 24)).collect();
+    assert!(
+        eventually(Duration::from_secs(60), || committed(
+            &brokers, &group, &topic, partitions
+        ) == ends)
+        .await,
+        "every dead letter is written once the DLQ is back"
+    );
+    assert!(eventually(WAIT, || metrics.dead_letter_bytes_in_flight() == 0).await);
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}

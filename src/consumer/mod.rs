@@ -171,6 +171,9 @@ impl<H: BatchHandler> Consumer<H> {
                 batch_linger: std::time::Duration::from_millis(config.batch_linger_ms),
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
+                dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
+                    partition::DEAD_LETTER_BUDGET_KIB,
+                )),
             }),
             config,
             partitions,

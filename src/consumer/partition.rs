@@ -37,6 +37,8 @@ pub(super) struct Shared<H> {
     pub batch_linger: Duration,
     /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
     pub key_ordered: Option<usize>,
+    /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
+    pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
 }
 
 /// A newly assigned partition, for the poll loop to start its worker.
@@ -538,6 +540,38 @@ impl Settled {
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
 
+/// Dead-letter writes in flight hold at most this many KiB in all (16 MiB), whatever the
+/// number of partitions and the size of the records: a write waits for earlier ones to be
+/// acknowledged while the budget is spent. A single larger write takes the whole budget.
+pub(super) const DEAD_LETTER_BUDGET_KIB: usize = 16 * 1024;
+
+/// What a dead-letter write holds of the budget, given back (and taken off the gauge) when
+/// the write ends or is dropped.
+struct BudgetHold {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: prometheus::IntGauge,
+}
+
+impl Drop for BudgetHold {
+    fn drop(&mut self) {
+        self.gauge.sub(self.bytes);
+    }
+}
+
+/// The bytes a dead-letter write of `record` holds: its envelope (a binary value grows by a
+/// third in base64) and its headers.
+fn dead_letter_bytes(record: &Record) -> usize {
+    let value = record.payload.as_ref().map_or(0, Vec::len);
+    let key = record.key.as_ref().map_or(0, Vec::len);
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+        .sum();
+    value * 4 / 3 + 2 * (key + headers) + 512
+}
+
 /// A partition handles at most this many records past a dead letter that is not acknowledged
 /// yet; then it waits for the acknowledgement. These records are consumed again if the
 /// service stops before then. 1,000 made a fast partition wait for every acknowledgement
@@ -579,6 +613,27 @@ impl DeadLetterWrites {
         while self.is_full() {
             self.wait_first().await;
         }
+        let bytes = dead_letter_bytes(record);
+        let kib = (bytes / 1024 + 1).min(DEAD_LETTER_BUDGET_KIB) as u32;
+        let budget = &shared.dead_letter_budget;
+        let permit = loop {
+            if let Ok(permit) = budget.clone().try_acquire_many_owned(kib) {
+                break permit;
+            }
+            // Our own writes may hold the budget: drive them while waiting for it.
+            tokio::select! {
+                permit = budget.clone().acquire_many_owned(kib) => {
+                    break permit.expect("the budget is never closed");
+                }
+                _ = self.wait_first(), if !self.in_flight.is_empty() => {}
+            }
+        };
+        shared.metrics.dead_letter_bytes_in_flight.add(bytes as i64);
+        let hold = BudgetHold {
+            _permit: permit,
+            bytes: bytes as i64,
+            gauge: shared.metrics.dead_letter_bytes_in_flight.clone(),
+        };
         // Handed to the producer now, so that dead letters keep the partition's order.
         let written = shared
             .dlq
@@ -586,6 +641,7 @@ impl DeadLetterWrites {
         let metrics = shared.metrics.clone();
         let topic = record.topic.clone();
         let write = async move {
+            let _hold = hold;
             let written = written.await;
             dead_lettered(&metrics, &topic, kind, &message, attempts, written)?;
             metrics

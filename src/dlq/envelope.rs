@@ -33,6 +33,13 @@ pub enum Encoding {
     /// [`HEADER_ENVELOPE`](super::HEADER_ENVELOPE) header. [`DlqReader`](super::DlqReader)
     /// puts the value back into the envelope, so readers see one of the other encodings.
     Detached,
+    /// The record did not fit the broker's size limit even in the detached form, so the dead
+    /// letter is a reference: this envelope with no payload and no source headers (the error,
+    /// the coordinates `source.topic`/`partition`/`offset`, the key). [`DlqReader`]
+    /// (super::DlqReader) reads the value and headers back from the source topic while it
+    /// still retains the record, so `dlq show` and `dlq replay` work the same; once the
+    /// source topic's retention has removed it, the value is gone.
+    Reference,
 }
 
 /// The failure that sent a record to the dead-letter topic.
@@ -170,11 +177,43 @@ impl Envelope {
 
     /// The envelope in the detached form: no payload, `payload_encoding` `detached`; the
     /// original value travels as the dead letter's value.
-    pub fn detached(&self) -> Envelope {
+    pub fn into_detached(mut self) -> Envelope {
+        self.payload = raw("null");
+        self.payload_encoding = Encoding::Detached;
+        self
+    }
+
+    /// The envelope as a reference: no payload and no source headers, `payload_encoding`
+    /// `reference` (see [`Encoding::Reference`]).
+    pub fn reference(&self) -> Envelope {
         Envelope {
-            payload: RawValue::from_string("null".into()).expect("null is JSON"),
-            payload_encoding: Encoding::Detached,
-            ..self.clone()
+            id: self.id.clone(),
+            payload: raw("null"),
+            payload_encoding: Encoding::Reference,
+            error: self.error.clone(),
+            timestamp: self.timestamp,
+            source: EnvelopeSource {
+                headers: Vec::new(),
+                ..self.source.clone()
+            },
+        }
+    }
+
+    /// Fills a reference in with the source record's `value` and `headers`, read from the
+    /// source topic. Other envelopes are returned as they are.
+    pub fn resolve(self, value: Option<&[u8]>, headers: &[RecordHeader]) -> Envelope {
+        if self.payload_encoding != Encoding::Reference {
+            return self;
+        }
+        let (payload, payload_encoding) = encode_payload(value);
+        Envelope {
+            payload,
+            payload_encoding,
+            source: EnvelopeSource {
+                headers: headers.iter().map(encode_header).collect(),
+                ..self.source
+            },
+            ..self
         }
     }
 
@@ -202,6 +241,15 @@ impl Envelope {
                 field: "payload",
                 encoding: Encoding::Detached,
                 reason: "the value is the dead letter's own value; read it with DlqReader".into(),
+            }),
+            Encoding::Reference => Err(EnvelopeDecodeError::BadField {
+                field: "payload",
+                encoding: Encoding::Reference,
+                reason: format!(
+                    "the dead letter holds no value: it refers to {} partition {} offset {}, \
+                     which is no longer in that topic (retention) or could not be read",
+                    self.source.topic, self.source.partition, self.source.offset
+                ),
             }),
             Encoding::Json => Ok(Some(raw.as_bytes().to_vec())),
             enc => {
@@ -328,10 +376,10 @@ fn decode_text(
                 reason: e.to_string(),
             }),
         Encoding::None => Ok(Vec::new()),
-        Encoding::Detached => Err(EnvelopeDecodeError::BadField {
+        Encoding::Detached | Encoding::Reference => Err(EnvelopeDecodeError::BadField {
             field,
             encoding,
-            reason: "`detached` is only a payload encoding".into(),
+            reason: "`detached` and `reference` are only payload encodings".into(),
         }),
     }
 }

@@ -9,8 +9,11 @@
 //! **detached form** instead: the original value, byte for byte, as the dead letter's value,
 //! and the envelope without it in the `kafka_dlq-envelope` header (Spring also writes the
 //! original value); [`DlqReader`] joins them again, so `dlq show` and `dlq replay` work the
-//! same. Only a record that does not fit even that way stalls its partition (logged as
-//! `dlq_record_too_large`, naming the settings to raise).
+//! same. A record that does not fit even that way (its value and headers over the limit) is
+//! written as a **reference** (`payload_encoding` `reference`: the envelope without payload
+//! and source headers, Spring's headers only), which `DlqReader` resolves from the source
+//! topic while it still retains the record. Only a DLQ whose limit is smaller than a
+//! reference stalls its partition (logged as `dlq_record_too_large`).
 //!
 //! [`DeadLetterPublisher::publish`] returns only once the broker acknowledged the write
 //! (`acks=all`, one request in flight). A failed write is logged as an error and retried with
@@ -179,19 +182,33 @@ impl DeadLetterPublisher {
     ) -> impl std::future::Future<Output = Result<DeadLettered, Abandoned>> + Send + 'static {
         let topic = self.topic.for_topic(&record.topic);
         let envelope = Envelope::new(record, kind, message, attempts, &self.group);
+        let inline = envelope.to_vec();
         let write = Write {
             producer: self.producer.clone(),
             source_topic: record.topic.clone(),
-            inline: envelope.to_vec(),
             headers: dead_letter_headers(record, &envelope.error.message, &self.group),
-            envelope,
+            // The payload is kept once, in `inline`; the other forms are derived from it.
+            envelope: envelope.into_detached(),
+            inline,
             key: record.key.clone(),
             topic,
         };
-        let first = write.send(false);
+        let first = write.send(Form::Inline);
         let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
         async move { write.deliver(first, retry, metrics, cancel).await }
     }
+}
+
+/// The forms a dead letter takes, each tried when the one before is too large for the broker
+/// (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The envelope with the payload, as the value.
+    Inline,
+    /// The original value as the value, the envelope in a header.
+    Detached,
+    /// The envelope without payload or source headers, as the value.
+    Reference,
 }
 
 /// One dead letter and what writing it takes.
@@ -199,10 +216,10 @@ struct Write {
     producer: FutureProducer<LogContext>,
     topic: String,
     source_topic: String,
+    /// The envelope with the payload, as JSON: the only copy of the payload a write keeps.
     inline: Vec<u8>,
     headers: OwnedHeaders,
-    /// The envelope, for the detached form (see the module docs); only built, with the
-    /// original value decoded from it, when the inline one is too large.
+    /// The envelope in the detached form (no payload), for the detached and reference forms.
     envelope: Envelope,
     key: Option<Vec<u8>>,
 }
@@ -210,25 +227,31 @@ struct Write {
 type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
 
 impl Write {
-    /// The record's value, byte for byte (the envelope holds it exactly).
+    /// The record's value, byte for byte (the inline envelope holds it exactly).
     fn original_value(&self) -> Option<Vec<u8>> {
-        self.envelope
-            .payload_bytes()
+        Envelope::from_slice(&self.inline)
+            .and_then(|e| e.payload_bytes())
             .expect("an envelope we built decodes")
     }
 
-    /// Hands the dead letter (inline or `detached`) to the producer.
-    fn send(&self, detached: bool) -> Sent {
+    /// Hands the dead letter in `form` to the producer.
+    fn send(&self, form: Form) -> Sent {
         let original;
-        let (value, headers) = if detached {
-            let headers = self.headers.clone().insert(Header {
-                key: HEADER_ENVELOPE,
-                value: Some(&self.envelope.detached().to_vec()),
-            });
-            original = self.original_value();
-            (original.as_deref(), headers)
-        } else {
-            (Some(self.inline.as_slice()), self.headers.clone())
+        let reference;
+        let (value, headers) = match form {
+            Form::Inline => (Some(self.inline.as_slice()), self.headers.clone()),
+            Form::Detached => {
+                let headers = self.headers.clone().insert(Header {
+                    key: HEADER_ENVELOPE,
+                    value: Some(&self.envelope.to_vec()),
+                });
+                original = self.original_value();
+                (original.as_deref(), headers)
+            }
+            Form::Reference => {
+                reference = self.envelope.reference().to_vec();
+                (Some(reference.as_slice()), spring_headers(&self.envelope))
+            }
         };
         let mut out = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
         if let Some(value) = value {
@@ -249,7 +272,7 @@ impl Write {
         cancel: CancellationToken,
     ) -> Result<DeadLettered, Abandoned> {
         let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
-        let mut detached = false;
+        let mut form = Form::Inline;
         let mut delays = retry.delays();
         let mut sent = first;
         loop {
@@ -265,10 +288,18 @@ impl Write {
             };
             match result {
                 Ok(delivery) => {
-                    if detached {
-                        tracing::warn!(event = "dead_letter_detached", dlq_topic = %self.topic,
+                    match form {
+                        Form::Inline => {}
+                        Form::Detached => {
+                            tracing::warn!(event = "dead_letter_detached", dlq_topic = %self.topic,
                             envelope_bytes = self.inline.len(),
-                            "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header");
+                            "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header")
+                        }
+                        Form::Reference => {
+                            tracing::warn!(event = "dead_letter_reference", dlq_topic = %self.topic,
+                            envelope_bytes = self.inline.len(),
+                            "the record was too large for the dead-letter topic even without its envelope: the dead letter refers to it (payload_encoding \"reference\"); dlq show and replay read it from the source topic while it retains it")
+                        }
                     }
                     return Ok(DeadLettered {
                         topic: self.topic,
@@ -276,19 +307,23 @@ impl Write {
                         offset: delivery.offset,
                     });
                 }
-                Err(error) if error == too_large && !detached => {
-                    // Try at once in the detached form: no base64, no copy of the value.
-                    detached = true;
+                Err(error) if error == too_large && form != Form::Reference => {
+                    // Try at once in the next form: the detached one (no base64, no copy of
+                    // the value), then a reference (no value, no source headers).
+                    form = match form {
+                        Form::Inline => Form::Detached,
+                        _ => Form::Reference,
+                    };
                 }
                 Err(error) => {
                     let delay = delays.next().expect("infrastructure backoff never ends");
-                    if detached && error == too_large {
+                    if error == too_large {
                         tracing::error!(
                             event = "dlq_record_too_large",
                             dlq_topic = %self.topic,
-                            value_bytes = self.original_value().map_or(0, |v| v.len()),
+                            reference_bytes = self.envelope.reference().to_vec().len(),
                             retry_in_ms = delay.as_millis() as u64,
-                            "the record does not fit the dead-letter topic even without its envelope: raise the topic's max.message.bytes and the producer's message.max.bytes (`librdkafka` setting); the partition does not advance until it fits"
+                            "not even a reference to the record (no value, no headers) fits the dead-letter topic: its max.message.bytes is far too small; the partition does not advance until it fits"
                         );
                     } else {
                         tracing::error!(
@@ -309,7 +344,7 @@ impl Write {
                     }
                 }
             }
-            sent = self.send(detached);
+            sent = self.send(form);
         }
     }
 }
@@ -338,6 +373,32 @@ fn dead_letter_headers(record: &Record, error_message: &str, group: &str) -> Own
     }
     spring.push((HEADER_ORIGINAL_CONSUMER_GROUP, group));
     spring.push((HEADER_EXCEPTION_MESSAGE, error_message));
+    for (key, value) in spring {
+        headers = headers.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    headers
+}
+
+/// Spring's `kafka_dlt-*` headers alone, from an envelope: the headers of a reference.
+fn spring_headers(envelope: &Envelope) -> OwnedHeaders {
+    let source = &envelope.source;
+    let partition = source.partition.to_string();
+    let offset = source.offset.to_string();
+    let timestamp = source.timestamp.map(|t| t.timestamp_millis().to_string());
+    let mut spring: Vec<(&str, &str)> = vec![
+        (HEADER_ORIGINAL_TOPIC, &source.topic),
+        (HEADER_ORIGINAL_PARTITION, &partition),
+        (HEADER_ORIGINAL_OFFSET, &offset),
+    ];
+    if let Some(ts) = &timestamp {
+        spring.push((HEADER_ORIGINAL_TIMESTAMP, ts));
+    }
+    spring.push((HEADER_ORIGINAL_CONSUMER_GROUP, &source.group));
+    spring.push((HEADER_EXCEPTION_MESSAGE, &envelope.error.message));
+    let mut headers = OwnedHeaders::new_with_capacity(spring.len());
     for (key, value) in spring {
         headers = headers.insert(Header {
             key,

@@ -13,6 +13,7 @@
 //! | `kafka_dlq_records_dead_lettered_total` | counter | topic, kind | dead letters acknowledged |
 //! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed dead-letter writes |
 //! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
+//! | `kafka_dlq_dead_letter_bytes_in_flight` | gauge | | bytes held by dead-letter writes not yet acknowledged (bounded; see the consumer docs) |
 //! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in the partitions' queues (librdkafka statistics, every 2 s) |
 //! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
 //! | `kafka_dlq_record_settle_seconds` | histogram | | from fetch to settled (handled or dead-lettered) |
@@ -44,6 +45,7 @@ pub struct MetricSet {
     pub(crate) dead_lettered: IntCounterVec,
     pub(crate) dlq_write_failures: IntCounterVec,
     pub(crate) partitions_in_backoff: IntGauge,
+    pub(crate) dead_letter_bytes_in_flight: IntGauge,
     pub(crate) buffered_records: IntGauge,
     pub(crate) handler_duration: HistogramVec,
     pub(crate) settle_seconds: prometheus::Histogram,
@@ -117,6 +119,10 @@ impl Metrics {
         let partitions_in_backoff = gauge(
             "kafka_dlq_partitions_in_backoff",
             "Partitions whose current record waits for a retry.",
+        );
+        let dead_letter_bytes_in_flight = gauge(
+            "kafka_dlq_dead_letter_bytes_in_flight",
+            "Bytes held by dead-letter writes not yet acknowledged by the broker.",
         );
         let buffered_records = gauge(
             "kafka_dlq_buffered_records",
@@ -201,6 +207,7 @@ impl Metrics {
             breaker_open,
             breaker_opened,
             batch_splits,
+            dead_letter_bytes_in_flight,
             dead_workers: std::sync::Mutex::default(),
         }))
     }
@@ -266,6 +273,11 @@ impl Metrics {
     /// Partitions assigned to this consumer now.
     pub fn partitions_assigned(&self) -> i64 {
         self.partitions_assigned.get()
+    }
+
+    /// Bytes held by dead-letter writes in flight now.
+    pub fn dead_letter_bytes_in_flight(&self) -> i64 {
+        self.dead_letter_bytes_in_flight.get()
     }
 
     /// Partitions waiting to retry a record now.

@@ -1,0 +1,110 @@
+//! A dead letter is always writable: a record too large for the dead-letter topic even in the
+//! detached form is written as a reference (coordinates and error, no payload), its partition
+//! goes on, and `dlq show` / `dlq replay` read the record back from the source topic.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::Message;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_replayed_from_its_source(
+) {
+    let brokers = brokers();
+    let topic = unique("huge");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4096")],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let value: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    let huge = Out {
+        partition: 0,
+        key: Some(b"k".to_vec()),
+        value: Some([b"perm".as_slice(), &value].concat()),
+        headers: vec![(b"big".to_vec(), Some(vec![0xab; 3_000]))],
+    };
+    produce(&brokers, &topic, vec![huge, Out::new(0, "ok-after")]).await;
+
+    let handler = Scripted::default();
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&2))
+        .await,
+        "the partition goes on past the record"
+    );
+    running.stop().await;
+    assert_eq!(handler.attempts("ok-after"), 1);
+
+    let letters = read_all(&brokers, &dlq);
+    assert_eq!(letters.len(), 1);
+    let raw: serde_json::Value = serde_json::from_slice(letters[0].payload().unwrap()).unwrap();
+    assert_eq!(raw["payload_encoding"], "reference", "{raw}");
+    assert_eq!(raw["payload"], serde_json::Value::Null);
+    assert_eq!(raw["source"]["offset"], 0);
+    assert_eq!(raw["error"]["kind"], "permanent");
+    assert!(letters[0].payload().unwrap().len() < 4096);
+
+    // show and replay resolve it from the source topic.
+    let id = format!("{topic}-0-0");
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        &id,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(
+        shown["envelope"]["payload_encoding"], "base64",
+        "resolved: {shown}"
+    );
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 1 of 1 scanned"), "{out}");
+    let source = read_all(&brokers, &topic);
+    assert_eq!(source.len(), 3);
+    assert_eq!(
+        source[2].payload(),
+        Some([b"perm".as_slice(), &value].concat().as_slice()),
+        "the original value, byte for byte"
+    );
+    let headers = kafka_dlq::kafka::headers::read(rdkafka::Message::headers(&source[2]).unwrap());
+    assert_eq!(headers[0].key, b"big");
+    assert_eq!(headers[0].value, Some(vec![0xab; 3_000]));
+}
