@@ -67,6 +67,7 @@ fn spawn_sidecar(
     protocol: &str,
 ) -> tokio::process::Child {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
+    command.arg("run");
     if protocol == "classic" {
         command
             .args([
@@ -76,7 +77,6 @@ fn spawn_sidecar(
             .args(["--kafka-option", "heartbeat.interval.ms=1000"]);
     }
     command
-        .arg("run")
         .args([
             "--brokers",
             brokers,
@@ -101,13 +101,23 @@ fn spawn_sidecar(
             "--group-protocol",
             protocol,
         ])
-        .env("RUST_LOG", "error")
+        .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(sidecar_log()))
         .kill_on_drop(true)
         .spawn()
         .unwrap()
 }
+
+/// A new log file for a sidecar, in the temporary directory (the test prints their paths when
+/// it fails).
+fn sidecar_log() -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("{}.log", unique("chaos-sidecar")));
+    SIDECAR_LOGS.lock().unwrap().push(path.clone());
+    std::fs::File::create(path).unwrap()
+}
+
+static SIDECAR_LOGS: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
 
 /// The sidecar's `session.timeout.ms` under the classic protocol (the test broker's
 /// `group.consumer.session.timeout.ms` is the same): how long a killed sidecar stays a member.
@@ -200,10 +210,19 @@ async fn chaos(protocol: &str) {
         })
         .collect();
     while committed(&brokers, &group, &topic, PARTITIONS) != ends {
+        for member in &mut members {
+            if let Ok(Some(status)) = member.try_wait() {
+                panic!(
+                    "{protocol}: a sidecar exited by itself ({status}); logs: {:?}",
+                    SIDECAR_LOGS.lock().unwrap()
+                );
+            }
+        }
         assert!(
             Instant::now() < deadline,
-            "{protocol}: not settled: committed {:?} of {ends:?}",
-            committed(&brokers, &group, &topic, PARTITIONS)
+            "{protocol}: not settled: committed {:?} of {ends:?}; sidecar logs: {:?}",
+            committed(&brokers, &group, &topic, PARTITIONS),
+            SIDECAR_LOGS.lock().unwrap()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -259,4 +278,7 @@ async fn chaos(protocol: &str) {
         dead.len()
     );
     drop(kafka);
+    for log in SIDECAR_LOGS.lock().unwrap().drain(..) {
+        let _ = std::fs::remove_file(log);
+    }
 }
