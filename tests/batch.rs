@@ -412,3 +412,57 @@ async fn an_outage_opens_the_breaker_instead_of_draining_the_topic_into_the_dlq(
     assert!(metrics.total("kafka_dlq_breaker_opened_total") >= 1.0);
     assert!(read_all(&brokers, &format!("{topic}-dlt")).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_on_a_one_partition_topic_opens_the_breaker_at_the_default_min_calls() {
+    let brokers = brokers();
+    let topic = unique("one-partition-outage");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(
+        &brokers,
+        &topic,
+        (0..20).map(|i| Out::new(0, &format!("ok-{i}"))).collect(),
+    )
+    .await;
+    let downstream = Downstream::default();
+    downstream.down.store(true, Ordering::SeqCst);
+    // The default breaker (20 calls in 30 s); one partition makes 4 calls per record here.
+    let config = ConsumerConfig {
+        breaker_probe_initial_ms: 200,
+        breaker_probe_max_ms: 800,
+        ..test_config(&brokers, &group, &topic)
+    };
+    assert_eq!(config.breaker_min_calls, 20);
+    let consumer = kafka_dlq::Consumer::new(config, downstream.clone()).unwrap();
+    let metrics = consumer.metrics();
+    let mut breaker = consumer.breaker_state();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run(async move {
+        let _ = rx.await;
+    }));
+    tokio::time::timeout(
+        WAIT,
+        breaker.wait_for(|s| *s == kafka_dlq::breaker::BreakerState::Open),
+    )
+    .await
+    .expect("the breaker opens")
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        metrics.total("kafka_dlq_records_dead_lettered_total") <= 1.0,
+        "at most the first record of the outage is dead-lettered, not one after another: {}",
+        metrics.total("kafka_dlq_records_dead_lettered_total")
+    );
+    downstream.down.store(false, Ordering::SeqCst);
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&20))
+        .await,
+        "the rest is handled once the downstream is back"
+    );
+    let _ = tx.send(());
+    run.await.unwrap().unwrap();
+    assert!(downstream.handled.lock().unwrap().len() >= 19);
+}

@@ -133,3 +133,71 @@ async fn the_stored_offset_never_passes_an_unsettled_record() {
         "still after shutdown"
     );
 }
+
+/// Counts the calls that started and the calls that ran to their end.
+#[derive(Clone, Default)]
+struct Finishing {
+    started: Arc<Mutex<u32>>,
+    finished: Arc<Mutex<u32>>,
+}
+
+impl Handler for Finishing {
+    async fn handle(&self, _: &Record) -> Result<(), HandlerError> {
+        *self.started.lock().unwrap() += 1;
+        tokio::time::sleep(Duration::from_millis(6_000)).await;
+        *self.finished.lock().unwrap() += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_ordered_calls_in_flight_at_a_revocation_run_to_their_end() {
+    let brokers = brokers();
+    let topic = unique("revoked-keys");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 2).await;
+    produce(
+        &brokers,
+        &topic,
+        (0..8)
+            .map(|i| Out::new(i % 2, &format!("k{i}/0")))
+            .collect(),
+    )
+    .await;
+    let config = || {
+        let mut c = ConsumerConfig {
+            ordering: Ordering::Key,
+            breaker_failure_ratio: 0.0,
+            ..test_config(&brokers, &group, &topic)
+        };
+        c.librdkafka
+            .insert("session.timeout.ms".into(), "6000".into());
+        // A member joining makes the first rejoin at its next heartbeat: soon, while its
+        // calls (6 s each) are in flight.
+        c.librdkafka
+            .insert("heartbeat.interval.ms".into(), "500".into());
+        c
+    };
+    let first = Finishing::default();
+    let a = Running::start(config(), first.clone());
+    assert!(
+        eventually(WAIT, || *first.started.lock().unwrap() == 8).await,
+        "every record's call is in flight on the first member"
+    );
+    // A second member joins: one partition is revoked from the first while its calls run.
+    let second = Finishing::default();
+    let b = Running::start(config(), second.clone());
+    assert!(
+        eventually(WAIT, || *first.finished.lock().unwrap() == 8).await,
+        "every call the first member started ran to its end: {} of {}",
+        first.finished.lock().unwrap(),
+        first.started.lock().unwrap()
+    );
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2)
+            == HashMap::from([(0, 4), (1, 4)]))
+        .await
+    );
+    b.stop().await;
+    a.stop().await;
+}
