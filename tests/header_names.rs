@@ -14,18 +14,6 @@ use rdkafka::Message;
 const WAIT: Duration = Duration::from_secs(30);
 const NAME: &[u8] = &[0xff, 0xfe, b'-', b'i', b'd'];
 
-fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_name_that_is_not_utf8_reaches_the_handler_and_the_dlq_and_the_partition_goes_on()
 {

@@ -14,18 +14,6 @@ use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_replayed_from_its_source(
 ) {

@@ -14,18 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 fn header(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<Vec<u8>> {
     m.headers()
         .and_then(|h| kafka_dlq::kafka::headers::find(h, key.as_bytes()))

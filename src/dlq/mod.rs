@@ -186,7 +186,7 @@ impl DeadLetterPublisher {
         let write = Write {
             producer: self.producer.clone(),
             source_topic: record.topic.clone(),
-            headers: dead_letter_headers(record, &envelope.error.message, &self.group),
+            headers: dead_letter_headers(record, &envelope),
             // The payload is kept once, in `inline`; the other forms are derived from it.
             envelope: envelope.into_detached(),
             inline,
@@ -351,7 +351,7 @@ impl Write {
 
 /// The headers of a dead letter: the source headers less earlier `kafka_dlt-*` ones, then
 /// Spring's `kafka_dlt-*` headers (as text).
-fn dead_letter_headers(record: &Record, error_message: &str, group: &str) -> OwnedHeaders {
+fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
     let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
     for h in record
         .headers
@@ -360,30 +360,16 @@ fn dead_letter_headers(record: &Record, error_message: &str, group: &str) -> Own
     {
         headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
     }
-    let partition = record.partition.to_string();
-    let offset = record.offset.to_string();
-    let timestamp = record.timestamp.map(|t| t.timestamp_millis().to_string());
-    let mut spring: Vec<(&str, &str)> = vec![
-        (HEADER_ORIGINAL_TOPIC, &record.topic),
-        (HEADER_ORIGINAL_PARTITION, &partition),
-        (HEADER_ORIGINAL_OFFSET, &offset),
-    ];
-    if let Some(ts) = &timestamp {
-        spring.push((HEADER_ORIGINAL_TIMESTAMP, ts));
-    }
-    spring.push((HEADER_ORIGINAL_CONSUMER_GROUP, group));
-    spring.push((HEADER_EXCEPTION_MESSAGE, error_message));
-    for (key, value) in spring {
-        headers = headers.insert(Header {
-            key,
-            value: Some(value.as_bytes()),
-        });
-    }
-    headers
+    add_spring_headers(headers, envelope)
 }
 
 /// Spring's `kafka_dlt-*` headers alone, from an envelope: the headers of a reference.
 fn spring_headers(envelope: &Envelope) -> OwnedHeaders {
+    add_spring_headers(OwnedHeaders::new_with_capacity(6), envelope)
+}
+
+/// Appends Spring's `kafka_dlt-*` headers, from the envelope's source and error, as text.
+fn add_spring_headers(mut headers: OwnedHeaders, envelope: &Envelope) -> OwnedHeaders {
     let source = &envelope.source;
     let partition = source.partition.to_string();
     let offset = source.offset.to_string();
@@ -398,7 +384,6 @@ fn spring_headers(envelope: &Envelope) -> OwnedHeaders {
     }
     spring.push((HEADER_ORIGINAL_CONSUMER_GROUP, &source.group));
     spring.push((HEADER_EXCEPTION_MESSAGE, &envelope.error.message));
-    let mut headers = OwnedHeaders::new_with_capacity(spring.len());
     for (key, value) in spring {
         headers = headers.insert(Header {
             key,
@@ -454,7 +439,8 @@ mod tests {
             ],
             timestamp: None,
         };
-        let headers = dead_letter_headers(&record, "boom", "g1");
+        let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
+        let headers = dead_letter_headers(&record, &envelope);
         let pairs: Vec<(String, String)> = headers
             .iter()
             .map(|h| {

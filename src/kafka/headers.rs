@@ -41,57 +41,47 @@ fn native(headers: &BorrowedHeaders) -> *const rdsys::rd_kafka_headers_t {
     headers as *const BorrowedHeaders as *const rdsys::rd_kafka_headers_t
 }
 
-/// Every header, in order, with its name as bytes.
-pub fn read(headers: &impl RawHeaders) -> Vec<RecordHeader> {
-    let ptr = native(headers.as_raw());
-    // SAFETY: `ptr` is a live header list for the lifetime of `headers`; librdkafka returns a
-    // NUL-terminated name and a value of `size` bytes (or null) owned by that list, both
-    // copied before `headers` can go.
-    unsafe {
-        let count = rdsys::rd_kafka_header_cnt(ptr);
-        let mut out = Vec::with_capacity(count);
-        for idx in 0..count {
-            let mut name = std::ptr::null();
-            let mut value = std::ptr::null();
-            let mut size = 0;
+/// Every header of `headers`, in order: its name (up to its first NUL byte) and its value,
+/// borrowed from the header list.
+fn entries(headers: &BorrowedHeaders) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+    let ptr = native(headers);
+    // SAFETY: `ptr` is a live header list for the lifetime of `headers`.
+    let count = unsafe { rdsys::rd_kafka_header_cnt(ptr) };
+    (0..count).map_while(move |idx| {
+        let mut name = std::ptr::null();
+        let mut value = std::ptr::null();
+        let mut size = 0;
+        // SAFETY: librdkafka returns a NUL-terminated name and a value of `size` bytes (or
+        // null), both owned by the list, which outlives the borrow.
+        unsafe {
             let err = rdsys::rd_kafka_header_get_all(ptr, idx, &mut name, &mut value, &mut size);
             if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
-                break;
+                return None;
             }
-            out.push(RecordHeader {
-                key: CStr::from_ptr(name).to_bytes().to_vec(),
-                value: (!value.is_null())
-                    .then(|| std::slice::from_raw_parts(value as *const u8, size).to_vec()),
-            });
+            Some((
+                CStr::from_ptr(name).to_bytes(),
+                (!value.is_null()).then(|| std::slice::from_raw_parts(value as *const u8, size)),
+            ))
         }
-        out
-    }
+    })
+}
+
+/// Every header, in order, with its name as bytes.
+pub fn read(headers: &impl RawHeaders) -> Vec<RecordHeader> {
+    entries(headers.as_raw())
+        .map(|(key, value)| RecordHeader {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+        })
+        .collect()
 }
 
 /// The value of the first header named `name`: `Some(None)` for a header with a null value,
 /// `None` when there is no such header.
 pub fn find<'a>(headers: &'a impl RawHeaders, name: &[u8]) -> Option<Option<&'a [u8]>> {
-    let ptr = native(headers.as_raw());
-    // SAFETY: as in `read`; the value borrowed lives as long as `headers`.
-    unsafe {
-        let count = rdsys::rd_kafka_header_cnt(ptr);
-        for idx in 0..count {
-            let mut key = std::ptr::null();
-            let mut value = std::ptr::null();
-            let mut size = 0;
-            let err = rdsys::rd_kafka_header_get_all(ptr, idx, &mut key, &mut value, &mut size);
-            if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || key.is_null() {
-                return None;
-            }
-            if CStr::from_ptr(key).to_bytes() == name {
-                return Some(
-                    (!value.is_null())
-                        .then(|| std::slice::from_raw_parts(value as *const u8, size)),
-                );
-            }
-        }
-        None
-    }
+    entries(headers.as_raw())
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
 }
 
 /// Appends a header whose name is any bytes.

@@ -55,6 +55,19 @@ pub fn brokers() -> String {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Runs the `kafka-dlq` binary with `args`: exit code, stdout, stderr.
+pub fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 /// A name no other test uses.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:016x}", fastrand::u64(..))

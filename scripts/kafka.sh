@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A local Apache Kafka (one KRaft node: broker and controller) from the jars that
+# scripts/test.sh fetches, for the benchmark or trying kafka-dlq by hand.
+#   scripts/kafka.sh start [PORT]   formats a fresh node in /tmp/kafka-dlq-local-PORT, starts it in
+#                                   the background on 127.0.0.1:PORT (default 19092), waits for it
+#   scripts/kafka.sh stop [PORT]    stops it and removes its data
+# The JVM gets a 1 GB heap and the full JIT (the test brokers use less, to start faster).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KAFKA_VERSION=4.1.1
+KAFKA_LIBS="${KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/kafka-$KAFKA_VERSION/libs}"
+action="${1:-}"
+port="${2:-19092}"
+dir="/tmp/kafka-dlq-local-$port"
+
+case "$action" in
+  start)
+    if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+      echo "==> fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_LIBS"
+      (cd tests/kafka && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+        -Dkafka.version="$KAFKA_VERSION" -DoutputDirectory="$KAFKA_LIBS")
+    fi
+    rm -rf "$dir" && mkdir -p "$dir"
+    controller=$((port + 1))
+    cat > "$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+PROPS
+    printf 'status = error\nappender.out.type = Console\nappender.out.name = out\nappender.out.layout.type = PatternLayout\nappender.out.layout.pattern = [%%d] %%p %%m (%%c)%%n\nrootLogger.level = warn\nrootLogger.appenderRef.out.ref = out\n' > "$dir/log4j2.properties"
+    java=(java -Xms1g -Xmx1g -cp "$KAFKA_LIBS/*" "-Dlog4j2.configurationFile=$dir/log4j2.properties")
+    id=$(python3 -c 'import base64,os;print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
+    "${java[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" > "$dir/format.log"
+    nohup "${java[@]}" kafka.Kafka "$dir/server.properties" > "$dir/broker.log" 2>&1 &
+    echo $! > "$dir/pid"
+    for _ in $(seq 1 300); do
+      if (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$port (log: $dir/broker.log)"
+        exit 0
+      fi
+      sleep 0.2
+    done
+    echo "Kafka did not start; see $dir/broker.log" >&2
+    exit 1
+    ;;
+  stop)
+    if [ -f "$dir/pid" ]; then
+      kill "$(cat "$dir/pid")" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$(cat "$dir/pid")" 2>/dev/null || break; sleep 0.2; done
+    fi
+    rm -rf "$dir"
+    ;;
+  *)
+    echo "usage: scripts/kafka.sh start|stop [PORT]" >&2
+    exit 2
+    ;;
+esac
