@@ -41,7 +41,12 @@ group.initial.rebalance.delay.ms=0
 PROPS
     printf 'status = error\nappender.out.type = Console\nappender.out.name = out\nappender.out.layout.type = PatternLayout\nappender.out.layout.pattern = [%%d] %%p %%m (%%c)%%n\nrootLogger.level = warn\nrootLogger.appenderRef.out.ref = out\n' > "$dir/log4j2.properties"
     java=(java -Xms1g -Xmx1g -cp "$KAFKA_LIBS/*" "-Dlog4j2.configurationFile=$dir/log4j2.properties")
-    id=$(python3 -c 'import base64,os;print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
+    # A random cluster id, never starting with "-" (the storage tool would read it as an option).
+    id=$(python3 -c 'import base64,os
+while True:
+    i = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if not i.startswith("-"):
+        print(i); break')
     "${java[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" > "$dir/format.log"
     nohup "${java[@]}" kafka.Kafka "$dir/server.properties" > "$dir/broker.log" 2>&1 &
     echo $! > "$dir/pid"

@@ -378,6 +378,18 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_worker_makes_the_consumer_unhealthy_naming_its_partition() {
+        let m = Metrics::new();
+        assert_eq!(m.health(), Ok(()));
+        m.worker_died("orders-3", "index out of bounds");
+        let why = m.health().unwrap_err();
+        assert!(
+            why.contains("orders-3") && why.contains("index out of bounds"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn ready_needs_an_assignment_and_a_broker() {
         let m = Metrics::new();
         assert!(!m.is_ready());

@@ -78,11 +78,7 @@ impl Kafka {
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         write_config(&dir, port, controller_port)?;
-        let cluster_id = {
-            use base64::Engine;
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .encode(fastrand::u128(..).to_be_bytes())
-        };
+        let cluster_id = cluster_id();
         let format = java(&dir)
             .args([
                 "kafka.tools.StorageTool",
@@ -256,6 +252,19 @@ impl Drop for Kafka {
             Kafka::keep_for_failure(&self.dir);
         } else if !self.dir.join(FAILED_MARK).exists() {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A random KRaft cluster id: 16 bytes in URL-safe base64, never starting with `-` (the
+/// storage tool would read it as an option; Kafka's own `Uuid` avoids that the same way).
+fn cluster_id() -> String {
+    use base64::Engine;
+    loop {
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(fastrand::u128(..).to_be_bytes());
+        if !id.starts_with('-') {
+            return id;
         }
     }
 }
