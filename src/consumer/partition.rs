@@ -1094,3 +1094,55 @@ async fn settle_one<H: BatchHandler>(
             .0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64) -> Record {
+        Record {
+            id: format!("t-0-{offset}"),
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            key: None,
+            payload: None,
+            headers: vec![],
+            timestamp: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
+        let (tx, mut strays) = mpsc::channel(4);
+        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let mut records = Records {
+            peeked: None,
+            topic: "t",
+            partition: 0,
+            stream: None,
+            strays: &mut strays,
+            id_header: None,
+            consumed: &consumed,
+        };
+        let cancel = CancellationToken::new();
+        tx.send(record(7)).await.unwrap();
+        assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
+
+        // After the revocation the records waiting belong to the partition's next reader.
+        tx.send(record(8)).await.unwrap();
+        cancel.cancel();
+        assert!(records.ready(&cancel).is_none(), "ready takes nothing");
+        assert!(records.next(&cancel).await.is_none(), "next takes nothing");
+        assert!(
+            records.take(10, Duration::ZERO, &cancel).await.is_none(),
+            "take takes nothing"
+        );
+        drop(records);
+        assert_eq!(
+            strays.try_recv().map(|r| r.offset).ok(),
+            Some(8),
+            "the record is still there for the next reader"
+        );
+    }
+}
