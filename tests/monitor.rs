@@ -520,3 +520,48 @@ async fn shutdown_ends_while_slack_is_down_and_the_next_run_delivers_the_alert()
     );
     monitor.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_dead_letter_is_announced_with_its_source_and_error() {
+    let brokers = brokers();
+    let dlq = unique("detached-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let monitor = start(config(&brokers, &dlq, web_api(&base)));
+    // The detached form, as the consumer writes a record too large for an inline envelope:
+    // the original value as the value, the envelope in the kafka_dlq-envelope header.
+    let record = Record {
+        id: "big-1".into(),
+        topic: "parcels".into(),
+        partition: 0,
+        offset: 5,
+        key: None,
+        payload: Some(vec![0xee; 2_000]),
+        headers: vec![],
+        timestamp: None,
+    };
+    let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "row too wide", 1, "g");
+    produce(
+        &brokers,
+        &dlq,
+        vec![Out {
+            partition: 0,
+            key: None,
+            value: record.payload.clone(),
+            headers: vec![(
+                kafka_dlq::dlq::HEADER_ENVELOPE.as_bytes().to_vec(),
+                Some(envelope.into_detached().to_vec()),
+            )],
+        }],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    let text = &slack.delivered()[0];
+    assert!(
+        text.contains("`parcels` 1")
+            && text.contains("row too wide")
+            && !text.contains("unreadable"),
+        "{text}"
+    );
+    monitor.stop().await;
+}

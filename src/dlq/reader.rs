@@ -45,6 +45,38 @@ pub enum DlqContent {
     },
 }
 
+impl DlqContent {
+    /// Decodes one DLQ record, whatever form kafka-dlq wrote it in: the envelope as the value,
+    /// the detached form (the original value as the value, the envelope in the
+    /// `kafka_dlq-envelope` header; put back together here), or a reference (returned as it
+    /// is: [`DlqReader`] resolves it from the source topic). The one decoder of the `dlq`
+    /// commands and the monitor.
+    pub fn decode<M: Message>(message: &M) -> DlqContent
+    where
+        M::Headers: crate::kafka::headers::RawHeaders,
+    {
+        let detached = message.headers().and_then(|headers| {
+            crate::kafka::headers::find(headers, super::HEADER_ENVELOPE.as_bytes())
+                .flatten()
+                .map(Envelope::from_slice)
+        });
+        match detached.or_else(|| message.payload().map(Envelope::from_slice)) {
+            Some(Ok(env)) => DlqContent::Envelope(Box::new(env.attach(message.payload()))),
+            Some(Err(e)) => DlqContent::NotAnEnvelope {
+                reason: e.to_string(),
+                preview: {
+                    let value = message.payload().unwrap_or_default();
+                    String::from_utf8_lossy(&value[..value.len().min(120)]).to_string()
+                },
+            },
+            None => DlqContent::NotAnEnvelope {
+                reason: "empty value".into(),
+                preview: String::new(),
+            },
+        }
+    }
+}
+
 impl DlqEntry {
     /// The record id of an envelope, else `<dlq topic>-<partition>-<offset>`.
     pub fn id(&self) -> String {
@@ -282,33 +314,7 @@ impl DlqReader {
                 continue;
             }
             *next = message.offset() + 1;
-            let detached = message.headers().and_then(|headers| {
-                crate::kafka::headers::find(headers, super::HEADER_ENVELOPE.as_bytes())
-                    .flatten()
-                    .map(Envelope::from_slice)
-            });
-            let mut reference = None;
-            let content = match detached.or_else(|| message.payload().map(Envelope::from_slice)) {
-                Some(Ok(env)) if env.payload_encoding == super::Encoding::Reference => {
-                    reference = Some(env);
-                    DlqContent::NotAnEnvelope {
-                        reason: String::new(),
-                        preview: String::new(),
-                    }
-                }
-                Some(Ok(env)) => DlqContent::Envelope(Box::new(env.attach(message.payload()))),
-                Some(Err(e)) => DlqContent::NotAnEnvelope {
-                    reason: e.to_string(),
-                    preview: String::from_utf8_lossy(
-                        &message.payload().unwrap_or_default()[..message.payload_len().min(120)],
-                    )
-                    .to_string(),
-                },
-                None => DlqContent::NotAnEnvelope {
-                    reason: "empty value".into(),
-                    preview: String::new(),
-                },
-            };
+            let content = DlqContent::decode(&message);
             let mut entry = DlqEntry {
                 topic: self.topic.clone(),
                 partition: message.partition(),
@@ -320,8 +326,11 @@ impl DlqReader {
                 content,
             };
             drop(message);
-            if let Some(env) = reference {
-                entry.content = DlqContent::Envelope(Box::new(self.resolve(env).await));
+            if let DlqContent::Envelope(env) = &entry.content {
+                if env.payload_encoding == super::Encoding::Reference {
+                    let resolved = self.resolve((**env).clone()).await;
+                    entry.content = DlqContent::Envelope(Box::new(resolved));
+                }
             }
             return Some(Ok(entry));
         }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::dlq::Envelope;
+use crate::dlq::DlqContent;
 
 /// How many sample record ids an alert lists.
 const SAMPLE_IDS: usize = 5;
@@ -129,7 +129,7 @@ impl Window {
     pub fn add(
         &mut self,
         dlq_topic: &str,
-        value: Option<&[u8]>,
+        content: &DlqContent,
         seen: &mut HashSet<String>,
         include_payloads: bool,
     ) {
@@ -137,24 +137,17 @@ impl Window {
         if !self.dlq_topics.iter().any(|t| t == dlq_topic) {
             self.dlq_topics.push(dlq_topic.to_string());
         }
-        let parsed = value.map(Envelope::from_slice);
-        let (source, kind, message, id) = match parsed {
-            Some(Ok(env)) => (
+        let (source, kind, message, id) = match content {
+            DlqContent::Envelope(env) => (
                 env.source.topic.clone(),
                 env.error.kind.as_str().to_string(),
                 env.error.message.clone(),
                 Some((env.id.clone(), env)),
             ),
-            Some(Err(e)) => (
+            DlqContent::NotAnEnvelope { reason, .. } => (
                 "(unknown)".to_string(),
                 "unreadable".to_string(),
-                format!("not a kafka-dlq envelope: {e}"),
-                None,
-            ),
-            None => (
-                "(unknown)".to_string(),
-                "unreadable".to_string(),
-                "empty record".to_string(),
+                format!("not a kafka-dlq envelope: {reason}"),
                 None,
             ),
         };
@@ -282,6 +275,17 @@ fn join_counts(counts: &BTreeMap<String, u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dlq::Envelope;
+
+    fn content(value: &[u8]) -> DlqContent {
+        match Envelope::from_slice(value) {
+            Ok(env) => DlqContent::Envelope(Box::new(env)),
+            Err(e) => DlqContent::NotAnEnvelope {
+                reason: e.to_string(),
+                preview: String::new(),
+            },
+        }
+    }
     use crate::failure::DeadLetterKind;
     use crate::record::Record;
 
@@ -333,7 +337,7 @@ mod tests {
                 DeadLetterKind::Permanent,
                 &format!("bad row {i}"),
             );
-            w.add("orders-dlt", Some(&v), &mut seen, false);
+            w.add("orders-dlt", &content(&v), &mut seen, false);
         }
         let v = envelope(
             "parcels",
@@ -341,8 +345,8 @@ mod tests {
             DeadLetterKind::RetriesExhausted,
             "HTTP 503",
         );
-        w.add("parcels-dlt", Some(&v), &mut seen, false);
-        w.add("orders-dlt", Some(b"garbage"), &mut seen, false);
+        w.add("parcels-dlt", &content(&v), &mut seen, false);
+        w.add("orders-dlt", &content(b"garbage"), &mut seen, false);
         assert!(w.has_new_fingerprint());
         let inc = w.take(Some(42));
         assert!(w.is_empty());
@@ -369,7 +373,7 @@ mod tests {
 
         // The same errors again are no longer new.
         let v = envelope("orders", "o-9", DeadLetterKind::Permanent, "bad row 99");
-        w.add("orders-dlt", Some(&v), &mut seen, true);
+        w.add("orders-dlt", &content(&v), &mut seen, true);
         assert!(!w.has_new_fingerprint());
         let text = Alert::Increase(w.take(None)).text("b:1");
         assert!(text.contains("pii"), "payloads only when enabled");

@@ -220,7 +220,8 @@ impl Monitor {
                 _ = &mut shutdown => break,
                 polled = consumer.recv() => match polled {
                     Ok(m) => {
-                        window.add(m.topic(), m.payload(), &mut seen, c.include_payloads);
+                        let content = crate::dlq::DlqContent::decode(&m);
+                        window.add(m.topic(), &content, &mut seen, c.include_payloads);
                         positions.insert((m.topic().to_string(), m.partition()), m.offset() + 1);
                         opened.get_or_insert_with(Instant::now);
                     }
