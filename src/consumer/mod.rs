@@ -60,6 +60,7 @@
 //! [`Consumer::run`]; only a fatal client error does (after the usual drain and commit).
 
 mod context;
+mod dead_letters;
 mod partition;
 
 use std::collections::HashMap;
@@ -172,7 +173,7 @@ impl<H: BatchHandler> Consumer<H> {
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
                 dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
-                    partition::DEAD_LETTER_BUDGET_KIB,
+                    dead_letters::DEAD_LETTER_BUDGET_KIB,
                 )),
             }),
             config,
