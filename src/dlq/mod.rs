@@ -26,6 +26,7 @@
 mod envelope;
 pub(crate) use envelope::encode_payload;
 mod reader;
+mod reference;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};

@@ -149,10 +149,8 @@ impl Filter {
 pub struct DlqReader {
     consumer: BaseConsumer<LogContext>,
     topic: String,
-    /// What a reader of source topics needs, made when a reference is first resolved.
-    brokers: String,
-    librdkafka: std::collections::BTreeMap<String, String>,
-    source: Option<BaseConsumer<LogContext>>,
+    /// Resolves references from their source topics.
+    sources: super::reference::SourceReader,
     /// Per partition: the next offset to read and the end (high watermark at open).
     positions: HashMap<i32, (i64, i64)>,
 }
@@ -208,9 +206,7 @@ impl DlqReader {
         Ok(Self {
             consumer,
             topic: topic.to_string(),
-            brokers: brokers.to_string(),
-            librdkafka: librdkafka.clone(),
-            source: None,
+            sources: super::reference::SourceReader::new(brokers, librdkafka),
             positions,
         })
     }
@@ -230,61 +226,6 @@ impl DlqReader {
         tpl.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset))?;
         self.consumer
             .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
-    }
-
-    /// Fills a reference in from its source topic (see [`Encoding::Reference`]
-    /// (super::Encoding::Reference)); returned as it is when the source no longer has the
-    /// record (its payload then does not decode, naming where it was).
-    async fn resolve(&mut self, envelope: Envelope) -> Envelope {
-        let (topic, partition, offset) = (
-            envelope.source.topic.clone(),
-            envelope.source.partition,
-            envelope.source.offset,
-        );
-        if self.source.is_none() {
-            let mut config = ClientConfig::new();
-            config
-                .set("bootstrap.servers", &self.brokers)
-                .set("group.id", crate::monitor::REPLAY_GROUP)
-                .set("enable.auto.commit", "false")
-                .set("enable.auto.offset.store", "false");
-            crate::config::apply_librdkafka(&mut config, &self.librdkafka);
-            match config.create_with_context(LogContext) {
-                Ok(consumer) => self.source = Some(consumer),
-                Err(e) => {
-                    tracing::warn!(event = "dlq_reference_unresolved", %topic, partition, offset, error = %e);
-                    return envelope;
-                }
-            }
-        }
-        let source = self.source.as_ref().expect("made above");
-        let mut tpl = TopicPartitionList::new();
-        if tpl
-            .add_partition_offset(&topic, partition, Offset::Offset(offset))
-            .is_err()
-            || source.assign(&tpl).is_err()
-        {
-            return envelope;
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
-            match source.poll(Duration::ZERO) {
-                Some(Ok(m)) if m.offset() == offset => {
-                    let headers = m
-                        .headers()
-                        .map(crate::kafka::headers::read)
-                        .unwrap_or_default();
-                    return envelope.resolve(m.payload(), &headers);
-                }
-                // Past it: the record is gone (retention or compaction).
-                Some(Ok(m)) if m.offset() > offset => break,
-                Some(_) => {}
-                None => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        }
-        tracing::warn!(event = "dlq_reference_unresolved", %topic, partition, offset,
-            "the dead letter refers to a record the source topic no longer has");
-        envelope
     }
 
     /// The next entry, in no particular order across partitions but in offset order within
@@ -328,7 +269,7 @@ impl DlqReader {
             drop(message);
             if let DlqContent::Envelope(env) = &entry.content {
                 if env.payload_encoding == super::Encoding::Reference {
-                    let resolved = self.resolve((**env).clone()).await;
+                    let resolved = self.sources.resolve((**env).clone()).await;
                     entry.content = DlqContent::Envelope(Box::new(resolved));
                 }
             }
