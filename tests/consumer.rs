@@ -16,10 +16,14 @@ fn values(prefix: &str, n: usize) -> Vec<String> {
 }
 
 fn header(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<String> {
+    header_bytes(m, key).map(|v| String::from_utf8_lossy(&v).to_string())
+}
+
+fn header_bytes(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<Vec<u8>> {
     m.headers()
         .and_then(|h| kafka_dlq::kafka::headers::find(h, key.as_bytes()))
         .flatten()
-        .map(|v| String::from_utf8_lossy(v).to_string())
+        .map(<[u8]>::to_vec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,17 +137,29 @@ async fn permanent_failure_is_dead_lettered_after_one_attempt_with_envelope_and_
         Some(topic.clone())
     );
     assert_eq!(
-        header(dead, "kafka_dlt-original-partition").as_deref(),
-        Some("0")
+        header_bytes(dead, "kafka_dlt-original-partition"),
+        Some(0_i32.to_be_bytes().to_vec()),
+        "Spring's encoding: a 4-byte big-endian int"
     );
     assert_eq!(
-        header(dead, "kafka_dlt-original-offset").as_deref(),
-        Some("1")
+        header_bytes(dead, "kafka_dlt-original-offset"),
+        Some(1_i64.to_be_bytes().to_vec()),
+        "Spring's encoding: an 8-byte big-endian long"
     );
-    assert!(header(dead, "kafka_dlt-original-timestamp")
-        .unwrap()
-        .parse::<i64>()
-        .is_ok());
+    let timestamp = header_bytes(dead, "kafka_dlt-original-timestamp").unwrap();
+    let timestamp = i64::from_be_bytes(timestamp.try_into().expect("8 bytes"));
+    assert!(
+        (timestamp - chrono::Utc::now().timestamp_millis()).abs() < 600_000,
+        "the source record's create time, epoch ms: {timestamp}"
+    );
+    assert_eq!(
+        header(dead, "kafka_dlt-original-timestamp-type").as_deref(),
+        Some("CreateTime")
+    );
+    assert_eq!(
+        header(dead, "kafka_dlt-exception-fqcn").as_deref(),
+        Some("kafka_dlq.PermanentFailure")
+    );
     assert_eq!(
         header(dead, "kafka_dlt-original-consumer-group"),
         Some(group.clone())

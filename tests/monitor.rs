@@ -120,6 +120,7 @@ fn dead_letter(source: &str, id: &str, kind: DeadLetterKind, message: &str) -> O
         payload: Some(br#"{"email":"someone@example.com"}"#.to_vec()),
         headers: vec![],
         timestamp: None,
+        timestamp_type: None,
     };
     Out {
         partition: 0,
@@ -539,6 +540,7 @@ async fn a_detached_dead_letter_is_announced_with_its_source_and_error() {
         payload: Some(vec![0xee; 2_000]),
         headers: vec![],
         timestamp: None,
+        timestamp_type: None,
     };
     let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "row too wide", 1, "g");
     produce(

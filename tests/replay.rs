@@ -244,6 +244,7 @@ fn envelope_out(source: &str, i: usize, replays: Option<u32>) -> Out {
         payload: Some(format!("{{\"n\":{i}}}").into_bytes()),
         headers,
         timestamp: None,
+        timestamp_type: None,
     };
     Out {
         partition: 0,
@@ -410,6 +411,7 @@ fn letter(source: &str, offset: i64, value: &str) -> Out {
         payload: Some(value.as_bytes().to_vec()),
         headers: vec![],
         timestamp: None,
+        timestamp_type: None,
     };
     Out {
         partition: 0,

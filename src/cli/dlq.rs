@@ -212,13 +212,17 @@ fn entry_json(e: &DlqEntry) -> serde_json::Value {
         "dlq_partition": e.partition,
         "dlq_offset": e.offset,
     });
-    match &e.content {
-        DlqContent::Envelope(env) => {
+    if let DlqContent::Foreign { format, .. } = &e.content {
+        v["written_by"] = format.as_str().into();
+    }
+    match (&e.content, e.content.envelope()) {
+        (_, Some(env)) => {
             v["envelope"] = serde_json::to_value(env).expect("an envelope serializes");
         }
-        DlqContent::NotAnEnvelope { reason, preview } => {
+        (DlqContent::NotAnEnvelope { reason, preview }, None) => {
             v["not_an_envelope"] = serde_json::json!({"reason": reason, "preview": preview});
         }
+        (_, None) => {}
     }
     v
 }
@@ -257,8 +261,8 @@ pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
     );
     for e in entries {
         let at = format!("{}:{}", e.partition, e.offset);
-        match &e.content {
-            DlqContent::Envelope(env) => {
+        match (&e.content, e.content.envelope()) {
+            (_, Some(env)) => {
                 let source = format!(
                     "{}/{}@{}",
                     env.source.topic, env.source.partition, env.source.offset
@@ -275,7 +279,11 @@ pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
                     cut(&env.error.message, 60)
                 );
             }
-            DlqContent::NotAnEnvelope { reason, .. } => {
+            (content, None) => {
+                let reason = match content {
+                    DlqContent::NotAnEnvelope { reason, .. } => reason.as_str(),
+                    _ => "unknown form",
+                };
                 let _ = writeln!(
                     out,
                     "{:<12} {:<28} (not a kafka-dlq envelope: {})",

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Dead-letter topic template; {topic} is the source topic [default: {topic}-dlt].
     #[arg(long, env = "KAFKA_DLQ_TOPIC")]
     dlq_topic: Option<String>,
+    /// Dead-letter layout: `envelope` (JSON envelope as the value) or `spring` (the original
+    /// value as the value, the metadata in Spring's kafka_dlt-* headers) [default: envelope].
+    #[arg(long, env = "KAFKA_DLQ_FORMAT")]
+    dlq_format: Option<kafka_dlq::dlq::DlqFormat>,
     /// Header holding the record id [default: none; <topic>-<partition>-<offset>].
     #[arg(long, env = "KAFKA_DLQ_ID_HEADER")]
     id_header: Option<String>,
@@ -148,6 +152,9 @@ impl RunArgs {
         }
         if let Some(v) = &self.dlq_topic {
             c.dlq_topic = v.clone();
+        }
+        if let Some(v) = self.dlq_format {
+            c.dlq_format = v;
         }
         if let Some(v) = &self.id_header {
             c.id_header = Some(v.clone());

@@ -17,7 +17,7 @@ use thiserror::Error;
 use crate::backoff::ExponentialBackoff;
 
 mod raw_options;
-use crate::dlq::DlqTopic;
+use crate::dlq::{DlqFormat, DlqTopic};
 pub use raw_options::refuse_raw_option;
 
 /// How records of one partition are ordered.
@@ -123,6 +123,10 @@ pub struct ConsumerConfig {
     /// Dead-letter topic name; `{topic}` is replaced by the source topic.
     /// Default `{topic}-dlt` (Spring Kafka 3.3+).
     pub dlq_topic: String,
+    /// How dead letters are laid out: `envelope` (the JSON envelope as the value, the
+    /// default) or `spring` (the original value as the value, the metadata in headers, as
+    /// Spring Kafka's `DeadLetterPublishingRecoverer` writes them).
+    pub dlq_format: DlqFormat,
     /// A header holding the record id. Default none: the id is `<topic>-<partition>-<offset>`.
     pub id_header: Option<String>,
     /// Retries of a transient failure before the record is dead-lettered. Default 10.
@@ -185,6 +189,7 @@ impl Default for ConsumerConfig {
             group_id: String::new(),
             topics: Vec::new(),
             dlq_topic: "{topic}-dlt".to_string(),
+            dlq_format: DlqFormat::Envelope,
             id_header: None,
             max_retries: 10,
             backoff_initial_ms: 1000,
@@ -221,6 +226,7 @@ impl fmt::Debug for ConsumerConfig {
             .field("group_id", &self.group_id)
             .field("topics", &self.topics)
             .field("dlq_topic", &self.dlq_topic)
+            .field("dlq_format", &self.dlq_format)
             .field("id_header", &self.id_header)
             .field("max_retries", &self.max_retries)
             .field("backoff_initial_ms", &self.backoff_initial_ms)

@@ -930,6 +930,7 @@ mod tests {
             payload: None,
             headers: vec![],
             timestamp: None,
+            timestamp_type: None,
         }
     }
 

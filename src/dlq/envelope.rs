@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use thiserror::Error;
 
 use crate::failure::DeadLetterKind;
-use crate::record::{Record, RecordHeader};
+use crate::record::{Record, RecordHeader, TimestampType};
 
 /// Error texts longer than this many bytes are cut (at a character boundary, ending in `…`),
 /// in the envelope and in the `kafka_dlt-exception-message` header alike, so that our metadata
@@ -83,6 +83,10 @@ pub struct EnvelopeSource {
     pub key_encoding: Option<Encoding>,
     /// The record's timestamp, RFC 3339 UTC; `null` when it had none.
     pub timestamp: Option<DateTime<Utc>>,
+    /// `create_time` or `log_append_time`; absent when the record had no timestamp (and in
+    /// envelopes written before kafka-dlq recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_type: Option<TimestampType>,
     /// The record's headers, in order.
     pub headers: Vec<EnvelopeHeader>,
     /// The consumer group that gave up on it.
@@ -159,6 +163,7 @@ impl Envelope {
                 key,
                 key_encoding,
                 timestamp: record.timestamp,
+                timestamp_type: record.timestamp_type,
                 headers: record.headers.iter().map(encode_header).collect(),
                 group: group.to_string(),
             },
@@ -415,6 +420,7 @@ mod tests {
                 },
             ],
             timestamp: None,
+            timestamp_type: None,
         }
     }
 

@@ -27,6 +27,8 @@ mod envelope;
 pub(crate) use envelope::encode_payload;
 mod reader;
 mod reference;
+pub mod spring;
+pub mod foreign;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -47,22 +49,35 @@ use crate::kafka::LogContext;
 use crate::metrics::Metrics;
 use crate::record::Record;
 
-/// Header: the source topic (text).
-pub const HEADER_ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
-/// Header: the source partition (decimal text; Spring writes a 4-byte big-endian int).
-pub const HEADER_ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
-/// Header: the source offset (decimal text; Spring writes an 8-byte big-endian long).
-pub const HEADER_ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";
-/// Header: the source timestamp in epoch milliseconds (decimal text); absent when the record
-/// had none.
-pub const HEADER_ORIGINAL_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
-/// Header: the consumer group that dead-lettered the record.
-pub const HEADER_ORIGINAL_CONSUMER_GROUP: &str = "kafka_dlt-original-consumer-group";
-/// Header: the failure message, cut to [`MAX_ERROR_MESSAGE_BYTES`].
-pub const HEADER_EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
 /// Header of a dead letter in the detached form ([`Encoding::Detached`]): the envelope, JSON,
 /// without the payload, which is the dead letter's value.
 pub const HEADER_ENVELOPE: &str = "kafka_dlq-envelope";
+
+/// How a dead letter is laid out (`dlq_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DlqFormat {
+    /// The JSON [`Envelope`] as the value (the original value inside it), Spring's headers
+    /// beside it. The default.
+    #[default]
+    Envelope,
+    /// Spring Kafka's layout: the original value, byte for byte, as the value, and every piece
+    /// of metadata in headers: Spring's `kafka_dlt-*` ones and the envelope without payload in
+    /// `kafka_dlq-envelope` (the detached form), for DLT consumers written for Spring's
+    /// `DeadLetterPublishingRecoverer`. A record too large even so is written as a reference.
+    Spring,
+}
+
+impl std::str::FromStr for DlqFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "envelope" => Ok(DlqFormat::Envelope),
+            "spring" => Ok(DlqFormat::Spring),
+            other => Err(format!("expected `envelope` or `spring`, got `{other}`")),
+        }
+    }
+}
 
 /// A dead-letter topic name template: `{topic}` stands for the source topic; a template
 /// without it sends every topic's dead letters to one topic.
@@ -131,6 +146,7 @@ pub struct DeadLetterPublisher {
     producer: FutureProducer<LogContext>,
     topic: DlqTopic,
     group: String,
+    format: DlqFormat,
     retry: ExponentialBackoff,
     metrics: Metrics,
 }
@@ -150,6 +166,7 @@ impl DeadLetterPublisher {
             producer,
             topic,
             group: config.group_id.clone(),
+            format: config.dlq_format,
             retry: ExponentialBackoff::infrastructure(),
             metrics,
         })
@@ -193,10 +210,15 @@ impl DeadLetterPublisher {
             inline,
             key: record.key.clone(),
             topic,
+            format: self.format,
         };
-        let first = write.send(Form::Inline);
+        let form = match self.format {
+            DlqFormat::Envelope => Form::Inline,
+            DlqFormat::Spring => Form::Detached,
+        };
+        let first = write.send(form);
         let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
-        async move { write.deliver(first, retry, metrics, cancel).await }
+        async move { write.deliver(form, first, retry, metrics, cancel).await }
     }
 }
 
@@ -223,6 +245,7 @@ struct Write {
     /// The envelope in the detached form (no payload), for the detached and reference forms.
     envelope: Envelope,
     key: Option<Vec<u8>>,
+    format: DlqFormat,
 }
 
 type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
@@ -264,16 +287,17 @@ impl Write {
         self.producer.send_result(out).map_err(|(error, _)| error)
     }
 
-    /// Waits for `first` to be acknowledged, writing again (with backoff) until a write is.
+    /// Waits for `first` (sent in `form`) to be acknowledged, writing again (with backoff)
+    /// until a write is.
     async fn deliver(
         self,
+        mut form: Form,
         first: Sent,
         retry: ExponentialBackoff,
         metrics: Metrics,
         cancel: CancellationToken,
     ) -> Result<DeadLettered, Abandoned> {
         let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
-        let mut form = Form::Inline;
         let mut delays = retry.delays();
         let mut sent = first;
         loop {
@@ -291,6 +315,7 @@ impl Write {
                 Ok(delivery) => {
                     match form {
                         Form::Inline => {}
+                        Form::Detached if self.format == DlqFormat::Spring => {}
                         Form::Detached => {
                             tracing::warn!(event = "dead_letter_detached", dlq_topic = %self.topic,
                             envelope_bytes = self.inline.len(),
@@ -351,13 +376,13 @@ impl Write {
 }
 
 /// The headers of a dead letter: the source headers less earlier `kafka_dlt-*` ones, then
-/// Spring's `kafka_dlt-*` headers (as text).
+/// Spring's `kafka_dlt-*` headers ([`spring::headers`]).
 fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
-    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
+    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 9);
     for h in record
         .headers
         .iter()
-        .filter(|h| !h.key.starts_with(b"kafka_dlt-"))
+        .filter(|h| !h.key.starts_with(spring::PREFIX.as_bytes()))
     {
         headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
     }
@@ -366,29 +391,15 @@ fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
 
 /// Spring's `kafka_dlt-*` headers alone, from an envelope: the headers of a reference.
 fn spring_headers(envelope: &Envelope) -> OwnedHeaders {
-    add_spring_headers(OwnedHeaders::new_with_capacity(6), envelope)
+    add_spring_headers(OwnedHeaders::new_with_capacity(9), envelope)
 }
 
-/// Appends Spring's `kafka_dlt-*` headers, from the envelope's source and error, as text.
+/// Appends Spring's `kafka_dlt-*` headers, in Spring's encodings, from the envelope.
 fn add_spring_headers(mut headers: OwnedHeaders, envelope: &Envelope) -> OwnedHeaders {
-    let source = &envelope.source;
-    let partition = source.partition.to_string();
-    let offset = source.offset.to_string();
-    let timestamp = source.timestamp.map(|t| t.timestamp_millis().to_string());
-    let mut spring: Vec<(&str, &str)> = vec![
-        (HEADER_ORIGINAL_TOPIC, &source.topic),
-        (HEADER_ORIGINAL_PARTITION, &partition),
-        (HEADER_ORIGINAL_OFFSET, &offset),
-    ];
-    if let Some(ts) = &timestamp {
-        spring.push((HEADER_ORIGINAL_TIMESTAMP, ts));
-    }
-    spring.push((HEADER_ORIGINAL_CONSUMER_GROUP, &source.group));
-    spring.push((HEADER_EXCEPTION_MESSAGE, &envelope.error.message));
-    for (key, value) in spring {
+    for (key, value) in spring::headers(envelope) {
         headers = headers.insert(Header {
             key,
-            value: Some(value.as_bytes()),
+            value: Some(&value),
         });
     }
     headers
@@ -434,34 +445,26 @@ mod tests {
                     value: Some(b"t1".to_vec()),
                 },
                 crate::record::RecordHeader {
-                    key: HEADER_ORIGINAL_TOPIC.into(),
+                    key: spring::ORIGINAL_TOPIC.into(),
                     value: Some(b"older".to_vec()),
                 },
             ],
             timestamp: None,
+            timestamp_type: None,
         };
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
         let headers = dead_letter_headers(&record, &envelope);
-        let pairs: Vec<(String, String)> = headers
+        let pairs: Vec<(String, Vec<u8>)> = headers
             .iter()
-            .map(|h| {
-                (
-                    h.key.to_string(),
-                    String::from_utf8(h.value.unwrap().to_vec()).unwrap(),
-                )
-            })
+            .map(|h| (h.key.to_string(), h.value.unwrap().to_vec()))
             .collect();
-        let expect = |k: &str, v: &str| (k.to_string(), v.to_string());
-        assert_eq!(
-            pairs,
-            vec![
-                expect("trace", "t1"),
-                expect(HEADER_ORIGINAL_TOPIC, "orders"),
-                expect(HEADER_ORIGINAL_PARTITION, "2"),
-                expect(HEADER_ORIGINAL_OFFSET, "9"),
-                expect(HEADER_ORIGINAL_CONSUMER_GROUP, "g1"),
-                expect(HEADER_EXCEPTION_MESSAGE, "boom"),
-            ]
+        let mut expected = vec![("trace".to_string(), b"t1".to_vec())];
+        expected.extend(
+            spring::headers(&envelope)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
         );
+        assert_eq!(pairs, expected);
+        assert_eq!(pairs[2], (spring::ORIGINAL_PARTITION.into(), vec![0, 0, 0, 2]));
     }
 }

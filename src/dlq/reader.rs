@@ -10,6 +10,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::foreign::ForeignFormat;
 use super::Envelope;
 use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
@@ -33,9 +34,18 @@ pub struct DlqEntry {
 
 /// The value of a DLQ record.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum DlqContent {
     /// One of our envelopes.
     Envelope(Box<Envelope>),
+    /// A dead letter another tool wrote (Spring Kafka, Kafka Connect, a share group), read
+    /// as an envelope from its headers (see [`super::foreign`]); shown and replayed like ours.
+    Foreign {
+        /// Who wrote it.
+        format: ForeignFormat,
+        /// What its headers and value say, as an envelope.
+        envelope: Box<Envelope>,
+    },
     /// Something else: shown as such, never replayed.
     NotAnEnvelope {
         /// Why it does not decode.
@@ -46,11 +56,12 @@ pub enum DlqContent {
 }
 
 impl DlqContent {
-    /// Decodes one DLQ record, whatever form kafka-dlq wrote it in: the envelope as the value,
-    /// the detached form (the original value as the value, the envelope in the
-    /// `kafka_dlq-envelope` header; put back together here), or a reference (returned as it
-    /// is: [`DlqReader`] resolves it from the source topic). The one decoder of the `dlq`
-    /// commands and the monitor.
+    /// Decodes one DLQ record, whatever form it takes: the envelope as the value, the
+    /// detached form (the original value as the value, the envelope in the
+    /// `kafka_dlq-envelope` header; put back together here), a reference (returned as it is:
+    /// [`DlqReader`] resolves it from the source topic), or a dead letter written by Spring
+    /// Kafka, Kafka Connect or a share group ([`super::foreign::decode`]). The one decoder of
+    /// the `dlq` commands and the monitor.
     pub fn decode<M: Message>(message: &M) -> DlqContent
     where
         M::Headers: crate::kafka::headers::RawHeaders,
@@ -60,8 +71,30 @@ impl DlqContent {
                 .flatten()
                 .map(Envelope::from_slice)
         });
-        match detached.or_else(|| message.payload().map(Envelope::from_slice)) {
-            Some(Ok(env)) => DlqContent::Envelope(Box::new(env.attach(message.payload()))),
+        let ours = detached.or_else(|| message.payload().map(Envelope::from_slice));
+        if let Some(Ok(env)) = ours {
+            return DlqContent::Envelope(Box::new(env.attach(message.payload())));
+        }
+        let headers = message
+            .headers()
+            .map(crate::kafka::headers::read)
+            .unwrap_or_default();
+        let foreign = super::foreign::decode(super::foreign::DlqRecord {
+            key: message.key(),
+            value: message.payload(),
+            headers: &headers,
+            timestamp: message
+                .timestamp()
+                .to_millis()
+                .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+        });
+        if let Some((format, envelope)) = foreign {
+            return DlqContent::Foreign {
+                format,
+                envelope: Box::new(envelope),
+            };
+        }
+        match ours {
             Some(Err(e)) => DlqContent::NotAnEnvelope {
                 reason: e.to_string(),
                 preview: {
@@ -69,10 +102,18 @@ impl DlqContent {
                     String::from_utf8_lossy(&value[..value.len().min(120)]).to_string()
                 },
             },
-            None => DlqContent::NotAnEnvelope {
+            _ => DlqContent::NotAnEnvelope {
                 reason: "empty value".into(),
                 preview: String::new(),
             },
+        }
+    }
+
+    /// The envelope, ours or one read from a foreign dead letter; `None` when it is neither.
+    pub fn envelope(&self) -> Option<&Envelope> {
+        match self {
+            DlqContent::Envelope(e) | DlqContent::Foreign { envelope: e, .. } => Some(e),
+            DlqContent::NotAnEnvelope { .. } => None,
         }
     }
 }
@@ -80,11 +121,9 @@ impl DlqContent {
 impl DlqEntry {
     /// The record id of an envelope, else `<dlq topic>-<partition>-<offset>`.
     pub fn id(&self) -> String {
-        match &self.content {
-            DlqContent::Envelope(e) => e.id.clone(),
-            DlqContent::NotAnEnvelope { .. } => {
-                format!("{}-{}-{}", self.topic, self.partition, self.offset)
-            }
+        match self.content.envelope() {
+            Some(e) => e.id.clone(),
+            None => format!("{}-{}-{}", self.topic, self.partition, self.offset),
         }
     }
 }
@@ -113,9 +152,9 @@ impl Filter {
 
     /// Whether `entry` is meant.
     pub fn matches(&self, entry: &DlqEntry) -> bool {
-        let when = match &entry.content {
-            DlqContent::Envelope(e) => Some(e.timestamp),
-            DlqContent::NotAnEnvelope { .. } => entry.timestamp,
+        let when = match entry.content.envelope() {
+            Some(e) => Some(e.timestamp),
+            None => entry.timestamp,
         };
         if let Some(since) = self.since {
             if when.is_none_or(|w| w < since) {
@@ -132,14 +171,14 @@ impl Filter {
                 return false;
             }
         }
-        match &entry.content {
-            DlqContent::Envelope(e) => {
+        match entry.content.envelope() {
+            Some(e) => {
                 self.source_topic
                     .as_ref()
                     .is_none_or(|t| *t == e.source.topic)
                     && self.kind.is_none_or(|k| k == e.error.kind)
             }
-            DlqContent::NotAnEnvelope { .. } => self.source_topic.is_none() && self.kind.is_none(),
+            None => self.source_topic.is_none() && self.kind.is_none(),
         }
     }
 }
@@ -294,6 +333,7 @@ mod tests {
             payload: None,
             headers: vec![],
             timestamp: None,
+            timestamp_type: None,
         };
         DlqEntry {
             topic: "x-dlt".into(),

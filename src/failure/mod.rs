@@ -119,14 +119,19 @@ pub enum DeadLetterKind {
     Permanent,
     /// Transient failures outlasted every retry.
     RetriesExhausted,
+    /// Written by another tool that does not say which of the two it was (Spring Kafka's
+    /// `DeadLetterPublishingRecoverer`, Kafka Connect); kafka-dlq never writes it.
+    Unclassified,
 }
 
 impl DeadLetterKind {
-    /// The name used in the envelope, logs and metrics: `permanent` or `retries_exhausted`.
+    /// The name used in the envelope, logs and metrics: `permanent`, `retries_exhausted` or
+    /// `unclassified`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeadLetterKind::Permanent => "permanent",
             DeadLetterKind::RetriesExhausted => "retries_exhausted",
+            DeadLetterKind::Unclassified => "unclassified",
         }
     }
 }

@@ -137,17 +137,22 @@ impl Window {
         if !self.dlq_topics.iter().any(|t| t == dlq_topic) {
             self.dlq_topics.push(dlq_topic.to_string());
         }
-        let (source, kind, message, id) = match content {
-            DlqContent::Envelope(env) => (
+        let (source, kind, message, id) = match (content, content.envelope()) {
+            (_, Some(env)) => (
                 env.source.topic.clone(),
                 env.error.kind.as_str().to_string(),
                 env.error.message.clone(),
                 Some((env.id.clone(), env)),
             ),
-            DlqContent::NotAnEnvelope { reason, .. } => (
+            (content, None) => (
                 "(unknown)".to_string(),
                 "unreadable".to_string(),
-                format!("not a kafka-dlq envelope: {reason}"),
+                match content {
+                    DlqContent::NotAnEnvelope { reason, .. } => {
+                        format!("not a kafka-dlq envelope: {reason}")
+                    }
+                    _ => "not a kafka-dlq envelope".to_string(),
+                },
                 None,
             ),
         };
@@ -322,6 +327,7 @@ mod tests {
             payload: Some(b"{\"secret\":\"pii\"}".to_vec()),
             headers: vec![],
             timestamp: None,
+            timestamp_type: None,
         };
         Envelope::new(&record, kind, message, 1, "g").to_vec()
     }

@@ -43,6 +43,37 @@ pub struct Record {
     pub headers: Vec<RecordHeader>,
     /// Its timestamp (create or log-append time), when the broker gave one.
     pub timestamp: Option<DateTime<Utc>>,
+    /// Which time `timestamp` is; `None` exactly when `timestamp` is.
+    pub timestamp_type: Option<TimestampType>,
+}
+
+/// Which time a record's timestamp is (Kafka's `TimestampType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestampType {
+    /// Set by the producer (`message.timestamp.type=CreateTime`, Kafka's default).
+    CreateTime,
+    /// Set by the broker when it appended the record (`LogAppendTime`).
+    LogAppendTime,
+}
+
+impl TimestampType {
+    /// Kafka's name: `CreateTime` or `LogAppendTime`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimestampType::CreateTime => "CreateTime",
+            TimestampType::LogAppendTime => "LogAppendTime",
+        }
+    }
+
+    /// The type of an rdkafka timestamp; `None` when there is none.
+    pub fn of(timestamp: rdkafka::Timestamp) -> Option<TimestampType> {
+        match timestamp {
+            rdkafka::Timestamp::NotAvailable => None,
+            rdkafka::Timestamp::CreateTime(_) => Some(TimestampType::CreateTime),
+            rdkafka::Timestamp::LogAppendTime(_) => Some(TimestampType::LogAppendTime),
+        }
+    }
 }
 
 impl Record {
@@ -75,6 +106,7 @@ impl Record {
                 .timestamp()
                 .to_millis()
                 .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+            timestamp_type: TimestampType::of(message.timestamp()),
             topic,
         }
     }
@@ -116,7 +148,7 @@ impl Record {
 
 /// `<topic>-<partition>-<offset>`, built without the formatting machinery: it is made for
 /// nearly every record.
-fn fallback_id(topic: &str, partition: i32, offset: i64) -> String {
+pub(crate) fn fallback_id(topic: &str, partition: i32, offset: i64) -> String {
     let mut numbers = itoa::Buffer::new();
     let mut id = String::with_capacity(topic.len() + 32);
     id.push_str(topic);

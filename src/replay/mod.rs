@@ -34,7 +34,7 @@ use rdkafka::ClientConfig;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::dlq::{DlqContent, DlqReader, EnvelopeDecodeError, Filter};
+use crate::dlq::{DlqReader, EnvelopeDecodeError, Filter};
 use crate::kafka::LogContext;
 
 mod lock;
@@ -238,9 +238,9 @@ pub async fn replay(
         if !options.filter.matches(&entry) {
             report.filtered_out += 1;
         } else {
-            match &entry.content {
-                DlqContent::NotAnEnvelope { .. } => report.not_envelopes.push(entry.id()),
-                DlqContent::Envelope(envelope) => match decoded(envelope) {
+            match entry.content.envelope() {
+                None => report.not_envelopes.push(entry.id()),
+                Some(envelope) => match decoded(envelope) {
                     Err(e) => {
                         tracing::warn!(event = "replay_undecodable", id = %envelope.id,
                                 dlq_partition = entry.partition, dlq_offset = entry.offset,

@@ -1,0 +1,335 @@
+//! Dead letters that other tools wrote, read as envelopes so that `dlq list/show/replay` and
+//! the monitor treat them like ours:
+//!
+//! - **Spring Kafka** (`DeadLetterPublishingRecoverer`): the original value, key and headers,
+//!   plus `kafka_dlt-*` headers with binary numbers ([`super::spring`]);
+//! - **Kafka Connect** (`errors.deadletterqueue.context.headers.enable=true`): the original
+//!   value, key and headers, plus `__connect.errors.*` headers, all text;
+//! - **Kafka share groups** (KIP-1191, Kafka 4.4): the original value and key, and only
+//!   `__dlq.errors.*` headers, all text.
+//!
+//! The envelope built for such a record has the source coordinates and the error those
+//! headers give, the record id `<topic>-<partition>-<offset>`, the value, key and the other
+//! headers byte for byte (so a replay writes the original record back), and `attempts` 0 when
+//! the writer did not record them. Nothing here does I/O.
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::{spring, Envelope};
+use crate::failure::DeadLetterKind;
+use crate::record::{fallback_id, Record, RecordHeader, TimestampType};
+
+/// The tool that wrote a foreign dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForeignFormat {
+    /// Spring Kafka's `DeadLetterPublishingRecoverer`.
+    Spring,
+    /// Kafka Connect's dead-letter queue reporter.
+    Connect,
+    /// A Kafka share group's dead-letter queue (KIP-1191).
+    ShareGroup,
+}
+
+impl ForeignFormat {
+    /// A name for people: `Spring Kafka`, `Kafka Connect`, `Kafka share group`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForeignFormat::Spring => "Spring Kafka",
+            ForeignFormat::Connect => "Kafka Connect",
+            ForeignFormat::ShareGroup => "Kafka share group",
+        }
+    }
+}
+
+/// Kafka Connect's header prefix.
+pub const CONNECT_PREFIX: &str = "__connect.errors.";
+/// A share group's header prefix (KIP-1191).
+pub const SHARE_GROUP_PREFIX: &str = "__dlq.errors.";
+
+/// The message a share group writes for a record a consumer rejected.
+const SHARE_REJECTED: &str = "Offset rejected by client.";
+/// The message a share group writes for a record that used up its deliveries.
+const SHARE_EXHAUSTED: &str = "Offset delivery count exceeded the threshold.";
+
+/// One DLQ record as it was read.
+#[derive(Debug, Clone, Copy)]
+pub struct DlqRecord<'a> {
+    /// Its key.
+    pub key: Option<&'a [u8]>,
+    /// Its value.
+    pub value: Option<&'a [u8]>,
+    /// Its headers.
+    pub headers: &'a [RecordHeader],
+    /// Its timestamp (when it was dead-lettered, for most writers).
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+/// Reads `record` as a dead letter of Spring, Connect or a share group; `None` when it has
+/// none of their headers (or not the source topic, partition and offset in their encoding).
+pub fn decode(record: DlqRecord<'_>) -> Option<(ForeignFormat, Envelope)> {
+    let text = |name: &str| -> Option<String> {
+        let h = record.headers.iter().find(|h| h.key == name.as_bytes())?;
+        Some(String::from_utf8_lossy(h.value.as_deref()?).into_owned())
+    };
+    let bytes = |name: &str| -> Option<&[u8]> {
+        let h = record.headers.iter().find(|h| h.key == name.as_bytes())?;
+        h.value.as_deref()
+    };
+    if let Some(topic) = text(spring::ORIGINAL_TOPIC) {
+        let partition = spring::read_int(bytes(spring::ORIGINAL_PARTITION)?)?;
+        let offset = spring::read_long(bytes(spring::ORIGINAL_OFFSET)?)?;
+        let timestamp = bytes(spring::ORIGINAL_TIMESTAMP)
+            .and_then(spring::read_long)
+            .filter(|ms| *ms >= 0)
+            .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
+        let timestamp_type = timestamp.and_then(|_| {
+            match text(spring::ORIGINAL_TIMESTAMP_TYPE).as_deref() {
+                Some("LogAppendTime") => Some(TimestampType::LogAppendTime),
+                _ => Some(TimestampType::CreateTime),
+            }
+        });
+        let class = text(spring::EXCEPTION_CAUSE_FQCN).or_else(|| text(spring::EXCEPTION_FQCN));
+        let message = describe(class, text(spring::EXCEPTION_MESSAGE));
+        let source = Source {
+            topic,
+            partition,
+            offset,
+            timestamp,
+            timestamp_type,
+            group: text(spring::ORIGINAL_CONSUMER_GROUP).unwrap_or_default(),
+        };
+        let envelope = source.envelope(
+            record,
+            spring::PREFIX,
+            DeadLetterKind::Unclassified,
+            &message,
+            0,
+        );
+        return Some((ForeignFormat::Spring, envelope));
+    }
+    if let Some(topic) = text("__connect.errors.topic") {
+        let source = Source {
+            topic,
+            partition: text("__connect.errors.partition")?.parse().ok()?,
+            offset: text("__connect.errors.offset")?.parse().ok()?,
+            timestamp: None,
+            timestamp_type: None,
+            group: text("__connect.errors.connector.name")
+                .map(|name| format!("connect-{name}"))
+                .unwrap_or_default(),
+        };
+        let mut message = describe(
+            text("__connect.errors.exception.class.name"),
+            text("__connect.errors.exception.message"),
+        );
+        if let Some(stage) = text("__connect.errors.stage") {
+            message = format!("{message} (stage {stage})");
+        }
+        let envelope = source.envelope(
+            record,
+            CONNECT_PREFIX,
+            DeadLetterKind::Unclassified,
+            &message,
+            0,
+        );
+        return Some((ForeignFormat::Connect, envelope));
+    }
+    if let Some(topic) = text("__dlq.errors.topic") {
+        let source = Source {
+            topic,
+            partition: text("__dlq.errors.partition")?.parse().ok()?,
+            offset: text("__dlq.errors.offset")?.parse().ok()?,
+            timestamp: None,
+            timestamp_type: None,
+            group: text("__dlq.errors.group").unwrap_or_default(),
+        };
+        let message = text("__dlq.errors.message").unwrap_or_default();
+        let kind = match message.as_str() {
+            SHARE_REJECTED => DeadLetterKind::Permanent,
+            SHARE_EXHAUSTED => DeadLetterKind::RetriesExhausted,
+            _ => DeadLetterKind::Unclassified,
+        };
+        let attempts = text("__dlq.errors.delivery.count")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let envelope = source.envelope(record, SHARE_GROUP_PREFIX, kind, &message, attempts);
+        return Some((ForeignFormat::ShareGroup, envelope));
+    }
+    None
+}
+
+/// `<class>: <message>`, or whichever of the two there is.
+fn describe(class: Option<String>, message: Option<String>) -> String {
+    match (class, message) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c,
+        (None, Some(m)) => m,
+        (None, None) => "(no error recorded)".into(),
+    }
+}
+
+/// Where a foreign dead letter came from, as its headers say.
+struct Source {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp: Option<DateTime<Utc>>,
+    timestamp_type: Option<TimestampType>,
+    group: String,
+}
+
+impl Source {
+    /// The envelope of `record`: its value, key and headers less those starting with
+    /// `prefix`, dead-lettered at the DLQ record's time.
+    fn envelope(
+        self,
+        record: DlqRecord<'_>,
+        prefix: &str,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+    ) -> Envelope {
+        let original = Record {
+            id: fallback_id(&self.topic, self.partition, self.offset),
+            key: record.key.map(<[u8]>::to_vec),
+            payload: record.value.map(<[u8]>::to_vec),
+            headers: record
+                .headers
+                .iter()
+                .filter(|h| !h.key.starts_with(prefix.as_bytes()))
+                .cloned()
+                .collect(),
+            timestamp: self.timestamp,
+            timestamp_type: self.timestamp_type,
+            topic: self.topic,
+            partition: self.partition,
+            offset: self.offset,
+        };
+        let mut envelope = Envelope::new(&original, kind, message, attempts, &self.group);
+        envelope.timestamp = record
+            .timestamp
+            .or(self.timestamp)
+            .unwrap_or(DateTime::UNIX_EPOCH);
+        envelope
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(key: &str, value: &[u8]) -> RecordHeader {
+        RecordHeader {
+            key: key.as_bytes().to_vec(),
+            value: Some(value.to_vec()),
+        }
+    }
+
+    fn read(headers: &[RecordHeader]) -> Option<(ForeignFormat, Envelope)> {
+        decode(DlqRecord {
+            key: Some(b"k1"),
+            value: Some(&[0xff, 0x00, b'x']),
+            headers,
+            timestamp: Some(Utc.timestamp_millis_opt(1_700_000_001_000).unwrap()),
+        })
+    }
+
+    #[test]
+    fn reads_a_spring_dead_letter_with_binary_numbers() {
+        let headers = [
+            h("trace", b"t-1"),
+            h(spring::ORIGINAL_TOPIC, b"orders"),
+            h(spring::ORIGINAL_PARTITION, &5_i32.to_be_bytes()),
+            h(spring::ORIGINAL_OFFSET, &42_i64.to_be_bytes()),
+            h(spring::ORIGINAL_TIMESTAMP, &1_700_000_000_000_i64.to_be_bytes()),
+            h(spring::ORIGINAL_TIMESTAMP_TYPE, b"CreateTime"),
+            h(spring::ORIGINAL_CONSUMER_GROUP, b"billing"),
+            h(
+                spring::EXCEPTION_FQCN,
+                b"org.springframework.kafka.listener.ListenerExecutionFailedException",
+            ),
+            h(spring::EXCEPTION_CAUSE_FQCN, b"java.lang.IllegalStateException"),
+            h(spring::EXCEPTION_MESSAGE, b"bad row 7"),
+            h(spring::EXCEPTION_STACKTRACE, b"java.lang..."),
+        ];
+        let (format, env) = read(&headers).unwrap();
+        assert_eq!(format, ForeignFormat::Spring);
+        assert_eq!(env.id, "orders-5-42");
+        assert_eq!(
+            (env.source.topic.as_str(), env.source.partition, env.source.offset),
+            ("orders", 5, 42)
+        );
+        assert_eq!(env.source.group, "billing");
+        assert_eq!(env.source.timestamp.unwrap().timestamp_millis(), 1_700_000_000_000);
+        assert_eq!(env.error.kind, DeadLetterKind::Unclassified);
+        assert_eq!(env.error.message, "java.lang.IllegalStateException: bad row 7");
+        assert_eq!(env.payload_bytes().unwrap().unwrap(), vec![0xff, 0x00, b'x']);
+        assert_eq!(env.key_bytes().unwrap().unwrap(), b"k1");
+        assert_eq!(env.headers().unwrap(), vec![h("trace", b"t-1")]);
+        assert_eq!(env.timestamp.timestamp_millis(), 1_700_000_001_000);
+    }
+
+    #[test]
+    fn a_spring_header_with_a_text_partition_is_not_a_spring_dead_letter() {
+        let headers = [
+            h(spring::ORIGINAL_TOPIC, b"orders"),
+            h(spring::ORIGINAL_PARTITION, b"5"),
+            h(spring::ORIGINAL_OFFSET, &42_i64.to_be_bytes()),
+        ];
+        assert!(read(&headers).is_none());
+    }
+
+    #[test]
+    fn reads_a_connect_dead_letter() {
+        let headers = [
+            h("app", b"a"),
+            h("__connect.errors.topic", b"orders"),
+            h("__connect.errors.partition", b"1"),
+            h("__connect.errors.offset", b"77"),
+            h("__connect.errors.connector.name", b"jdbc-sink"),
+            h("__connect.errors.stage", b"VALUE_CONVERTER"),
+            h(
+                "__connect.errors.exception.class.name",
+                b"org.apache.kafka.connect.errors.DataException",
+            ),
+            h("__connect.errors.exception.message", b"not JSON"),
+        ];
+        let (format, env) = read(&headers).unwrap();
+        assert_eq!(format, ForeignFormat::Connect);
+        assert_eq!(env.id, "orders-1-77");
+        assert_eq!(env.source.group, "connect-jdbc-sink");
+        assert_eq!(
+            env.error.message,
+            "org.apache.kafka.connect.errors.DataException: not JSON (stage VALUE_CONVERTER)"
+        );
+        assert_eq!(env.headers().unwrap(), vec![h("app", b"a")]);
+    }
+
+    #[test]
+    fn reads_a_share_group_dead_letter_and_its_cause() {
+        let headers = |message: &[u8]| {
+            vec![
+                h("__dlq.errors.topic", b"orders"),
+                h("__dlq.errors.partition", b"2"),
+                h("__dlq.errors.offset", b"41"),
+                h("__dlq.errors.group", b"workers"),
+                h("__dlq.errors.delivery.count", b"5"),
+                h("__dlq.errors.message", message),
+            ]
+        };
+        let (format, env) = read(&headers(SHARE_EXHAUSTED.as_bytes())).unwrap();
+        assert_eq!(format, ForeignFormat::ShareGroup);
+        assert_eq!(env.id, "orders-2-41");
+        assert_eq!(env.error.kind, DeadLetterKind::RetriesExhausted);
+        assert_eq!(env.error.attempts, 5);
+        assert!(env.headers().unwrap().is_empty());
+        let (_, rejected) = read(&headers(SHARE_REJECTED.as_bytes())).unwrap();
+        assert_eq!(rejected.error.kind, DeadLetterKind::Permanent);
+    }
+
+    #[test]
+    fn a_plain_record_is_not_foreign() {
+        assert!(read(&[h("trace", b"t")]).is_none());
+    }
+}
