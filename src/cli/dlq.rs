@@ -61,7 +61,8 @@ pub struct FilterArgs {
     /// Only dead letters from this source topic.
     #[arg(long)]
     source_topic: Option<String>,
-    /// Only this error kind: permanent or retries_exhausted.
+    /// Only this error kind: permanent, retries_exhausted or unclassified (a foreign dead
+    /// letter that does not say).
     #[arg(long)]
     kind: Option<String>,
     /// Only dead letters written at or after this time (RFC 3339).
@@ -98,11 +99,12 @@ impl FilterArgs {
             None => None,
             Some("permanent") => Some(DeadLetterKind::Permanent),
             Some("retries_exhausted") => Some(DeadLetterKind::RetriesExhausted),
+            Some("unclassified") => Some(DeadLetterKind::Unclassified),
             Some(other) => {
                 return Err(ConfigError::new(
                     "kind",
                     other,
-                    "expected permanent or retries_exhausted",
+                    "expected permanent, retries_exhausted or unclassified",
                 ))
             }
         };

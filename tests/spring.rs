@@ -1,0 +1,262 @@
+//! Interop with Spring Kafka's own code (tests/spring, Spring Kafka 4.1): a Spring
+//! `@KafkaListener` reads the dead-letter topic kafka-dlq wrote and gets every
+//! `KafkaHeaders.DLT_ORIGINAL_*` field right, in both `dlq_format`s; and a dead-letter topic
+//! written by Spring's `DeadLetterPublishingRecoverer` is listed and replayed, byte for byte,
+//! by `kafka-dlq dlq`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::*;
+use kafka_dlq::dlq::DlqFormat;
+use rdkafka::message::Message;
+
+const B64: base64::engine::general_purpose::GeneralPurpose =
+    base64::engine::general_purpose::STANDARD;
+
+/// Runs `SpringInterop <mode> <brokers> <topic> <count>` and returns its JSON lines.
+fn spring(mode: &str, brokers: &str, topic: &str, count: usize) -> Vec<serde_json::Value> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/spring/target");
+    assert!(
+        dir.join("classes/kafkadlq/interop/SpringInterop.class").exists(),
+        "the Spring interop program is not built in {}: run ./scripts/test.sh (it runs `mvn \
+         compile` in tests/spring)",
+        dir.display()
+    );
+    let java = std::env::var("JAVA_HOME")
+        .map(|home| PathBuf::from(home).join("bin/java"))
+        .unwrap_or_else(|_| PathBuf::from("java"));
+    let out = Command::new(java)
+        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp"])
+        .arg(format!(
+            "{}:{}/*",
+            dir.join("classes").display(),
+            dir.join("libs").display()
+        ))
+        .args(["kafkadlq.interop.SpringInterop", mode, brokers, topic])
+        .arg(count.to_string())
+        .output()
+        .expect("run java");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "SpringInterop {mode} failed ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    B64.encode(bytes)
+}
+
+async fn spring_reads_what_kafka_dlq_wrote(format: DlqFormat) {
+    let brokers = brokers();
+    let topic = unique("spring-reads");
+    let group = unique("g");
+    let dlt = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &dlt, 2).await;
+    let key = vec![0xff, 0x00, b'k'];
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            Out::new(1, "ok-1"),
+            Out {
+                key: Some(key.clone()),
+                headers: vec![(b"trace-id".to_vec(), Some(b"t-9".to_vec()))],
+                ..Out::new(1, "perm-a")
+            },
+            Out::new(1, "always-b"),
+        ],
+    )
+    .await;
+    let handler = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        dlq_format: format,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    assert!(
+        eventually(Duration::from_secs(60), || read_all(&brokers, &dlt).len() == 2).await,
+        "two dead letters"
+    );
+    running.stop().await;
+    let sources = read_all(&brokers, &topic);
+    let source_ts = |offset: i64| {
+        sources
+            .iter()
+            .find(|m| m.offset() == offset)
+            .and_then(|m| m.timestamp().to_millis())
+            .unwrap()
+    };
+
+    let mut read = spring("read-dlt", &brokers, &dlt, 2);
+    read.sort_by_key(|v| v["offset"].as_i64());
+    assert_eq!(read.len(), 2, "{read:?}");
+    let (perm, always) = (&read[0], &read[1]);
+    for (got, offset) in [(perm, 1), (always, 2)] {
+        assert_eq!(got["topic"], topic.as_str(), "{got}");
+        assert_eq!(got["partition"], 1, "KafkaHeaders.DLT_ORIGINAL_PARTITION as int: {got}");
+        assert_eq!(got["offset"], offset, "KafkaHeaders.DLT_ORIGINAL_OFFSET as long: {got}");
+        assert_eq!(got["timestamp"], source_ts(offset), "{got}");
+        assert_eq!(got["timestamp_type"], "CreateTime", "{got}");
+        assert_eq!(got["group"], group.as_str(), "{got}");
+    }
+    assert_eq!(perm["fqcn"], "kafka_dlq.PermanentFailure");
+    assert_eq!(perm["message"], "rejected perm-a");
+    assert!(perm["stacktrace"]
+        .as_str()
+        .unwrap()
+        .starts_with("kafka_dlq.PermanentFailure: rejected perm-a"));
+    assert_eq!(perm["key"], b64(&key), "the source key, byte for byte");
+    assert_eq!(always["fqcn"], "kafka_dlq.RetriesExhausted");
+    assert_eq!(always["message"], "downstream down");
+    let value = B64.decode(perm["value"].as_str().unwrap()).unwrap();
+    match format {
+        DlqFormat::Envelope => {
+            let envelope: serde_json::Value = serde_json::from_slice(&value).unwrap();
+            assert_eq!(envelope["payload"], "perm-a", "{envelope}");
+        }
+        DlqFormat::Spring => assert_eq!(value, b"perm-a", "Spring's layout: the original value"),
+        _ => unreachable!(),
+    }
+
+    // Our own tools read both layouts the same.
+    let (code, json, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlt, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let ids: Vec<String> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["envelope"]["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "{json}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_listener_reads_every_dlt_header_kafka_dlq_wrote() {
+    spring_reads_what_kafka_dlq_wrote(DlqFormat::Envelope).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_listener_reads_the_spring_layout_with_the_original_value() {
+    spring_reads_what_kafka_dlq_wrote(DlqFormat::Spring).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
+    let brokers = brokers();
+    let topic = unique("spring-writes");
+    let dlt = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &dlt, 2).await;
+    let originals = vec![
+        Out {
+            partition: 0,
+            key: Some(vec![0x00, 0xfe, b'k']),
+            value: Some(vec![0xc3, 0x28, 0x00, 0xff]),
+            headers: vec![
+                (b"trace-id".to_vec(), Some(b"t-1".to_vec())),
+                (b"empty".to_vec(), None),
+                // Java clients read header names as UTF-8 strings (an invalid name comes back
+                // as U+FFFD), so the name is valid UTF-8; the value is any bytes.
+                ("naïve-ключ".as_bytes().to_vec(), Some(vec![0x01, 0x02, 0xff])),
+            ],
+        },
+        Out {
+            partition: 1,
+            key: None,
+            value: Some(br#"{"order":7}"#.to_vec()),
+            headers: vec![],
+        },
+        Out {
+            partition: 1,
+            key: Some(b"k3".to_vec()),
+            value: None,
+            headers: vec![(b"h".to_vec(), Some(b"v".to_vec()))],
+        },
+    ];
+    let expected: Vec<_> = originals
+        .iter()
+        .map(|o| (o.key.clone(), o.value.clone(), o.headers.clone()))
+        .collect();
+    produce(&brokers, &topic, originals).await;
+    spring("write-dlt", &brokers, &topic, 3);
+
+    let (code, json, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlt, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), 3, "{json}");
+    for entry in &listed {
+        assert_eq!(entry["written_by"], "Spring Kafka", "{entry}");
+        let envelope = &entry["envelope"];
+        assert_eq!(envelope["source"]["topic"], topic.as_str());
+        assert_eq!(envelope["error"]["kind"], "unclassified");
+        let message = envelope["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("java.lang.IllegalStateException: ")
+                && message.contains("spring rejected offset"),
+            "Spring's exception class and message: {message}"
+        );
+        assert!(envelope["source"]["group"]
+            .as_str()
+            .unwrap()
+            .starts_with("spring-dlt-writer-"));
+    }
+    let (code, table, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlt]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("unclassified")
+            && table.contains("java.lang.IllegalStateException")
+            && table.contains("3 dead letter(s)"),
+        "{table}"
+    );
+
+    let (code, out, err) = cli(&[
+        "dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlt, "--json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["replayed"], 3, "{report}");
+
+    let all = read_all(&brokers, &topic);
+    assert_eq!(all.len(), 6, "three originals and three replays");
+    let replayed: Vec<_> = all
+        .iter()
+        .filter(|m| {
+            m.headers().is_some_and(|h| {
+                kafka_dlq::kafka::headers::read(h)
+                    .iter()
+                    .any(|h| h.key == kafka_dlq::replay::HEADER_REPLAY_COUNT.as_bytes())
+            })
+        })
+        .collect();
+    assert_eq!(replayed.len(), 3);
+    for (key, value, headers) in expected {
+        let found = replayed
+            .iter()
+            .find(|m| m.key().map(<[u8]>::to_vec) == key && m.payload().map(<[u8]>::to_vec) == value)
+            .unwrap_or_else(|| panic!("no replay of key {key:?} value {value:?}"));
+        let mut got: Vec<(Vec<u8>, Option<Vec<u8>>)> = kafka_dlq::kafka::headers::read(
+            found.headers().unwrap(),
+        )
+        .into_iter()
+        .map(|h| (h.key, h.value))
+        .collect();
+        got.retain(|(k, _)| k != kafka_dlq::replay::HEADER_REPLAY_COUNT.as_bytes());
+        assert_eq!(got, headers, "the source headers, without Spring's kafka_dlt-*");
+    }
+}
