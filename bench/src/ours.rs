@@ -1,0 +1,127 @@
+//! One pass of a kafka-dlq scenario in this process: the library's [`Consumer`] with the
+//! scenario's handler, until the handler is done with the records it waits for.
+
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kafka_dlq::config::Ordering;
+use kafka_dlq::{Consumer, ConsumerConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::figures::{peak_rss_mb, settle_quantile, since, Figures};
+use crate::handler::{Behaviour, BenchHandler, Counts, Goal};
+
+/// When a kafka-dlq scenario ends.
+#[derive(Clone, Copy)]
+pub enum End<'a> {
+    /// When the handler has seen this many records of each partition (a permanent failure
+    /// counts as seen) and every dead letter is acknowledged.
+    Partitions(&'a [u64]),
+    /// When the handler has accepted this many records.
+    Records(u64),
+}
+
+/// One pass of a kafka-dlq scenario.
+pub struct Run<'a> {
+    pub brokers: &'a str,
+    pub group: &'a str,
+    pub topic: &'a str,
+    pub partitions: i32,
+    pub behaviour: Behaviour,
+    pub end: End<'a>,
+    pub ordering: Ordering,
+    /// Records in flight per partition in key order.
+    pub max_in_flight: usize,
+}
+
+/// Runs kafka-dlq with `run.behaviour` until `run.end`.
+pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
+    let config = ConsumerConfig {
+        ordering: run.ordering,
+        max_in_flight: run.max_in_flight,
+        max_retries: 1,
+        backoff_initial_ms: 600_000,
+        backoff_max_ms: 600_000,
+        shutdown_timeout_ms: 2_000,
+        ..ConsumerConfig::new(run.brokers, run.group, [run.topic])
+    };
+    let (settled, goal) = match run.end {
+        End::Partitions(targets) => (targets.iter().sum(), Some(Arc::new(Goal::new(targets)))),
+        End::Records(n) => (n, None),
+    };
+    let started = Arc::new(OnceLock::new());
+    let seen = Arc::new(Counts::new(run.partitions));
+    let failed = Arc::new(AtomicU64::new(0));
+    let handler = BenchHandler {
+        behaviour: run.behaviour,
+        first: started.clone(),
+        seen: seen.clone(),
+        failed: failed.clone(),
+        goal: goal.clone(),
+    };
+    let consumer = Consumer::new(config, handler)?;
+    let metrics = consumer.metrics();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
+    let mut last_progress = Instant::now();
+    let mut last_seen = 0;
+    let mut progressing = |at_most: Duration| -> anyhow::Result<()> {
+        let now_seen = seen.total();
+        if now_seen != last_seen {
+            last_seen = now_seen;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > at_most {
+            bail!("no progress for {at_most:?} at {now_seen} of {settled} records");
+        }
+        Ok(())
+    };
+    let mut end = None;
+    match &goal {
+        Some(goal) if settled > 0 => loop {
+            tokio::select! {
+                _ = goal.notify.notified() => {
+                    end = goal.reached.get().copied();
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    progressing(Duration::from_secs(60))?
+                }
+            }
+        },
+        _ => {
+            while seen.total() < settled {
+                progressing(Duration::from_secs(60))?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+    // Settled means dead letters acknowledged too.
+    let dead_letters = failed.load(AtomicOrdering::Relaxed);
+    let waited = Instant::now();
+    while (metrics.total("kafka_dlq_records_dead_lettered_total") as u64) < dead_letters {
+        if waited.elapsed() > Duration::from_secs(60) {
+            bail!("{dead_letters} dead letters not all acknowledged after 60 s");
+        }
+        end = None;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let first = started.get().copied();
+    let (elapsed, cpu) = match (first, end) {
+        (Some((t0, c0)), Some((t1, c1))) => (t1 - t0, c1.saturating_sub(c0)),
+        _ => since(first),
+    };
+    let rss_mb = peak_rss_mb();
+    let figures = Figures {
+        records: settled,
+        elapsed,
+        p50: settle_quantile(metrics.registry(), 0.5),
+        p99: settle_quantile(metrics.registry(), 0.99),
+        rss_mb,
+        cpu,
+    };
+    stop.cancel();
+    task.await??;
+    Ok(figures)
+}
