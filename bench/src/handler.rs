@@ -17,7 +17,7 @@ pub enum Behaviour {
     Poison1,
     /// Fails partition 0's first record transiently (into a 10-minute back-off).
     Stalled,
-    /// 1 ms of async work (a downstream call).
+    /// A 1 ms downstream call ([`downstream`]).
     Slow,
     /// Parallel Consumer's README workload: the value's first digit is the milliseconds of
     /// work (0 to 5).
@@ -129,17 +129,22 @@ impl BenchHandler {
             }
             Behaviour::Stalled => Ok(()),
             Behaviour::Slow => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                downstream(1).await;
                 Ok(())
             }
             Behaviour::Readme => {
-                let ms = work_ms(record.payload.as_deref());
-                if ms > 0 {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                }
+                downstream(work_ms(record.payload.as_deref())).await;
                 Ok(())
             }
         }
+    }
+}
+
+/// A downstream call that takes `ms` milliseconds, as long as the Java peers'
+/// `Thread.sleep(ms)` (see [`crate::delay`]).
+pub async fn downstream(ms: u64) {
+    if ms > 0 {
+        crate::delay::delay(Duration::from_millis(ms)).await;
     }
 }
 

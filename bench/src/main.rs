@@ -19,6 +19,7 @@
 //! main topic is consumed in several passes and the Java peers do not run.
 
 mod baseline;
+mod delay;
 mod figures;
 mod handler;
 mod mock;
@@ -102,7 +103,7 @@ fn main() -> std::process::ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
         )
         .with_writer(std::io::stderr)
         .try_init();

@@ -397,4 +397,57 @@ mod tests {
         }
         .matches(&g));
     }
+
+    #[test]
+    fn decodes_a_spring_dead_letter_as_foreign_and_filters_it_by_source() {
+        use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+        let spring = |name: &str, value: &[u8], headers: OwnedHeaders| {
+            headers.insert(Header {
+                key: name,
+                value: Some(value),
+            })
+        };
+        let headers = OwnedHeaders::new();
+        let headers = spring(super::super::spring::ORIGINAL_TOPIC, b"orders", headers);
+        let headers = spring(
+            super::super::spring::ORIGINAL_PARTITION,
+            &2_i32.to_be_bytes(),
+            headers,
+        );
+        let headers = spring(
+            super::super::spring::ORIGINAL_OFFSET,
+            &9_i64.to_be_bytes(),
+            headers,
+        );
+        let headers = spring(super::super::spring::EXCEPTION_MESSAGE, b"boom", headers);
+        let message = OwnedMessage::new(
+            Some(b"not json".to_vec()),
+            None,
+            "orders-dlt".into(),
+            Timestamp::CreateTime(1_700_000_000_000),
+            0,
+            4,
+            Some(headers),
+        );
+        let content = DlqContent::decode(&message);
+        let DlqContent::Foreign { format, envelope } = &content else {
+            panic!("{content:?}");
+        };
+        assert_eq!(*format, ForeignFormat::Spring);
+        assert_eq!(envelope.id, "orders-2-9");
+        let entry = DlqEntry {
+            topic: "orders-dlt".into(),
+            partition: 0,
+            offset: 4,
+            timestamp: None,
+            content,
+        };
+        assert_eq!(entry.id(), "orders-2-9");
+        let by_source = |t: &str| Filter {
+            source_topic: Some(t.into()),
+            ..Filter::default()
+        };
+        assert!(by_source("orders").matches(&entry));
+        assert!(!by_source("other").matches(&entry));
+    }
 }
