@@ -15,7 +15,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::partition::Assigned;
+use super::worker::Assigned;
 use crate::metrics::Metrics;
 
 /// A topic and partition.

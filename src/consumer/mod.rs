@@ -60,8 +60,8 @@
 //! [`Consumer::run`]; only a fatal client error does (after the usual drain and commit).
 
 mod context;
-mod dead_letters;
-mod partition;
+mod offsets;
+mod worker;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -81,7 +81,7 @@ use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use context::{commit_stored, Partitions, RebalanceContext};
-use partition::{run_worker, Assigned, PartitionInput, Shared};
+use worker::{run_worker, Assigned, PartitionInput, Shared};
 
 /// How long the poll loop waits after an error from the consumer's main queue before polling
 /// it again (errors that queued up meanwhile are then taken at once).
@@ -173,7 +173,7 @@ impl<H: BatchHandler> Consumer<H> {
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
                 dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
-                    dead_letters::DEAD_LETTER_BUDGET_KIB,
+                    worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
                 )),
             }),
             config,

@@ -1,0 +1,253 @@
+//! One record's handler calls: the breaker's permit, the call with its panic guard, and the
+//! retries with backoff that follow a transient failure, until the record is handled or is
+//! to be dead-lettered.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::dead_letters::dead_letter;
+use super::local_metrics::TopicMetrics;
+use super::outage::on_breaker_change;
+use super::progress::Progress;
+use super::{Abandoned, Shared};
+use crate::breaker::{Breaker, CallOutcome, Permit};
+use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
+use crate::handler::BatchHandler;
+use crate::metrics::GaugeGuard;
+use crate::record::Record;
+
+/// Calls the handler with `records`, catching a panic as a permanent failure, and tells the
+/// breaker how it went. Also returns when the call ended.
+pub(super) async fn call<H: BatchHandler>(
+    shared: &Shared<H>,
+    metrics: &mut TopicMetrics<'_>,
+    records: &[Record],
+    permit: Permit,
+) -> (Result<(), HandlerError>, Instant) {
+    // A probe whose call is dropped before it ends (revocation, shutdown deadline) is given
+    // back, or the breaker would wait for it forever.
+    let probe = (permit == Permit::Probe).then(|| ProbeGuard(&shared.breaker));
+    let started = Instant::now();
+    let result = AssertUnwindSafe(shared.handler.handle_batch(records))
+        .catch_unwind()
+        .await;
+    let ended = Instant::now();
+    metrics
+        .handler_duration
+        .observe((ended - started).as_secs_f64());
+    let result = match result {
+        Ok(result) => result,
+        Err(panic) => {
+            let error = failure::from_panic(panic);
+            tracing::error!(event = "handler_panicked", first_offset = records[0].offset,
+                records = records.len(), error = %error.message());
+            Err(error)
+        }
+    };
+    if result.is_ok() {
+        metrics.succeeded.inc_by(records.len() as u64);
+    }
+    let outcome = match &result {
+        Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
+        _ => CallOutcome::Answered,
+    };
+    // Calls are told apart by their first record: partition and offset.
+    let who = (records[0].partition as u64) << 48 ^ records[0].offset as u64;
+    if let Some(state) = metrics.record_call(permit, outcome, who, ended) {
+        on_breaker_change(shared, state, result.as_ref().err());
+    }
+    std::mem::forget(probe); // recorded
+    (result, ended)
+}
+
+/// Gives a granted probe back to the breaker when dropped; forgotten once the probe's outcome
+/// is recorded.
+struct ProbeGuard<'a>(&'a Breaker);
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.abandon_probe();
+    }
+}
+
+/// Waits for the breaker's permission to call the handler, or for `cancel`.
+pub(super) async fn permit(
+    breaker: &Breaker,
+    cancel: &CancellationToken,
+) -> Result<Permit, Abandoned> {
+    // A closed breaker answers at once: no cancellation future to set up for every record.
+    if let Some(permit) = breaker.permit().now_or_never() {
+        return Ok(permit);
+    }
+    tokio::select! {
+        permit = breaker.permit() => Ok(permit),
+        _ = cancel.cancelled() => Err(Abandoned),
+    }
+}
+
+/// Settles one record: one handler call and, when it fails, [`settle_one`]'s retries or
+/// dead letter. Stores the progress made so far before any wait.
+pub(super) async fn settle_record<H: BatchHandler>(
+    shared: &Arc<Shared<H>>,
+    metrics: &mut TopicMetrics<'_>,
+    record: &Record,
+    fetched: Instant,
+    settled: &mut Progress,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    if settled
+        .writes
+        .as_ref()
+        .is_some_and(|w| w.too_far_behind(record.offset))
+    {
+        // A dead letter is not acknowledged yet (the dead-letter topic may be down): stop here
+        // rather than handle ever more records that a restart would deliver again.
+        settled.store(shared);
+        if let Some(writes) = settled.writes.as_mut() {
+            writes.catch_up(record.offset).await;
+        }
+    }
+    let granted = permit(&shared.breaker, cancel).await?;
+    let (result, ended) = call(shared, metrics, std::slice::from_ref(record), granted).await;
+    let mut ended = Some(ended);
+    match result {
+        Ok(()) => {
+            tracing::debug!(event = "record_handled", topic = %record.topic,
+                partition = record.partition, offset = record.offset, id = %record.id);
+        }
+        Err(first) => {
+            // Waits may follow: store and count the progress made so far first. A permanent
+            // failure goes straight to a pipelined dead-letter write, which waits only when
+            // the most writes are in flight.
+            let no_wait = first.kind() == FailureKind::Permanent
+                && settled.writes.as_ref().is_some_and(|w| !w.is_full());
+            if !no_wait {
+                settled.store(shared);
+                metrics.flush();
+            }
+            let span = record_span(record);
+            ended = None; // retries and waits follow
+            let outcome = settle_one(shared, metrics, record, first, cancel)
+                .instrument(span.clone())
+                .await?;
+            if let Outcome::DeadLetter {
+                kind,
+                message,
+                attempts,
+            } = outcome
+            {
+                match settled.writes.as_mut() {
+                    Some(writes) => {
+                        // The partition goes on while the write is acknowledged; offsets
+                        // stop short of it until then.
+                        writes
+                            .start(
+                                shared, record, kind, message, attempts, fetched, cancel, span,
+                            )
+                            .await;
+                        return Ok(());
+                    }
+                    None => {
+                        dead_letter(shared, record, kind, &message, attempts, cancel)
+                            .instrument(span)
+                            .await?
+                    }
+                }
+            }
+        }
+    }
+    settled.settle(record.offset);
+    metrics.settle_seconds.observe(
+        ended
+            .map_or_else(|| fetched.elapsed(), |e| e - fetched)
+            .as_secs_f64(),
+    );
+    Ok(())
+}
+
+pub(super) fn record_span(record: &Record) -> tracing::Span {
+    tracing::info_span!(
+        "record",
+        topic = %record.topic,
+        partition = record.partition,
+        offset = record.offset,
+        id = %record.id,
+        key = %record.key_for_logs(),
+    )
+}
+
+/// How a record's calls ended.
+enum Outcome {
+    Handled,
+    /// Permanent failure or retries exhausted: the record goes to the dead-letter topic.
+    DeadLetter {
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+    },
+}
+
+/// Settles one record's calls after its first attempt: retries transient failures with
+/// backoff (not counting attempts made while the breaker is open against its retries); says
+/// when the record is to be dead-lettered (permanent failure, retries exhausted).
+async fn settle_one<H: BatchHandler>(
+    shared: &Shared<H>,
+    metrics: &mut TopicMetrics<'_>,
+    record: &Record,
+    first: HandlerError,
+    cancel: &CancellationToken,
+) -> Result<Outcome, Abandoned> {
+    let topic = record.topic.as_str();
+    let mut delays = shared.backoff.delays();
+    let mut attempts: u32 = 1;
+    let mut result = Err(first);
+    loop {
+        let error = match result {
+            Ok(()) => {
+                tracing::debug!(event = "record_handled", attempts);
+                return Ok(Outcome::Handled);
+            }
+            Err(error) => error,
+        };
+        if error.kind() == FailureKind::Transient && shared.breaker.is_open() {
+            tracing::info!(event = "record_waiting_for_breaker", attempts, error = %error,
+                "the downstream is down; this record waits without using up its retries");
+            // Failures during an outage say nothing about the record: its retries start over.
+            delays.reset();
+        } else {
+            match decide(&error, &mut delays) {
+                Decision::Retry { delay } => {
+                    tracing::warn!(event = "record_retry_scheduled", attempts,
+                        retry_in_ms = delay.as_millis() as u64, error = %error);
+                    shared.metrics.retried.with_label_values(&[topic]).inc();
+                    let _in_backoff = GaugeGuard::inc(&shared.metrics.partitions_in_backoff);
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = cancel.cancelled() => {
+                            tracing::info!(event = "record_abandoned", attempts,
+                                "stopped during backoff; the record will be consumed again");
+                            return Err(Abandoned);
+                        }
+                    }
+                }
+                Decision::DeadLetter(kind) => {
+                    return Ok(Outcome::DeadLetter {
+                        kind,
+                        message: error.message().to_string(),
+                        attempts,
+                    });
+                }
+            }
+        }
+        let granted = permit(&shared.breaker, cancel).await?;
+        attempts += 1;
+        result = call(shared, metrics, std::slice::from_ref(record), granted)
+            .await
+            .0;
+    }
+}

@@ -1,0 +1,113 @@
+//! Key-ordered mode: records with the same key one after another, in offset order; records
+//! of different keys concurrently, at most `max_in_flight` at once.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::settle_record;
+use super::input::PartitionInput;
+use super::progress::{store_position, Progress};
+use super::Shared;
+use crate::consumer::offsets::Offsets;
+use crate::handler::BatchHandler;
+use crate::record::Record;
+
+/// Key-ordered mode: records with the same key one after another, in offset order; records of
+/// different keys concurrently, at most `max_in_flight` at once. Each record goes through the
+/// usual retry and dead-letter policy. The stored offset advances only over the longest prefix
+/// of settled records, so it never passes a record that is still running or waiting.
+pub(super) async fn run<H: BatchHandler>(
+    shared: Arc<Shared<H>>,
+    mut input: PartitionInput,
+    cancel: CancellationToken,
+    max_in_flight: usize,
+) {
+    type Key = Option<Vec<u8>>;
+    // Every record taken from the queue and not yet passed by the stored position.
+    let mut offsets = Offsets::default();
+    // Records waiting for an earlier record of their key.
+    let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
+    let mut busy: HashSet<Key> = HashSet::new();
+    type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (i64, Key, bool)> + Send>>;
+    let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
+    let (topic, partition) = (input.topic.clone(), input.partition);
+    let metrics = input.metrics.clone();
+    let mut source = input.records();
+
+    let start = |record: Record, at: Instant, running: &mut FuturesUnordered<Running>| {
+        let (shared, metrics, cancel) = (shared.clone(), metrics.clone(), cancel.clone());
+        running.push(Box::pin(async move {
+            let result = settle_record(
+                &shared,
+                &mut metrics.local(&shared.breaker),
+                &record,
+                at,
+                &mut Progress::detached(),
+                &cancel,
+            )
+            .await;
+            (record.offset, record.key, result.is_ok())
+        }));
+    };
+
+    // Once `cancel` fires (or a record is abandoned), nothing more is taken or started, and
+    // the handler calls in flight run to their end: a dropped call would leave its work half
+    // done and, as a probe, the breaker waiting for it forever.
+    let mut stopping = false;
+    loop {
+        if stopping && running.is_empty() {
+            break;
+        }
+        // Taken but not yet stored: bounded, so a stuck key cannot pile records up in memory
+        // (librdkafka's queue for the partition fills instead, and fetching stops).
+        let room = !stopping && running.len() < max_in_flight && offsets.open() < max_in_flight * 4;
+        let free = max_in_flight.saturating_sub(running.len()).max(1);
+        tokio::select! {
+            done = running.next(), if !running.is_empty() => {
+                let Some((offset, key, settled)) = done else { continue };
+                busy.remove(&key);
+                if !settled {
+                    // Abandoned (revoked or stopping): it stays unsettled in `offsets`, so
+                    // no stored offset passes it.
+                    stopping = true;
+                    continue;
+                }
+                offsets.settle(offset);
+                if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
+                    if let Some((at, next)) = queue.pop_front() {
+                        busy.insert(key.clone());
+                        start(next, at, &mut running);
+                    }
+                    if queue.is_empty() {
+                        waiting.remove(&key);
+                    }
+                }
+                if let Some(position) = offsets.to_store() {
+                    store_position(&shared, &topic, partition, position);
+                }
+            }
+            _ = cancel.cancelled(), if !stopping => stopping = true,
+            taken = source.take(free, Duration::ZERO, &cancel), if room => {
+                let Some((records, at)) = taken else {
+                    stopping = true;
+                    continue;
+                };
+                for record in records {
+                    offsets.take(record.offset);
+                    if busy.contains(&record.key) {
+                        waiting.entry(record.key.clone()).or_default().push_back((at, record));
+                    } else {
+                        busy.insert(record.key.clone());
+                        start(record, at, &mut running);
+                    }
+                }
+            }
+        }
+    }
+    // Records still waiting for their key were never started: their offsets are not stored,
+    // so they are consumed again.
+}

@@ -1,0 +1,253 @@
+//! A partition's dead-letter writes in flight: written while the partition goes on, at most
+//! 32 per partition and 16 MiB for the whole consumer, no offset stored past one that is not
+//! acknowledged yet.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{Abandoned, Shared};
+use crate::failure::DeadLetterKind;
+use crate::handler::BatchHandler;
+use crate::metrics::Metrics;
+use crate::record::Record;
+
+/// At most this many dead-letter writes of one partition are in flight at once.
+const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
+
+/// Dead-letter writes in flight hold at most this many KiB in all (16 MiB), whatever the
+/// number of partitions and the size of the records: a write waits for earlier ones to be
+/// acknowledged while the budget is spent. A single larger write takes the whole budget.
+pub(crate) const DEAD_LETTER_BUDGET_KIB: usize = 16 * 1024;
+
+/// What a dead-letter write holds of the budget, given back (and taken off the gauge) when
+/// the write ends or is dropped.
+struct BudgetHold {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: prometheus::IntGauge,
+}
+
+impl Drop for BudgetHold {
+    fn drop(&mut self) {
+        self.gauge.sub(self.bytes);
+    }
+}
+
+/// The bytes a dead-letter write of `record` holds: its envelope (a binary value grows by a
+/// third in base64) and its headers.
+fn dead_letter_bytes(record: &Record) -> usize {
+    let value = record.payload.as_ref().map_or(0, Vec::len);
+    let key = record.key.as_ref().map_or(0, Vec::len);
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+        .sum();
+    value * 4 / 3 + 2 * (key + headers) + 512
+}
+
+/// A partition handles at most this many records past a dead letter that is not acknowledged
+/// yet; then it waits for the acknowledgement. These records are consumed again if the
+/// service stops before then. 1,000 made a fast partition wait for every acknowledgement
+/// (5,000 records are a few milliseconds of a no-op handler).
+pub(super) const DEAD_LETTER_WINDOW: i64 = 5_000;
+
+/// A dead-letter write in flight: resolves once the broker acknowledged it (logged and
+/// counted), or with [`Abandoned`].
+type PendingWrite = std::pin::Pin<Box<dyn Future<Output = Result<(), Abandoned>> + Send>>;
+
+/// A partition's dead-letter writes in flight, in offset order. They are driven by the
+/// partition's own worker — polled when it stores offsets and awaited when it has to wait —
+/// not by tasks of their own: an acknowledgement then costs no task wake-up, and each write is
+/// still retried (a retry's backoff runs from the write that failed). While the worker waits
+/// for something else (a transient failure's backoff, the outage breaker), a write that
+/// failed is retried, and one acknowledged is logged and counted, only once the worker goes
+/// on; no offset passes either meanwhile.
+#[derive(Default)]
+pub(super) struct DeadLetterWrites {
+    in_flight: VecDeque<(i64, PendingWrite)>,
+    /// Offsets of the writes acknowledged since [`DeadLetterWrites::take_acknowledged`]. A
+    /// write given up (revoked or stopping) is never among them, so no position passes it.
+    acknowledged: Vec<i64>,
+}
+
+impl DeadLetterWrites {
+    /// Starts writing `record`'s dead letter; waits first while the most are in flight.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start<H: BatchHandler>(
+        &mut self,
+        shared: &Arc<Shared<H>>,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+        fetched: Instant,
+        cancel: &CancellationToken,
+        span: tracing::Span,
+    ) {
+        while self.is_full() {
+            self.wait_first().await;
+        }
+        let bytes = dead_letter_bytes(record);
+        let kib = (bytes / 1024 + 1).min(DEAD_LETTER_BUDGET_KIB) as u32;
+        let budget = &shared.dead_letter_budget;
+        let permit = loop {
+            if let Ok(permit) = budget.clone().try_acquire_many_owned(kib) {
+                break permit;
+            }
+            // Our own writes may hold the budget: drive them while waiting for it.
+            tokio::select! {
+                permit = budget.clone().acquire_many_owned(kib) => {
+                    break permit.expect("the budget is never closed");
+                }
+                _ = self.wait_first(), if !self.in_flight.is_empty() => {}
+            }
+        };
+        shared.metrics.dead_letter_bytes_in_flight.add(bytes as i64);
+        let hold = BudgetHold {
+            _permit: permit,
+            bytes: bytes as i64,
+            gauge: shared.metrics.dead_letter_bytes_in_flight.clone(),
+        };
+        // Handed to the producer now, so that dead letters keep the partition's order.
+        let written = shared
+            .dlq
+            .start(record, kind, &message, attempts, cancel.clone());
+        let metrics = shared.metrics.clone();
+        let topic = record.topic.clone();
+        let write = async move {
+            let _hold = hold;
+            let written = written.await;
+            dead_lettered(&metrics, &topic, kind, &message, attempts, written)?;
+            metrics
+                .settle_seconds
+                .observe(fetched.elapsed().as_secs_f64());
+            Ok(())
+        }
+        .instrument(span);
+        self.in_flight.push_back((record.offset, Box::pin(write)));
+    }
+
+    /// Whether starting another write has to wait for the oldest one.
+    pub(super) fn is_full(&self) -> bool {
+        self.in_flight.len() >= DEAD_LETTER_WRITES_IN_FLIGHT
+    }
+
+    /// Takes the finished writes off the front, without waiting.
+    pub(super) fn collect_finished(&mut self) {
+        while let Some((offset, write)) = self.in_flight.front_mut() {
+            let Some(done) = write.as_mut().now_or_never() else {
+                break;
+            };
+            let offset = *offset;
+            self.in_flight.pop_front();
+            if done.is_ok() {
+                self.acknowledged.push(offset);
+            }
+        }
+    }
+
+    /// The offsets of the writes acknowledged since the last call.
+    pub(super) fn take_acknowledged(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.acknowledged)
+    }
+
+    /// Whether `offset` is more than [`DEAD_LETTER_WINDOW`] past the oldest write in flight.
+    pub(super) fn too_far_behind(&self, offset: i64) -> bool {
+        self.in_flight
+            .front()
+            .is_some_and(|(first, _)| offset - first > DEAD_LETTER_WINDOW)
+    }
+
+    /// Waits until `offset` is within [`DEAD_LETTER_WINDOW`] of the oldest write in flight.
+    pub(super) async fn catch_up(&mut self, offset: i64) {
+        while self.too_far_behind(offset) {
+            self.wait_first().await;
+        }
+    }
+
+    /// Waits for the oldest write in flight and takes it off. Cancel-safe: the write is
+    /// taken off only once it is done.
+    pub(super) async fn wait_first(&mut self) {
+        let Some((_, write)) = self.in_flight.front_mut() else {
+            return;
+        };
+        let done = write.as_mut().await;
+        if let Some((offset, _)) = self.in_flight.pop_front() {
+            if done.is_ok() {
+                self.acknowledged.push(offset);
+            }
+        }
+    }
+
+    pub(super) async fn wait_all(&mut self) {
+        while !self.in_flight.is_empty() {
+            self.wait_first().await;
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+}
+
+/// Writes `record` to the dead-letter topic and waits for the acknowledgement (retrying failed
+/// writes until `cancel`).
+pub(super) async fn dead_letter<H: BatchHandler>(
+    shared: &Shared<H>,
+    record: &Record,
+    kind: DeadLetterKind,
+    message: &str,
+    attempts: u32,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    let written = shared
+        .dlq
+        .publish(record, kind, message, attempts, cancel)
+        .await;
+    dead_lettered(
+        &shared.metrics,
+        &record.topic,
+        kind,
+        message,
+        attempts,
+        written,
+    )
+}
+
+/// Logs and counts how a dead-letter write ended.
+pub(super) fn dead_lettered(
+    metrics: &Metrics,
+    topic: &str,
+    kind: DeadLetterKind,
+    message: &str,
+    attempts: u32,
+    written: Result<crate::dlq::DeadLettered, crate::dlq::Abandoned>,
+) -> Result<(), Abandoned> {
+    match written {
+        Ok(to) => {
+            tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
+                dlq_topic = %to.topic, dlq_partition = to.partition, dlq_offset = to.offset,
+                error = %message);
+            metrics
+                .dead_lettered
+                .with_label_values(&[topic, kind.as_str()])
+                .inc();
+            Ok(())
+        }
+        Err(_) => {
+            tracing::info!(
+                event = "record_abandoned",
+                attempts,
+                "stopped before the dead-letter write succeeded; the record will be consumed again"
+            );
+            Err(Abandoned)
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! In-order mode: a partition's records one at a time (or one batch at a time) in offset
+//! order. A record handler takes what is ready in chunks and stores the position once per
+//! chunk; its dead letters are written while the partition goes on ([`super::dead_letters`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::settle_record;
+use super::bisect::settle_batch;
+use super::input::PartitionInput;
+use super::progress::Progress;
+use super::Shared;
+use crate::handler::BatchHandler;
+
+/// Settles the records of one partition in offset order until `cancel` fires.
+pub(super) async fn run<H: BatchHandler>(
+    shared: Arc<Shared<H>>,
+    mut input: PartitionInput,
+    cancel: CancellationToken,
+) {
+    // A record handler takes what is ready in chunks and handles the records one by one,
+    // storing the offset once per chunk; a batch handler takes one batch at a time.
+    let (take, linger) = if shared.batch_size == 1 {
+        (256, Duration::ZERO)
+    } else {
+        (shared.batch_size, shared.batch_linger)
+    };
+    let mut settled = Progress::new(&input.topic, input.partition, shared.batch_size == 1);
+    let mut metrics = input.metrics.local(&shared.breaker);
+    let mut source = input.records();
+    'work: while !cancel.is_cancelled() {
+        let Some((records, taken)) = source.take(take, linger, &cancel).await else {
+            break;
+        };
+        for record in &records {
+            settled.take(record.offset);
+        }
+        if shared.batch_size == 1 {
+            for record in &records {
+                if cancel.is_cancelled()
+                    || settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
+                        .await
+                        .is_err()
+                {
+                    break 'work;
+                }
+            }
+        } else if settle_batch(
+            &shared,
+            &mut metrics,
+            &records,
+            taken,
+            &mut settled,
+            &cancel,
+        )
+        .await
+        .is_err()
+        {
+            break;
+        }
+        settled.store(&shared);
+        metrics.flush();
+        // Until the next record comes, store the offsets of the dead letters as they are
+        // acknowledged (an idle partition's last dead letters get committed too).
+        while settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
+            if source.peeked.is_none() {
+                source.peeked = source.ready(&cancel);
+            }
+            let Some(writes) = settled.writes.as_mut().filter(|_| source.peeked.is_none()) else {
+                break;
+            };
+            tokio::select! {
+                biased;
+                _ = writes.wait_first() => settled.store(&shared),
+                next = source.next(&cancel) => {
+                    match next {
+                        Some(record) => source.peeked = Some(record),
+                        None => break 'work,
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    settled.finish(&shared).await;
+}

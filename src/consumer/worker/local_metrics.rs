@@ -1,0 +1,93 @@
+//! A worker's own metrics, counted locally and added to the shared ones in bulk, and the
+//! calls the downstream answered, told to the outage breaker in bulk.
+
+use std::time::Instant;
+
+use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
+use crate::metrics::Metrics;
+
+/// One topic's metric handles, looked up once per partition rather than once per record.
+#[derive(Clone)]
+pub(super) struct TopicHandles {
+    succeeded: prometheus::IntCounter,
+    handler_duration: prometheus::Histogram,
+    settle_seconds: prometheus::Histogram,
+}
+
+impl TopicHandles {
+    pub(super) fn new(metrics: &Metrics, topic: &str) -> Self {
+        Self {
+            succeeded: metrics.succeeded.with_label_values(&[topic]),
+            handler_duration: metrics.handler_duration.with_label_values(&[topic]),
+            settle_seconds: metrics.settle_seconds.clone(),
+        }
+    }
+
+    /// Metrics kept by one worker and added to the shared ones on [`TopicMetrics::flush`]:
+    /// a worker settles hundreds of thousands of records a second, and shared atomics
+    /// touched by every worker for every record would cost more than the records. The
+    /// calls the downstream answered are counted the same way for `breaker`.
+    pub(super) fn local<'a>(&self, breaker: &'a Breaker) -> TopicMetrics<'a> {
+        TopicMetrics {
+            succeeded: self.succeeded.local(),
+            handler_duration: self.handler_duration.local(),
+            settle_seconds: self.settle_seconds.local(),
+            breaker,
+            answered: None,
+        }
+    }
+}
+
+/// A worker's own metrics; see [`TopicHandles::local`]. Flushed after each chunk of records
+/// and before any wait, and when dropped.
+pub(super) struct TopicMetrics<'a> {
+    pub(super) succeeded: prometheus::local::LocalIntCounter,
+    pub(super) handler_duration: prometheus::local::LocalHistogram,
+    pub(super) settle_seconds: prometheus::local::LocalHistogram,
+    breaker: &'a Breaker,
+    /// Calls made with [`Permit::Normal`] and answered, not yet told to the breaker, and when
+    /// the last of them ended.
+    answered: Option<(u32, Instant)>,
+}
+
+impl TopicMetrics<'_> {
+    /// Counts a call for the breaker; tells it at once unless it was a normal call that the
+    /// downstream answered. Returns the breaker's new state when it changed.
+    pub(super) fn record_call(
+        &mut self,
+        permit: Permit,
+        outcome: CallOutcome,
+        who: u64,
+        ended: Instant,
+    ) -> Option<BreakerState> {
+        if permit == Permit::Normal && outcome == CallOutcome::Answered {
+            let calls = self.answered.map_or(0, |(calls, _)| calls);
+            self.answered = Some((calls + 1, ended));
+            return None;
+        }
+        // The answered calls before this one first, so the window sees them in order.
+        self.flush_answered();
+        self.breaker
+            .record_at(permit, outcome, who, tokio::time::Instant::from_std(ended))
+    }
+
+    fn flush_answered(&mut self) {
+        if let Some((calls, at)) = self.answered.take() {
+            self.breaker
+                .record_answered(calls, tokio::time::Instant::from_std(at));
+        }
+    }
+
+    pub(super) fn flush(&mut self) {
+        self.succeeded.flush();
+        self.handler_duration.flush();
+        self.settle_seconds.flush();
+        self.flush_answered();
+    }
+}
+
+impl Drop for TopicMetrics<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}

@@ -1,0 +1,97 @@
+//! The worker of one assigned partition: takes the partition's records from its own
+//! librdkafka queue and settles them, storing offsets as they settle. One idea per file:
+//!
+//! | file | what |
+//! |---|---|
+//! | [`input`] | where the records come from: the partition's queue, taken in chunks and batches |
+//! | [`in_order`] | one record (or batch) at a time, in offset order |
+//! | [`by_key`] | records of one key in order, of different keys concurrently |
+//! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
+//! | [`attempt`] | one record's handler calls: the panic guard, the breaker's permit, retries with backoff |
+//! | [`dead_letters`] | dead-letter writes, pipelined while the partition goes on |
+//! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
+//! | [`outage`] | pausing and resuming every partition when the outage breaker opens and closes |
+//! | [`local_metrics`] | metrics a worker counts locally and flushes, and the breaker's answered calls |
+
+mod attempt;
+mod bisect;
+mod by_key;
+pub(super) mod dead_letters;
+mod in_order;
+mod input;
+mod local_metrics;
+mod outage;
+mod progress;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::StreamConsumer;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub(super) use input::PartitionInput;
+
+use super::context::{RebalanceContext, SharedQueue};
+use crate::backoff::ExponentialBackoff;
+use crate::breaker::Breaker;
+use crate::dlq::DeadLetterPublisher;
+use crate::handler::BatchHandler;
+use crate::metrics::Metrics;
+use crate::record::Record;
+
+/// What the workers of all partitions share.
+pub(super) struct Shared<H> {
+    pub handler: H,
+    pub dlq: DeadLetterPublisher,
+    pub backoff: ExponentialBackoff,
+    pub consumer: Arc<StreamConsumer<RebalanceContext>>,
+    pub metrics: Metrics,
+    pub breaker: Breaker,
+    pub batch_size: usize,
+    pub batch_linger: Duration,
+    /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
+    pub key_ordered: Option<usize>,
+    /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
+    pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
+}
+
+/// A newly assigned partition, for the poll loop to start its worker.
+pub(super) struct Assigned {
+    pub topic: String,
+    pub partition: i32,
+    /// The partition's own librdkafka queue and its reader's lease; `None` when splitting it
+    /// failed, and its records come through `stray_records`.
+    pub queue: Option<SharedQueue>,
+    pub stray_records: mpsc::Receiver<Record>,
+    pub cancel: CancellationToken,
+}
+
+/// The partition was revoked or the service is stopping: the record was given up unsettled,
+/// its offset not stored, so it will be consumed again.
+pub(super) struct Abandoned;
+
+/// Runs the worker of one partition until `cancel` fires (revocation or shutdown): in offset
+/// order ([`in_order`]) or by key ([`by_key`]). A handler call in progress when `cancel`
+/// fires runs to its end; a backoff wait, a wait for the breaker or a dead-letter retry does
+/// not.
+pub(super) async fn run_worker<H: BatchHandler>(
+    shared: Arc<Shared<H>>,
+    input: PartitionInput,
+    cancel: CancellationToken,
+) {
+    // The partition's queue is read by one worker at a time: a worker of an earlier
+    // assignment of this partition may still be finishing its handler call.
+    let reader = input.queue.as_ref().map(|shared| shared.reader.clone());
+    let _lease = match reader {
+        Some(reader) => tokio::select! {
+            lease = reader.lock_owned() => Some(lease),
+            _ = cancel.cancelled() => return,
+        },
+        None => None,
+    };
+    if let Some(max_in_flight) = shared.key_ordered {
+        return by_key::run(shared, input, cancel, max_in_flight).await;
+    }
+    in_order::run(shared, input, cancel).await
+}
