@@ -10,8 +10,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::foreign::ForeignFormat;
-use super::Envelope;
+use super::DlqContent;
 use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
 
@@ -30,92 +29,6 @@ pub struct DlqEntry {
     pub timestamp: Option<DateTime<Utc>>,
     /// What it holds.
     pub content: DlqContent,
-}
-
-/// The value of a DLQ record.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum DlqContent {
-    /// One of our envelopes.
-    Envelope(Box<Envelope>),
-    /// A dead letter another tool wrote (Spring Kafka, Kafka Connect, a share group), read
-    /// as an envelope from its headers (see [`super::foreign`]); shown and replayed like ours.
-    Foreign {
-        /// Who wrote it.
-        format: ForeignFormat,
-        /// What its headers and value say, as an envelope.
-        envelope: Box<Envelope>,
-    },
-    /// Something else: shown as such, never replayed.
-    NotAnEnvelope {
-        /// Why it does not decode.
-        reason: String,
-        /// The start of the value, as lossy UTF-8.
-        preview: String,
-    },
-}
-
-impl DlqContent {
-    /// Decodes one DLQ record, whatever form it takes: the envelope as the value, the
-    /// detached form (the original value as the value, the envelope in the
-    /// `kafka_dlq-envelope` header; put back together here), a reference (returned as it is:
-    /// [`DlqReader`] resolves it from the source topic), or a dead letter written by Spring
-    /// Kafka, Kafka Connect or a share group ([`super::foreign::decode`]). The one decoder of
-    /// the `dlq` commands and the monitor.
-    pub fn decode<M: Message>(message: &M) -> DlqContent
-    where
-        M::Headers: crate::kafka::headers::RawHeaders,
-    {
-        let detached = message.headers().and_then(|headers| {
-            crate::kafka::headers::find(headers, super::HEADER_ENVELOPE.as_bytes())
-                .flatten()
-                .map(Envelope::from_slice)
-        });
-        let ours = detached.or_else(|| message.payload().map(Envelope::from_slice));
-        if let Some(Ok(env)) = ours {
-            return DlqContent::Envelope(Box::new(env.attach(message.payload())));
-        }
-        let headers = message
-            .headers()
-            .map(crate::kafka::headers::read)
-            .unwrap_or_default();
-        let foreign = super::foreign::decode(super::foreign::DlqRecord {
-            key: message.key(),
-            value: message.payload(),
-            headers: &headers,
-            timestamp: message
-                .timestamp()
-                .to_millis()
-                .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
-        });
-        if let Some((format, envelope)) = foreign {
-            return DlqContent::Foreign {
-                format,
-                envelope: Box::new(envelope),
-            };
-        }
-        match ours {
-            Some(Err(e)) => DlqContent::NotAnEnvelope {
-                reason: e.to_string(),
-                preview: {
-                    let value = message.payload().unwrap_or_default();
-                    String::from_utf8_lossy(&value[..value.len().min(120)]).to_string()
-                },
-            },
-            _ => DlqContent::NotAnEnvelope {
-                reason: "empty value".into(),
-                preview: String::new(),
-            },
-        }
-    }
-
-    /// The envelope, ours or one read from a foreign dead letter; `None` when it is neither.
-    pub fn envelope(&self) -> Option<&Envelope> {
-        match self {
-            DlqContent::Envelope(e) | DlqContent::Foreign { envelope: e, .. } => Some(e),
-            DlqContent::NotAnEnvelope { .. } => None,
-        }
-    }
 }
 
 impl DlqEntry {
@@ -321,6 +234,8 @@ impl DlqReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dlq::foreign::ForeignFormat;
+    use crate::dlq::Envelope;
     use crate::record::Record;
 
     fn entry(source: &str, kind: DeadLetterKind, id: &str) -> DlqEntry {

@@ -30,6 +30,15 @@ use prometheus::{
 };
 use rdkafka::statistics::Statistics;
 
+/// Why the consumer is not live: the workers that died, one line each (`the worker of
+/// <topic>-<partition> died: <panic>`). Displayed as `unhealthy: <lines>; restart the process`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unhealthy: {}; restart the process", dead_workers.join("; "))]
+pub struct Unhealthy {
+    /// One line per dead worker.
+    pub dead_workers: Vec<String>,
+}
+
 /// The metrics of one consumer, registered in their own [`Registry`]. A clone shares them:
 /// cloning costs one reference count, not one per metric (the workers of every partition
 /// clone it, e.g. for each dead letter).
@@ -278,16 +287,16 @@ impl Metrics {
             .push(format!("the worker of {partition} died: {panic}"));
     }
 
-    /// Live: `Ok` unless a partition's worker died; then why, naming each partition.
-    pub fn health(&self) -> Result<(), String> {
+    /// Live: `Ok` unless a partition's worker died; then [`Unhealthy`], naming each
+    /// partition.
+    pub fn health(&self) -> Result<(), Unhealthy> {
         let dead = self.dead_workers.lock().expect("dead workers lock");
         if dead.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "unhealthy: {}; restart the process",
-                dead.join("; ")
-            ))
+            Err(Unhealthy {
+                dead_workers: dead.clone(),
+            })
         }
     }
 
@@ -364,7 +373,7 @@ mod tests {
         let m = Metrics::new();
         assert_eq!(m.health(), Ok(()));
         m.worker_died("orders-3", "index out of bounds");
-        let why = m.health().unwrap_err();
+        let why = m.health().unwrap_err().to_string();
         assert!(
             why.contains("orders-3") && why.contains("index out of bounds"),
             "{why}"

@@ -47,7 +47,7 @@ async fn render_metrics(State(metrics): State<Metrics>) -> impl IntoResponse {
 async fn health(State(metrics): State<Metrics>) -> impl IntoResponse {
     match metrics.health() {
         Ok(()) => (StatusCode::OK, "ok".to_string()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
     }
 }
 

@@ -1,0 +1,343 @@
+//! Writing dead letters: the envelope in the form the broker accepts (inline, detached,
+//! reference), Spring's headers, retried with backoff until the broker acknowledges.
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use tokio_util::sync::CancellationToken;
+
+use super::{spring, DlqFormat, DlqTopic, Envelope, HEADER_ENVELOPE};
+use crate::backoff::ExponentialBackoff;
+use crate::config::ConsumerConfig;
+use crate::failure::DeadLetterKind;
+use crate::kafka::LogContext;
+use crate::metrics::Metrics;
+use crate::record::Record;
+
+/// Where a dead letter was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLettered {
+    /// The dead-letter topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+}
+
+/// The dead-letter write was given up because the partition was revoked or the service is
+/// stopping; the source offset was not stored, so the record will be consumed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned;
+
+/// Writes dead letters and waits for the broker's acknowledgement.
+pub struct DeadLetterPublisher {
+    producer: FutureProducer<LogContext>,
+    topic: DlqTopic,
+    group: String,
+    format: DlqFormat,
+    retry: ExponentialBackoff,
+    metrics: Metrics,
+}
+
+impl DeadLetterPublisher {
+    /// Creates the producer (`acks=all`, one request in flight) from `config`, writing to
+    /// `topic`; failed writes are counted in `metrics`.
+    pub fn new(
+        config: &ConsumerConfig,
+        topic: DlqTopic,
+        metrics: Metrics,
+    ) -> Result<Self, KafkaError> {
+        let producer = config
+            .producer_client_config()
+            .create_with_context(LogContext)?;
+        Ok(Self {
+            producer,
+            topic,
+            group: config.group_id.clone(),
+            format: config.dlq_format,
+            retry: ExponentialBackoff::infrastructure(),
+            metrics,
+        })
+    }
+
+    /// Writes `record` to its dead-letter topic and returns once the broker acknowledged it.
+    /// Failed writes are retried with backoff until they succeed; `cancel` ends the wait
+    /// between two writes with [`Abandoned`].
+    pub async fn publish(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        cancel: &CancellationToken,
+    ) -> Result<DeadLettered, Abandoned> {
+        self.start(record, kind, message, attempts, cancel.clone())
+            .await
+    }
+
+    /// Like [`publish`](Self::publish), but hands the first write to the producer before it
+    /// returns, so dead letters started one after another are written in that order; the
+    /// returned future waits for the acknowledgement (and retries) and owns what it needs.
+    pub fn start(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = Result<DeadLettered, Abandoned>> + Send + 'static {
+        let topic = self.topic.for_topic(&record.topic);
+        let envelope = Envelope::new(record, kind, message, attempts, &self.group);
+        let inline = envelope.to_vec();
+        let write = Write {
+            producer: self.producer.clone(),
+            source_topic: record.topic.clone(),
+            headers: dead_letter_headers(record, &envelope),
+            // The payload is kept once, in `inline`; the other forms are derived from it.
+            envelope: envelope.into_detached(),
+            inline,
+            key: record.key.clone(),
+            topic,
+            format: self.format,
+        };
+        let form = match self.format {
+            DlqFormat::Envelope => Form::Inline,
+            DlqFormat::Spring => Form::Detached,
+        };
+        let first = write.send(form);
+        let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
+        async move { write.deliver(form, first, retry, metrics, cancel).await }
+    }
+}
+
+/// The forms a dead letter takes, each tried when the one before is too large for the broker
+/// (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The envelope with the payload, as the value.
+    Inline,
+    /// The original value as the value, the envelope in a header.
+    Detached,
+    /// The envelope without payload or source headers, as the value.
+    Reference,
+}
+
+/// One dead letter and what writing it takes.
+struct Write {
+    producer: FutureProducer<LogContext>,
+    topic: String,
+    source_topic: String,
+    /// The envelope with the payload, as JSON: the only copy of the payload a write keeps.
+    inline: Vec<u8>,
+    headers: OwnedHeaders,
+    /// The envelope in the detached form (no payload), for the detached and reference forms.
+    envelope: Envelope,
+    key: Option<Vec<u8>>,
+    format: DlqFormat,
+}
+
+type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
+
+impl Write {
+    /// The record's value, byte for byte (the inline envelope holds it exactly).
+    fn original_value(&self) -> Option<Vec<u8>> {
+        Envelope::from_slice(&self.inline)
+            .and_then(|e| e.payload_bytes())
+            .expect("an envelope we built decodes")
+    }
+
+    /// Hands the dead letter in `form` to the producer.
+    fn send(&self, form: Form) -> Sent {
+        let original;
+        let reference;
+        let (value, headers) = match form {
+            Form::Inline => (Some(self.inline.as_slice()), self.headers.clone()),
+            Form::Detached => {
+                let headers = self.headers.clone().insert(Header {
+                    key: HEADER_ENVELOPE,
+                    value: Some(&self.envelope.to_vec()),
+                });
+                original = self.original_value();
+                (original.as_deref(), headers)
+            }
+            Form::Reference => {
+                reference = self.envelope.reference().to_vec();
+                (Some(reference.as_slice()), spring_headers(&self.envelope))
+            }
+        };
+        let mut out = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
+        if let Some(value) = value {
+            out = out.payload(value);
+        }
+        if let Some(key) = self.key.as_deref() {
+            out = out.key(key);
+        }
+        self.producer.send_result(out).map_err(|(error, _)| error)
+    }
+
+    /// Waits for `first` (sent in `form`) to be acknowledged, writing again (with backoff)
+    /// until a write is.
+    async fn deliver(
+        self,
+        mut form: Form,
+        first: Sent,
+        retry: ExponentialBackoff,
+        metrics: Metrics,
+        cancel: CancellationToken,
+    ) -> Result<DeadLettered, Abandoned> {
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let mut delays = retry.delays();
+        let mut sent = first;
+        loop {
+            // A write in flight is not cut short by `cancel` (that could dead-letter the record
+            // and consume it again); only the wait between writes is.
+            let result = match sent {
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(delivery)) => Ok(delivery),
+                    Ok(Err((error, _))) => Err(error),
+                    Err(_) => Err(KafkaError::Canceled),
+                },
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(delivery) => {
+                    match form {
+                        Form::Inline => {}
+                        Form::Detached if self.format == DlqFormat::Spring => {}
+                        Form::Detached => {
+                            tracing::warn!(event = "dead_letter_detached", dlq_topic = %self.topic,
+                            envelope_bytes = self.inline.len(),
+                            "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header")
+                        }
+                        Form::Reference => {
+                            tracing::warn!(event = "dead_letter_reference", dlq_topic = %self.topic,
+                            envelope_bytes = self.inline.len(),
+                            "the record was too large for the dead-letter topic even without its envelope: the dead letter refers to it (payload_encoding \"reference\"); dlq show and replay read it from the source topic while it retains it")
+                        }
+                    }
+                    return Ok(DeadLettered {
+                        topic: self.topic,
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                    });
+                }
+                Err(error) if error == too_large && form != Form::Reference => {
+                    // Try at once in the next form: the detached one (no base64, no copy of
+                    // the value), then a reference (no value, no source headers).
+                    form = match form {
+                        Form::Inline => Form::Detached,
+                        _ => Form::Reference,
+                    };
+                }
+                Err(error) => {
+                    let delay = delays.next().expect("infrastructure backoff never ends");
+                    if error == too_large {
+                        tracing::error!(
+                            event = "dlq_record_too_large",
+                            dlq_topic = %self.topic,
+                            reference_bytes = self.envelope.reference().to_vec().len(),
+                            retry_in_ms = delay.as_millis() as u64,
+                            "not even a reference to the record (no value, no headers) fits the dead-letter topic: its max.message.bytes is far too small; the partition does not advance until it fits"
+                        );
+                    } else {
+                        tracing::error!(
+                            event = "dlq_write_failed",
+                            dlq_topic = %self.topic,
+                            error = %error,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "dead-letter write failed; the partition does not advance until it succeeds"
+                        );
+                    }
+                    metrics
+                        .dlq_write_failures
+                        .with_label_values(&[self.source_topic.as_str()])
+                        .inc();
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = cancel.cancelled() => return Err(Abandoned),
+                    }
+                }
+            }
+            sent = self.send(form);
+        }
+    }
+}
+
+/// The headers of a dead letter: the source headers less earlier `kafka_dlt-*` ones, then
+/// Spring's `kafka_dlt-*` headers ([`spring::headers`]).
+fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
+    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 9);
+    for h in record
+        .headers
+        .iter()
+        .filter(|h| !h.key.starts_with(spring::PREFIX.as_bytes()))
+    {
+        headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
+    }
+    add_spring_headers(headers, envelope)
+}
+
+/// Spring's `kafka_dlt-*` headers alone, from an envelope: the headers of a reference.
+fn spring_headers(envelope: &Envelope) -> OwnedHeaders {
+    add_spring_headers(OwnedHeaders::new_with_capacity(9), envelope)
+}
+
+/// Appends Spring's `kafka_dlt-*` headers, in Spring's encodings, from the envelope.
+fn add_spring_headers(mut headers: OwnedHeaders, envelope: &Envelope) -> OwnedHeaders {
+    for (key, value) in spring::headers(envelope) {
+        headers = headers.insert(Header {
+            key,
+            value: Some(&value),
+        });
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::Headers;
+
+    #[test]
+    fn headers_keep_originals_and_add_spring_ones() {
+        let record = Record {
+            id: "i".into(),
+            topic: "orders".into(),
+            partition: 2,
+            offset: 9,
+            key: None,
+            payload: None,
+            headers: vec![
+                crate::record::RecordHeader {
+                    key: "trace".into(),
+                    value: Some(b"t1".to_vec()),
+                },
+                crate::record::RecordHeader {
+                    key: spring::ORIGINAL_TOPIC.into(),
+                    value: Some(b"older".to_vec()),
+                },
+            ],
+            timestamp: None,
+            timestamp_type: None,
+        };
+        let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
+        let headers = dead_letter_headers(&record, &envelope);
+        let pairs: Vec<(String, Vec<u8>)> = headers
+            .iter()
+            .map(|h| (h.key.to_string(), h.value.unwrap().to_vec()))
+            .collect();
+        let mut expected = vec![("trace".to_string(), b"t1".to_vec())];
+        expected.extend(
+            spring::headers(&envelope)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        assert_eq!(pairs, expected);
+        assert_eq!(
+            pairs[2],
+            (spring::ORIGINAL_PARTITION.into(), vec![0, 0, 0, 2])
+        );
+    }
+}
