@@ -30,7 +30,7 @@
 //! The modules are named after the concepts: [`consumer`], [`handler`], [`record`],
 //! [`failure`], [`backoff`], [`dlq`], [`config`], [`sidecar`].
 #![deny(missing_docs)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod backoff;
 pub mod breaker;

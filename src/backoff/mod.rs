@@ -6,8 +6,8 @@
 //! `tokio::time::sleep`, inside a `select!` on shutdown), so paused-clock tests are exact and
 //! every wait can be cancelled.
 //!
-//! Deciding *whether* to retry lives in [`crate::failure`]; this module only computes *how
-//! long*.
+//! Deciding *whether* to retry lives in [`crate::failure`]; this module computes *how long*,
+//! and [`retry`] is the one loop that waits between tries.
 //!
 //! # The schedule
 //! The n-th delay (n = 1, 2, …) is `min(max, initial × multiplier^(n-1))`, then multiplied by a
@@ -16,12 +16,16 @@
 //! 1 s, 2 s, 4 s, 8 s, 16 s, 30 s, 30 s, 30 s, 30 s, 30 s — 181 s in all — and then the
 //! iterator ends.
 
+mod retry;
+pub use retry::{retry, Cancelled, Next};
+
 use std::time::Duration;
 
 use thiserror::Error;
 
 /// An invalid backoff setting; the message names the setting and the bad value.
 #[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum BackoffError {
     /// `initial` was zero.
     #[error("backoff initial delay must be greater than 0 ms, got {0:?}")]

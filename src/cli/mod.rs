@@ -43,6 +43,7 @@ enum LogFormat {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
 enum Command {
     /// Consume topics and POST each record to an HTTP service (the sidecar).
     Run(run::RunArgs),

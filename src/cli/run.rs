@@ -4,13 +4,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use kafka_dlq::config::ConsumerFlags;
 use kafka_dlq::handler::BatchHandler;
 use kafka_dlq::sidecar::{HttpBatchTarget, HttpTarget};
 use kafka_dlq::{ConfigError, Consumer, ConsumerConfig};
 
 use super::CliError;
 
-/// Flags of `kafka-dlq run`. A flag left out keeps the library default.
+/// Flags of `kafka-dlq run`: the consumer's (the required ones here, the tuning ones in
+/// [`ConsumerFlags`], declared with the library's settings) and the sidecar's.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Bootstrap servers, comma-separated host:port.
@@ -25,40 +27,11 @@ pub struct RunArgs {
     /// Where each record is POSTed (http://).
     #[arg(long, env = "TARGET_URL")]
     target_url: Option<String>,
-    /// Retries of a transient failure before dead-lettering [default: 10].
-    #[arg(long, env = "KAFKA_DLQ_MAX_RETRIES")]
-    max_retries: Option<u32>,
-    /// First retry delay in ms [default: 1000].
-    #[arg(long, env = "KAFKA_DLQ_BACKOFF_INITIAL_MS")]
-    backoff_initial_ms: Option<u64>,
-    /// Cap on one retry delay in ms [default: 30000].
-    #[arg(long, env = "KAFKA_DLQ_BACKOFF_MAX_MS")]
-    backoff_max_ms: Option<u64>,
-    /// Factor between retry delays [default: 2.0].
-    #[arg(long, env = "KAFKA_DLQ_BACKOFF_MULTIPLIER")]
-    backoff_multiplier: Option<f64>,
-    /// Random spread of each delay, 0.0 to 1.0 [default: 0.2].
-    #[arg(long, env = "KAFKA_DLQ_BACKOFF_JITTER")]
-    backoff_jitter: Option<f64>,
-    /// Dead-letter topic template; {topic} is the source topic [default: {topic}-dlt].
-    #[arg(long, env = "KAFKA_DLQ_TOPIC")]
-    dlq_topic: Option<String>,
-    /// Dead-letter layout: `envelope` (JSON envelope as the value) or `spring` (the original
-    /// value as the value, the metadata in Spring's kafka_dlt-* headers) [default: envelope].
-    #[arg(long, env = "KAFKA_DLQ_FORMAT")]
-    dlq_format: Option<kafka_dlq::dlq::DlqFormat>,
     /// Header holding the record id [default: none; <topic>-<partition>-<offset>].
     #[arg(long, env = "KAFKA_DLQ_ID_HEADER")]
     id_header: Option<String>,
-    /// Fetched records that may wait per partition before fetching it stops [default: 10000].
-    #[arg(long, env = "KAFKA_DLQ_MAX_BUFFERED_RECORDS")]
-    max_buffered_records: Option<usize>,
-    /// How long shutdown waits for in-flight requests, in ms [default: 30000].
-    #[arg(long, env = "KAFKA_DLQ_SHUTDOWN_TIMEOUT_MS")]
-    shutdown_timeout_ms: Option<u64>,
-    /// Where a new group starts: earliest or latest [default: earliest].
-    #[arg(long, env = "KAFKA_DLQ_AUTO_OFFSET_RESET")]
-    auto_offset_reset: Option<String>,
+    #[command(flatten)]
+    consumer: ConsumerFlags,
     /// A raw librdkafka property KEY=VALUE, applied last (repeatable; the variable takes a
     /// comma-separated list).
     #[arg(
@@ -78,40 +51,6 @@ pub struct RunArgs {
         default_value = "application/json"
     )]
     content_type: String,
-    /// `partition`: one record at a time per partition; `key`: same key in order, different
-    /// keys of a partition concurrently [default: partition].
-    #[arg(long, env = "KAFKA_DLQ_ORDERING")]
-    ordering: Option<kafka_dlq::config::Ordering>,
-    /// The consumer group protocol: `classic` (cooperative-sticky assignor) or `consumer`
-    /// (KIP-848, Kafka 4.0+) [default: classic].
-    #[arg(long, env = "KAFKA_DLQ_GROUP_PROTOCOL")]
-    group_protocol: Option<kafka_dlq::config::GroupProtocol>,
-    /// With --ordering key: records of one partition in flight at once [default: 64].
-    #[arg(long, env = "KAFKA_DLQ_MAX_IN_FLIGHT")]
-    max_in_flight: Option<usize>,
-    /// Records per POST: 1 posts each record's value; more posts a JSON array of records
-    /// [default: 1].
-    #[arg(long, env = "KAFKA_DLQ_BATCH_SIZE")]
-    batch_size: Option<usize>,
-    /// How long a batch waits for more records after its first, in ms [default: 100].
-    #[arg(long, env = "KAFKA_DLQ_BATCH_LINGER_MS")]
-    batch_linger_ms: Option<u64>,
-    /// Share of transient failures in the window that opens the outage breaker; 0 turns it
-    /// off [default: 0.5].
-    #[arg(long, env = "KAFKA_DLQ_BREAKER_FAILURE_RATIO")]
-    breaker_failure_ratio: Option<f64>,
-    /// Fewer calls than this in the window never open the breaker [default: 20].
-    #[arg(long, env = "KAFKA_DLQ_BREAKER_MIN_CALLS")]
-    breaker_min_calls: Option<u32>,
-    /// The breaker's sliding window in ms [default: 30000].
-    #[arg(long, env = "KAFKA_DLQ_BREAKER_WINDOW_MS")]
-    breaker_window_ms: Option<u64>,
-    /// First wait before probing an open breaker, in ms, doubling [default: 1000].
-    #[arg(long, env = "KAFKA_DLQ_BREAKER_PROBE_INITIAL_MS")]
-    breaker_probe_initial_ms: Option<u64>,
-    /// Cap on the wait between probes, in ms [default: 60000].
-    #[arg(long, env = "KAFKA_DLQ_BREAKER_PROBE_MAX_MS")]
-    breaker_probe_max_ms: Option<u64>,
     /// Address of the /metrics, /healthz and /readyz endpoint.
     #[arg(long, env = "KAFKA_DLQ_METRICS_ADDR", default_value = "0.0.0.0:9102")]
     metrics_addr: String,
@@ -123,82 +62,17 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The library configuration: defaults, overridden by every flag given.
+    /// The library configuration: the flags (each defaulting to the library's default).
     fn consumer_config(&self) -> Result<ConsumerConfig, ConfigError> {
-        let mut c = ConsumerConfig::default();
-        if let Some(v) = &self.brokers {
-            c.brokers = v.clone();
-        }
-        if let Some(v) = &self.group_id {
-            c.group_id = v.clone();
-        }
-        if !self.topics.is_empty() {
-            c.topics = self.topics.iter().map(|t| t.trim().to_string()).collect();
-        }
-        if let Some(v) = self.max_retries {
-            c.max_retries = v;
-        }
-        if let Some(v) = self.backoff_initial_ms {
-            c.backoff_initial_ms = v;
-        }
-        if let Some(v) = self.backoff_max_ms {
-            c.backoff_max_ms = v;
-        }
-        if let Some(v) = self.backoff_multiplier {
-            c.backoff_multiplier = v;
-        }
-        if let Some(v) = self.backoff_jitter {
-            c.backoff_jitter = v;
-        }
-        if let Some(v) = &self.dlq_topic {
-            c.dlq_topic = v.clone();
-        }
-        if let Some(v) = self.dlq_format {
-            c.dlq_format = v;
-        }
-        if let Some(v) = &self.id_header {
-            c.id_header = Some(v.clone());
-        }
-        if let Some(v) = self.max_buffered_records {
-            c.max_buffered_records = v;
-        }
-        if let Some(v) = self.shutdown_timeout_ms {
-            c.shutdown_timeout_ms = v;
-        }
-        if let Some(v) = &self.auto_offset_reset {
-            c.auto_offset_reset = v.clone();
-        }
-        if let Some(v) = self.ordering {
-            c.ordering = v;
-        }
-        if let Some(v) = self.max_in_flight {
-            c.max_in_flight = v;
-        }
-        if let Some(v) = self.group_protocol {
-            c.group_protocol = v;
-        }
-        if let Some(v) = self.batch_size {
-            c.batch_size = v;
-        }
-        if let Some(v) = self.batch_linger_ms {
-            c.batch_linger_ms = v;
-        }
-        if let Some(v) = self.breaker_failure_ratio {
-            c.breaker_failure_ratio = v;
-        }
-        if let Some(v) = self.breaker_min_calls {
-            c.breaker_min_calls = v;
-        }
-        if let Some(v) = self.breaker_window_ms {
-            c.breaker_window_ms = v;
-        }
-        if let Some(v) = self.breaker_probe_initial_ms {
-            c.breaker_probe_initial_ms = v;
-        }
-        if let Some(v) = self.breaker_probe_max_ms {
-            c.breaker_probe_max_ms = v;
-        }
-        c.librdkafka = super::parse_kafka_options(&self.kafka_options)?;
+        let mut c = ConsumerConfig {
+            brokers: self.brokers.clone().unwrap_or_default(),
+            group_id: self.group_id.clone().unwrap_or_default(),
+            topics: self.topics.iter().map(|t| t.trim().to_string()).collect(),
+            id_header: self.id_header.clone(),
+            librdkafka: super::parse_kafka_options(&self.kafka_options)?,
+            ..ConsumerConfig::default()
+        };
+        self.consumer.clone().apply(&mut c);
         c.validate()?;
         Ok(c)
     }

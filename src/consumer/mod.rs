@@ -89,6 +89,7 @@ const POLL_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why the consumer could not start.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ConsumerError {
     /// A setting is invalid.
     #[error(transparent)]

@@ -5,7 +5,7 @@
 //! A worker [`take`](Offsets::take)s each record's offset when it takes the record from the
 //! partition's queue (in offset order), [`settle`](Offsets::settle)s it when the record is
 //! handled or its dead letter acknowledged (in any order), and asks
-//! [`to_store`](Offsets::to_store) for the position that may be committed: just past the
+//! [`take_position`](Offsets::take_position) for the position that may be committed: just past the
 //! longest prefix of settled records.
 
 use std::collections::VecDeque;
@@ -19,7 +19,7 @@ pub struct Offsets {
     open: VecDeque<(i64, bool)>,
     /// The position the settled prefix reached: the last settled offset + 1.
     position: Option<i64>,
-    /// Whether `position` moved since [`Offsets::to_store`] last handed it out.
+    /// Whether `position` moved since [`Offsets::take_position`] last handed it out.
     moved: bool,
 }
 
@@ -57,7 +57,7 @@ impl Offsets {
 
     /// The position that may be stored now (the offset just past the longest prefix of
     /// settled records), if it moved since the last call; `None` when it did not.
-    pub fn to_store(&mut self) -> Option<i64> {
+    pub fn take_position(&mut self) -> Option<i64> {
         std::mem::take(&mut self.moved)
             .then_some(self.position)
             .flatten()
@@ -80,12 +80,12 @@ mod tests {
         let mut offsets = Offsets::default();
         offsets.take(5);
         offsets.take(6);
-        assert_eq!(offsets.to_store(), None, "nothing settled yet");
+        assert_eq!(offsets.take_position(), None, "nothing settled yet");
         offsets.settle(5);
-        assert_eq!(offsets.to_store(), Some(6));
-        assert_eq!(offsets.to_store(), None, "handed out once");
+        assert_eq!(offsets.take_position(), Some(6));
+        assert_eq!(offsets.take_position(), None, "handed out once");
         offsets.settle(6);
-        assert_eq!(offsets.to_store(), Some(7));
+        assert_eq!(offsets.take_position(), Some(7));
         assert_eq!(offsets.open(), 0);
     }
 
@@ -97,9 +97,9 @@ mod tests {
         }
         offsets.settle(11);
         offsets.settle(13);
-        assert_eq!(offsets.to_store(), None, "10 is still in flight");
+        assert_eq!(offsets.take_position(), None, "10 is still in flight");
         offsets.settle(10);
-        assert_eq!(offsets.to_store(), Some(14), "past 13, short of 20");
+        assert_eq!(offsets.take_position(), Some(14), "past 13, short of 20");
         assert_eq!(offsets.open(), 1, "20 is still in flight");
     }
 
@@ -113,7 +113,7 @@ mod tests {
         assert_eq!(offsets.open(), 1);
         offsets.settle(3);
         offsets.settle(3);
-        assert_eq!(offsets.to_store(), Some(4));
+        assert_eq!(offsets.take_position(), Some(4));
         offsets.take(1);
         assert_eq!(
             offsets.open(),
@@ -157,7 +157,7 @@ mod tests {
                 }
                 offsets.settle(o);
                 settled.insert(o);
-                if let Some(position) = offsets.to_store() {
+                if let Some(position) = offsets.take_position() {
                     prop_assert!(stored.is_none_or(|s| position > s), "moves forward");
                     for t in taken.iter().filter(|t| **t < position) {
                         prop_assert!(settled.contains(t), "{position} passes unsettled {t}");

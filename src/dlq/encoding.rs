@@ -11,6 +11,7 @@ use crate::record::RecordHeader;
 /// How a value is written in the envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Encoding {
     /// Embedded as JSON, byte for byte (only a value that is valid JSON with no surrounding
     /// white space).

@@ -86,6 +86,7 @@ pub struct Envelope {
 
 /// A value in an envelope that does not decode as its encoding says.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum EnvelopeDecodeError {
     /// The bytes are not an envelope at all.
     #[error("not a kafka-dlq envelope: {0}")]

@@ -84,9 +84,9 @@ pub fn decode(record: DlqRecord<'_>) -> Option<(ForeignFormat, Envelope)> {
             .filter(|ms| *ms >= 0)
             .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
         let timestamp_type =
-            timestamp.and_then(|_| match text(spring::ORIGINAL_TIMESTAMP_TYPE).as_deref() {
-                Some("LogAppendTime") => Some(TimestampType::LogAppendTime),
-                _ => Some(TimestampType::CreateTime),
+            timestamp.map(|_| match text(spring::ORIGINAL_TIMESTAMP_TYPE).as_deref() {
+                Some("LogAppendTime") => TimestampType::LogAppendTime,
+                _ => TimestampType::CreateTime,
             });
         let class = text(spring::EXCEPTION_CAUSE_FQCN).or_else(|| text(spring::EXCEPTION_FQCN));
         let message = describe(class, text(spring::EXCEPTION_MESSAGE));

@@ -64,6 +64,15 @@ pub enum DlqFormat {
     Spring,
 }
 
+impl std::fmt::Display for DlqFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DlqFormat::Envelope => "envelope",
+            DlqFormat::Spring => "spring",
+        })
+    }
+}
+
 impl std::str::FromStr for DlqFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

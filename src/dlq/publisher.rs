@@ -8,7 +8,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
 use super::{spring, DlqFormat, DlqTopic, Envelope, HEADER_ENVELOPE};
-use crate::backoff::ExponentialBackoff;
+use crate::backoff::{ExponentialBackoff, Next};
 use crate::config::ConsumerConfig;
 use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
@@ -181,19 +181,22 @@ impl Write {
     /// until a write is.
     async fn deliver(
         self,
-        mut form: Form,
+        form: Form,
         first: Sent,
         retry: ExponentialBackoff,
         metrics: Metrics,
         cancel: CancellationToken,
     ) -> Result<DeadLettered, Abandoned> {
-        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
-        let mut delays = retry.delays();
-        let mut sent = first;
-        loop {
-            // A write in flight is not cut short by `cancel` (that could dead-letter the record
-            // and consume it again); only the wait between writes is.
-            let result = match sent {
+        let too_large = &KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let this = &self;
+        let metrics = &metrics;
+        // A write in flight is not cut short by `cancel` (that could dead-letter the record
+        // and consume it again); only the wait between writes is. The state: the form to
+        // write in, the write already handed to the producer (the first), the backoff.
+        let state = (form, Some(first), retry.delays());
+        let written = crate::backoff::retry(&cancel, state, |(mut form, sent, mut delays)| async move {
+            let attempt = sent.unwrap_or_else(|| this.send(form));
+            let result = match attempt {
                 Ok(delivery) => match delivery.await {
                     Ok(Ok(delivery)) => Ok(delivery),
                     Ok(Err((error, _))) => Err(error),
@@ -201,50 +204,51 @@ impl Write {
                 },
                 Err(error) => Err(error),
             };
-            match result {
+            let next = match result {
                 Ok(delivery) => {
                     match form {
                         Form::Inline => {}
-                        Form::Detached if self.format == DlqFormat::Spring => {}
+                        Form::Detached if this.format == DlqFormat::Spring => {}
                         Form::Detached => {
-                            tracing::warn!(event = "dead_letter_detached", dlq_topic = %self.topic,
-                            envelope_bytes = self.inline.len(),
+                            tracing::warn!(event = "dead_letter_detached", dlq_topic = %this.topic,
+                            envelope_bytes = this.inline.len(),
                             "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header")
                         }
                         Form::Reference => {
-                            tracing::warn!(event = "dead_letter_reference", dlq_topic = %self.topic,
-                            envelope_bytes = self.inline.len(),
+                            tracing::warn!(event = "dead_letter_reference", dlq_topic = %this.topic,
+                            envelope_bytes = this.inline.len(),
                             "the record was too large for the dead-letter topic even without its envelope: the dead letter refers to it (payload_encoding \"reference\"); dlq show and replay read it from the source topic while it retains it")
                         }
                     }
-                    return Ok(DeadLettered {
-                        topic: self.topic,
+                    Next::Done(DeadLettered {
+                        topic: this.topic.clone(),
                         partition: delivery.partition,
                         offset: delivery.offset,
-                    });
+                    })
                 }
-                Err(error) if error == too_large && form != Form::Reference => {
+                Err(error) if error == *too_large && form != Form::Reference => {
                     // Try at once in the next form: the detached one (no base64, no copy of
                     // the value), then a reference (no value, no source headers).
                     form = match form {
                         Form::Inline => Form::Detached,
                         _ => Form::Reference,
                     };
+                    Next::RetryNow
                 }
                 Err(error) => {
                     let delay = delays.next().expect("infrastructure backoff never ends");
-                    if error == too_large {
+                    if error == *too_large {
                         tracing::error!(
                             event = "dlq_record_too_large",
-                            dlq_topic = %self.topic,
-                            reference_bytes = self.envelope.reference().to_vec().len(),
+                            dlq_topic = %this.topic,
+                            reference_bytes = this.envelope.reference().to_vec().len(),
                             retry_in_ms = delay.as_millis() as u64,
                             "not even a reference to the record (no value, no headers) fits the dead-letter topic: its max.message.bytes is far too small; the partition does not advance until it fits"
                         );
                     } else {
                         tracing::error!(
                             event = "dlq_write_failed",
-                            dlq_topic = %self.topic,
+                            dlq_topic = %this.topic,
                             error = %error,
                             retry_in_ms = delay.as_millis() as u64,
                             "dead-letter write failed; the partition does not advance until it succeeds"
@@ -252,16 +256,15 @@ impl Write {
                     }
                     metrics
                         .dlq_write_failures
-                        .with_label_values(&[self.source_topic.as_str()])
+                        .with_label_values(&[this.source_topic.as_str()])
                         .inc();
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = cancel.cancelled() => return Err(Abandoned),
-                    }
+                    Next::RetryIn(delay)
                 }
-            }
-            sent = self.send(form);
-        }
+            };
+            ((form, None, delays), next)
+        })
+        .await;
+        written.map_err(|_| Abandoned)
     }
 }
 
@@ -279,9 +282,21 @@ fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
     add_spring_headers(headers, envelope)
 }
 
-/// Spring's `kafka_dlt-*` headers alone, from an envelope: the headers of a reference.
+/// Spring's `kafka_dlt-*` headers alone, from an envelope, less the stack trace (it repeats
+/// the message, up to 1 KiB more): the headers of a reference, which has to fit a small
+/// record size limit.
 fn spring_headers(envelope: &Envelope) -> OwnedHeaders {
-    add_spring_headers(OwnedHeaders::new_with_capacity(9), envelope)
+    let mut headers = OwnedHeaders::new_with_capacity(8);
+    for (key, value) in spring::headers(envelope)
+        .into_iter()
+        .filter(|(key, _)| *key != spring::EXCEPTION_STACKTRACE)
+    {
+        headers = headers.insert(Header {
+            key,
+            value: Some(&value),
+        });
+    }
+    headers
 }
 
 /// Appends Spring's `kafka_dlt-*` headers, in Spring's encodings, from the envelope.

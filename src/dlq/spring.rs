@@ -15,8 +15,9 @@
 //! | `kafka_dlt-exception-message` | UTF-8: the failure message (at most 1024 bytes) |
 //! | `kafka_dlt-exception-stacktrace` | UTF-8: `<class>: <message>` and the attempts (Rust has no Java stack) |
 //!
-//! The same module reads these headers back from a dead letter Spring wrote (see
-//! [`super::foreign`]).
+//! A dead letter in the reference form (too large for the DLT otherwise) carries all of them
+//! but the stack trace, which repeats the message. The same module reads these headers back
+//! from a dead letter Spring wrote (see [`super::foreign`]).
 
 use crate::failure::DeadLetterKind;
 

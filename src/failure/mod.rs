@@ -114,6 +114,7 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
 /// Why a record went to the dead-letter topic; written as `error.kind` in the envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DeadLetterKind {
     /// The handler reported a permanent failure (or panicked).
     Permanent,

@@ -121,6 +121,7 @@ impl MonitorConfig {
 
 /// Why the monitor could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MonitorError {
     /// A setting is invalid.
     #[error(transparent)]

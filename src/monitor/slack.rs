@@ -6,7 +6,7 @@ use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::ExponentialBackoff;
+use crate::backoff::{ExponentialBackoff, Next};
 use crate::config::ConfigError;
 
 /// A secret string (token, webhook URL): shown as `<redacted>` in `Debug` and never logged.
@@ -34,6 +34,7 @@ impl fmt::Debug for Secret {
 
 /// Where alerts go.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub enum SlackTarget {
     /// The Web API: a bot token and a channel; `api_url` is Slack's (`https://slack.com/api`)
     /// unless overridden.
@@ -57,6 +58,7 @@ pub enum SlackTarget {
 
 /// Why an alert was not delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeliveryError {
     /// Slack refused it for good (bad token, unknown channel, …); the text went to the log.
     Rejected(String),
@@ -125,8 +127,7 @@ impl Notifier {
             tracing::warn!(event = "dlq_alert", channel = "log", "{text}");
             return Ok(());
         };
-        let mut delays = self.retry.delays();
-        loop {
+        let delivered = crate::backoff::retry(cancel, self.retry.delays(), |mut delays| async move {
             let content = SlackMessageContent::new().with_text(text.to_string());
             let result = match (&self.target, &self.webhook) {
                 (SlackTarget::WebApi { token, channel, .. }, _) => {
@@ -145,10 +146,10 @@ impl Notifier {
                     .map(|_| ()),
                 _ => unreachable!("a client exists only for Slack targets"),
             };
-            let wait = match result {
+            let next = match result {
                 Ok(()) => {
                     tracing::info!(event = "dlq_alert_delivered", channel = "slack");
-                    return Ok(());
+                    Next::Done(Ok(()))
                 }
                 Err(SlackClientError::RateLimitError(e)) => {
                     let wait = e
@@ -158,26 +159,25 @@ impl Notifier {
                         event = "slack_rate_limited",
                         retry_in_ms = wait.as_millis() as u64
                     );
-                    wait
+                    Next::RetryIn(wait)
                 }
                 Err(e) if is_transient(&e) => {
                     let wait = delays.next().expect("endless backoff");
                     tracing::warn!(event = "slack_delivery_failed", error = %describe(&e),
                         retry_in_ms = wait.as_millis() as u64, "Slack is unavailable; the alert is kept and retried");
-                    wait
+                    Next::RetryIn(wait)
                 }
                 Err(e) => {
                     let reason = describe(&e);
                     tracing::error!(event = "slack_delivery_rejected", error = %reason,
                         "Slack refused the alert; check the token, channel or webhook URL. The alert follows:\n{text}");
-                    return Err(DeliveryError::Rejected(reason));
+                    Next::Done(Err(DeliveryError::Rejected(reason)))
                 }
             };
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = cancel.cancelled() => return Err(DeliveryError::Cancelled),
-            }
-        }
+            (delays, next)
+        })
+        .await;
+        delivered.unwrap_or(Err(DeliveryError::Cancelled))
     }
 }
 

@@ -41,6 +41,7 @@ impl ConsumerContext for Joined {
 
 /// Why the lock could not be taken.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockError {
     /// Another replay of the same DLQ, with the same filters and destination, is running.
     #[error(

@@ -131,6 +131,7 @@ pub struct ReplayReport {
 /// Why a replay stopped with an error. Its position stays before the record concerned, so
 /// running it again retries that record.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The DLQ topic could not be opened or read.
     #[error("cannot read dead-letter topic `{topic}`: {source}")]

@@ -15,6 +15,7 @@ use super::local_metrics::TopicMetrics;
 use super::outage::on_breaker_change;
 use super::progress::Progress;
 use super::{Abandoned, Shared};
+use crate::backoff::{retry, Cancelled, Next};
 use crate::breaker::{Breaker, CallOutcome, Permit};
 use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
@@ -203,14 +204,36 @@ async fn settle_one<H: BatchHandler>(
     cancel: &CancellationToken,
 ) -> Result<Outcome, Abandoned> {
     let topic = record.topic.as_str();
-    let mut delays = shared.backoff.delays();
-    let mut attempts: u32 = 1;
-    let mut result = Err(first);
-    loop {
+    // The state of the retries: the last call's result (the first's to begin with), the
+    // calls made, the backoff, the worker's metrics, and the in-backoff gauge held while the
+    // record waits out a delay.
+    let state = Retries {
+        result: Some(Err(first)),
+        attempts: 1,
+        delays: shared.backoff.delays(),
+        metrics,
+        in_backoff: None,
+    };
+    let settled = retry(cancel, state, |mut state| async move {
+        state.in_backoff = None;
+        let result = match state.result.take() {
+            Some(result) => result,
+            None => {
+                let granted = match permit(&shared.breaker, cancel).await {
+                    Ok(granted) => granted,
+                    Err(abandoned) => return (state, Next::Done(Err(abandoned))),
+                };
+                state.attempts += 1;
+                call(shared, state.metrics, std::slice::from_ref(record), granted)
+                    .await
+                    .0
+            }
+        };
+        let attempts = state.attempts;
         let error = match result {
             Ok(()) => {
                 tracing::debug!(event = "record_handled", attempts);
-                return Ok(Outcome::Handled);
+                return (state, Next::Done(Ok(Outcome::Handled)));
             }
             Err(error) => error,
         };
@@ -218,36 +241,41 @@ async fn settle_one<H: BatchHandler>(
             tracing::info!(event = "record_waiting_for_breaker", attempts, error = %error,
                 "the downstream is down; this record waits without using up its retries");
             // Failures during an outage say nothing about the record: its retries start over.
-            delays.reset();
-        } else {
-            match decide(&error, &mut delays) {
-                Decision::Retry { delay } => {
-                    tracing::warn!(event = "record_retry_scheduled", attempts,
-                        retry_in_ms = delay.as_millis() as u64, error = %error);
-                    shared.metrics.retried.with_label_values(&[topic]).inc();
-                    let _in_backoff = GaugeGuard::inc(&shared.metrics.partitions_in_backoff);
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = cancel.cancelled() => {
-                            tracing::info!(event = "record_abandoned", attempts,
-                                "stopped during backoff; the record will be consumed again");
-                            return Err(Abandoned);
-                        }
-                    }
-                }
-                Decision::DeadLetter(kind) => {
-                    return Ok(Outcome::DeadLetter {
-                        kind,
-                        message: error.message().to_string(),
-                        attempts,
-                    });
-                }
-            }
+            // The next call waits for the breaker's permit instead.
+            state.delays.reset();
+            return (state, Next::RetryNow);
         }
-        let granted = permit(&shared.breaker, cancel).await?;
-        attempts += 1;
-        result = call(shared, metrics, std::slice::from_ref(record), granted)
-            .await
-            .0;
-    }
+        let next = match decide(&error, &mut state.delays) {
+            Decision::Retry { delay } => {
+                tracing::warn!(event = "record_retry_scheduled", attempts,
+                    retry_in_ms = delay.as_millis() as u64, error = %error);
+                shared.metrics.retried.with_label_values(&[topic]).inc();
+                state.in_backoff = Some(GaugeGuard::inc(&shared.metrics.partitions_in_backoff));
+                Next::RetryIn(delay)
+            }
+            Decision::DeadLetter(kind) => Next::Done(Ok(Outcome::DeadLetter {
+                kind,
+                message: error.message().to_string(),
+                attempts,
+            })),
+        };
+        (state, next)
+    })
+    .await;
+    settled.unwrap_or_else(|Cancelled| {
+        tracing::info!(
+            event = "record_abandoned",
+            "stopped during backoff; the record will be consumed again"
+        );
+        Err(Abandoned)
+    })
+}
+
+/// What one record's retries carry from one call to the next ([`settle_one`]).
+struct Retries<'m, 'b> {
+    result: Option<Result<(), HandlerError>>,
+    attempts: u32,
+    delays: crate::backoff::Delays,
+    metrics: &'m mut TopicMetrics<'b>,
+    in_backoff: Option<GaugeGuard>,
 }

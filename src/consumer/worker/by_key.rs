@@ -86,7 +86,7 @@ pub(super) async fn run<H: BatchHandler>(
                         waiting.remove(&key);
                     }
                 }
-                if let Some(position) = offsets.to_store() {
+                if let Some(position) = offsets.take_position() {
                     store_position(&shared, &topic, partition, position);
                 }
             }

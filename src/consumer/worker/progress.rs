@@ -60,7 +60,7 @@ impl Progress {
             }
         }
         if let (Some((topic, partition)), Some(position)) =
-            (&self.partition, self.offsets.to_store())
+            (&self.partition, self.offsets.take_position())
         {
             store_position(shared, topic, *partition, position);
         }

@@ -1,0 +1,202 @@
+//! Every setting of the consumer, declared once: its field in [`ConsumerConfig`] with its
+//! doc, type and default, and, for the tuning settings, the flag and environment variable of
+//! `kafka-dlq run` ([`ConsumerFlags`], whose help shows the same default). The TOML key is
+//! the field's name, in the file that [`ConsumerConfig::from_file`] and `kafka-dlq --config`
+//! read.
+
+use std::collections::BTreeMap;
+
+use super::{GroupProtocol, Ordering};
+use crate::dlq::DlqFormat;
+
+/// Declares [`ConsumerConfig`], its `Default` and `Debug`, and [`ConsumerFlags`].
+///
+/// `fields` are settings without a flag of their own here (`kafka-dlq run` reads them its own
+/// way), an optional `=> show` giving what `Debug` prints instead of the value; `flags` are
+/// settings with a flag (`--<name>`, `_` as `-`) and an environment variable.
+macro_rules! settings {
+    (
+        fields {
+            $(
+                $(#[doc = $fdoc:literal])*
+                $fname:ident : $fty:ty = $fdefault:expr $(=> $fshow:path)? ;
+            )*
+        }
+        flags {
+            $(
+                $(#[doc = $doc:literal])*
+                $name:ident : $ty:ty = $default:expr, env $env:literal ;
+            )*
+        }
+    ) => {
+        /// Everything the [`Consumer`](crate::consumer::Consumer) needs.
+        ///
+        /// Build it with [`ConsumerConfig::new`] and struct-update syntax for the rest, or
+        /// load it with [`ConsumerConfig::from_file`]:
+        /// ```
+        /// # use kafka_dlq::ConsumerConfig;
+        /// let config = ConsumerConfig {
+        ///     max_retries: 3,
+        ///     ..ConsumerConfig::new("localhost:9092", "deliveries", ["parcel-events"])
+        /// };
+        /// assert!(config.validate().is_ok());
+        /// ```
+        #[derive(Clone, serde::Deserialize, PartialEq)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct ConsumerConfig {
+            $(
+                $(#[doc = $fdoc])*
+                pub $fname: $fty,
+            )*
+            $(
+                $(#[doc = $doc])*
+                #[doc = ""]
+                #[doc = concat!("Default `", stringify!($default), "`; flag `--",
+                    stringify!($name), "` (`_` as `-`), environment `", $env, "`.")]
+                pub $name: $ty,
+            )*
+        }
+
+        impl Default for ConsumerConfig {
+            fn default() -> Self {
+                Self {
+                    $( $fname: $fdefault, )*
+                    $( $name: $default, )*
+                }
+            }
+        }
+
+        impl std::fmt::Debug for ConsumerConfig {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("ConsumerConfig")
+                    $( .field(stringify!($fname), &shown!(self.$fname $(, $fshow)?)) )*
+                    $( .field(stringify!($name), &self.$name) )*
+                    .finish()
+            }
+        }
+
+        impl ConsumerConfig {
+            /// The names of every setting, as in the config file.
+            pub const KEYS: &'static [&'static str] =
+                &[$( stringify!($fname), )* $( stringify!($name), )*];
+
+            /// Sets the setting called `key` to `other`'s value of it.
+            pub(super) fn set_from(&mut self, key: &str, other: ConsumerConfig) {
+                match key {
+                    $( stringify!($fname) => self.$fname = other.$fname, )*
+                    $( stringify!($name) => self.$name = other.$name, )*
+                    _ => {}
+                }
+            }
+        }
+
+        /// The tuning settings as flags of `kafka-dlq run`, each with its environment
+        /// variable and the library's default; see [`ConsumerConfig`] for what each does.
+        #[derive(Debug, Clone, clap::Args)]
+        pub struct ConsumerFlags {
+            $(
+                $(#[doc = $doc])*
+                #[arg(long, env = $env, default_value_t = $default)]
+                pub $name: $ty,
+            )*
+        }
+
+        impl ConsumerFlags {
+            /// Sets each of these settings of `config`.
+            pub fn apply(self, config: &mut ConsumerConfig) {
+                $( config.$name = self.$name; )*
+            }
+        }
+    };
+}
+
+/// What `Debug` shows of a field: the value, or what `show` makes of it.
+macro_rules! shown {
+    ($value:expr) => {
+        &$value
+    };
+    ($value:expr, $show:path) => {
+        $show(&$value)
+    };
+}
+
+/// The raw librdkafka options as `Debug` shows them: the keys, every value `<redacted>`
+/// (they may hold passwords).
+fn redacted(options: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    options.keys().map(|k| (k.as_str(), "<redacted>")).collect()
+}
+
+settings! {
+    fields {
+        /// Bootstrap servers, comma-separated `host:port`. Required.
+        brokers: String = String::new();
+        /// Consumer group id. Required.
+        group_id: String = String::new();
+        /// Topics to consume. At least one.
+        topics: Vec<String> = Vec::new();
+        /// A header holding the record id. Default none: the id is
+        /// `<topic>-<partition>-<offset>`.
+        id_header: Option<String> = None;
+        /// Raw librdkafka properties, applied last to the consumer and the dead-letter
+        /// producer. Those that would break the guarantees are refused
+        /// ([`refuse_raw_option`](super::refuse_raw_option)). `Debug` shows their keys only.
+        librdkafka: BTreeMap<String, String> = BTreeMap::new() => redacted;
+    }
+    flags {
+        /// Dead-letter topic name; `{topic}` is replaced by the source topic (Spring Kafka
+        /// 3.3+'s `-dlt` suffix by default).
+        dlq_topic: String = String::from("{topic}-dlt"), env "KAFKA_DLQ_TOPIC";
+        /// How dead letters are laid out: `envelope` (the JSON envelope as the value) or
+        /// `spring` (the original value as the value, the metadata in headers, as Spring
+        /// Kafka's `DeadLetterPublishingRecoverer` writes them).
+        dlq_format: DlqFormat = DlqFormat::Envelope, env "KAFKA_DLQ_FORMAT";
+        /// Retries of a transient failure before the record is dead-lettered.
+        max_retries: u32 = 10, env "KAFKA_DLQ_MAX_RETRIES";
+        /// First retry delay, in ms.
+        backoff_initial_ms: u64 = 1_000, env "KAFKA_DLQ_BACKOFF_INITIAL_MS";
+        /// Each retry delay is the previous one times this.
+        backoff_multiplier: f64 = 2.0, env "KAFKA_DLQ_BACKOFF_MULTIPLIER";
+        /// Cap on one retry delay, in ms.
+        backoff_max_ms: u64 = 30_000, env "KAFKA_DLQ_BACKOFF_MAX_MS";
+        /// Each delay is multiplied by a random factor in `[1 − jitter, 1 + jitter]` (then
+        /// capped), 0.0 to 1.0.
+        backoff_jitter: f64 = 0.2, env "KAFKA_DLQ_BACKOFF_JITTER";
+        /// Fetched records that may wait per partition: librdkafka stops fetching a partition
+        /// while this many of its records (or 1.5 MB, see `FETCH_SETTINGS`) wait, and fetches
+        /// again when fewer do; one fetch (at most 256 kB, or 2 MB from a broker that ignores
+        /// the per-partition bound) can go past it. The bound on memory when the handler is
+        /// slower than the broker.
+        max_buffered_records: usize = 10_000, env "KAFKA_DLQ_MAX_BUFFERED_RECORDS";
+        /// How long shutdown waits for in-flight handlers before committing, in ms.
+        shutdown_timeout_ms: u64 = 30_000, env "KAFKA_DLQ_SHUTDOWN_TIMEOUT_MS";
+        /// Where a group with no committed offset starts: `earliest` or `latest`.
+        auto_offset_reset: String = String::from("earliest"), env "KAFKA_DLQ_AUTO_OFFSET_RESET";
+        /// `partition`: records of a partition are handled one after another, in offset
+        /// order. `key`: records with the same key keep their order, but records of different
+        /// keys in one partition are handled concurrently, up to `max_in_flight` at a time;
+        /// offsets are still committed only up to the lowest unsettled record. Needs
+        /// `batch_size` 1.
+        ordering: Ordering = Ordering::Partition, env "KAFKA_DLQ_ORDERING";
+        /// With `ordering = "key"`: records of one partition in the handler at once.
+        max_in_flight: usize = 64, env "KAFKA_DLQ_MAX_IN_FLIGHT";
+        /// Most records given to a `BatchHandler` call; the sidecar posts a JSON array of
+        /// records when it is over 1 (a `Handler` always gets one record at a time).
+        batch_size: usize = 1, env "KAFKA_DLQ_BATCH_SIZE";
+        /// How long a batch waits for more records after its first, in ms.
+        batch_linger_ms: u64 = 100, env "KAFKA_DLQ_BATCH_LINGER_MS";
+        /// The outage breaker opens when at least this share of the calls in its window
+        /// failed transiently; 0 turns the breaker off.
+        breaker_failure_ratio: f64 = 0.5, env "KAFKA_DLQ_BREAKER_FAILURE_RATIO";
+        /// Fewer calls than this in the window never open the breaker.
+        breaker_min_calls: u32 = 20, env "KAFKA_DLQ_BREAKER_MIN_CALLS";
+        /// The breaker's sliding window, in ms.
+        breaker_window_ms: u64 = 30_000, env "KAFKA_DLQ_BREAKER_WINDOW_MS";
+        /// First wait before probing an open breaker, in ms, doubling per failed probe.
+        breaker_probe_initial_ms: u64 = 1_000, env "KAFKA_DLQ_BREAKER_PROBE_INITIAL_MS";
+        /// Cap on the wait between probes, in ms.
+        breaker_probe_max_ms: u64 = 60_000, env "KAFKA_DLQ_BREAKER_PROBE_MAX_MS";
+        /// The consumer group protocol: `classic` (with the `cooperative-sticky` assignor)
+        /// or `consumer` (KIP-848, Kafka 4.0+).
+        group_protocol: GroupProtocol = GroupProtocol::Classic, env "KAFKA_DLQ_GROUP_PROTOCOL";
+    }
+}

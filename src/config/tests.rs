@@ -1,0 +1,188 @@
+//! Tests of the configuration's validation and librdkafka settings.
+
+use super::*;
+
+fn valid() -> ConsumerConfig {
+    ConsumerConfig::new("localhost:9092", "g", ["orders"])
+}
+
+#[test]
+fn defaults_are_valid_and_spring_like() {
+    let c = valid();
+    c.validate().unwrap();
+    assert_eq!(c.max_retries, 10);
+    assert_eq!(c.dlq_topic().unwrap().for_topic("orders"), "orders-dlt");
+}
+
+#[test]
+fn errors_name_the_setting_and_value() {
+    let cases: Vec<(ConsumerConfig, &str, &str)> = vec![
+        (
+            ConsumerConfig {
+                brokers: "".into(),
+                ..valid()
+            },
+            "brokers",
+            "",
+        ),
+        (
+            ConsumerConfig {
+                brokers: "localhost".into(),
+                ..valid()
+            },
+            "brokers",
+            "localhost",
+        ),
+        (
+            ConsumerConfig {
+                group_id: " ".into(),
+                ..valid()
+            },
+            "group_id",
+            " ",
+        ),
+        (
+            ConsumerConfig {
+                topics: vec![],
+                ..valid()
+            },
+            "topics",
+            "",
+        ),
+        (
+            ConsumerConfig {
+                topics: vec!["bad topic".into()],
+                ..valid()
+            },
+            "topics",
+            "bad topic",
+        ),
+        (
+            ConsumerConfig {
+                dlq_topic: "{topic}".into(),
+                ..valid()
+            },
+            "dlq_topic",
+            "{topic}",
+        ),
+        (
+            ConsumerConfig {
+                backoff_initial_ms: 0,
+                ..valid()
+            },
+            "backoff_initial_ms",
+            "0",
+        ),
+        (
+            ConsumerConfig {
+                backoff_max_ms: 10,
+                ..valid()
+            },
+            "backoff_max_ms",
+            "10",
+        ),
+        (
+            ConsumerConfig {
+                backoff_jitter: 2.0,
+                ..valid()
+            },
+            "backoff_jitter",
+            "2",
+        ),
+        (
+            ConsumerConfig {
+                backoff_multiplier: 0.5,
+                ..valid()
+            },
+            "backoff_multiplier",
+            "0.5",
+        ),
+        (
+            ConsumerConfig {
+                auto_offset_reset: "start".into(),
+                ..valid()
+            },
+            "auto_offset_reset",
+            "start",
+        ),
+        (
+            ConsumerConfig {
+                max_buffered_records: 0,
+                ..valid()
+            },
+            "max_buffered_records",
+            "0",
+        ),
+        (
+            ConsumerConfig {
+                batch_size: 0,
+                ..valid()
+            },
+            "batch_size",
+            "0",
+        ),
+        (
+            ConsumerConfig {
+                breaker_failure_ratio: 1.5,
+                ..valid()
+            },
+            "breaker_failure_ratio",
+            "1.5",
+        ),
+        (
+            ConsumerConfig {
+                breaker_probe_max_ms: 10,
+                ..valid()
+            },
+            "breaker_probe_max_ms",
+            "10",
+        ),
+    ];
+    for (config, key, value) in cases {
+        let err = config.validate().unwrap_err();
+        assert_eq!(
+            (err.key.as_str(), err.value.as_str()),
+            (key, value),
+            "{err}"
+        );
+        assert!(err.to_string().contains(key));
+    }
+}
+
+#[test]
+fn classic_protocol_is_cooperative_and_consumer_protocol_sets_no_assignor() {
+    let classic = valid().consumer_client_config();
+    assert_eq!(classic.get("group.protocol"), Some("classic"));
+    assert_eq!(
+        classic.get("partition.assignment.strategy"),
+        Some("cooperative-sticky")
+    );
+    let consumer = ConsumerConfig {
+        group_protocol: GroupProtocol::Consumer,
+        ..valid()
+    }
+    .consumer_client_config();
+    assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+    assert_eq!(consumer.get("partition.assignment.strategy"), None);
+}
+
+#[test]
+fn debug_redacts_raw_options() {
+    let mut c = valid();
+    c.librdkafka
+        .insert("sasl.password".into(), "hunter2".into());
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("sasl.password"));
+}
+
+#[test]
+fn raw_options_apply_last() {
+    let mut c = valid();
+    c.librdkafka
+        .insert("message.timeout.ms".into(), "2000".into());
+    assert_eq!(
+        c.producer_client_config().get("message.timeout.ms"),
+        Some("2000")
+    );
+}

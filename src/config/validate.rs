@@ -1,0 +1,137 @@
+//! [`ConsumerConfig::validate`]: every setting checked, alone and against the others.
+
+use super::{refuse_raw_option, ConfigError, ConsumerConfig, Ordering};
+
+impl ConsumerConfig {
+    /// Checks every setting; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.brokers.trim().is_empty() {
+            return Err(ConfigError::new(
+                "brokers",
+                &self.brokers,
+                "at least one host:port is required",
+            ));
+        }
+        for broker in self.brokers.split(',') {
+            let broker = broker.trim();
+            let port_ok = broker
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(ConfigError::new(
+                    "brokers",
+                    broker,
+                    "expected host:port, e.g. localhost:9092",
+                ));
+            }
+        }
+        if self.group_id.trim().is_empty() {
+            return Err(ConfigError::new("group_id", &self.group_id, "is required"));
+        }
+        if self.topics.is_empty() {
+            return Err(ConfigError::new(
+                "topics",
+                "",
+                "at least one topic is required",
+            ));
+        }
+        for topic in &self.topics {
+            crate::dlq::check_topic_name(topic)
+                .map_err(|r| ConfigError::new("topics", topic, r))?;
+        }
+        let template = self.dlq_topic()?;
+        for topic in &self.topics {
+            let dlq = template.for_topic(topic);
+            crate::dlq::check_topic_name(&dlq).map_err(|r| {
+                ConfigError::new(
+                    "dlq_topic",
+                    &self.dlq_topic,
+                    format!("gives `{dlq}` for `{topic}`: {r}"),
+                )
+            })?;
+            if self.topics.contains(&dlq) {
+                return Err(ConfigError::new(
+                    "dlq_topic",
+                    &self.dlq_topic,
+                    format!("gives `{dlq}`, a topic this consumer reads: dead letters would loop"),
+                ));
+            }
+        }
+        if let Some(header) = &self.id_header {
+            if header.is_empty() {
+                return Err(ConfigError::new("id_header", header, "must not be empty"));
+            }
+        }
+        self.backoff()?;
+        if !(1..=10_000_000).contains(&self.max_buffered_records) {
+            return Err(ConfigError::new(
+                "max_buffered_records",
+                self.max_buffered_records,
+                "must be 1 to 10000000 (librdkafka's queued.min.messages)",
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(ConfigError::new("batch_size", 0, "must be at least 1"));
+        }
+        if self.ordering == Ordering::Key {
+            if self.max_in_flight == 0 {
+                return Err(ConfigError::new("max_in_flight", 0, "must be at least 1"));
+            }
+            if self.batch_size > 1 {
+                return Err(ConfigError::new(
+                    "ordering",
+                    "key",
+                    format!(
+                        "works with single records; batch_size is {}",
+                        self.batch_size
+                    ),
+                ));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.breaker_failure_ratio) {
+            return Err(ConfigError::new(
+                "breaker_failure_ratio",
+                self.breaker_failure_ratio,
+                "must be between 0 (off) and 1",
+            ));
+        }
+        if self.breaker_failure_ratio > 0.0 {
+            for (key, value) in [
+                ("breaker_window_ms", self.breaker_window_ms),
+                ("breaker_probe_initial_ms", self.breaker_probe_initial_ms),
+                ("breaker_min_calls", u64::from(self.breaker_min_calls)),
+            ] {
+                if value == 0 {
+                    return Err(ConfigError::new(key, value, "must be greater than 0"));
+                }
+            }
+            if self.breaker_probe_max_ms < self.breaker_probe_initial_ms {
+                return Err(ConfigError::new(
+                    "breaker_probe_max_ms",
+                    self.breaker_probe_max_ms,
+                    format!(
+                        "must be at least breaker_probe_initial_ms ({})",
+                        self.breaker_probe_initial_ms
+                    ),
+                ));
+            }
+        }
+        if !matches!(self.auto_offset_reset.as_str(), "earliest" | "latest") {
+            return Err(ConfigError::new(
+                "auto_offset_reset",
+                &self.auto_offset_reset,
+                "expected `earliest` or `latest`",
+            ));
+        }
+        for (key, value) in &self.librdkafka {
+            if let Some(reason) = refuse_raw_option(key, value, self.group_protocol) {
+                return Err(ConfigError::new(
+                    &format!("librdkafka.{key}"),
+                    "<redacted>",
+                    reason,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
