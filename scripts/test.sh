@@ -47,6 +47,11 @@ echo "==> alerting rules (promtool, amtool)"
 promtool check rules alerting/kafka-dlq.rules.yml
 promtool test rules alerting/kafka-dlq.rules.test.yml
 amtool check-config alerting/alertmanager.example.yml
+# The compose file's Prometheus config, with its rule path as in the repository.
+prom_tmp="$(mktemp -d)"
+sed "s#/etc/prometheus/#$PWD/alerting/#" alerting/prometheus.yml > "$prom_tmp/prometheus.yml"
+promtool check config "$prom_tmp/prometheus.yml"
+rm -rf "$prom_tmp"
 
 echo "==> docker/compose.yaml (docker compose config)"
 (cd docker && "$COMPOSE_BIN" -f compose.yaml config -q)

@@ -85,3 +85,95 @@ fn every_kafka_dlq_service_in_the_compose_file_has_a_valid_configuration() {
         );
     }
 }
+
+#[test]
+fn prometheus_scrapes_the_sidecar_with_the_rules_and_grafana_shows_the_dashboard() {
+    let compose = compose_json();
+    let services = &compose["services"];
+    let mounts = |service: &str| -> Vec<(String, String)> {
+        services[service]["volumes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{service} has volumes"))
+            .iter()
+            .map(|v| {
+                (
+                    v["source"].as_str().unwrap_or_default().to_string(),
+                    v["target"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let mounted = |service: &str, file: &str, target: &str| {
+        let found = mounts(service)
+            .iter()
+            .any(|(source, t)| source.ends_with(file) && t == target);
+        assert!(
+            found,
+            "{service} mounts {file} at {target}: {:?}",
+            mounts(service)
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        assert!(path.exists(), "{} exists", path.display());
+    };
+    mounted(
+        "prometheus",
+        "alerting/prometheus.yml",
+        "/etc/prometheus/prometheus.yml",
+    );
+    mounted(
+        "prometheus",
+        "alerting/kafka-dlq.rules.yml",
+        "/etc/prometheus/kafka-dlq.rules.yml",
+    );
+    mounted(
+        "grafana",
+        "alerting/grafana-dashboard.json",
+        "/var/lib/grafana/dashboards/kafka-dlq.json",
+    );
+    mounted(
+        "grafana",
+        "alerting/grafana/datasources",
+        "/etc/grafana/provisioning/datasources",
+    );
+    mounted(
+        "grafana",
+        "alerting/grafana/dashboards",
+        "/etc/grafana/provisioning/dashboards",
+    );
+
+    // Prometheus scrapes the sidecar where it serves /metrics, and loads the mounted rules.
+    let prometheus = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/alerting/prometheus.yml"
+    ))
+    .unwrap();
+    let metrics_addr = services["sidecar"]["environment"]["KAFKA_DLQ_METRICS_ADDR"]
+        .as_str()
+        .unwrap();
+    let port = metrics_addr.rsplit(':').next().unwrap();
+    assert!(
+        prometheus.contains(&format!("sidecar:{port}")),
+        "{prometheus}"
+    );
+    assert!(prometheus.contains("/etc/prometheus/kafka-dlq.rules.yml"));
+    // Grafana's provisioned data source is the one the dashboard's panels use by default, and
+    // its dashboards provider reads where the dashboard is mounted.
+    let datasource = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/alerting/grafana/datasources/prometheus.yml"
+    ))
+    .unwrap();
+    assert!(
+        datasource.contains("url: http://prometheus:9090"),
+        "{datasource}"
+    );
+    let provider = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/alerting/grafana/dashboards/kafka-dlq.yml"
+    ))
+    .unwrap();
+    assert!(
+        provider.contains("path: /var/lib/grafana/dashboards"),
+        "{provider}"
+    );
+}

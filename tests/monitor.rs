@@ -25,7 +25,10 @@ struct Request {
     at: Instant,
     path: String,
     authorization: Option<String>,
+    /// The message's text and every text in its blocks, one per line.
     text: String,
+    /// The whole request body.
+    json: serde_json::Value,
 }
 
 #[derive(Clone, Default)]
@@ -62,13 +65,16 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let mut text = json["text"].as_str().unwrap_or_default().to_string();
+    texts_in(&json["blocks"], &mut text);
     let request = Request {
         at: Instant::now(),
         path: uri.path().to_string(),
         authorization: headers
             .get("authorization")
             .map(|v| v.to_str().unwrap().to_string()),
-        text: json["text"].as_str().unwrap_or_default().to_string(),
+        text,
+        json,
     };
     slack.requests.lock().unwrap().push(request.clone());
     if let Some((status, retry_after)) = slack.script.lock().unwrap().pop_front() {
@@ -86,7 +92,7 @@ async fn answer(
         return response;
     }
     slack.ok.lock().unwrap().push(request);
-    if uri.path().ends_with("chat.postMessage") {
+    if uri.path().ends_with("chat.postMessage") || uri.path().ends_with("chat.update") {
         (
             StatusCode::OK,
             [("content-type", "application/json")],
@@ -98,12 +104,32 @@ async fn answer(
     }
 }
 
+/// Every `text` string in Block Kit `blocks`, appended to `out` a line each.
+fn texts_in(value: &serde_json::Value, out: &mut String) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                match v {
+                    serde_json::Value::String(s) if key == "text" => {
+                        out.push('\n');
+                        out.push_str(s);
+                    }
+                    other => texts_in(other, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| texts_in(v, out)),
+        _ => {}
+    }
+}
+
 async fn fake_slack() -> (Slack, String) {
     let slack = Slack::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = Router::new()
         .route("/api/chat.postMessage", post(answer))
+        .route("/api/chat.update", post(answer))
         .route("/hooks/T1/B1/secret", post(answer))
         .with_state(slack.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -207,7 +233,7 @@ async fn a_burst_gives_one_alert_then_a_second_burst_another_and_draining_a_reso
     assert_eq!(texts.len(), 1, "one alert for the burst: {texts:#?}");
     let text = &texts[0];
     assert!(
-        text.contains("*10 new dead letters* (10 outstanding)"),
+        text.contains(&format!("10 new dead letters on {dlq} (10 outstanding)")),
         "{text}"
     );
     assert!(
@@ -259,14 +285,14 @@ async fn a_burst_gives_one_alert_then_a_second_burst_another_and_draining_a_reso
     .await;
     assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
     assert!(
-        slack.delivered()[1].contains("*2 new dead letters* (12 outstanding)"),
+        slack.delivered()[1].contains(&format!("2 new dead letters on {dlq} (12 outstanding)")),
         "{}",
         slack.delivered()[1]
     );
 
     // Replayed: the replay position reaches the end, and the monitor says so.
     commit_replay_position(&brokers, &dlq, 12);
-    assert!(eventually(WAIT, || slack.delivered().len() == 3).await);
+    assert!(eventually(WAIT, || slack.delivered().len() >= 3).await);
     assert!(
         slack.delivered()[2].contains("Resolved"),
         "{}",
@@ -362,7 +388,135 @@ async fn a_slack_outage_delays_the_alert_but_never_the_records() {
         "the alert arrives after recovery"
     );
     assert_eq!(slack.requests.lock().unwrap().len(), 5);
-    assert!(slack.delivered()[0].contains("*1 new dead letter*"));
+    assert!(slack.delivered()[0].contains("1 new dead letter on"));
+    let request = &slack.delivered_requests()[0];
+    assert_eq!(
+        request.json["blocks"][0]["type"], "header",
+        "Block Kit by webhook too"
+    );
+    assert!(
+        request.json.get("thread_ts").is_none(),
+        "a webhook has no threads"
+    );
+    monitor.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_go_to_the_alerts_thread_across_a_restart_and_resolved_updates_the_first_message(
+) {
+    const TS: &str = "1700000000.000100"; // what the fake Slack answers
+    let brokers = brokers();
+    let dlq = unique("thread-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let cfg = MonitorConfig {
+        links: kafka_dlq::monitor::Links {
+            runbook: "https://runbooks.example.com/kafka-dlq".into(),
+            topic_page: Some("http://console.example.com/topics/{topic}".into()),
+        },
+        ..config(&brokers, &dlq, web_api(&base))
+    };
+    let monitor = start(cfg.clone());
+    produce(
+        &brokers,
+        &dlq,
+        vec![
+            dead_letter("orders", "o-1", DeadLetterKind::Permanent, "bad row 1"),
+            dead_letter("orders", "o-2", DeadLetterKind::Permanent, "bad row 2"),
+        ],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    let first = slack.delivered_requests()[0].json.clone();
+    assert!(
+        first.get("thread_ts").is_none(),
+        "the alert opens the incident: {first}"
+    );
+    assert_eq!(
+        first["text"],
+        format!("2 new dead letters on {dlq} (2 outstanding)")
+    );
+    let blocks = first["blocks"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "header");
+    assert_eq!(blocks[1]["type"], "section", "fields");
+    let errors = blocks[2]["text"]["text"].as_str().unwrap();
+    assert!(
+        errors.contains("2× `permanent: bad row #`") && errors.contains("e.g. `o-1`"),
+        "{errors}"
+    );
+    let actions = blocks.last().unwrap();
+    assert_eq!(actions["type"], "actions");
+    assert_eq!(
+        actions["elements"][0]["url"],
+        "https://runbooks.example.com/kafka-dlq#kafkadlqdeadlettersgrowing"
+    );
+    assert_eq!(
+        actions["elements"][1]["url"],
+        format!("http://console.example.com/topics/{dlq}")
+    );
+    assert!(
+        !first.to_string().contains("someone@example.com"),
+        "no payloads"
+    );
+
+    // More dead letters in the same incident: a reply in the alert's thread.
+    produce(
+        &brokers,
+        &dlq,
+        vec![dead_letter(
+            "orders",
+            "o-3",
+            DeadLetterKind::Permanent,
+            "bad row 3",
+        )],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
+    assert_eq!(slack.delivered_requests()[1].json["thread_ts"], TS);
+
+    // The thread survives a restart of the monitor.
+    monitor.stop().await;
+    let monitor = start(cfg);
+    produce(
+        &brokers,
+        &dlq,
+        vec![dead_letter(
+            "orders",
+            "o-4",
+            DeadLetterKind::Permanent,
+            "bad row 4",
+        )],
+    )
+    .await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 3).await);
+    assert_eq!(
+        slack.delivered_requests()[2].json["thread_ts"],
+        TS,
+        "restored from the monitor's committed position"
+    );
+
+    // Replayed: "resolved" in the thread, and the first message updated.
+    commit_replay_position(&brokers, &dlq, 4);
+    assert!(
+        eventually(WAIT, || slack.delivered().len() == 5).await,
+        "{:#?}",
+        slack.delivered()
+    );
+    let requests = slack.delivered_requests();
+    assert_eq!(requests[3].path, "/api/chat.postMessage");
+    assert_eq!(requests[3].json["thread_ts"], TS);
+    assert!(
+        requests[3].text.contains("Resolved"),
+        "{}",
+        requests[3].text
+    );
+    assert_eq!(requests[4].path, "/api/chat.update");
+    assert_eq!(requests[4].json["ts"], TS);
+    assert!(
+        requests[4].text.contains("Resolved"),
+        "{}",
+        requests[4].text
+    );
     monitor.stop().await;
 }
 
@@ -407,7 +561,8 @@ async fn a_restarted_monitor_does_not_repeat_its_alerts() {
     .await;
     assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
     assert!(
-        slack.delivered()[1].contains("*1 new dead letter* (3 outstanding)"),
+        slack.delivered()[1].contains("1 new dead letter on")
+            && slack.delivered()[1].contains("(3 outstanding)"),
         "{}",
         slack.delivered()[1]
     );

@@ -62,6 +62,13 @@ pub struct AlertArgs {
     /// Put a few payloads in alerts (they may hold personal data).
     #[arg(long, env = "KAFKA_DLQ_INCLUDE_PAYLOADS")]
     include_payloads: bool,
+    /// The runbook an alert's button links to (each alert to its section).
+    #[arg(long, env = "KAFKA_DLQ_RUNBOOK_URL", default_value = kafka_dlq::monitor::blocks::DEFAULT_RUNBOOK)]
+    runbook_url: String,
+    /// A page of your own for a DLQ topic, `{topic}` standing for it (a Redpanda Console or
+    /// Grafana link): an increase alert gets an "Open <topic>" button per DLQ topic.
+    #[arg(long, env = "KAFKA_DLQ_TOPIC_LINK")]
+    topic_link: Option<String>,
 }
 
 fn secret(
@@ -114,6 +121,10 @@ impl AlertArgs {
             check_interval_ms: self.check_interval_ms,
             include_payloads: self.include_payloads,
             slack,
+            links: kafka_dlq::monitor::Links {
+                runbook: self.runbook_url.clone(),
+                topic_page: self.topic_link.clone(),
+            },
             ..MonitorConfig::new(brokers, dlq_topics)
         };
         config.validate()?;

@@ -1,7 +1,8 @@
 //! Prometheus metrics and health of one consumer.
 //!
 //! Every metric has fixed labels (topic, partition, kind), so cardinality is bounded by the
-//! topics and partitions consumed. [`Metrics::render`] gives the Prometheus text format; a
+//! topics and partitions consumed; every per-topic series exists, at 0, from the topic's first
+//! assignment. [`Metrics::render`] gives the Prometheus text format; a
 //! library user can also register [`Metrics::registry`] in their own exporter. Alerts
 //! (`alerting/` in the repository) read these, never the hot path.
 //!

@@ -53,6 +53,10 @@ pub struct Increase {
     pub dlq_topics: Vec<String>,
     /// A few payloads, only when payloads are enabled.
     pub sample_payloads: Vec<String>,
+    /// When the first of these dead letters was read.
+    pub window_start: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the alert was made.
+    pub window_end: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Dead letters whose error messages share a fingerprint.
@@ -64,6 +68,8 @@ pub struct ErrorGroup {
     pub count: u64,
     /// One original message.
     pub example: String,
+    /// The record id of one of them.
+    pub sample_id: Option<String>,
 }
 
 /// Normalises an error message so that messages differing only in ids, numbers or values
@@ -111,11 +117,12 @@ pub struct Window {
     new: u64,
     by_source_topic: BTreeMap<String, u64>,
     by_kind: BTreeMap<String, u64>,
-    groups: BTreeMap<String, (u64, String)>,
+    groups: BTreeMap<String, (u64, String, Option<String>)>,
     new_fingerprints: Vec<String>,
     sample_ids: Vec<String>,
     dlq_topics: Vec<String>,
     sample_payloads: Vec<String>,
+    started: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Window {
@@ -134,6 +141,7 @@ impl Window {
         include_payloads: bool,
     ) {
         self.new += 1;
+        self.started.get_or_insert_with(chrono::Utc::now);
         if !self.dlq_topics.iter().any(|t| t == dlq_topic) {
             self.dlq_topics.push(dlq_topic.to_string());
         }
@@ -162,7 +170,11 @@ impl Window {
         if seen.insert(fp.clone()) {
             self.new_fingerprints.push(fp.clone());
         }
-        self.groups.entry(fp).or_insert((0, message)).0 += 1;
+        let group =
+            self.groups
+                .entry(fp)
+                .or_insert((0, message, id.as_ref().map(|(id, _)| id.clone())));
+        group.0 += 1;
         if let Some((id, env)) = id {
             if self.sample_ids.len() < SAMPLE_IDS {
                 self.sample_ids.push(id);
@@ -185,10 +197,11 @@ impl Window {
         let mut top_errors: Vec<ErrorGroup> = window
             .groups
             .into_iter()
-            .map(|(fingerprint, (count, example))| ErrorGroup {
+            .map(|(fingerprint, (count, example, sample_id))| ErrorGroup {
                 fingerprint,
                 count,
                 example,
+                sample_id,
             })
             .collect();
         top_errors.sort_by(|a, b| {
@@ -207,6 +220,8 @@ impl Window {
             sample_ids: window.sample_ids,
             dlq_topics: window.dlq_topics,
             sample_payloads: window.sample_payloads,
+            window_start: window.started,
+            window_end: Some(chrono::Utc::now()),
         }
     }
 }

@@ -23,7 +23,9 @@
 //! pending alert goes out once Slack is back. With no Slack configured, alert texts go to the log.
 
 pub mod alert;
+pub mod blocks;
 pub mod slack;
+mod thread;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -36,6 +38,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use alert::{Alert, Increase};
+pub use blocks::{Links, SlackMessage};
 pub use slack::{DeliveryError, Notifier, Secret, SlackTarget};
 
 use crate::config::ConfigError;
@@ -65,6 +68,8 @@ pub struct MonitorConfig {
     pub include_payloads: bool,
     /// Where alerts go. Default: the log.
     pub slack: SlackTarget,
+    /// Where an alert's buttons lead: the runbook, and the operator's own page for a topic.
+    pub links: Links,
     /// Raw librdkafka properties, applied last.
     pub librdkafka: BTreeMap<String, String>,
 }
@@ -81,6 +86,7 @@ impl MonitorConfig {
             check_interval_ms: 10_000,
             include_payloads: false,
             slack: SlackTarget::Log,
+            links: Links::default(),
             librdkafka: BTreeMap::new(),
         }
     }
@@ -113,6 +119,18 @@ impl MonitorConfig {
         ] {
             if value == 0 {
                 return Err(ConfigError::new(key, value, "must be greater than 0"));
+            }
+        }
+        if let Err(e) = url::Url::parse(&self.links.runbook) {
+            return Err(ConfigError::new("runbook_url", &self.links.runbook, e));
+        }
+        if let Some(template) = &self.links.topic_page {
+            let example = template.replace("{topic}", "orders-dlt");
+            if !template.contains("{topic}") {
+                return Err(ConfigError::new("topic_link", template, "needs `{topic}`"));
+            }
+            if let Err(e) = url::Url::parse(&example) {
+                return Err(ConfigError::new("topic_link", template, e));
             }
         }
         Ok(())
@@ -195,11 +213,23 @@ impl Monitor {
 
         let stop = CancellationToken::new();
         let (tx, rx) = mpsc::channel::<Pending>(16);
+        let restored = {
+            let (consumer, topics) = (consumer.clone(), c.dlq_topics.clone());
+            tokio::task::spawn_blocking(move || thread::restore(&*consumer, &topics))
+                .await
+                .unwrap_or_default()
+        };
+        if let Some(ts) = &restored.0 {
+            tracing::info!(event = "monitor_incident_restored", thread_ts = %ts,
+                "an incident is open: its follow-ups go to the same Slack thread");
+        }
         let delivery = tokio::spawn(deliver_all(
             rx,
             self.notifier.clone(),
             consumer.clone(),
             c.brokers.clone(),
+            c.links.clone(),
+            restored,
             stop.clone(),
         ));
 
@@ -306,30 +336,61 @@ async fn send_or_stop(
     }
 }
 
-/// Delivers alerts in order; after each one, commits the DLQ positions it covers.
+/// Delivers alerts in order; after each one, commits the DLQ positions it covers. With the
+/// Web API, an increase alert that finds no incident open starts one: its message's thread
+/// takes the incident's follow-ups (more dead letters, the breaker, "went down"), and
+/// "resolved" is posted there and updates the first message, which ends the incident. The
+/// thread is kept with the commits ([`thread`]), so it survives a restart.
 async fn deliver_all(
     mut rx: mpsc::Receiver<Pending>,
     notifier: Arc<Notifier>,
     consumer: Arc<StreamConsumer<LogContext>>,
     brokers: String,
+    links: Links,
+    restored: (
+        Option<String>,
+        std::collections::BTreeMap<(String, i32), i64>,
+    ),
     stop: CancellationToken,
 ) {
+    let (mut incident, mut positions) = restored;
     while let Some(pending) = tokio::select! {
         p = rx.recv() => p,
         _ = stop.cancelled() => None,
     } {
-        let text = pending.alert.text(&brokers);
-        match notifier.deliver(&text, &stop).await {
-            Ok(()) | Err(DeliveryError::Rejected(_)) => {}
+        let message = pending.alert.message(&brokers, &links);
+        let reply_to = incident.as_deref().filter(|_| notifier.has_threads());
+        let posted = match notifier.deliver(&message, reply_to, &stop).await {
+            Ok(ts) => ts,
+            Err(DeliveryError::Rejected(_)) => None,
             Err(DeliveryError::Cancelled) => return,
+        };
+        let mut incident_changed = false;
+        match &pending.alert {
+            Alert::Increase(_) if incident.is_none() && posted.is_some() => {
+                incident = posted;
+                incident_changed = true;
+            }
+            Alert::Resolved { previous } => {
+                if let Some(first) = incident.take() {
+                    let resolved = Alert::resolved_original(*previous);
+                    if let Err(DeliveryError::Cancelled) =
+                        notifier.update(&first, &resolved, &stop).await
+                    {
+                        return;
+                    }
+                    incident_changed = true;
+                }
+            }
+            _ => {}
         }
-        if pending.positions.is_empty() {
+        if pending.positions.is_empty() && !incident_changed {
             continue;
         }
-        let mut tpl = TopicPartitionList::new();
         for (topic, partition, offset) in &pending.positions {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+            positions.insert((topic.clone(), *partition), *offset);
         }
+        let tpl = thread::commit_list(&positions, incident.as_deref());
         let consumer = consumer.clone();
         let committed =
             tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;

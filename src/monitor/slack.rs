@@ -1,4 +1,5 @@
-//! Delivering alerts: Slack's Web API (`chat.postMessage`), an incoming webhook, or the log.
+//! Delivering alerts: Slack's Web API (`chat.postMessage`, replies in threads, `chat.update`),
+//! an incoming webhook, or the log.
 
 use std::fmt;
 
@@ -6,6 +7,7 @@ use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
 use tokio_util::sync::CancellationToken;
 
+use super::blocks::SlackMessage;
 use crate::backoff::{ExponentialBackoff, Next};
 use crate::config::ConfigError;
 
@@ -115,41 +117,100 @@ impl Notifier {
         self.client.is_some()
     }
 
-    /// Delivers `text`. 429 waits for `Retry-After`; 5xx and network errors are retried with
-    /// backoff (1 s doubling to 30 s) until delivered or `cancel` fires; any other refusal is
-    /// permanent: it is logged with the text, and reported as [`DeliveryError::Rejected`].
+    /// Delivers `message`, as a reply in the thread of `thread` (a message's `ts`) when given
+    /// and the target has threads (the Web API; an incoming webhook has none, so the message
+    /// is a post of its own there). Returns the new message's `ts` (Web API only). 429 waits
+    /// for `Retry-After`; 5xx and network errors are retried with backoff (1 s doubling to
+    /// 30 s) until delivered or `cancel` fires; any other refusal is permanent: it is logged
+    /// with the text, and reported as [`DeliveryError::Rejected`].
     pub async fn deliver(
         &self,
-        text: &str,
+        message: &SlackMessage,
+        thread: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, DeliveryError> {
+        self.send(Send::Post { message, thread }, cancel).await
+    }
+
+    /// Replaces the message `ts` with `message` (`chat.update`; Web API only: elsewhere
+    /// nothing happens). Retried like [`Notifier::deliver`].
+    pub async fn update(
+        &self,
+        ts: &str,
+        message: &SlackMessage,
         cancel: &CancellationToken,
     ) -> Result<(), DeliveryError> {
-        let Some(client) = &self.client else {
-            tracing::warn!(event = "dlq_alert", channel = "log", "{text}");
+        if !matches!(self.target, SlackTarget::WebApi { .. }) {
             return Ok(());
+        }
+        self.send(Send::Update { message, ts }, cancel)
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether replies go into threads (the Web API).
+    pub fn has_threads(&self) -> bool {
+        matches!(self.target, SlackTarget::WebApi { .. })
+    }
+
+    async fn send(
+        &self,
+        send: Send<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, DeliveryError> {
+        let Some(client) = &self.client else {
+            let text = match send {
+                Send::Post { message, .. } | Send::Update { message, .. } => &message.text,
+            };
+            tracing::warn!(event = "dlq_alert", channel = "log", "{text}");
+            return Ok(None);
         };
         let delivered = crate::backoff::retry(cancel, self.retry.delays(), |mut delays| async move {
-            let content = SlackMessageContent::new().with_text(text.to_string());
-            let result = match (&self.target, &self.webhook) {
-                (SlackTarget::WebApi { token, channel, .. }, _) => {
-                    let token = SlackApiToken::new(SlackApiTokenValue(token.expose().to_string()));
-                    let request =
-                        SlackApiChatPostMessageRequest::new(channel.clone().into(), content);
-                    client
-                        .open_session(&token)
-                        .chat_post_message(&request)
-                        .await
-                        .map(|_| ())
+            let (message, content) = match send {
+                Send::Post { message, .. } | Send::Update { message, .. } => {
+                    (message, message.content())
                 }
-                (_, Some(url)) => client
-                    .post_webhook_message(url, &SlackApiPostWebhookMessageRequest::new(content))
-                    .await
-                    .map(|_| ()),
-                _ => unreachable!("a client exists only for Slack targets"),
             };
+            let result: Result<Option<String>, SlackClientError> =
+                match (&self.target, &self.webhook, send) {
+                    (SlackTarget::WebApi { token, channel, .. }, _, Send::Post { thread, .. }) => {
+                        let token =
+                            SlackApiToken::new(SlackApiTokenValue(token.expose().to_string()));
+                        let mut request =
+                            SlackApiChatPostMessageRequest::new(channel.clone().into(), content);
+                        if let Some(ts) = thread {
+                            request = request.with_thread_ts(ts.to_string().into());
+                        }
+                        client
+                            .open_session(&token)
+                            .chat_post_message(&request)
+                            .await
+                            .map(|r| Some(r.ts.to_string()))
+                    }
+                    (SlackTarget::WebApi { token, channel, .. }, _, Send::Update { ts, .. }) => {
+                        let token =
+                            SlackApiToken::new(SlackApiTokenValue(token.expose().to_string()));
+                        let request = SlackApiChatUpdateRequest::new(
+                            channel.clone().into(),
+                            content,
+                            ts.to_string().into(),
+                        );
+                        client
+                            .open_session(&token)
+                            .chat_update(&request)
+                            .await
+                            .map(|_| None)
+                    }
+                    (_, Some(url), _) => client
+                        .post_webhook_message(url, &SlackApiPostWebhookMessageRequest::new(content))
+                        .await
+                        .map(|_| None),
+                    _ => unreachable!("a client exists only for Slack targets"),
+                };
             let next = match result {
-                Ok(()) => {
+                Ok(ts) => {
                     tracing::info!(event = "dlq_alert_delivered", channel = "slack");
-                    Next::Done(Ok(()))
+                    Next::Done(Ok(ts))
                 }
                 Err(SlackClientError::RateLimitError(e)) => {
                     let wait = e
@@ -170,7 +231,7 @@ impl Notifier {
                 Err(e) => {
                     let reason = describe(&e);
                     tracing::error!(event = "slack_delivery_rejected", error = %reason,
-                        "Slack refused the alert; check the token, channel or webhook URL. The alert follows:\n{text}");
+                        "Slack refused the alert; check the token, channel or webhook URL. The alert follows:\n{}", message.text);
                     Next::Done(Err(DeliveryError::Rejected(reason)))
                 }
             };
@@ -179,6 +240,19 @@ impl Notifier {
         .await;
         delivered.unwrap_or(Err(DeliveryError::Cancelled))
     }
+}
+
+/// What [`Notifier::send`] sends.
+#[derive(Clone, Copy)]
+enum Send<'a> {
+    Post {
+        message: &'a SlackMessage,
+        thread: Option<&'a str>,
+    },
+    Update {
+        message: &'a SlackMessage,
+        ts: &'a str,
+    },
 }
 
 fn client(

@@ -16,6 +16,20 @@ pub(super) struct TopicHandles {
 
 impl TopicHandles {
     pub(super) fn new(metrics: &Metrics, topic: &str) -> Self {
+        // Every per-topic series exists, at 0, from the topic's first assignment: a rate or an
+        // alert on a counter that never moved still has a series to read.
+        metrics.consumed.with_label_values(&[topic]);
+        metrics.retried.with_label_values(&[topic]);
+        metrics.dlq_write_failures.with_label_values(&[topic]);
+        metrics.batch_splits.with_label_values(&[topic]);
+        for kind in [
+            crate::failure::DeadLetterKind::Permanent,
+            crate::failure::DeadLetterKind::RetriesExhausted,
+        ] {
+            metrics
+                .dead_lettered
+                .with_label_values(&[topic, kind.as_str()]);
+        }
         Self {
             succeeded: metrics.succeeded.with_label_values(&[topic]),
             handler_duration: metrics.handler_duration.with_label_values(&[topic]),

@@ -1,0 +1,145 @@
+//! The Grafana dashboard (`alerting/grafana-dashboard.json`) asks only for metrics that a
+//! running consumer's `/metrics` really serves, and every panel has a query; and the alert
+//! rules (`alerting/kafka-dlq.rules.yml`) too.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Every `kafka_dlq_*` metric family named in `text` (a histogram's `_bucket`, `_sum` and
+/// `_count` series count as the histogram).
+fn families_named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("kafka_dlq_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(&name)
+            .to_string();
+        out.insert(family);
+    }
+    out
+}
+
+/// The families a `/metrics` page serves (its `# TYPE` lines).
+fn families_served(page: &str) -> BTreeSet<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+fn dashboard() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/alerting/grafana-dashboard.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serves() {
+    let dashboard = dashboard();
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let mut queries = String::new();
+    for panel in panels {
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has a query", panel["title"]);
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap();
+            assert!(
+                expr.contains("kafka_dlq_"),
+                "panel {} asks for kafka-dlq metrics: {expr}",
+                panel["title"]
+            );
+            queries.push_str(expr);
+            queries.push('\n');
+        }
+    }
+    let asked = families_named(&queries);
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/alerting/kafka-dlq.rules.yml"
+    ))
+    .unwrap();
+    let ruled = families_named(&rules);
+
+    // A consumer that handled, retried and dead-lettered records, as /metrics shows it.
+    let brokers = brokers();
+    let topic = unique("dashboard");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            Out::new(0, "ok-1"),
+            Out::new(0, "trans1-2"),
+            Out::new(0, "perm-3"),
+        ],
+    )
+    .await;
+    let mut config = test_config(&brokers, &group, &topic);
+    config
+        .librdkafka
+        .insert("statistics.interval.ms".into(), "200".into());
+    let handler = Scripted::default();
+    let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
+    let metrics = consumer.metrics();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(kafka_dlq::server::serve(
+        listener,
+        metrics.clone(),
+        stop.clone().cancelled_owned(),
+    ));
+    let run = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
+    assert!(
+        eventually(WAIT, || metrics
+            .total("kafka_dlq_records_dead_lettered_total")
+            == 1.0
+            && metrics.render().contains("kafka_dlq_consumer_lag{"))
+        .await,
+        "{}",
+        metrics.render()
+    );
+    let page = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let _ = server.await;
+
+    let served = families_served(&page);
+    let missing: Vec<_> = asked.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard asks for {missing:?}, which /metrics does not serve:\n{page}"
+    );
+    let missing: Vec<_> = ruled.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "the alert rules ask for {missing:?}, which /metrics does not serve:\n{page}"
+    );
+    // The dashboard shows every family /metrics serves.
+    let unshown: Vec<_> = served.difference(&asked).collect();
+    assert!(unshown.is_empty(), "no panel shows {unshown:?}");
+}
