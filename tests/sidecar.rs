@@ -70,13 +70,23 @@ async fn run_delivers_over_http_classifies_answers_and_exits_cleanly_on_sigterm(
     create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
     let mut keyed = Out::new(0, "ok-1");
     keyed.key = Some(b"parcel-1".to_vec());
+    // An instrumented producer's trace context (W3C Trace Context's example).
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut traced = Out::new(1, "bad-3");
+    traced.headers = vec![
+        (
+            b"traceparent".to_vec(),
+            Some(TRACEPARENT.as_bytes().to_vec()),
+        ),
+        (b"tracestate".to_vec(), Some(b"congo=t61rcWkgMzE".to_vec())),
+    ];
     produce(
         &brokers,
         &topic,
         vec![
             keyed,
             Out::new(0, "busy-2"),
-            Out::new(1, "bad-3"),
+            traced,
             Out::new(1, "down-4"),
             Out::new(1, "ok-5"),
         ],
@@ -150,6 +160,16 @@ async fn run_delivers_over_http_classifies_answers_and_exits_cleanly_on_sigterm(
     assert_eq!(headers["x-kafka-offset"], "0");
     assert_eq!(headers["x-kafka-key"], "parcel-1");
     assert_eq!(headers["x-record-id"], format!("{topic}-0-0").as_str());
+    assert!(
+        headers.get("traceparent").is_none(),
+        "no trace context, no header"
+    );
+    let (headers, _) = requests.iter().find(|(_, b)| b == "bad-3").unwrap();
+    assert_eq!(
+        headers["traceparent"], TRACEPARENT,
+        "passed on to the target"
+    );
+    assert_eq!(headers["tracestate"], "congo=t61rcWkgMzE");
 
     let dlq = read_all(&brokers, &format!("{topic}-dlt"));
     let envelopes: Vec<Envelope> = dlq
@@ -160,6 +180,25 @@ async fn run_delivers_over_http_classifies_answers_and_exits_cleanly_on_sigterm(
     let bad = envelopes.iter().find(|e| e.source.offset == 0).unwrap();
     assert_eq!(bad.error.kind, kafka_dlq::DeadLetterKind::Permanent);
     assert_eq!(bad.error.message, "target answered HTTP 400");
+    assert_eq!(
+        bad.trace_id.as_deref(),
+        Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+        "the dead letter leads back to its trace"
+    );
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &format!("{topic}-dlt"),
+        &bad.id,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        shown.contains("\"trace_id\": \"4bf92f3577b34da6a3ce929d0e0e4736\""),
+        "{shown}"
+    );
     let down = envelopes.iter().find(|e| e.source.offset == 1).unwrap();
     assert_eq!(down.error.kind, kafka_dlq::DeadLetterKind::RetriesExhausted);
     assert_eq!(down.error.attempts, 3);

@@ -82,6 +82,10 @@ pub struct Envelope {
     pub timestamp: DateTime<Utc>,
     /// Where it came from.
     pub source: EnvelopeSource,
+    /// The W3C trace id of the record's `traceparent` header (32 hex digits), to find the
+    /// request that produced it in a tracing system; absent when the record had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// A value in an envelope that does not decode as its encoding says.
@@ -141,6 +145,7 @@ impl Envelope {
                 headers: record.headers.iter().map(encode_header).collect(),
                 group: group.to_string(),
             },
+            trace_id: record.trace_context().map(|t| t.trace_id),
         }
     }
 
@@ -175,6 +180,7 @@ impl Envelope {
                 headers: Vec::new(),
                 ..self.source.clone()
             },
+            trace_id: self.trace_id.clone(),
         }
     }
 

@@ -14,6 +14,9 @@ use serde::de::DeserializeOwned;
 
 use crate::failure::HandlerError;
 
+mod trace;
+pub use trace::{TraceContext, TRACEPARENT, TRACESTATE};
+
 /// One header of a record. Kafka allows repeated keys and a missing value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordHeader {

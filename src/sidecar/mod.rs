@@ -12,6 +12,7 @@
 //! | `X-Kafka-Offset` | offset (decimal) |
 //! | `X-Kafka-Key` | the key, when it is printable ASCII text |
 //! | `X-Kafka-Key-Base64` | the key in standard base64, otherwise |
+//! | `traceparent`, `tracestate` | the record's W3C trace context, when it has a valid one |
 //!
 //! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
 //! connection errors and timeouts are transient (a `Retry-After` header, in seconds or as an
@@ -22,7 +23,8 @@
 //!
 //! In batch mode ([`HttpBatchTarget`], `kafka-dlq run --batch-size N`) one `POST` carries up to
 //! N records of one partition as a JSON array, in offset order:
-//! `[{"id": "...", "offset": 41, "key": "..." | null, "payload": ..., "payload_encoding": "json"}, …]`
+//! `[{"id": "...", "offset": 41, "key": "..." | null, "payload": ..., "payload_encoding": "json", "traceparent": "..."}, …]`
+//! (`traceparent` and `tracestate` only for records that have them)
 //! (`payload` embedded as JSON when it is JSON, else a string, else base64, as in the
 //! dead-letter envelope), with `X-Kafka-Topic`, `X-Kafka-Partition`, `X-Kafka-First-Offset`
 //! and `X-Kafka-Last-Offset` headers. The answer is classified as above, for the whole batch;
@@ -103,6 +105,16 @@ impl Handler for HttpTarget {
             Ok(id) => request.header("X-Record-Id", id),
             Err(_) => request.header("X-Record-Id", BASE64.encode(&record.id)),
         };
+        if let Some(trace) = record.trace_context() {
+            request = request.header(crate::record::TRACEPARENT, &trace.traceparent);
+            if let Some(state) = trace
+                .tracestate
+                .as_deref()
+                .and_then(|s| HeaderValue::from_str(s).ok())
+            {
+                request = request.header(crate::record::TRACESTATE, state);
+            }
+        }
         if let Some(key) = record.key.as_deref() {
             let printable = std::str::from_utf8(key)
                 .ok()
@@ -178,6 +190,10 @@ struct BatchItem<'a> {
     key: Option<std::borrow::Cow<'a, str>>,
     payload: Box<serde_json::value::RawValue>,
     payload_encoding: crate::dlq::Encoding,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
 }
 
 impl crate::handler::BatchHandler for HttpBatchTarget {
@@ -186,12 +202,15 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
             .iter()
             .map(|r| {
                 let (payload, payload_encoding) = crate::dlq::encode_payload(r.payload.as_deref());
+                let trace = r.trace_context();
                 BatchItem {
                     id: &r.id,
                     offset: r.offset,
                     key: r.key.as_deref().map(String::from_utf8_lossy),
                     payload,
                     payload_encoding,
+                    traceparent: trace.as_ref().map(|t| t.traceparent.clone()),
+                    tracestate: trace.and_then(|t| t.tracestate),
                 }
             })
             .collect();
