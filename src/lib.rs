@@ -46,6 +46,8 @@ pub mod record;
 pub mod replay;
 pub mod server;
 pub mod sidecar;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError};

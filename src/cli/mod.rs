@@ -102,7 +102,17 @@ pub fn main() -> ExitCode {
     } else {
         "info"
     };
-    init_logging(cli.log_format, default_level);
+    let otlp = match &cli.command {
+        Command::Run(args) => args.otlp_endpoint().map(str::to_string),
+        _ => None,
+    };
+    let _telemetry = match init_logging(cli.log_format, default_level, otlp.as_deref()) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -225,8 +235,31 @@ fn describe_config_error(e: &ConfigError) -> String {
     )
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
-    use tracing_subscriber::EnvFilter;
+/// Flushes and stops the span exporter when dropped (at exit).
+struct Telemetry {
+    #[cfg(feature = "otel")]
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        #[cfg(feature = "otel")]
+        if let Some(provider) = self.provider.take() {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// Logs to stderr, filtered by RUST_LOG (default `default_level`); with `otlp`, spans are
+/// exported over OTLP/HTTP too (feature `otel`; an error without it, or for a bad URL).
+fn init_logging(
+    format: LogFormat,
+    default_level: &str,
+    otlp: Option<&str>,
+) -> Result<Telemetry, String> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
     let directives = std::env::var("RUST_LOG")
         .ok()
         .filter(|v| !v.trim().is_empty())
@@ -237,16 +270,45 @@ fn init_logging(format: LogFormat, default_level: &str) {
         );
         EnvFilter::new(default_level)
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Human => fmt.boxed(),
+        LogFormat::Json => fmt
             .json()
             .with_current_span(true)
             .with_span_list(false)
-            .init(),
+            .boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TracerProvider as _;
+        let provider = match otlp {
+            Some(endpoint) => Some(
+                kafka_dlq::telemetry::otlp_provider(endpoint, "kafka-dlq")
+                    .map_err(|e| format!("invalid setting `otlp_endpoint` = {endpoint:?}: {e}"))?,
+            ),
+            None => None,
+        };
+        let layer = provider.as_ref().map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer("kafka-dlq"))
+                .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+                    m.name() == "handle"
+                }))
+        });
+        registry.with(layer).init();
+        Ok(Telemetry { provider })
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        if let Some(endpoint) = otlp {
+            return Err(format!(
+                "invalid setting `otlp_endpoint` = {endpoint:?}: this kafka-dlq was built without OpenTelemetry; build it with `cargo build --release --features otel`"
+            ));
+        }
+        registry.init();
+        Ok(Telemetry {})
     }
 }
 

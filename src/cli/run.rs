@@ -54,6 +54,11 @@ pub struct RunArgs {
     /// Address of the /metrics, /healthz and /readyz endpoint.
     #[arg(long, env = "KAFKA_DLQ_METRICS_ADDR", default_value = "0.0.0.0:9102")]
     metrics_addr: String,
+    /// Export a span per handler call over OTLP/HTTP to this URL (e.g.
+    /// http://collector:4318/v1/traces), each a child of its record's W3C traceparent (needs
+    /// a build with the `otel` feature).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     /// Also run the DLQ monitor on this consumer's dead-letter topics.
     #[arg(long, env = "KAFKA_DLQ_MONITOR")]
     monitor: bool,
@@ -62,6 +67,11 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Where spans are exported, when they are.
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        self.otlp_endpoint.as_deref()
+    }
+
     /// The library configuration: the flags (each defaulting to the library's default).
     fn consumer_config(&self) -> Result<ConsumerConfig, ConfigError> {
         let mut c = ConsumerConfig {
@@ -70,6 +80,7 @@ impl RunArgs {
             topics: self.topics.iter().map(|t| t.trim().to_string()).collect(),
             id_header: self.id_header.clone(),
             librdkafka: super::parse_kafka_options(&self.kafka_options)?,
+            trace_records: self.otlp_endpoint.is_some(),
             ..ConsumerConfig::default()
         };
         self.consumer.clone().apply(&mut c);

@@ -141,6 +141,11 @@ settings! {
         /// producer. Those that would break the guarantees are refused
         /// ([`refuse_raw_option`](super::refuse_raw_option)). `Debug` shows their keys only.
         librdkafka: BTreeMap<String, String> = BTreeMap::new() => redacted;
+        /// Run every handler call in a `handle` span (fields `topic`, `partition`, `offset`,
+        /// `id`, `records`); with the `otel` feature, a record's W3C `traceparent` is its
+        /// parent (see `kafka_dlq::telemetry`). Default off: a span per record costs the hot
+        /// path. `kafka-dlq run --otlp-endpoint` turns it on.
+        trace_records: bool = false;
     }
     flags {
         /// Dead-letter topic name; `{topic}` is replaced by the source topic (Spring Kafka

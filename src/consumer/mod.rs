@@ -173,6 +173,7 @@ impl<H: BatchHandler> Consumer<H> {
                 batch_linger: std::time::Duration::from_millis(config.batch_linger_ms),
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
+                trace_records: config.trace_records,
                 dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
                     worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
                 )),

@@ -34,7 +34,12 @@ pub(super) async fn call<H: BatchHandler>(
     // back, or the breaker would wait for it forever.
     let probe = (permit == Permit::Probe).then(|| ProbeGuard(&shared.breaker));
     let started = Instant::now();
-    let result = AssertUnwindSafe(shared.handler.handle_batch(records))
+    let span = if shared.trace_records {
+        handler_span(records)
+    } else {
+        tracing::Span::none()
+    };
+    let result = AssertUnwindSafe(shared.handler.handle_batch(records).instrument(span))
         .catch_unwind()
         .await;
     let ended = Instant::now();
@@ -64,6 +69,25 @@ pub(super) async fn call<H: BatchHandler>(
     }
     std::mem::forget(probe); // recorded
     (result, ended)
+}
+
+/// The span of one handler call; with the `otel` feature, a child of the first record's W3C
+/// trace context.
+fn handler_span(records: &[Record]) -> tracing::Span {
+    let first = &records[0];
+    let span = tracing::info_span!(
+        "handle",
+        topic = %first.topic,
+        partition = first.partition,
+        offset = first.offset,
+        id = %first.id,
+        records = records.len(),
+    );
+    #[cfg(feature = "otel")]
+    if let Some(trace) = first.trace_context() {
+        crate::telemetry::set_parent(&span, &trace);
+    }
+    span
 }
 
 /// Gives a granted probe back to the breaker when dropped; forgotten once the probe's outcome

@@ -52,6 +52,8 @@ pub(super) struct Shared<H> {
     pub batch_linger: Duration,
     /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
     pub key_ordered: Option<usize>,
+    /// Whether each handler call runs in a `handle` span (`trace_records`).
+    pub trace_records: bool,
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
 }
