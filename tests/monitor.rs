@@ -31,6 +31,9 @@ struct Request {
     json: serde_json::Value,
 }
 
+/// Answers to give first: status and Retry-After seconds.
+type Script = Arc<Mutex<VecDeque<(u16, Option<u64>)>>>;
+
 #[derive(Clone, Default)]
 struct Slack {
     /// Every request, in order.
@@ -38,7 +41,7 @@ struct Slack {
     /// The requests answered 200.
     ok: Arc<Mutex<Vec<Request>>>,
     /// Answers to give first, in order: status and Retry-After seconds. Then 200.
-    script: Arc<Mutex<VecDeque<(u16, Option<u64>)>>>,
+    script: Script,
 }
 
 impl Slack {

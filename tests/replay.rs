@@ -217,7 +217,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
         .create()
         .unwrap();
     assert_eq!(
-        kafka_dlq::monitor::outstanding(&reader, &[dlq.clone()]),
+        kafka_dlq::monitor::outstanding(&reader, std::slice::from_ref(&dlq)),
         Some(0)
     );
     let (_, again, _) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);

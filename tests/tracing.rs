@@ -104,7 +104,8 @@ async fn run_exports_the_handler_span_over_otlp_http() {
     use axum::http::HeaderMap;
     use axum::routing::post;
 
-    let received: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+    let received: Received = Arc::default();
     let seen = received.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}/v1/traces", listener.local_addr().unwrap());

@@ -24,22 +24,28 @@
 
 pub mod alert;
 pub mod blocks;
+mod delivery;
 pub mod slack;
 mod thread;
+mod volume;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, StreamConsumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::{ClientConfig, Message};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use alert::{Alert, Increase};
 pub use blocks::{Links, SlackMessage};
 pub use slack::{DeliveryError, Notifier, Secret, SlackTarget};
+pub use volume::outstanding;
+
+use delivery::{deliver_all, send_or_stop};
+use volume::Volume;
 
 use crate::config::ConfigError;
 use crate::kafka::LogContext;
@@ -153,7 +159,7 @@ pub enum MonitorError {
 }
 
 /// An alert waiting for delivery and the DLQ positions to commit once it is delivered.
-struct Pending {
+pub(crate) struct Pending {
     alert: Alert,
     positions: Vec<(String, i32, i64)>,
 }
@@ -319,152 +325,4 @@ impl Monitor {
         tracing::info!(event = "monitor_stopped");
         Ok(())
     }
-}
-
-/// Hands `pending` to the delivery task; `false` when shutdown came first (the delivery task
-/// may be stuck retrying an alert while Slack is down, and the channel full) or the delivery
-/// task is gone. An increase alert given up so is sent by the next run: the DLQ positions it
-/// covers are committed only after its delivery.
-async fn send_or_stop(
-    tx: &mpsc::Sender<Pending>,
-    pending: Pending,
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> bool {
-    tokio::select! {
-        sent = tx.send(pending) => sent.is_ok(),
-        _ = shutdown.as_mut() => false,
-    }
-}
-
-/// Delivers alerts in order; after each one, commits the DLQ positions it covers. With the
-/// Web API, an increase alert that finds no incident open starts one: its message's thread
-/// takes the incident's follow-ups (more dead letters, the breaker, "went down"), and
-/// "resolved" is posted there and updates the first message, which ends the incident. The
-/// thread is kept with the commits ([`thread`]), so it survives a restart.
-async fn deliver_all(
-    mut rx: mpsc::Receiver<Pending>,
-    notifier: Arc<Notifier>,
-    consumer: Arc<StreamConsumer<LogContext>>,
-    brokers: String,
-    links: Links,
-    restored: (
-        Option<String>,
-        std::collections::BTreeMap<(String, i32), i64>,
-    ),
-    stop: CancellationToken,
-) {
-    let (mut incident, mut positions) = restored;
-    while let Some(pending) = tokio::select! {
-        p = rx.recv() => p,
-        _ = stop.cancelled() => None,
-    } {
-        let message = pending.alert.message(&brokers, &links);
-        let reply_to = incident.as_deref().filter(|_| notifier.has_threads());
-        let posted = match notifier.deliver(&message, reply_to, &stop).await {
-            Ok(ts) => ts,
-            Err(DeliveryError::Rejected(_)) => None,
-            Err(DeliveryError::Cancelled) => return,
-        };
-        let mut incident_changed = false;
-        match &pending.alert {
-            Alert::Increase(_) if incident.is_none() && posted.is_some() => {
-                incident = posted;
-                incident_changed = true;
-            }
-            Alert::Resolved { previous } => {
-                if let Some(first) = incident.take() {
-                    let resolved = Alert::resolved_original(*previous);
-                    if let Err(DeliveryError::Cancelled) =
-                        notifier.update(&first, &resolved, &stop).await
-                    {
-                        return;
-                    }
-                    incident_changed = true;
-                }
-            }
-            _ => {}
-        }
-        if pending.positions.is_empty() && !incident_changed {
-            continue;
-        }
-        for (topic, partition, offset) in &pending.positions {
-            positions.insert((topic.clone(), *partition), *offset);
-        }
-        let tpl = thread::commit_list(&positions, incident.as_deref());
-        let consumer = consumer.clone();
-        let committed =
-            tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
-        if let Ok(Err(e)) = committed {
-            tracing::warn!(event = "monitor_commit_failed", error = %e,
-                "the alert may be repeated after a restart");
-        }
-    }
-}
-
-/// Counts outstanding dead letters.
-struct Volume {
-    reader: Arc<BaseConsumer<LogContext>>,
-    topics: Vec<String>,
-}
-
-impl Volume {
-    fn new(c: &MonitorConfig) -> Result<Self, rdkafka::error::KafkaError> {
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &c.brokers)
-            .set("group.id", REPLAY_GROUP)
-            .set("enable.auto.commit", "false");
-        crate::config::apply_librdkafka(&mut client, &c.librdkafka);
-        Ok(Self {
-            reader: Arc::new(client.create_with_context(LogContext)?),
-            topics: c.dlq_topics.clone(),
-        })
-    }
-
-    /// Σ over DLQ partitions of `high − max(low, replay position)`; `None` when the broker
-    /// cannot tell.
-    async fn outstanding(&self) -> Option<u64> {
-        let reader = self.reader.clone();
-        let topics = self.topics.clone();
-        tokio::task::spawn_blocking(move || outstanding(&reader, &topics))
-            .await
-            .ok()
-            .flatten()
-    }
-}
-
-/// Outstanding dead letters on `topics`, read through `reader` (whose group is the replay
-/// group).
-pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
-    reader: &BaseConsumer<C>,
-    topics: &[String],
-) -> Option<u64> {
-    let timeout = Duration::from_secs(5);
-    let mut tpl = TopicPartitionList::new();
-    let mut marks = Vec::new();
-    for topic in topics {
-        let md = reader.fetch_metadata(Some(topic), timeout).ok()?;
-        let t = md.topics().first()?;
-        if t.error().is_some() {
-            continue; // not created yet: nothing outstanding
-        }
-        for p in t.partitions() {
-            let (low, high) = reader.fetch_watermarks(topic, p.id(), timeout).ok()?;
-            marks.push((topic.clone(), p.id(), low, high));
-            tpl.add_partition(topic, p.id());
-        }
-    }
-    let committed = reader.committed_offsets(tpl, timeout).ok()?;
-    let mut total = 0u64;
-    for (topic, partition, low, high) in marks {
-        let replayed = committed
-            .find_partition(&topic, partition)
-            .and_then(|e| match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            })
-            .unwrap_or(low);
-        total += (high - low.max(replayed)).max(0) as u64;
-    }
-    Some(total)
 }

@@ -26,7 +26,8 @@ pub(super) async fn settle_batch<H: BatchHandler>(
     settled: &mut Progress,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
-    let mut todo: VecDeque<Range<usize>> = VecDeque::from([0..batch.len()]);
+    let mut todo: VecDeque<Range<usize>> = VecDeque::new();
+    todo.push_back(0..batch.len());
     while let Some(range) = todo.pop_front() {
         let records = &batch[range.clone()];
         if records.len() == 1 {

@@ -1,0 +1,79 @@
+//! Counting the outstanding dead letters: those after both the log start and the replay
+//! position.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{MonitorConfig, REPLAY_GROUP};
+use crate::kafka::LogContext;
+
+/// Counts outstanding dead letters.
+pub(super) struct Volume {
+    reader: Arc<BaseConsumer<LogContext>>,
+    topics: Vec<String>,
+}
+
+impl Volume {
+    pub(super) fn new(c: &MonitorConfig) -> Result<Self, rdkafka::error::KafkaError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &c.brokers)
+            .set("group.id", REPLAY_GROUP)
+            .set("enable.auto.commit", "false");
+        crate::config::apply_librdkafka(&mut client, &c.librdkafka);
+        Ok(Self {
+            reader: Arc::new(client.create_with_context(LogContext)?),
+            topics: c.dlq_topics.clone(),
+        })
+    }
+
+    /// Σ over DLQ partitions of `high − max(low, replay position)`; `None` when the broker
+    /// cannot tell.
+    pub(super) async fn outstanding(&self) -> Option<u64> {
+        let reader = self.reader.clone();
+        let topics = self.topics.clone();
+        tokio::task::spawn_blocking(move || outstanding(&reader, &topics))
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// Outstanding dead letters on `topics`, read through `reader` (whose group is the replay
+/// group).
+pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
+    reader: &BaseConsumer<C>,
+    topics: &[String],
+) -> Option<u64> {
+    let timeout = Duration::from_secs(5);
+    let mut tpl = TopicPartitionList::new();
+    let mut marks = Vec::new();
+    for topic in topics {
+        let md = reader.fetch_metadata(Some(topic), timeout).ok()?;
+        let t = md.topics().first()?;
+        if t.error().is_some() {
+            continue; // not created yet: nothing outstanding
+        }
+        for p in t.partitions() {
+            let (low, high) = reader.fetch_watermarks(topic, p.id(), timeout).ok()?;
+            marks.push((topic.clone(), p.id(), low, high));
+            tpl.add_partition(topic, p.id());
+        }
+    }
+    let committed = reader.committed_offsets(tpl, timeout).ok()?;
+    let mut total = 0u64;
+    for (topic, partition, low, high) in marks {
+        let replayed = committed
+            .find_partition(&topic, partition)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(low);
+        total += (high - low.max(replayed)).max(0) as u64;
+    }
+    Some(total)
+}
