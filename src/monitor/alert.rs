@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::dlq::DlqContent;
 
+pub use super::fingerprint::fingerprint;
+
 /// How many sample record ids an alert lists.
 const SAMPLE_IDS: usize = 5;
 /// How many error groups an alert lists.
@@ -70,45 +72,6 @@ pub struct ErrorGroup {
     pub example: String,
     /// The record id of one of them.
     pub sample_id: Option<String>,
-}
-
-/// Normalises an error message so that messages differing only in ids, numbers or values
-/// group together: every word containing a digit becomes `#`, white space is folded, and the
-/// result is cut to 120 characters.
-pub fn fingerprint(kind: &str, message: &str) -> String {
-    let mut out = String::with_capacity(message.len().min(160) + kind.len() + 2);
-    out.push_str(kind);
-    out.push_str(": ");
-    let mut word = String::new();
-    let flush = |word: &mut String, out: &mut String| {
-        if word.chars().any(|c| c.is_ascii_digit()) {
-            out.push('#');
-        } else {
-            out.push_str(word);
-        }
-        word.clear();
-    };
-    let mut last_space = false;
-    for c in message.chars() {
-        if c.is_alphanumeric() || c == '_' || c == '-' || c == '.' {
-            word.push(c);
-            last_space = false;
-        } else {
-            flush(&mut word, &mut out);
-            if c.is_whitespace() {
-                if !last_space {
-                    out.push(' ');
-                }
-                last_space = true;
-            } else {
-                out.push(c);
-                last_space = false;
-            }
-        }
-    }
-    flush(&mut word, &mut out);
-    let trimmed = out.trim_end();
-    trimmed.chars().take(120).collect()
 }
 
 /// Dead letters seen since the last increase alert.

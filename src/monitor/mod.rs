@@ -25,6 +25,7 @@
 pub mod alert;
 pub mod blocks;
 mod delivery;
+mod fingerprint;
 pub mod slack;
 mod thread;
 mod volume;

@@ -6,11 +6,15 @@ use std::io::{IsTerminal, Write};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use kafka_dlq::dlq::{DlqContent, DlqEntry, DlqReader, Filter};
+use kafka_dlq::dlq::{DlqEntry, DlqReader, Filter};
 use kafka_dlq::replay::{replay, ReplayOptions};
 use kafka_dlq::{ConfigError, DeadLetterKind};
 
 use super::CliError;
+
+mod view;
+use view::entry_json;
+pub use view::print_table;
 
 /// `kafka-dlq dlq …`
 #[derive(Debug, Subcommand)]
@@ -208,39 +212,6 @@ async fn read(
     Ok(out)
 }
 
-fn entry_json(e: &DlqEntry) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "dlq_topic": e.topic,
-        "dlq_partition": e.partition,
-        "dlq_offset": e.offset,
-    });
-    if let DlqContent::Foreign { format, .. } = &e.content {
-        v["written_by"] = format.as_str().into();
-    }
-    match (&e.content, e.content.envelope()) {
-        (_, Some(env)) => {
-            v["envelope"] = serde_json::to_value(env).expect("an envelope serializes");
-        }
-        (DlqContent::NotAnEnvelope { reason, preview }, None) => {
-            v["not_an_envelope"] = serde_json::json!({"reason": reason, "preview": preview});
-        }
-        (_, None) => {}
-    }
-    v
-}
-
-fn cut(text: &str, n: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if flat.chars().count() > n {
-        flat.chars().take(n - 1).collect::<String>() + "…"
-    } else {
-        flat
-    }
-}
-
 async fn list(args: ListArgs) -> Result<(), CliError> {
     let entries = read(&args.source, &args.filter.filter()?, args.limit).await?;
     let mut out = std::io::stdout().lock();
@@ -252,51 +223,6 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
     }
     print_table(&entries, &mut out);
     Ok(())
-}
-
-/// Prints dead letters as a table for people.
-pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
-    let _ = writeln!(
-        out,
-        "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} ERROR",
-        "DLQ", "ID", "SOURCE", "KIND", "TRY", "DEAD-LETTERED"
-    );
-    for e in entries {
-        let at = format!("{}:{}", e.partition, e.offset);
-        match (&e.content, e.content.envelope()) {
-            (_, Some(env)) => {
-                let source = format!(
-                    "{}/{}@{}",
-                    env.source.topic, env.source.partition, env.source.offset
-                );
-                let _ = writeln!(
-                    out,
-                    "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} {}",
-                    at,
-                    cut(&env.id, 28),
-                    cut(&source, 30),
-                    env.error.kind.as_str(),
-                    env.error.attempts,
-                    env.timestamp.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
-                    cut(&env.error.message, 60)
-                );
-            }
-            (content, None) => {
-                let reason = match content {
-                    DlqContent::NotAnEnvelope { reason, .. } => reason.as_str(),
-                    _ => "unknown form",
-                };
-                let _ = writeln!(
-                    out,
-                    "{:<12} {:<28} (not a kafka-dlq envelope: {})",
-                    at,
-                    cut(&e.id(), 28),
-                    cut(reason, 70)
-                );
-            }
-        }
-    }
-    let _ = writeln!(out, "{} dead letter(s)", entries.len());
 }
 
 async fn show(args: ShowArgs) -> Result<(), CliError> {
