@@ -550,3 +550,175 @@ async fn a_broker_outage_logs_once_per_kind_of_trouble_not_twenty_lines_a_second
         trouble.join("\n")
     );
 }
+
+/// Answers a batch with AWS Lambda's partial batch response: 200 naming each `poison…` record
+/// (permanent) and `bad…` record (transient); 200 `ok` (not that shape) when any record is
+/// `garbled…`.
+async fn answer_lambda(
+    State(target): State<Target>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, String) {
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array");
+    target
+        .requests
+        .lock()
+        .unwrap()
+        .push((headers, String::from_utf8_lossy(&body).to_string()));
+    let payload = |i: &serde_json::Value| i["payload"].as_str().unwrap_or_default().to_string();
+    if items.iter().any(|i| payload(i).starts_with("garbled")) {
+        return (StatusCode::OK, "ok".into());
+    }
+    let failures: Vec<serde_json::Value> = items
+        .iter()
+        .filter_map(|i| {
+            let p = payload(i);
+            if p.starts_with("poison") {
+                Some(serde_json::json!({"itemIdentifier": i["id"], "kind": "permanent", "message": format!("{p} rejected")}))
+            } else if p.starts_with("bad") {
+                Some(serde_json::json!({"itemIdentifier": i["id"]}))
+            } else {
+                None
+            }
+        })
+        .collect();
+    (
+        StatusCode::OK,
+        serde_json::json!({ "batchItemFailures": failures }).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_in_batch_mode_takes_lambdas_partial_batch_response() {
+    let brokers = brokers();
+    let topic = unique("sidecar-lambda");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let values: Vec<String> = (0..20)
+        .map(|i| match i {
+            3 => format!("poison-{i}"),
+            13 => format!("bad-{i}"),
+            17 => format!("garbled-{i}"),
+            _ => format!("ok-{i}"),
+        })
+        .collect();
+    produce(
+        &brokers,
+        &topic,
+        values.iter().map(|v| Out::new(0, v)).collect(),
+    )
+    .await;
+    let target = Target::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/lambda", listener.local_addr().unwrap());
+    let app = Router::new()
+        .route("/lambda", post(answer_lambda))
+        .with_state(target.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .arg("run")
+        .args([
+            "--brokers",
+            &brokers,
+            "--group-id",
+            &group,
+            "--topics",
+            &topic,
+        ])
+        .args([
+            "--target-url",
+            &url,
+            "--batch-size",
+            "10",
+            "--batch-linger-ms",
+            "1000",
+        ])
+        .args([
+            "--max-retries",
+            "2",
+            "--backoff-initial-ms",
+            "10",
+            "--backoff-max-ms",
+            "50",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&20))
+        .await
+    );
+    unsafe {
+        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    let requests: Vec<Vec<String>> = target
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, body)| {
+            let items: Vec<serde_json::Value> = serde_json::from_str(body).unwrap();
+            items
+                .iter()
+                .map(|i| i["payload"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    // The first batch named its poison record: one call for the ten, none more for it.
+    assert_eq!(requests[0].len(), 10);
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.contains(&"poison-3".to_string()))
+            .count(),
+        1,
+        "a named permanent failure: no bisection, no retry: {requests:?}"
+    );
+    // bad-13 was named transient: retried on its own twice (1 + max_retries attempts).
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r == &&vec!["bad-13".to_string()])
+            .count(),
+        2,
+        "{requests:?}"
+    );
+    // garbled-17's batches got a body that is not a partial response: bisected down to it.
+    assert!(
+        requests
+            .iter()
+            .any(|r| r == &vec!["garbled-17".to_string()]),
+        "{requests:?}"
+    );
+
+    let dlq = read_all(&brokers, &format!("{topic}-dlt"));
+    let dead: std::collections::BTreeMap<String, (kafka_dlq::DeadLetterKind, u32)> = dlq
+        .iter()
+        .map(|m| {
+            let env = Envelope::from_slice(m.payload().unwrap()).unwrap();
+            let v = String::from_utf8(env.payload_bytes().unwrap().unwrap()).unwrap();
+            (v, (env.error.kind, env.error.attempts))
+        })
+        .collect();
+    use kafka_dlq::DeadLetterKind::{Permanent, RetriesExhausted};
+    assert_eq!(dead.get("poison-3"), Some(&(Permanent, 1)), "{dead:?}");
+    assert_eq!(dead.get("bad-13"), Some(&(RetriesExhausted, 3)), "{dead:?}");
+    assert_eq!(
+        dead.get("garbled-17").map(|d| d.0),
+        Some(Permanent),
+        "{dead:?}"
+    );
+    assert_eq!(dead.len(), 3, "{dead:?}");
+}

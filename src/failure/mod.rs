@@ -37,6 +37,9 @@ pub struct HandlerError {
     kind: FailureKind,
     message: String,
     retry_after: Option<Duration>,
+    /// A partial batch response: the records of the batch that failed, by offset, each with
+    /// its own failure; the batch's other records succeeded ([`HandlerError::partial`]).
+    records: Option<Vec<(i64, HandlerError)>>,
 }
 
 impl HandlerError {
@@ -46,6 +49,7 @@ impl HandlerError {
             kind: FailureKind::Transient,
             message: message.to_string(),
             retry_after: None,
+            records: None,
         }
     }
 
@@ -55,7 +59,30 @@ impl HandlerError {
             kind: FailureKind::Permanent,
             message: message.to_string(),
             retry_after: None,
+            records: None,
         }
+    }
+
+    /// A partial batch response (as AWS Lambda's `batchItemFailures`): of a batch, only the
+    /// records at these offsets failed, each with its own failure; every other record of the
+    /// batch succeeded. The named records go through the retry and dead-letter policy on their
+    /// own (their first attempt was this call), the others settle at once; no bisection. An
+    /// offset that is not in the batch is logged and ignored. The call counts as answered for
+    /// the outage breaker.
+    pub fn partial(failures: impl IntoIterator<Item = (i64, HandlerError)>) -> Self {
+        let records: Vec<(i64, HandlerError)> = failures.into_iter().collect();
+        Self {
+            kind: FailureKind::Permanent,
+            message: format!("{} record(s) of the batch failed", records.len()),
+            retry_after: None,
+            records: Some(records),
+        }
+    }
+
+    /// The failed records of a partial batch response, by offset; `None` for any other
+    /// failure.
+    pub fn failed_records(&self) -> Option<&[(i64, HandlerError)]> {
+        self.records.as_deref()
     }
 
     /// Asks that the next retry wait exactly `delay` instead of the backoff's next delay (as an

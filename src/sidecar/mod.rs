@@ -29,9 +29,12 @@
 //! dead-letter envelope), with `X-Kafka-Topic`, `X-Kafka-Partition`, `X-Kafka-First-Offset`
 //! and `X-Kafka-Last-Offset` headers. The answer is classified as above, for the whole batch;
 //! a failed batch is split to find the records that fail (see
-//! [`BatchHandler`](crate::handler::BatchHandler)).
+//! [`BatchHandler`](crate::handler::BatchHandler)), unless a 2xx answer names them itself in
+//! AWS Lambda's partial batch response shape ([`batch_response`]).
 
 use std::time::Duration;
+
+pub mod batch_response;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -132,12 +135,36 @@ impl Handler for HttpTarget {
 impl HttpTarget {
     /// Sends `request` and classifies the answer.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<(), HandlerError> {
+        self.exchange(request, false).await.map(|_| ())
+    }
+
+    /// Sends `request` and classifies the answer; a 2xx answer's body is read (up to
+    /// [`batch_response::MAX_BODY_BYTES`]) when `read_body`.
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+        read_body: bool,
+    ) -> Result<Vec<u8>, HandlerError> {
         let mut response = request.send().await.map_err(|e| {
             HandlerError::transient(format!("POST {} failed: {}", self.url, error_chain(&e)))
         })?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
-            return Ok(());
+            let mut body = Vec::new();
+            while read_body && body.len() < batch_response::MAX_BODY_BYTES {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                    Ok(None) => break,
+                    Err(e) => {
+                        return Err(HandlerError::transient(format!(
+                            "reading the answer of {} failed: {}",
+                            self.url,
+                            error_chain(&e)
+                        )))
+                    }
+                }
+            }
+            return Ok(body);
         }
         let header = |name| {
             response
@@ -164,6 +191,7 @@ impl HttpTarget {
             &String::from_utf8_lossy(&body),
             Utc::now(),
         )
+        .map(|()| Vec::new())
     }
 }
 
@@ -229,7 +257,8 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
                 records[records.len() - 1].offset.to_string(),
             )
             .body(body);
-        self.single.send(request).await
+        let answer = self.single.exchange(request, true).await?;
+        batch_response::outcome(&answer, records)
     }
 }
 

@@ -139,60 +139,92 @@ pub(super) async fn settle_record<H: BatchHandler>(
     }
     let granted = permit(&shared.breaker, cancel).await?;
     let (result, ended) = call(shared, metrics, std::slice::from_ref(record), granted).await;
-    let mut ended = Some(ended);
-    match result {
+    match narrow(result, record.offset) {
         Ok(()) => {
             tracing::debug!(event = "record_handled", topic = %record.topic,
                 partition = record.partition, offset = record.offset, id = %record.id);
+            settled.settle(record.offset);
+            metrics
+                .settle_seconds
+                .observe((ended - fetched).as_secs_f64());
+            Ok(())
         }
         Err(first) => {
-            // Waits may follow: store and count the progress made so far first. A permanent
-            // failure goes straight to a pipelined dead-letter write, which waits only when
-            // the most writes are in flight.
-            let no_wait = first.kind() == FailureKind::Permanent
-                && settled.writes.as_ref().is_some_and(|w| !w.is_full());
-            if !no_wait {
-                settled.store(shared);
-                metrics.flush();
+            settle_failure(shared, metrics, record, first, fetched, settled, cancel).await
+        }
+    }
+}
+
+/// Settles a record whose first call failed with `first`: [`settle_one`]'s retries, or its dead
+/// letter (pipelined when `settled` has dead-letter writes). Stores the progress made so far
+/// before any wait.
+pub(super) async fn settle_failure<H: BatchHandler>(
+    shared: &Arc<Shared<H>>,
+    metrics: &mut TopicMetrics<'_>,
+    record: &Record,
+    first: HandlerError,
+    fetched: Instant,
+    settled: &mut Progress,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    // Waits may follow: store and count the progress made so far first. A permanent failure
+    // goes straight to a pipelined dead-letter write, which waits only when the most writes
+    // are in flight.
+    let no_wait = first.kind() == FailureKind::Permanent
+        && settled.writes.as_ref().is_some_and(|w| !w.is_full());
+    if !no_wait {
+        settled.store(shared);
+        metrics.flush();
+    }
+    let span = record_span(record);
+    let outcome = settle_one(shared, metrics, record, first, cancel)
+        .instrument(span.clone())
+        .await?;
+    if let Outcome::DeadLetter {
+        kind,
+        message,
+        attempts,
+    } = outcome
+    {
+        match settled.writes.as_mut() {
+            Some(writes) => {
+                // The partition goes on while the write is acknowledged; offsets stop short of
+                // it until then.
+                writes
+                    .start(
+                        shared, record, kind, message, attempts, fetched, cancel, span,
+                    )
+                    .await;
+                return Ok(());
             }
-            let span = record_span(record);
-            ended = None; // retries and waits follow
-            let outcome = settle_one(shared, metrics, record, first, cancel)
-                .instrument(span.clone())
-                .await?;
-            if let Outcome::DeadLetter {
-                kind,
-                message,
-                attempts,
-            } = outcome
-            {
-                match settled.writes.as_mut() {
-                    Some(writes) => {
-                        // The partition goes on while the write is acknowledged; offsets
-                        // stop short of it until then.
-                        writes
-                            .start(
-                                shared, record, kind, message, attempts, fetched, cancel, span,
-                            )
-                            .await;
-                        return Ok(());
-                    }
-                    None => {
-                        dead_letter(shared, record, kind, &message, attempts, cancel)
-                            .instrument(span)
-                            .await?
-                    }
-                }
+            None => {
+                dead_letter(shared, record, kind, &message, attempts, cancel)
+                    .instrument(span)
+                    .await?
             }
         }
     }
     settled.settle(record.offset);
-    metrics.settle_seconds.observe(
-        ended
-            .map_or_else(|| fetched.elapsed(), |e| e - fetched)
-            .as_secs_f64(),
-    );
+    metrics
+        .settle_seconds
+        .observe(fetched.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// A call's result for the record at `offset`: a partial batch response
+/// ([`HandlerError::partial`]) comes down to that record's own failure, or to success when it
+/// does not name it.
+pub(super) fn narrow(result: Result<(), HandlerError>, offset: i64) -> Result<(), HandlerError> {
+    match result {
+        Err(error) => match error.failed_records() {
+            Some(failures) => match failures.iter().find(|(o, _)| *o == offset) {
+                Some((_, own)) => Err(own.clone()),
+                None => Ok(()),
+            },
+            None => Err(error),
+        },
+        ok => ok,
+    }
 }
 
 pub(super) fn record_span(record: &Record) -> tracing::Span {
@@ -248,9 +280,12 @@ async fn settle_one<H: BatchHandler>(
                     Err(abandoned) => return (state, Next::Done(Err(abandoned))),
                 };
                 state.attempts += 1;
-                call(shared, state.metrics, std::slice::from_ref(record), granted)
-                    .await
-                    .0
+                narrow(
+                    call(shared, state.metrics, std::slice::from_ref(record), granted)
+                        .await
+                        .0,
+                    record.offset,
+                )
             }
         };
         let attempts = state.attempts;

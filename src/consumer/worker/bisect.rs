@@ -1,5 +1,6 @@
 //! Batches: one handler call for a batch; on failure, its halves, recursively, until the
-//! failing records stand alone and go through the single-record policy.
+//! failing records stand alone and go through the single-record policy — unless the handler
+//! names the failed records itself (a partial batch response): then only those do.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -8,11 +9,11 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{call, permit, settle_record};
+use super::attempt::{call, permit, settle_failure, settle_record};
 use super::local_metrics::TopicMetrics;
 use super::progress::Progress;
 use super::{Abandoned, Shared};
-use crate::failure::FailureKind;
+use crate::failure::{FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 
@@ -48,6 +49,9 @@ pub(super) async fn settle_batch<H: BatchHandler>(
                     metrics.settle_seconds.observe(elapsed);
                 }
             }
+            Err(error) if error.failed_records().is_some() => {
+                settle_partial(shared, metrics, records, &error, taken, settled, cancel).await?;
+            }
             Err(error) => {
                 // Waits or more calls follow: store and count the progress made so far first.
                 settled.store(shared);
@@ -71,6 +75,56 @@ pub(super) async fn settle_batch<H: BatchHandler>(
                 todo.push_front(mid..range.end);
                 todo.push_front(range.start..mid);
             }
+        }
+    }
+    Ok(())
+}
+
+/// A partial batch response ([`HandlerError::partial`]): the records it does not name settle at
+/// once, then each named one goes through the single-record policy with its own failure as its
+/// first attempt. An offset that is not in the batch is logged and ignored.
+async fn settle_partial<H: BatchHandler>(
+    shared: &Arc<Shared<H>>,
+    metrics: &mut TopicMetrics<'_>,
+    records: &[Record],
+    error: &HandlerError,
+    taken: Instant,
+    settled: &mut Progress,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    let failures = error.failed_records().unwrap_or_default();
+    for (offset, failure) in failures {
+        if !records.iter().any(|r| r.offset == *offset) {
+            tracing::warn!(event = "batch_partial_unknown_record", topic = %records[0].topic,
+                partition = records[0].partition, offset, error = %failure,
+                "the handler named a record that is not in the batch; ignored");
+        }
+    }
+    let failure_of = |record: &Record| failures.iter().find(|(o, _)| *o == record.offset);
+    let elapsed = taken.elapsed().as_secs_f64();
+    let mut succeeded = 0;
+    for record in records.iter().filter(|r| failure_of(r).is_none()) {
+        settled.settle(record.offset);
+        metrics.settle_seconds.observe(elapsed);
+        succeeded += 1;
+    }
+    metrics.succeeded.inc_by(succeeded);
+    tracing::info!(event = "batch_partially_handled", topic = %records[0].topic,
+        partition = records[0].partition, first_offset = records[0].offset,
+        records = records.len(), failed = records.len() - succeeded as usize,
+        "the handler named the failed records; the others are settled");
+    for record in records {
+        if let Some((_, first)) = failure_of(record) {
+            settle_failure(
+                shared,
+                metrics,
+                record,
+                first.clone(),
+                taken,
+                settled,
+                cancel,
+            )
+            .await?;
         }
     }
     Ok(())
