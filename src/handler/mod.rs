@@ -54,6 +54,11 @@ pub trait Handler: Send + Sync + 'static {
 /// batch. Offsets are stored only up to the last record of the longest settled prefix, so
 /// order and at-least-once hold.
 ///
+/// A handler that knows which records failed returns
+/// [`HandlerError::partial`](crate::HandlerError::partial) instead: only the records it names
+/// go through the retry and dead-letter policy (this call was their first attempt), the others
+/// settle at once, and nothing is bisected.
+///
 /// Every [`Handler`] is a `BatchHandler` that handles batches of one.
 pub trait BatchHandler: Send + Sync + 'static {
     /// Handles `records` (one partition, offset order, never empty) as one unit.
