@@ -134,13 +134,7 @@ async fn run_delivers_over_http_classifies_answers_and_exits_cleanly_on_sigterm(
             == HashMap::from([(0, 2), (1, 3)]))
         .await
     );
-    unsafe {
-        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
-    }
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("exits within 30 s of SIGTERM")
-        .unwrap();
+    let status = terminate(&mut child).await;
     let logs = std::fs::read_to_string(&log_path).unwrap();
     let _ = std::fs::remove_file(&log_path);
     assert_eq!(status.code(), Some(0), "clean exit; logs:\n{logs}");
@@ -331,13 +325,7 @@ async fn run_in_batch_mode_posts_json_arrays_and_isolates_the_bad_record() {
             == Some(&20))
         .await
     );
-    unsafe {
-        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
-    }
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = terminate(&mut child).await;
     assert_eq!(status.code(), Some(0));
 
     let requests = target.requests.lock().unwrap().clone();
@@ -654,13 +642,7 @@ async fn run_in_batch_mode_takes_lambdas_partial_batch_response() {
             == Some(&20))
         .await
     );
-    unsafe {
-        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
-    }
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = terminate(&mut child).await;
     assert_eq!(status.code(), Some(0));
 
     let requests: Vec<Vec<String>> = target

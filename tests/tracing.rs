@@ -160,13 +160,7 @@ async fn run_exports_the_handler_span_over_otlp_http() {
         "the record is handled"
     );
     // SIGTERM: a clean exit flushes the batch of spans.
-    unsafe {
-        libc::kill(child.id().unwrap() as i32, libc::SIGTERM);
-    }
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = terminate(&mut child).await;
     assert!(status.success(), "{status}");
     assert!(
         eventually(Duration::from_secs(10), || !received

@@ -380,3 +380,15 @@ impl Running {
         drop(self.stop.take());
     }
 }
+
+/// Sends SIGTERM to a `kafka-dlq` child and waits for its exit (panics after 30 s).
+pub async fn terminate(child: &mut tokio::process::Child) -> std::process::ExitStatus {
+    // SAFETY: kill only sends a signal to the child's pid.
+    unsafe {
+        libc::kill(child.id().expect("the child runs") as i32, libc::SIGTERM);
+    }
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits within 30 s of SIGTERM")
+        .expect("wait for the child")
+}
