@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod record;
 pub mod replay;
+pub mod retry_tier;
 pub mod server;
 pub mod sidecar;
 #[cfg(feature = "otel")]

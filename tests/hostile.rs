@@ -63,6 +63,7 @@ proptest! {
             headers: headers.iter().map(|(k, v)| RecordHeader { key: k.clone(), value: v.clone() }).collect(),
             timestamp: Utc.timestamp_millis_opt(1_700_000_000_000).single(),
             timestamp_type: Some(kafka_dlq::record::TimestampType::CreateTime),
+            retry: None,
         };
         let env = Envelope::new(&record, DeadLetterKind::Permanent, &message, 1, "g");
         let back = Envelope::from_slice(&env.to_vec()).unwrap();

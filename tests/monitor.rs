@@ -150,6 +150,7 @@ fn dead_letter(source: &str, id: &str, kind: DeadLetterKind, message: &str) -> O
         headers: vec![],
         timestamp: None,
         timestamp_type: None,
+        retry: None,
     };
     Out {
         partition: 0,
@@ -699,6 +700,7 @@ async fn a_detached_dead_letter_is_announced_with_its_source_and_error() {
         headers: vec![],
         timestamp: None,
         timestamp_type: None,
+        retry: None,
     };
     let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "row too wide", 1, "g");
     produce(

@@ -245,6 +245,7 @@ fn envelope_out(source: &str, i: usize, replays: Option<u32>) -> Out {
         headers,
         timestamp: None,
         timestamp_type: None,
+        retry: None,
     };
     Out {
         partition: 0,
@@ -412,6 +413,7 @@ fn letter(source: &str, offset: i64, value: &str) -> Out {
         headers: vec![],
         timestamp: None,
         timestamp_type: None,
+        retry: None,
     };
     Out {
         partition: 0,

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{GroupProtocol, Ordering};
 use crate::dlq::DlqFormat;
+use crate::retry_tier::RetryTiers;
 
 /// Declares [`ConsumerConfig`], its `Default` and `Debug`, and [`ConsumerFlags`].
 ///
@@ -25,7 +26,7 @@ macro_rules! settings {
         flags {
             $(
                 $(#[doc = $doc:literal])*
-                $name:ident : $ty:ty = $default:expr, env $env:literal ;
+                $name:ident : $ty:ty = $default:expr, env $env:literal $(, alias $alias:literal)? ;
             )*
         }
     ) => {
@@ -96,7 +97,7 @@ macro_rules! settings {
         pub struct ConsumerFlags {
             $(
                 $(#[doc = $doc])*
-                #[arg(long, env = $env, default_value_t = $default)]
+                #[arg(long, env = $env, default_value_t = $default $(, visible_alias = $alias)?)]
                 pub $name: $ty,
             )*
         }
@@ -155,8 +156,15 @@ settings! {
         /// `spring` (the original value as the value, the metadata in headers, as Spring
         /// Kafka's `DeadLetterPublishingRecoverer` writes them).
         dlq_format: DlqFormat = DlqFormat::Envelope, env "KAFKA_DLQ_FORMAT";
-        /// Retries of a transient failure before the record is dead-lettered.
+        /// Retries of a transient failure before the record is dead-lettered (or, with
+        /// `retry_topic_delays_ms`, sent to its next retry topic), in each stage.
         max_retries: u32 = 10, env "KAFKA_DLQ_MAX_RETRIES";
+        /// Retry topics, off when empty: the delay of each tier in ms, e.g. `[60000, 600000]`
+        /// (flag `--retry-topic-delays 60000,600000`). A record whose in-process retries are
+        /// used up goes to `<topic>-retry-0`, is handled again from there once its delay has
+        /// passed, then `-retry-1`, …, and after the last to the dead-letter topic; its
+        /// partition goes on meanwhile. See [`crate::retry_tier`].
+        retry_topic_delays_ms: RetryTiers = RetryTiers::default(), env "KAFKA_DLQ_RETRY_TOPIC_DELAYS_MS", alias "retry-topic-delays";
         /// First retry delay, in ms.
         backoff_initial_ms: u64 = 1_000, env "KAFKA_DLQ_BACKOFF_INITIAL_MS";
         /// Each retry delay is the previous one times this.

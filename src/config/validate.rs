@@ -1,6 +1,7 @@
 //! [`ConsumerConfig::validate`]: every setting checked, alone and against the others.
 
 use super::{refuse_raw_option, ConfigError, ConsumerConfig, Ordering};
+use crate::retry_tier::MAX_TIERS;
 
 impl ConsumerConfig {
     /// Checks every setting; the error names the first bad one.
@@ -57,6 +58,7 @@ impl ConsumerConfig {
                 ));
             }
         }
+        self.validate_retry_tiers()?;
         if let Some(header) = &self.id_header {
             if header.is_empty() {
                 return Err(ConfigError::new("id_header", header, "must not be empty"));
@@ -130,6 +132,49 @@ impl ConsumerConfig {
                     "<redacted>",
                     reason,
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `retry_topic_delays_ms`: at most [`MAX_TIERS`] delays of 1 ms to 30 days, retry
+    /// topic names Kafka accepts, none of them a topic the consumer reads or writes
+    /// dead letters to.
+    fn validate_retry_tiers(&self) -> Result<(), ConfigError> {
+        let tiers = &self.retry_topic_delays_ms;
+        let key = "retry_topic_delays_ms";
+        if tiers.len() > MAX_TIERS {
+            return Err(ConfigError::new(
+                key,
+                tiers,
+                format!("at most {MAX_TIERS} tiers"),
+            ));
+        }
+        if let Some(bad) = tiers
+            .delays_ms()
+            .iter()
+            .find(|ms| !(1..=30 * 24 * 3_600_000).contains(*ms))
+        {
+            return Err(ConfigError::new(
+                key,
+                tiers,
+                format!("a delay of {bad} ms: each must be 1 ms to 30 days"),
+            ));
+        }
+        let template = self.dlq_topic()?;
+        for topic in &self.topics {
+            for retry in tiers.topics(topic) {
+                crate::dlq::check_topic_name(&retry).map_err(|r| {
+                    ConfigError::new(key, tiers, format!("gives `{retry}` for `{topic}`: {r}"))
+                })?;
+                let dlqs: Vec<String> = self.topics.iter().map(|t| template.for_topic(t)).collect();
+                if self.topics.contains(&retry) || dlqs.contains(&retry) {
+                    return Err(ConfigError::new(
+                        key,
+                        tiers,
+                        format!("gives `{retry}`, a topic this consumer already reads or dead-letters to"),
+                    ));
+                }
             }
         }
         Ok(())

@@ -34,6 +34,13 @@
 //! batch is bisected until the failing records stand alone, and only they go through the
 //! retry and dead-letter policy. Offsets are stored as each part settles, in order.
 //!
+//! # Retry topics
+//! With [`retry_topic_delays_ms`](ConsumerConfig::retry_topic_delays_ms), the consumer also
+//! reads the retry topics `<topic>-retry-<n>` (created at start when missing): a record whose
+//! retries are used up goes to its next tier instead of the dead-letter topic, and a retry
+//! partition's worker hands each record over, as the original, once it is due. See
+//! [`crate::retry_tier`].
+//!
 //! # Outage breaker
 //! All workers share one [`Breaker`](crate::breaker::Breaker): when most recent calls fail
 //! transiently, every partition is paused and one record probes the downstream at growing
@@ -61,6 +68,7 @@
 
 mod context;
 mod offsets;
+mod retry_topics;
 mod worker;
 
 use std::collections::HashMap;
@@ -174,6 +182,7 @@ impl<H: BatchHandler> Consumer<H> {
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
                 trace_records: config.trace_records,
+                retry_tiers: config.retry_topic_delays_ms.clone(),
                 dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
                     worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
                 )),
@@ -200,15 +209,21 @@ impl<H: BatchHandler> Consumer<H> {
     /// an error only when subscribing fails or the client hits a fatal error (after the same
     /// drain and commit); broker trouble is retried, not returned.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
-        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        // The source topics, then their retry topics (none without retry tiers).
+        let mut topics = self.config.topics.clone();
+        for source in &self.config.topics {
+            topics.extend(self.config.retry_topic_delays_ms.topics(source));
+        }
+        retry_topics::ensure(&self.config, &self.stop_workers).await;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.shared
             .consumer
-            .subscribe(&topics)
+            .subscribe(&names)
             .map_err(|source| ConsumerError::Subscribe {
-                topics: self.config.topics.clone(),
+                topics: topics.clone(),
                 source,
             })?;
-        tracing::info!(event = "consumer_started", topics = ?self.config.topics,
+        tracing::info!(event = "consumer_started", topics = ?topics,
             group = %self.config.group_id);
 
         let mut workers = JoinSet::new();
@@ -223,10 +238,16 @@ impl<H: BatchHandler> Consumer<H> {
                 _ = &mut shutdown => break,
                 Some(assigned) = self.assigned.recv() => {
                     let cancel = assigned.cancel.clone();
+                    let tiers = &self.shared.retry_tiers;
+                    let tier = tiers
+                        .tier_of(&assigned.topic, &self.config.topics)
+                        .map(|(_, tier)| tier);
                     let input = PartitionInput::new(
                         assigned,
                         self.config.id_header.clone(),
                         &self.shared.metrics,
+                        tier,
+                        tiers.len(),
                     );
                     let name = format!("{}-{}", input.topic, input.partition);
                     let id = workers.spawn(run_worker(self.shared.clone(), input, cancel)).id();

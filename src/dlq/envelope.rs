@@ -9,6 +9,7 @@ use super::encoding::{decode_text, encode_header, encode_payload, encode_text, r
 use super::Encoding;
 use crate::failure::DeadLetterKind;
 use crate::record::{Record, RecordHeader, TimestampType};
+use crate::retry_tier::RetryStage;
 
 /// Error texts longer than this many bytes are cut (at a character boundary, ending in `…`),
 /// in the envelope and in the `kafka_dlt-exception-message` header alike, so that our metadata
@@ -86,6 +87,11 @@ pub struct Envelope {
     /// request that produced it in a tracing system; absent when the record had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The stages the record went through with retry topics (see [`crate::retry_tier`]), the
+    /// source topic first and the last retry topic last, each with its handler calls and last
+    /// error; absent for a record dead-lettered from its source topic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<RetryStage>,
 }
 
 /// A value in an envelope that does not decode as its encoding says.
@@ -108,7 +114,10 @@ pub enum EnvelopeDecodeError {
 }
 
 impl Envelope {
-    /// Builds the envelope for `record`, dead-lettered now by consumer group `group`.
+    /// Builds the envelope for `record`, dead-lettered now by consumer group `group` after
+    /// `attempts` handler calls in all. A record from a retry topic gets its
+    /// [`history`](Self::history): the stages it left, then the retry topic it was
+    /// dead-lettered from, with the calls made there and `message`.
     pub fn new(
         record: &Record,
         kind: DeadLetterKind,
@@ -146,6 +155,19 @@ impl Envelope {
                 group: group.to_string(),
             },
             trace_id: record.trace_context().map(|t| t.trace_id),
+            history: match &record.retry {
+                None => Vec::new(),
+                Some(retry) => {
+                    let mut history = retry.history.clone();
+                    history.push(RetryStage {
+                        topic: retry.topic.clone(),
+                        attempts: attempts.saturating_sub(retry.attempts),
+                        error: truncate_message(message),
+                        at: Utc::now().trunc_subsecs(3),
+                    });
+                    history
+                }
+            },
         }
     }
 
@@ -181,6 +203,7 @@ impl Envelope {
                 ..self.source.clone()
             },
             trace_id: self.trace_id.clone(),
+            history: self.history.clone(),
         }
     }
 
@@ -320,6 +343,7 @@ mod tests {
             ],
             timestamp: None,
             timestamp_type: None,
+            retry: None,
         }
     }
 

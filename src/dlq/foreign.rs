@@ -204,6 +204,7 @@ impl Source {
             topic: self.topic,
             partition: self.partition,
             offset: self.offset,
+            retry: None,
         };
         let mut envelope = Envelope::new(&original, kind, message, attempts, &self.group);
         envelope.timestamp = record

@@ -32,6 +32,7 @@ pub mod foreign;
 mod publisher;
 mod reader;
 mod reference;
+mod retry_write;
 pub mod spring;
 mod topic;
 
@@ -42,6 +43,7 @@ pub use envelope::{
 };
 pub use publisher::{Abandoned, DeadLetterPublisher, DeadLettered};
 pub use reader::{DlqEntry, DlqReader, Filter};
+pub use retry_write::RetryWritten;
 pub use topic::{check_topic_name, DlqTopic, DlqTopicError, TopicNameError};
 
 /// Header of a dead letter in the detached form ([`Encoding::Detached`]): the envelope, JSON,

@@ -31,14 +31,16 @@ pub struct DeadLettered {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Abandoned;
 
-/// Writes dead letters and waits for the broker's acknowledgement.
+/// Writes dead letters (and records sent to retry topics, see `start_retry`) and waits for
+/// the broker's acknowledgement. Clones share the producer.
+#[derive(Clone)]
 pub struct DeadLetterPublisher {
-    producer: FutureProducer<LogContext>,
+    pub(super) producer: FutureProducer<LogContext>,
     topic: DlqTopic,
-    group: String,
+    pub(super) group: String,
     format: DlqFormat,
-    retry: ExponentialBackoff,
-    metrics: Metrics,
+    pub(super) retry: ExponentialBackoff,
+    pub(super) metrics: Metrics,
 }
 
 impl DeadLetterPublisher {
@@ -336,6 +338,7 @@ mod tests {
             ],
             timestamp: None,
             timestamp_type: None,
+            retry: None,
         };
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
         let headers = dead_letter_headers(&record, &envelope);

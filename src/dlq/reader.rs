@@ -249,6 +249,7 @@ mod tests {
             headers: vec![],
             timestamp: None,
             timestamp_type: None,
+            retry: None,
         };
         DlqEntry {
             topic: "x-dlt".into(),

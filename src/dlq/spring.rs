@@ -122,6 +122,7 @@ mod tests {
             headers: Vec::new(),
             timestamp: timestamp.map(|ms| chrono::Utc.timestamp_millis_opt(ms).unwrap()),
             timestamp_type: timestamp.map(|_| TimestampType::LogAppendTime),
+            retry: None,
         };
         Envelope::new(
             &record,

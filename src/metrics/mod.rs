@@ -12,7 +12,9 @@
 //! | `kafka_dlq_records_succeeded_total` | counter | topic | records the handler accepted |
 //! | `kafka_dlq_records_retried_total` | counter | topic | retries scheduled |
 //! | `kafka_dlq_records_dead_lettered_total` | counter | topic, kind | dead letters acknowledged |
-//! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed dead-letter writes |
+//! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed writes to the dead-letter or a retry topic |
+//! | `kafka_dlq_retry_topic_records_total` | counter | topic, tier | records acknowledged by a retry topic (see [`crate::retry_tier`]) |
+//! | `kafka_dlq_retry_partitions_waiting` | gauge | | retry-topic partitions waiting for their next record to be due |
 //! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
 //! | `kafka_dlq_dead_letter_bytes_in_flight` | gauge | | bytes held by dead-letter writes not yet acknowledged (bounded; see the consumer docs) |
 //! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in the partitions' queues (librdkafka statistics, every 2 s) |
@@ -54,6 +56,8 @@ pub struct MetricSet {
     pub(crate) retried: IntCounterVec,
     pub(crate) dead_lettered: IntCounterVec,
     pub(crate) dlq_write_failures: IntCounterVec,
+    pub(crate) retry_tier_sent: IntCounterVec,
+    pub(crate) retry_partitions_waiting: IntGauge,
     pub(crate) partitions_in_backoff: IntGauge,
     pub(crate) dead_letter_bytes_in_flight: IntGauge,
     pub(crate) buffered_records: IntGauge,
@@ -123,8 +127,17 @@ impl Metrics {
         );
         let dlq_write_failures = counter(
             "kafka_dlq_dlq_write_failures_total",
-            "Dead-letter writes that failed (each is retried until it succeeds).",
+            "Writes to the dead-letter or a retry topic that failed (each is retried until it succeeds).",
             &["topic"],
+        );
+        let retry_tier_sent = counter(
+            "kafka_dlq_retry_topic_records_total",
+            "Records acknowledged by a retry topic, by source topic and tier.",
+            &["topic", "tier"],
+        );
+        let retry_partitions_waiting = gauge(
+            "kafka_dlq_retry_partitions_waiting",
+            "Retry-topic partitions waiting (paused) until their next record is due.",
         );
         let partitions_in_backoff = gauge(
             "kafka_dlq_partitions_in_backoff",
@@ -207,6 +220,8 @@ impl Metrics {
             retried,
             dead_lettered,
             dlq_write_failures,
+            retry_tier_sent,
+            retry_partitions_waiting,
             partitions_in_backoff,
             buffered_records,
             handler_duration,

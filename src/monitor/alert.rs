@@ -306,6 +306,7 @@ mod tests {
             headers: vec![],
             timestamp: None,
             timestamp_type: None,
+            retry: None,
         };
         Envelope::new(&record, kind, message, 1, "g").to_vec()
     }

@@ -48,6 +48,10 @@ pub struct Record {
     pub timestamp: Option<DateTime<Utc>>,
     /// Which time `timestamp` is; `None` exactly when `timestamp` is.
     pub timestamp_type: Option<TimestampType>,
+    /// Set when the record was delivered from a retry topic (see [`crate::retry_tier`]): the
+    /// fields above are then the original record's, this says where it was delivered from
+    /// and what went before. `None` for a record of its source topic.
+    pub retry: Option<crate::retry_tier::RetryDelivery>,
 }
 
 /// Which time a record's timestamp is (Kafka's `TimestampType`).
@@ -111,6 +115,7 @@ impl Record {
                 .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
             timestamp_type: TimestampType::of(message.timestamp()),
             topic,
+            retry: None,
         }
     }
 
@@ -138,6 +143,12 @@ impl Record {
                 }
             }
         }
+    }
+
+    /// The offset of the message this record was delivered in, which the consumer commits: its
+    /// own offset, or its offset in the retry topic it came from.
+    pub(crate) fn delivered_offset(&self) -> i64 {
+        self.retry.as_ref().map_or(self.offset, |r| r.offset)
     }
 
     /// The value of the first header named `key` that has a value.

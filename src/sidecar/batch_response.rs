@@ -84,6 +84,7 @@ mod tests {
                 headers: vec![],
                 timestamp: None,
                 timestamp_type: None,
+                retry: None,
             })
             .collect()
     }

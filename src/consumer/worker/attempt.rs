@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::dead_letters::dead_letter;
+use super::dead_letters::{write_exit, Exit};
 use super::local_metrics::TopicMetrics;
 use super::outage::on_breaker_change;
 use super::progress::Progress;
@@ -125,16 +125,17 @@ pub(super) async fn settle_record<H: BatchHandler>(
     settled: &mut Progress,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
+    let at = record.delivered_offset();
     if settled
         .writes
         .as_ref()
-        .is_some_and(|w| w.too_far_behind(record.offset))
+        .is_some_and(|w| w.too_far_behind(at))
     {
         // A dead letter is not acknowledged yet (the dead-letter topic may be down): stop here
         // rather than handle ever more records that a restart would deliver again.
         settled.store(shared);
         if let Some(writes) = settled.writes.as_mut() {
-            writes.catch_up(record.offset).await;
+            writes.catch_up(at).await;
         }
     }
     let granted = permit(&shared.breaker, cancel).await?;
@@ -143,7 +144,7 @@ pub(super) async fn settle_record<H: BatchHandler>(
         Ok(()) => {
             tracing::debug!(event = "record_handled", topic = %record.topic,
                 partition = record.partition, offset = record.offset, id = %record.id);
-            settled.settle(record.offset);
+            settled.settle(at);
             metrics
                 .settle_seconds
                 .observe((ended - fetched).as_secs_f64());
@@ -155,9 +156,10 @@ pub(super) async fn settle_record<H: BatchHandler>(
     }
 }
 
-/// Settles a record whose first call failed with `first`: [`settle_one`]'s retries, or its dead
-/// letter (pipelined when `settled` has dead-letter writes). Stores the progress made so far
-/// before any wait.
+/// Settles a record whose first call failed with `first`: [`settle_one`]'s retries, then its
+/// write to the next retry topic ([`Exit::RetryTier`], when its retries are used up and a tier
+/// follows) or to the dead-letter topic (pipelined when `settled` has dead-letter writes).
+/// Stores the progress made so far before any wait.
 pub(super) async fn settle_failure<H: BatchHandler>(
     shared: &Arc<Shared<H>>,
     metrics: &mut TopicMetrics<'_>,
@@ -186,25 +188,24 @@ pub(super) async fn settle_failure<H: BatchHandler>(
         attempts,
     } = outcome
     {
+        let exit = Exit::after(&shared.retry_tiers, record, kind, attempts);
         match settled.writes.as_mut() {
             Some(writes) => {
                 // The partition goes on while the write is acknowledged; offsets stop short of
                 // it until then.
                 writes
-                    .start(
-                        shared, record, kind, message, attempts, fetched, cancel, span,
-                    )
+                    .start(shared, record, exit, message, fetched, cancel, span)
                     .await;
                 return Ok(());
             }
             None => {
-                dead_letter(shared, record, kind, &message, attempts, cancel)
+                write_exit(shared, record, exit, &message, cancel)
                     .instrument(span)
                     .await?
             }
         }
     }
-    settled.settle(record.offset);
+    settled.settle(record.delivered_offset());
     metrics
         .settle_seconds
         .observe(fetched.elapsed().as_secs_f64());

@@ -1,5 +1,5 @@
 //! In-order mode: a partition's records one at a time (or one batch at a time) in offset
-//! order. A record handler takes what is ready in chunks and stores the position once per
+//! order; a retry topic's records one at a time, each once it is due. A record handler takes what is ready in chunks and stores the position once per
 //! chunk; its dead letters are written while the partition goes on ([`super::dead_letters`]).
 
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use super::attempt::settle_record;
 use super::bisect::settle_batch;
 use super::input::PartitionInput;
 use super::progress::Progress;
+use super::retry_wait::wait_until_due;
 use super::Shared;
 use crate::handler::BatchHandler;
 
@@ -22,12 +23,18 @@ pub(super) async fn run<H: BatchHandler>(
 ) {
     // A record handler takes what is ready in chunks and handles the records one by one,
     // storing the offset once per chunk; a batch handler takes one batch at a time.
-    let (take, linger) = if shared.batch_size == 1 {
+    // A retry topic's records go one at a time whatever the batch size.
+    let batch_size = if input.tier.is_some() {
+        1
+    } else {
+        shared.batch_size
+    };
+    let (take, linger) = if batch_size == 1 {
         (256, Duration::ZERO)
     } else {
-        (shared.batch_size, shared.batch_linger)
+        (batch_size, shared.batch_linger)
     };
-    let mut settled = Progress::new(&input.topic, input.partition, shared.batch_size == 1);
+    let mut settled = Progress::new(&input.topic, input.partition, batch_size == 1);
     let mut metrics = input.metrics.local(&shared.breaker);
     let mut source = input.records();
     'work: while !cancel.is_cancelled() {
@@ -35,11 +42,14 @@ pub(super) async fn run<H: BatchHandler>(
             break;
         };
         for record in &records {
-            settled.take(record.offset);
+            settled.take(record.delivered_offset());
         }
-        if shared.batch_size == 1 {
+        if batch_size == 1 {
             for record in &records {
                 if cancel.is_cancelled()
+                    || wait_until_due(&shared, record, &mut settled, &cancel)
+                        .await
+                        .is_err()
                     || settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
                         .await
                         .is_err()

@@ -23,20 +23,33 @@ pub(crate) struct PartitionInput {
     pub(super) queue: Option<SharedQueue>,
     strays: mpsc::Receiver<Record>,
     id_header: Option<String>,
+    /// `Some(n)` when the partition is of retry tier `n`'s topic: its records are restored to
+    /// the originals they carry ([`crate::retry_tier::restore`]).
+    pub(super) tier: Option<u32>,
     consumed: prometheus::IntCounter,
     pub(super) metrics: TopicHandles,
 }
 
 impl PartitionInput {
-    pub(crate) fn new(assigned: Assigned, id_header: Option<String>, metrics: &Metrics) -> Self {
+    /// The input of a newly assigned partition: of retry tier `tier`'s topic, or (`None`) of a
+    /// source topic with `tiers` retry tiers.
+    pub(crate) fn new(
+        assigned: Assigned,
+        id_header: Option<String>,
+        metrics: &Metrics,
+        tier: Option<u32>,
+        tiers: usize,
+    ) -> Self {
+        let tiers = if tier.is_some() { 0 } else { tiers };
         Self {
             consumed: metrics.consumed.with_label_values(&[&assigned.topic]),
-            metrics: TopicHandles::new(metrics, &assigned.topic),
+            metrics: TopicHandles::new(metrics, &assigned.topic, tiers),
             topic: assigned.topic,
             partition: assigned.partition,
             queue: assigned.queue,
             strays: assigned.stray_records,
             id_header,
+            tier,
         }
     }
 
@@ -50,6 +63,7 @@ impl PartitionInput {
             stream: self.queue.as_ref().map(|shared| shared.queue.stream()),
             strays: &mut self.strays,
             id_header: self.id_header.as_deref(),
+            tier: self.tier,
             consumed: &self.consumed,
         }
     }
@@ -64,10 +78,29 @@ pub(super) struct Records<'a> {
     stream: Option<MessageStream<'a, RebalanceContext>>,
     strays: &'a mut mpsc::Receiver<Record>,
     id_header: Option<&'a str>,
+    tier: Option<u32>,
     consumed: &'a prometheus::IntCounter,
 }
 
 impl Records<'_> {
+    /// A message as the record the worker settles: from a retry topic, the original it
+    /// carries.
+    fn record(&self, message: &rdkafka::message::BorrowedMessage<'_>) -> Record {
+        let record = Record::from_message(message, self.id_header);
+        match self.tier {
+            None => record,
+            Some(tier) => {
+                let (record, error) = crate::retry_tier::restore(record, tier);
+                if let Some(error) = error {
+                    tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
+                        partition = self.partition, offset = record.delivered_offset(),
+                        %error, "handled as it is, at once");
+                }
+                record
+            }
+        }
+    }
+
     /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
     /// is taken from the partition's queue, which the next assignment's worker reads.
     pub(super) async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
@@ -88,7 +121,7 @@ impl Records<'_> {
                 Some(polled) = next_message(&mut self.stream) => polled,
             };
             match polled {
-                Ok(message) => return Some(Record::from_message(&message, self.id_header)),
+                Ok(message) => return Some(self.record(&message)),
                 Err(e) => crate::kafka::warn_gated(
                     "partition_poll_failed",
                     &e,
@@ -107,7 +140,7 @@ impl Records<'_> {
             return Some(record);
         }
         match next_message(&mut self.stream).now_or_never()?? {
-            Ok(message) => Some(Record::from_message(&message, self.id_header)),
+            Ok(message) => Some(self.record(&message)),
             Err(_) => None,
         }
     }
@@ -178,6 +211,7 @@ mod tests {
             headers: vec![],
             timestamp: None,
             timestamp_type: None,
+            retry: None,
         }
     }
 
@@ -192,6 +226,7 @@ mod tests {
             stream: None,
             strays: &mut strays,
             id_header: None,
+            tier: None,
             consumed: &consumed,
         };
         let cancel = CancellationToken::new();

@@ -15,13 +15,19 @@ pub(super) struct TopicHandles {
 }
 
 impl TopicHandles {
-    pub(super) fn new(metrics: &Metrics, topic: &str) -> Self {
+    /// The handles of `topic`, which has `tiers` retry tiers (0 for a retry topic).
+    pub(super) fn new(metrics: &Metrics, topic: &str, tiers: usize) -> Self {
         // Every per-topic series exists, at 0, from the topic's first assignment: a rate or an
         // alert on a counter that never moved still has a series to read.
         metrics.consumed.with_label_values(&[topic]);
         metrics.retried.with_label_values(&[topic]);
         metrics.dlq_write_failures.with_label_values(&[topic]);
         metrics.batch_splits.with_label_values(&[topic]);
+        for tier in 0..tiers {
+            metrics
+                .retry_tier_sent
+                .with_label_values(&[topic, &tier.to_string()]);
+        }
         for kind in [
             crate::failure::DeadLetterKind::Permanent,
             crate::failure::DeadLetterKind::RetriesExhausted,

@@ -10,6 +10,7 @@
 //! | [`attempt`] | one record's handler calls: the panic guard, the breaker's permit, retries with backoff |
 //! | [`dead_letters`] | dead-letter writes, pipelined while the partition goes on |
 //! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
+//! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
 //! | [`outage`] | pausing and resuming every partition when the outage breaker opens and closes |
 //! | [`local_metrics`] | metrics a worker counts locally and flushes, and the breaker's answered calls |
 
@@ -22,6 +23,7 @@ mod input;
 mod local_metrics;
 mod outage;
 mod progress;
+mod retry_wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +56,8 @@ pub(super) struct Shared<H> {
     pub key_ordered: Option<usize>,
     /// Whether each handler call runs in a `handle` span (`trace_records`).
     pub trace_records: bool,
+    /// The retry tiers (`retry_topic_delays_ms`); empty when off.
+    pub retry_tiers: crate::retry_tier::RetryTiers,
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
 }
@@ -74,7 +78,8 @@ pub(super) struct Assigned {
 pub(super) struct Abandoned;
 
 /// Runs the worker of one partition until `cancel` fires (revocation or shutdown): in offset
-/// order ([`in_order`]) or by key ([`by_key`]). A handler call in progress when `cancel`
+/// order ([`in_order`]; a retry topic's partition always, one record at a time, each when it
+/// is due) or by key ([`by_key`]). A handler call in progress when `cancel`
 /// fires runs to its end; a backoff wait, a wait for the breaker or a dead-letter retry does
 /// not.
 pub(super) async fn run_worker<H: BatchHandler>(
@@ -92,6 +97,10 @@ pub(super) async fn run_worker<H: BatchHandler>(
         },
         None => None,
     };
+    // A retry topic's records are due one after another: always one at a time, in order.
+    if input.tier.is_some() {
+        return in_order::run(shared, input, cancel).await;
+    }
     if let Some(max_in_flight) = shared.key_ordered {
         return by_key::run(shared, input, cancel, max_in_flight).await;
     }

@@ -1,0 +1,129 @@
+//! Writing a record to its next retry topic (see [`crate::retry_tier`]), with the same
+//! producer and the same patience as a dead letter: retried with backoff until the broker
+//! acknowledges it.
+
+use chrono::{DateTime, Utc};
+use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::FutureRecord;
+use rdkafka::types::RDKafkaErrorCode;
+use tokio_util::sync::CancellationToken;
+
+use super::{Abandoned, DeadLetterPublisher, DeadLettered};
+use crate::backoff::Next;
+use crate::failure::DeadLetterKind;
+use crate::record::Record;
+use crate::retry_tier::{retry_headers, RetryStage};
+
+/// Where a record sent to a retry topic ended up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryWritten {
+    /// In the retry topic, at this partition and offset.
+    RetryTopic(DeadLettered),
+    /// In the dead-letter topic instead: the record was too large for the retry topic.
+    DeadLettered(DeadLettered),
+}
+
+impl DeadLetterPublisher {
+    /// Hands `record` (the handler's view of it) to the producer for its retry topic of tier
+    /// `tier` (`<topic>-retry-<tier>`), due at `due`, having left the stage `left` (see
+    /// [`retry_headers`]); the future waits for the acknowledgement, writing again with backoff
+    /// after a failure, until `cancel` ([`Abandoned`]). A record too large for the retry topic
+    /// is dead-lettered instead (retries exhausted, with its history).
+    pub fn start_retry(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = Result<RetryWritten, Abandoned>> + Send + 'static {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 12);
+        for h in retry_headers(record, tier, due, left.clone(), &self.group) {
+            headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
+        }
+        let this = self.clone();
+        let record = record.clone();
+        let topic = crate::retry_tier::topic_name(&record.topic, tier);
+        let destination = topic.clone();
+        // Handed to the producer now, so that retry records keep the partition's order.
+        let first = send(&this, &topic, &headers, &record);
+        async move {
+            let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+            let state = (Some(first), this.retry.delays());
+            let (this_ref, too_large) = (&this, &too_large);
+            let (topic, headers, record_ref) = (&topic, &headers, &record);
+            let written = crate::backoff::retry(&cancel, state, |(sent, mut delays)| async move {
+                let result = match sent.unwrap_or_else(|| send(this_ref, topic, headers, record_ref)) {
+                    Ok(delivery) => match delivery.await {
+                        Ok(Ok(delivery)) => Ok(delivery),
+                        Ok(Err((error, _))) => Err(error),
+                        Err(_) => Err(KafkaError::Canceled),
+                    },
+                    Err(error) => Err(error),
+                };
+                let next = match result {
+                    Ok(delivery) => Next::Done(Ok(DeadLettered {
+                        topic: String::new(),
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                    })),
+                    Err(error) if error == *too_large => Next::Done(Err(())),
+                    Err(error) => {
+                        let delay = delays.next().expect("infrastructure backoff never ends");
+                        tracing::error!(event = "retry_topic_write_failed", error = %error,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "write to the retry topic failed; the partition does not advance past the record until it succeeds");
+                        this_ref
+                            .metrics
+                            .dlq_write_failures
+                            .with_label_values(&[record_ref.topic.as_str()])
+                            .inc();
+                        Next::RetryIn(delay)
+                    }
+                };
+                ((None, delays), next)
+            })
+            .await
+            .map_err(|_| Abandoned)?;
+            match written {
+                Ok(at) => Ok(RetryWritten::RetryTopic(DeadLettered {
+                    topic: destination,
+                    ..at
+                })),
+                Err(()) => {
+                    tracing::error!(event = "retry_record_too_large", tier,
+                        "the record is too large for its retry topic; it is dead-lettered instead");
+                    let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
+                    this.start(
+                        &record,
+                        DeadLetterKind::RetriesExhausted,
+                        &left.error,
+                        attempts,
+                        cancel,
+                    )
+                    .await
+                    .map(RetryWritten::DeadLettered)
+                }
+            }
+        }
+    }
+}
+
+/// Hands one retry record to the producer.
+fn send(
+    publisher: &DeadLetterPublisher,
+    topic: &str,
+    headers: &OwnedHeaders,
+    record: &Record,
+) -> Result<rdkafka::producer::DeliveryFuture, KafkaError> {
+    let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
+    if let Some(value) = record.payload.as_deref() {
+        out = out.payload(value);
+    }
+    if let Some(key) = record.key.as_deref() {
+        out = out.key(key);
+    }
+    publisher.producer.send_result(out).map_err(|(error, _)| error)
+}

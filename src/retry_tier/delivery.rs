@@ -1,0 +1,450 @@
+//! What a retry record carries, and the record a handler gets back from it.
+//!
+//! A record written to retry tier `n` keeps its key and value, and its headers (less earlier
+//! `kafka_dlt-*`, `retry_topic-*` and `kafka_dlq-retry` ones), and gains:
+//!
+//! | header | encoding |
+//! |---|---|
+//! | `kafka_dlt-original-*`, `kafka_dlt-exception-*` | Spring's dead-letter headers ([`crate::dlq::spring`]), less the stack trace; the class is `kafka_dlq.TransientFailure` |
+//! | `retry_topic-attempts` | 4-byte big-endian int: the delivery this is, Spring's count (the source topic's is 1, tier 0's is 2) |
+//! | `retry_topic-backoff-timestamp` | when it is due, epoch ms, as Java's `BigInteger.toByteArray` (Spring's encoding) |
+//! | `retry_topic-original-timestamp` | the original record's timestamp, epoch ms, the same way (`-1` for none) |
+//! | `kafka_dlq-retry` | JSON: `id`, `source` (topic, partition, offset, timestamp, timestamp_type), `tier`, `due`, `attempts` (handler calls so far), `history` (each stage left: topic, attempts, error, at) |
+//!
+//! [`restore`] reads `kafka_dlq-retry` back, or Spring's headers when a Spring application
+//! wrote the retry record.
+
+use chrono::{DateTime, SubsecRound, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::dlq::{spring, truncate_message, Envelope};
+use crate::failure::DeadLetterKind;
+use crate::record::{Record, RecordHeader, TimestampType};
+
+/// Header: kafka-dlq's account of a retry record (JSON, see the module docs).
+pub const HEADER_RETRY: &str = "kafka_dlq-retry";
+/// Header: Spring's delivery count (4-byte big-endian int).
+pub const SPRING_ATTEMPTS: &str = "retry_topic-attempts";
+/// Header: Spring's due time (epoch ms, `BigInteger.toByteArray`).
+pub const SPRING_BACKOFF_TIMESTAMP: &str = "retry_topic-backoff-timestamp";
+/// Header: Spring's original timestamp (epoch ms, `BigInteger.toByteArray`).
+pub const SPRING_ORIGINAL_TIMESTAMP: &str = "retry_topic-original-timestamp";
+
+/// The class written in `kafka_dlt-exception-fqcn` of a retry record.
+const TRANSIENT_CLASS: &str = "kafka_dlq.TransientFailure";
+
+/// One stage a record went through and left: its source topic or a retry topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryStage {
+    /// The topic it was consumed from there.
+    pub topic: String,
+    /// The handler calls there.
+    pub attempts: u32,
+    /// The last failure's message there (at most 1024 bytes).
+    pub error: String,
+    /// When it left (RFC 3339 UTC, milliseconds).
+    pub at: DateTime<Utc>,
+}
+
+/// How a record given to the handler came from a retry topic: set in
+/// [`Record::retry`](crate::Record::retry), `None` for a record of its source topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryDelivery {
+    /// The tier: 0 for `<topic>-retry-0`.
+    pub tier: u32,
+    /// The retry topic it was delivered from.
+    pub topic: String,
+    /// Its partition there.
+    pub partition: i32,
+    /// Its offset there: the offset the consumer commits.
+    pub offset: i64,
+    /// When it was due.
+    pub due: DateTime<Utc>,
+    /// The handler calls before this delivery, in every stage.
+    pub attempts: u32,
+    /// The stages it left, first first.
+    pub history: Vec<RetryStage>,
+}
+
+/// The JSON of the `kafka_dlq-retry` header.
+#[derive(Debug, Serialize, Deserialize)]
+struct RetryHeader {
+    id: String,
+    source: Origin,
+    tier: u32,
+    due: DateTime<Utc>,
+    attempts: u32,
+    history: Vec<RetryStage>,
+}
+
+/// Where the record came from.
+#[derive(Debug, Serialize, Deserialize)]
+struct Origin {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timestamp_type: Option<TimestampType>,
+}
+
+/// Whether a header is one this module writes (or Spring's dead-letter ones), dropped from
+/// the original headers.
+fn is_ours(key: &[u8]) -> bool {
+    key == HEADER_RETRY.as_bytes()
+        || key.starts_with(b"retry_topic-")
+        || key.starts_with(spring::PREFIX.as_bytes())
+}
+
+/// The headers of `record` (the handler's view of it) written to retry tier `tier`, due at
+/// `due`, having left the stage `left` (its last failure and its handler calls there), in
+/// consumer group `group`. See the module docs.
+pub fn retry_headers(
+    record: &Record,
+    tier: u32,
+    due: DateTime<Utc>,
+    left: RetryStage,
+    group: &str,
+) -> Vec<RecordHeader> {
+    let before = record.retry.as_ref();
+    let attempts = before.map_or(0, |r| r.attempts) + left.attempts;
+    let mut history = before.map_or_else(Vec::new, |r| r.history.clone());
+    let error = truncate_message(&left.error);
+    history.push(RetryStage { error, ..left });
+    let mut headers: Vec<RecordHeader> = record
+        .headers
+        .iter()
+        .filter(|h| !is_ours(&h.key))
+        .cloned()
+        .collect();
+    let last = &history[history.len() - 1];
+    let envelope = Envelope::new(
+        &Record {
+            payload: None,
+            ..record.clone()
+        },
+        DeadLetterKind::RetriesExhausted,
+        &last.error,
+        attempts,
+        group,
+    );
+    for (key, value) in spring::headers(&envelope) {
+        let value = match key {
+            spring::EXCEPTION_STACKTRACE => continue,
+            spring::EXCEPTION_FQCN => TRANSIENT_CLASS.as_bytes().to_vec(),
+            _ => value,
+        };
+        headers.push(header(key, value));
+    }
+    let original_ms = record.timestamp.map_or(-1, |t| t.timestamp_millis());
+    headers.push(header(SPRING_ATTEMPTS, (tier as i32 + 2).to_be_bytes().to_vec()));
+    headers.push(header(
+        SPRING_BACKOFF_TIMESTAMP,
+        big_integer(due.timestamp_millis()),
+    ));
+    headers.push(header(SPRING_ORIGINAL_TIMESTAMP, big_integer(original_ms)));
+    let account = RetryHeader {
+        id: record.id.clone(),
+        source: Origin {
+            topic: record.topic.clone(),
+            partition: record.partition,
+            offset: record.offset,
+            timestamp: record.timestamp,
+            timestamp_type: record.timestamp_type,
+        },
+        tier,
+        due: due.trunc_subsecs(3),
+        attempts,
+        history,
+    };
+    let json = serde_json::to_vec(&account).expect("a retry header always serializes");
+    headers.push(header(HEADER_RETRY, json));
+    headers
+}
+
+fn header(key: &str, value: Vec<u8>) -> RecordHeader {
+    RecordHeader {
+        key: key.as_bytes().to_vec(),
+        value: Some(value),
+    }
+}
+
+/// Why a retry record's account could not be read; the record is then handled as it is
+/// (its own coordinates, due at once, no history).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RestoreError {
+    /// Neither `kafka_dlq-retry` nor Spring's headers are there.
+    #[error("the record has neither a kafka_dlq-retry header nor Spring's retry headers")]
+    Missing,
+    /// `kafka_dlq-retry` is not the JSON kafka-dlq writes.
+    #[error("its kafka_dlq-retry header does not decode: {0}")]
+    Malformed(String),
+}
+
+/// The record a handler gets for `delivered`, consumed from retry tier `tier`: the original
+/// record (topic, partition, offset, id, timestamp, headers less the retry ones) with
+/// [`Record::retry`] set. When its account cannot be read, `delivered` itself with `retry` set
+/// (due now, no history), and the reason.
+pub fn restore(delivered: Record, tier: u32) -> (Record, Option<RestoreError>) {
+    let account = match delivered.header(HEADER_RETRY) {
+        Some(json) => serde_json::from_slice::<RetryHeader>(json)
+            .map_err(|e| RestoreError::Malformed(e.to_string())),
+        None => from_spring(&delivered).ok_or(RestoreError::Missing),
+    };
+    let delivery = |due, attempts, history| RetryDelivery {
+        tier,
+        topic: delivered.topic.clone(),
+        partition: delivered.partition,
+        offset: delivered.offset,
+        due,
+        attempts,
+        history,
+    };
+    match account {
+        Ok(account) => {
+            let retry = delivery(account.due, account.attempts, account.history);
+            let headers = delivered
+                .headers
+                .into_iter()
+                .filter(|h| !is_ours(&h.key))
+                .collect();
+            let record = Record {
+                id: account.id,
+                topic: account.source.topic,
+                partition: account.source.partition,
+                offset: account.source.offset,
+                key: delivered.key,
+                payload: delivered.payload,
+                headers,
+                timestamp: account.source.timestamp,
+                timestamp_type: account.source.timestamp_type,
+                retry: Some(retry),
+            };
+            (record, None)
+        }
+        Err(error) => {
+            let retry = delivery(Utc::now(), 0, Vec::new());
+            let record = Record {
+                retry: Some(retry),
+                ..delivered
+            };
+            (record, Some(error))
+        }
+    }
+}
+
+/// The account of a retry record a Spring application wrote: its `kafka_dlt-original-*` and
+/// `retry_topic-*` headers.
+fn from_spring(record: &Record) -> Option<RetryHeader> {
+    let topic = std::str::from_utf8(record.header(spring::ORIGINAL_TOPIC)?).ok()?;
+    let partition = spring::read_int(record.header(spring::ORIGINAL_PARTITION)?)?;
+    let offset = spring::read_long(record.header(spring::ORIGINAL_OFFSET)?)?;
+    let due = read_big_integer(record.header(SPRING_BACKOFF_TIMESTAMP)?)?;
+    let due = Utc.timestamp_millis_opt(due).single()?;
+    let timestamp = record
+        .header(spring::ORIGINAL_TIMESTAMP)
+        .and_then(spring::read_long)
+        .or_else(|| record.header(SPRING_ORIGINAL_TIMESTAMP).and_then(read_big_integer))
+        .filter(|ms| *ms >= 0)
+        .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
+    // Spring counts deliveries: the one before this was its last handler call.
+    let attempts = match record.header(SPRING_ATTEMPTS) {
+        Some([one]) => u32::from(*one),
+        Some(four) => spring::read_int(four).map_or(0, |n| n.max(0) as u32),
+        None => 0,
+    };
+    Some(RetryHeader {
+        id: crate::record::fallback_id(topic, partition, offset),
+        source: Origin {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            timestamp,
+            timestamp_type: timestamp.map(|_| TimestampType::CreateTime),
+        },
+        tier: 0,
+        due,
+        attempts: attempts.saturating_sub(1),
+        history: Vec::new(),
+    })
+}
+
+/// `value` as Java's `BigInteger.valueOf(value).toByteArray()`: big-endian two's complement
+/// in the fewest bytes that keep the sign.
+fn big_integer(value: i64) -> Vec<u8> {
+    let bytes = value.to_be_bytes();
+    let mut start = 0;
+    while start < 7 {
+        let (this, next) = (bytes[start], bytes[start + 1]);
+        let redundant = (this == 0x00 && next & 0x80 == 0) || (this == 0xff && next & 0x80 != 0);
+        if !redundant {
+            break;
+        }
+        start += 1;
+    }
+    bytes[start..].to_vec()
+}
+
+/// Reads what [`big_integer`] writes (1 to 8 bytes).
+fn read_big_integer(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > 8 {
+        return None;
+    }
+    let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0x00 };
+    let mut full = [fill; 8];
+    full[8 - bytes.len()..].copy_from_slice(bytes);
+    Some(i64::from_be_bytes(full))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn original() -> Record {
+        Record {
+            id: "orders-3-42".into(),
+            topic: "orders".into(),
+            partition: 3,
+            offset: 42,
+            key: Some(vec![0xff, 0x00]),
+            payload: Some(b"{\"n\":1}".to_vec()),
+            headers: vec![
+                header("trace", b"t1".to_vec()),
+                header(spring::ORIGINAL_TOPIC, b"older".to_vec()),
+            ],
+            timestamp: Utc.timestamp_millis_opt(1_700_000_000_123).single(),
+            timestamp_type: Some(TimestampType::CreateTime),
+            retry: None,
+        }
+    }
+
+    fn stage(topic: &str, attempts: u32, error: &str) -> RetryStage {
+        RetryStage {
+            topic: topic.into(),
+            attempts,
+            error: error.into(),
+            at: Utc.timestamp_millis_opt(1_800_000_000_000).single().unwrap(),
+        }
+    }
+
+    /// `record` as written to `tier`'s topic and consumed from it at `offset`.
+    fn delivered(record: &Record, tier: u32, headers: Vec<RecordHeader>, offset: i64) -> Record {
+        Record {
+            id: format!("orders-retry-{tier}-0-{offset}"),
+            topic: format!("orders-retry-{tier}"),
+            partition: 0,
+            offset,
+            headers,
+            timestamp: Utc.timestamp_millis_opt(1_800_000_000_001).single(),
+            retry: None,
+            ..record.clone()
+        }
+    }
+
+    #[test]
+    fn big_integers_are_encoded_as_java_does() {
+        // BigInteger.valueOf(x).toByteArray() for these x.
+        assert_eq!(big_integer(0), [0x00]);
+        assert_eq!(big_integer(127), [0x7f]);
+        assert_eq!(big_integer(128), [0x00, 0x80]);
+        assert_eq!(big_integer(-1), [0xff]);
+        assert_eq!(big_integer(-129), [0xff, 0x7f]);
+        assert_eq!(
+            big_integer(1_700_000_000_123),
+            [0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x7b]
+        );
+        for x in [0, 1, -1, 128, -129, i64::MAX, i64::MIN, 1_700_000_000_123] {
+            assert_eq!(read_big_integer(&big_integer(x)), Some(x), "{x}");
+        }
+    }
+
+    #[test]
+    fn a_retry_record_restores_the_original_with_its_history() {
+        let record = original();
+        let due = Utc.timestamp_millis_opt(1_800_000_002_000).single().unwrap();
+        let headers = retry_headers(&record, 0, due, stage("orders", 3, "db down"), "g1");
+        let find = |key: &str| headers.iter().find(|h| h.key == key.as_bytes()).unwrap();
+        assert_eq!(find(SPRING_ATTEMPTS).value.as_deref(), Some(&[0, 0, 0, 2][..]));
+        assert_eq!(
+            read_big_integer(find(SPRING_BACKOFF_TIMESTAMP).value.as_deref().unwrap()),
+            Some(1_800_000_002_000)
+        );
+        assert_eq!(
+            find(spring::ORIGINAL_PARTITION).value.as_deref(),
+            Some(&[0, 0, 0, 3][..])
+        );
+        assert_eq!(
+            find(spring::EXCEPTION_FQCN).value.as_deref(),
+            Some(TRANSIENT_CLASS.as_bytes())
+        );
+        assert!(
+            !headers.iter().any(|h| h.value.as_deref() == Some(b"older")),
+            "an earlier kafka_dlt- header is dropped"
+        );
+
+        let (restored, error) = restore(delivered(&record, 0, headers, 7), 0);
+        assert_eq!(error, None);
+        let retry = restored.retry.clone().unwrap();
+        assert_eq!(
+            Record {
+                retry: None,
+                ..restored.clone()
+            },
+            Record {
+                headers: vec![header("trace", b"t1".to_vec())],
+                ..record
+            },
+            "the handler sees the original record"
+        );
+        assert_eq!(
+            (retry.tier, retry.topic.as_str(), retry.offset, retry.due),
+            (0, "orders-retry-0", 7, due)
+        );
+        assert_eq!(retry.attempts, 3);
+        assert_eq!(retry.history, [stage("orders", 3, "db down")]);
+
+        // On to the next tier: the history grows, the original stays.
+        let headers = retry_headers(&restored, 1, due, stage("orders-retry-0", 2, "still"), "g1");
+        let (again, _) = restore(delivered(&restored, 1, headers, 0), 1);
+        let retry = again.retry.unwrap();
+        assert_eq!((again.topic.as_str(), again.offset), ("orders", 42));
+        assert_eq!(retry.attempts, 5);
+        assert_eq!(
+            retry.history,
+            [stage("orders", 3, "db down"), stage("orders-retry-0", 2, "still")]
+        );
+    }
+
+    #[test]
+    fn a_spring_retry_record_is_restored_from_springs_headers() {
+        let mut headers = vec![
+            header(spring::ORIGINAL_TOPIC, b"orders".to_vec()),
+            header(spring::ORIGINAL_PARTITION, 3i32.to_be_bytes().to_vec()),
+            header(spring::ORIGINAL_OFFSET, 42i64.to_be_bytes().to_vec()),
+            header(spring::ORIGINAL_TIMESTAMP, 1_700_000_000_123i64.to_be_bytes().to_vec()),
+            header(SPRING_ATTEMPTS, 2i32.to_be_bytes().to_vec()),
+            header(SPRING_BACKOFF_TIMESTAMP, big_integer(1_800_000_002_000)),
+        ];
+        headers.push(header("app", b"x".to_vec()));
+        let (restored, error) = restore(delivered(&original(), 0, headers, 9), 0);
+        assert_eq!(error, None);
+        assert_eq!(
+            (restored.id.as_str(), restored.topic.as_str(), restored.offset),
+            ("orders-3-42", "orders", 42)
+        );
+        assert_eq!(restored.headers, [header("app", b"x".to_vec())]);
+        assert_eq!(restored.retry.unwrap().attempts, 1);
+    }
+
+    #[test]
+    fn an_unreadable_retry_record_is_handled_as_it_is() {
+        let headers = vec![header(HEADER_RETRY, b"{not json".to_vec())];
+        let (restored, error) = restore(delivered(&original(), 1, headers.clone(), 4), 1);
+        assert!(matches!(error, Some(RestoreError::Malformed(_))), "{error:?}");
+        assert_eq!((restored.topic.as_str(), restored.offset), ("orders-retry-1", 4));
+        assert_eq!(restored.retry.unwrap().offset, 4);
+        let (_, error) = restore(delivered(&original(), 1, vec![], 4), 1);
+        assert_eq!(error, Some(RestoreError::Missing));
+    }
+}
