@@ -19,7 +19,10 @@ enum EnsureError {
     #[error("could not read the cluster's topics: {0}")]
     Metadata(#[source] rdkafka::error::KafkaError),
     #[error("could not create {topic}: {code}")]
-    Create { topic: String, code: RDKafkaErrorCode },
+    Create {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
     #[error("could not create the retry topics: {0}")]
     Request(#[source] rdkafka::error::KafkaError),
 }

@@ -50,6 +50,12 @@ impl DlqContent {
         if let Some(Ok(env)) = ours {
             return DlqContent::Envelope(Box::new(env.attach(message.payload())));
         }
+        if let Some(envelope) = waiting_retry(message) {
+            return DlqContent::Foreign {
+                format: ForeignFormat::RetryTopic,
+                envelope: Box::new(envelope),
+            };
+        }
         let headers = message
             .headers()
             .map(crate::kafka::headers::read)
@@ -84,11 +90,46 @@ impl DlqContent {
         }
     }
 
-    /// The envelope, ours or one read from a foreign dead letter; `None` when it is neither.
+    /// The envelope, ours or one read from a foreign dead letter (or a record waiting in a
+    /// retry topic); `None` when it is neither.
     pub fn envelope(&self) -> Option<&Envelope> {
         match self {
             DlqContent::Envelope(e) | DlqContent::Foreign { envelope: e, .. } => Some(e),
             DlqContent::NotAnEnvelope { .. } => None,
         }
     }
+}
+
+/// A record waiting in one of our retry topics (it has a readable `kafka_dlq-retry` header),
+/// as an envelope: the original record, kind `retries_exhausted`, the handler calls so far,
+/// the message `waiting in retry tier <n>, due <time>: <last error>`, and its history.
+fn waiting_retry<M: Message>(message: &M) -> Option<Envelope>
+where
+    M::Headers: crate::kafka::headers::RawHeaders,
+{
+    let headers = message.headers()?;
+    crate::kafka::headers::find(headers, crate::retry_tier::HEADER_RETRY.as_bytes())??;
+    let tier = crate::retry_tier::parse_topic(message.topic()).map_or(0, |(_, tier)| tier);
+    let (original, error) =
+        crate::retry_tier::restore(crate::record::Record::from_message(message, None), tier);
+    if error.is_some() {
+        return None;
+    }
+    let retry = original.retry.as_ref()?;
+    let last = retry.history.last()?;
+    let text = format!(
+        "waiting in retry tier {tier}, due {}: {}",
+        retry.due.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+        last.error
+    );
+    let mut envelope = Envelope::new(
+        &original,
+        crate::failure::DeadLetterKind::RetriesExhausted,
+        &text,
+        retry.attempts,
+        "",
+    );
+    envelope.history = retry.history.clone();
+    envelope.timestamp = last.at;
+    Some(envelope)
 }

@@ -29,6 +29,9 @@ pub enum ForeignFormat {
     Connect,
     /// A Kafka share group's dead-letter queue (KIP-1191).
     ShareGroup,
+    /// Not a dead letter: a record waiting in one of kafka-dlq's retry topics
+    /// ([`crate::retry_tier`]), read with `dlq list --topic <topic>-retry-<n>`.
+    RetryTopic,
 }
 
 impl ForeignFormat {
@@ -38,6 +41,7 @@ impl ForeignFormat {
             ForeignFormat::Spring => "Spring Kafka",
             ForeignFormat::Connect => "Kafka Connect",
             ForeignFormat::ShareGroup => "Kafka share group",
+            ForeignFormat::RetryTopic => "kafka-dlq retry topic",
         }
     }
 }

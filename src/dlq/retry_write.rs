@@ -93,8 +93,11 @@ impl DeadLetterPublisher {
                     ..at
                 })),
                 Err(()) => {
-                    tracing::error!(event = "retry_record_too_large", tier,
-                        "the record is too large for its retry topic; it is dead-lettered instead");
+                    tracing::error!(
+                        event = "retry_record_too_large",
+                        tier,
+                        "the record is too large for its retry topic; it is dead-lettered instead"
+                    );
                     let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
                     this.start(
                         &record,
@@ -125,5 +128,8 @@ fn send(
     if let Some(key) = record.key.as_deref() {
         out = out.key(key);
     }
-    publisher.producer.send_result(out).map_err(|(error, _)| error)
+    publisher
+        .producer
+        .send_result(out)
+        .map_err(|(error, _)| error)
 }

@@ -45,6 +45,9 @@ pub struct Increase {
     pub by_source_topic: BTreeMap<String, u64>,
     /// New dead letters by error kind (`permanent`, `retries_exhausted`, `unreadable`).
     pub by_kind: BTreeMap<String, u64>,
+    /// New dead letters that went through retry topics ([`crate::retry_tier`]), by the last
+    /// retry topic they were consumed from.
+    pub after_retry_topics: BTreeMap<String, u64>,
     /// The most frequent error groups: fingerprint, count, one example message.
     pub top_errors: Vec<ErrorGroup>,
     /// Fingerprints never seen before by this monitor.
@@ -80,6 +83,7 @@ pub struct Window {
     new: u64,
     by_source_topic: BTreeMap<String, u64>,
     by_kind: BTreeMap<String, u64>,
+    after_retry_topics: BTreeMap<String, u64>,
     groups: BTreeMap<String, (u64, String, Option<String>)>,
     new_fingerprints: Vec<String>,
     sample_ids: Vec<String>,
@@ -129,6 +133,12 @@ impl Window {
         };
         *self.by_source_topic.entry(source).or_default() += 1;
         *self.by_kind.entry(kind.clone()).or_default() += 1;
+        if let Some(last) = id.as_ref().and_then(|(_, env)| env.history.last()) {
+            *self
+                .after_retry_topics
+                .entry(last.topic.clone())
+                .or_default() += 1;
+        }
         let fp = fingerprint(&kind, &message);
         if seen.insert(fp.clone()) {
             self.new_fingerprints.push(fp.clone());
@@ -178,6 +188,7 @@ impl Window {
             total,
             by_source_topic: window.by_source_topic,
             by_kind: window.by_kind,
+            after_retry_topics: window.after_retry_topics,
             top_errors,
             new_fingerprints: window.new_fingerprints,
             sample_ids: window.sample_ids,
@@ -209,6 +220,12 @@ impl Alert {
                     join_counts(&i.by_source_topic)
                 ));
                 t.push_str(&format!("*By error kind:* {}\n", join_counts(&i.by_kind)));
+                if !i.after_retry_topics.is_empty() {
+                    t.push_str(&format!(
+                        "*After retry topics:* {}\n",
+                        join_counts(&i.after_retry_topics)
+                    ));
+                }
                 t.push_str("*Top errors:*\n");
                 for g in &i.top_errors {
                     let new = if i.new_fingerprints.contains(&g.fingerprint) {
@@ -309,6 +326,40 @@ mod tests {
             retry: None,
         };
         Envelope::new(&record, kind, message, 1, "g").to_vec()
+    }
+
+    #[test]
+    fn dead_letters_after_retry_topics_are_counted_by_their_last_tier() {
+        let mut seen = HashSet::new();
+        let mut w = Window::default();
+        let mut env = Envelope::from_slice(&envelope(
+            "orders",
+            "o-1",
+            DeadLetterKind::RetriesExhausted,
+            "HTTP 503",
+        ))
+        .unwrap();
+        env.history = ["orders", "orders-retry-0", "orders-retry-1"]
+            .map(|topic| crate::retry_tier::RetryStage {
+                topic: topic.into(),
+                attempts: 2,
+                error: "HTTP 503".into(),
+                at: chrono::Utc::now(),
+            })
+            .to_vec();
+        w.add("orders-dlt", &content(&env.to_vec()), &mut seen, false);
+        let plain = envelope("orders", "o-2", DeadLetterKind::Permanent, "bad");
+        w.add("orders-dlt", &content(&plain), &mut seen, false);
+        let inc = w.take(None);
+        assert_eq!(
+            inc.after_retry_topics,
+            [("orders-retry-1".to_string(), 1)].into()
+        );
+        let text = Alert::Increase(inc).text("kafka:9092");
+        assert!(
+            text.contains("*After retry topics:* `orders-retry-1` 1"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -168,6 +168,12 @@ fn increase_blocks(i: &Increase, brokers: &str) -> Vec<SlackBlock> {
         md!("*Source topics*\n{}", counts(&i.by_source_topic)),
         md!("*Error kinds*\n{}", counts(&i.by_kind)),
     ];
+    if !i.after_retry_topics.is_empty() {
+        fields.push(md!(
+            "*After retry topics*\n{}",
+            counts(&i.after_retry_topics)
+        ));
+    }
     if let Some(total) = i.total {
         fields.push(md!("*Outstanding*\n{}", total));
     }
@@ -255,6 +261,7 @@ mod tests {
             total: Some(12),
             by_source_topic: [("orders".to_string(), 3)].into(),
             by_kind: [("permanent".to_string(), 3)].into(),
+            after_retry_topics: Default::default(),
             top_errors: vec![ErrorGroup {
                 fingerprint: "permanent: bad row #".into(),
                 count: 3,

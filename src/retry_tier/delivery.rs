@@ -137,7 +137,10 @@ pub fn retry_headers(
         headers.push(header(key, value));
     }
     let original_ms = record.timestamp.map_or(-1, |t| t.timestamp_millis());
-    headers.push(header(SPRING_ATTEMPTS, (tier as i32 + 2).to_be_bytes().to_vec()));
+    headers.push(header(
+        SPRING_ATTEMPTS,
+        (tier as i32 + 2).to_be_bytes().to_vec(),
+    ));
     headers.push(header(
         SPRING_BACKOFF_TIMESTAMP,
         big_integer(due.timestamp_millis()),
@@ -245,7 +248,11 @@ fn from_spring(record: &Record) -> Option<RetryHeader> {
     let timestamp = record
         .header(spring::ORIGINAL_TIMESTAMP)
         .and_then(spring::read_long)
-        .or_else(|| record.header(SPRING_ORIGINAL_TIMESTAMP).and_then(read_big_integer))
+        .or_else(|| {
+            record
+                .header(SPRING_ORIGINAL_TIMESTAMP)
+                .and_then(read_big_integer)
+        })
         .filter(|ms| *ms >= 0)
         .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
     // Spring counts deliveries: the one before this was its last handler call.
@@ -324,7 +331,10 @@ mod tests {
             topic: topic.into(),
             attempts,
             error: error.into(),
-            at: Utc.timestamp_millis_opt(1_800_000_000_000).single().unwrap(),
+            at: Utc
+                .timestamp_millis_opt(1_800_000_000_000)
+                .single()
+                .unwrap(),
         }
     }
 
@@ -362,10 +372,16 @@ mod tests {
     #[test]
     fn a_retry_record_restores_the_original_with_its_history() {
         let record = original();
-        let due = Utc.timestamp_millis_opt(1_800_000_002_000).single().unwrap();
+        let due = Utc
+            .timestamp_millis_opt(1_800_000_002_000)
+            .single()
+            .unwrap();
         let headers = retry_headers(&record, 0, due, stage("orders", 3, "db down"), "g1");
         let find = |key: &str| headers.iter().find(|h| h.key == key.as_bytes()).unwrap();
-        assert_eq!(find(SPRING_ATTEMPTS).value.as_deref(), Some(&[0, 0, 0, 2][..]));
+        assert_eq!(
+            find(SPRING_ATTEMPTS).value.as_deref(),
+            Some(&[0, 0, 0, 2][..])
+        );
         assert_eq!(
             read_big_integer(find(SPRING_BACKOFF_TIMESTAMP).value.as_deref().unwrap()),
             Some(1_800_000_002_000)
@@ -412,7 +428,10 @@ mod tests {
         assert_eq!(retry.attempts, 5);
         assert_eq!(
             retry.history,
-            [stage("orders", 3, "db down"), stage("orders-retry-0", 2, "still")]
+            [
+                stage("orders", 3, "db down"),
+                stage("orders-retry-0", 2, "still")
+            ]
         );
     }
 
@@ -422,7 +441,10 @@ mod tests {
             header(spring::ORIGINAL_TOPIC, b"orders".to_vec()),
             header(spring::ORIGINAL_PARTITION, 3i32.to_be_bytes().to_vec()),
             header(spring::ORIGINAL_OFFSET, 42i64.to_be_bytes().to_vec()),
-            header(spring::ORIGINAL_TIMESTAMP, 1_700_000_000_123i64.to_be_bytes().to_vec()),
+            header(
+                spring::ORIGINAL_TIMESTAMP,
+                1_700_000_000_123i64.to_be_bytes().to_vec(),
+            ),
             header(SPRING_ATTEMPTS, 2i32.to_be_bytes().to_vec()),
             header(SPRING_BACKOFF_TIMESTAMP, big_integer(1_800_000_002_000)),
         ];
@@ -430,7 +452,11 @@ mod tests {
         let (restored, error) = restore(delivered(&original(), 0, headers, 9), 0);
         assert_eq!(error, None);
         assert_eq!(
-            (restored.id.as_str(), restored.topic.as_str(), restored.offset),
+            (
+                restored.id.as_str(),
+                restored.topic.as_str(),
+                restored.offset
+            ),
             ("orders-3-42", "orders", 42)
         );
         assert_eq!(restored.headers, [header("app", b"x".to_vec())]);
@@ -441,8 +467,14 @@ mod tests {
     fn an_unreadable_retry_record_is_handled_as_it_is() {
         let headers = vec![header(HEADER_RETRY, b"{not json".to_vec())];
         let (restored, error) = restore(delivered(&original(), 1, headers.clone(), 4), 1);
-        assert!(matches!(error, Some(RestoreError::Malformed(_))), "{error:?}");
-        assert_eq!((restored.topic.as_str(), restored.offset), ("orders-retry-1", 4));
+        assert!(
+            matches!(error, Some(RestoreError::Malformed(_))),
+            "{error:?}"
+        );
+        assert_eq!(
+            (restored.topic.as_str(), restored.offset),
+            ("orders-retry-1", 4)
+        );
         assert_eq!(restored.retry.unwrap().offset, 4);
         let (_, error) = restore(delivered(&original(), 1, vec![], 4), 1);
         assert_eq!(error, Some(RestoreError::Missing));

@@ -39,8 +39,8 @@ use std::fmt;
 use std::time::Duration;
 
 pub use delivery::{
-    restore, retry_headers, RestoreError, RetryDelivery, RetryStage, HEADER_RETRY,
-    SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP,
+    restore, retry_headers, RestoreError, RetryDelivery, RetryStage, HEADER_RETRY, SPRING_ATTEMPTS,
+    SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP,
 };
 
 /// At most this many retry tiers.
@@ -76,7 +76,9 @@ impl RetryTiers {
 
     /// The delay of tier `tier`; `None` past the last.
     pub fn delay(&self, tier: u32) -> Option<Duration> {
-        self.0.get(tier as usize).map(|ms| Duration::from_millis(*ms))
+        self.0
+            .get(tier as usize)
+            .map(|ms| Duration::from_millis(*ms))
     }
 
     /// The tier a record goes to when it leaves its stage: 0 from its source topic
@@ -97,12 +99,18 @@ impl RetryTiers {
     /// Which of `sources`' tiers `topic` is: the source topic and the tier; `None` when it
     /// is no retry topic of theirs.
     pub fn tier_of<'a>(&self, topic: &str, sources: &'a [String]) -> Option<(&'a str, u32)> {
-        let (source, tier) = topic.rsplit_once("-retry-")?;
-        let tier: u32 = tier.parse().ok()?;
+        let (source, tier) = parse_topic(topic)?;
         let source = sources.iter().find(|s| s.as_str() == source)?;
-        ((tier as usize) < self.0.len() && topic_name(source, tier) == topic)
-            .then_some((source.as_str(), tier))
+        ((tier as usize) < self.0.len()).then_some((source.as_str(), tier))
     }
+}
+
+/// The source topic and tier a topic's name gives (`<source>-retry-<tier>`), whatever the
+/// configured tiers; `None` for another name.
+pub fn parse_topic(topic: &str) -> Option<(&str, u32)> {
+    let (source, tier) = topic.rsplit_once("-retry-")?;
+    let number: u32 = tier.parse().ok()?;
+    (!source.is_empty() && number.to_string() == tier).then_some((source, number))
 }
 
 /// The retry topic of tier `tier` of `source`: `<source>-retry-<tier>`.
@@ -159,7 +167,10 @@ mod tests {
         let tiers = RetryTiers::new([1, 2]);
         assert_eq!(tiers.topics("orders"), ["orders-retry-0", "orders-retry-1"]);
         let sources = vec!["orders".to_string(), "a-retry-x".to_string()];
-        assert_eq!(tiers.tier_of("orders-retry-1", &sources), Some(("orders", 1)));
+        assert_eq!(
+            tiers.tier_of("orders-retry-1", &sources),
+            Some(("orders", 1))
+        );
         assert_eq!(tiers.tier_of("orders-retry-2", &sources), None, "no tier 2");
         assert_eq!(tiers.tier_of("orders-retry-01", &sources), None);
         assert_eq!(tiers.tier_of("orders", &sources), None);

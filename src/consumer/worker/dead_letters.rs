@@ -14,10 +14,10 @@ use tracing::Instrument;
 use super::{Abandoned, Shared};
 use crate::dlq::RetryWritten;
 use crate::failure::DeadLetterKind;
-use crate::retry_tier::{RetryStage, RetryTiers};
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
+use crate::retry_tier::{RetryStage, RetryTiers};
 
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
@@ -381,20 +381,32 @@ mod tests {
         let exhausted = DeadLetterKind::RetriesExhausted;
         assert_eq!(
             Exit::after(&tiers, &record(None), exhausted, 3),
-            Exit::RetryTier { tier: 0, attempts: 3 }
+            Exit::RetryTier {
+                tier: 0,
+                attempts: 3
+            }
         );
         assert_eq!(
             Exit::after(&tiers, &record(Some(0)), exhausted, 3),
-            Exit::RetryTier { tier: 1, attempts: 3 }
+            Exit::RetryTier {
+                tier: 1,
+                attempts: 3
+            }
         );
         assert_eq!(
             Exit::after(&tiers, &record(Some(1)), exhausted, 3),
-            Exit::DeadLetter { kind: exhausted, attempts: 7 },
+            Exit::DeadLetter {
+                kind: exhausted,
+                attempts: 7
+            },
             "after the last tier, with every stage's calls"
         );
         assert_eq!(
             Exit::after(&RetryTiers::default(), &record(None), exhausted, 11),
-            Exit::DeadLetter { kind: exhausted, attempts: 11 }
+            Exit::DeadLetter {
+                kind: exhausted,
+                attempts: 11
+            }
         );
     }
 
@@ -404,11 +416,17 @@ mod tests {
         let permanent = DeadLetterKind::Permanent;
         assert_eq!(
             Exit::after(&tiers, &record(None), permanent, 1),
-            Exit::DeadLetter { kind: permanent, attempts: 1 }
+            Exit::DeadLetter {
+                kind: permanent,
+                attempts: 1
+            }
         );
         assert_eq!(
             Exit::after(&tiers, &record(Some(0)), permanent, 1),
-            Exit::DeadLetter { kind: permanent, attempts: 5 }
+            Exit::DeadLetter {
+                kind: permanent,
+                attempts: 5
+            }
         );
     }
 }

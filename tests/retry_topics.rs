@@ -1,0 +1,454 @@
+//! Retry topics (`retry_topic_delays_ms`) on Apache Kafka: a record whose retries are used up
+//! moves to `<topic>-retry-<n>` while its partition goes on, is handled as the original once
+//! due, ends in the dead-letter topic with its whole history after the last tier, and is not
+//! lost when the process dies between the retry-topic write and the commit.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::{extract::State, http::HeaderMap, http::StatusCode, routing::post, Router};
+use common::*;
+use kafka_dlq::config::GroupProtocol;
+use kafka_dlq::dlq::Envelope;
+use kafka_dlq::{ConsumerConfig, Handler, HandlerError, Record};
+use rdkafka::message::Headers;
+use rdkafka::Message;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Every call: the record as the handler saw it, and when.
+#[derive(Clone, Default)]
+struct Seen {
+    calls: Arc<Mutex<Vec<(Record, Instant)>>>,
+}
+
+impl Seen {
+    fn calls_of(&self, value: &str) -> Vec<(Record, Instant)> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(r, _)| r.payload.as_deref() == Some(value.as_bytes()))
+            .cloned()
+            .collect()
+    }
+}
+
+/// `late` fails transiently until 3 s after its first call; `always` always fails
+/// transiently; anything else succeeds.
+impl Handler for Seen {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let value = record.payload.as_deref().unwrap_or_default();
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push((record.clone(), Instant::now()));
+            calls
+                .iter()
+                .find(|(r, _)| r.payload == record.payload)
+                .map(|(_, at)| *at)
+                .unwrap()
+        };
+        match value {
+            b"late" if first.elapsed() < Duration::from_secs(3) => {
+                Err(HandlerError::transient("inventory service unavailable"))
+            }
+            b"always" => Err(HandlerError::transient("inventory service unavailable")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Runs a consumer with `config` until `done`, then stops it; returns its `/metrics` text.
+async fn run_until(config: ConsumerConfig, handler: Seen, done: impl FnMut() -> bool) -> String {
+    init_logs();
+    let consumer = kafka_dlq::Consumer::new(config, handler).expect("consumer");
+    let metrics = consumer.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let finished = eventually(WAIT, done).await;
+    let text = metrics.render();
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops within 30 s")
+        .expect("task")
+        .expect("run");
+    assert!(finished, "the scenario did not finish");
+    text
+}
+
+fn header<'a>(message: &'a rdkafka::message::OwnedMessage, name: &str) -> Option<&'a [u8]> {
+    message
+        .headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_failing_for_three_seconds_is_handled_from_its_two_second_tier_while_its_partition_goes_on(
+) {
+    for protocol in [GroupProtocol::Classic, GroupProtocol::Consumer] {
+        let brokers = brokers();
+        let topic = unique("tier-late");
+        let group = unique("g");
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        let mut records = vec![Out::new(0, "late")];
+        records.extend((0..20).map(|i| Out::new(0, &format!("ok-{i}"))));
+        produce(&brokers, &topic, records).await;
+        let handler = Seen::default();
+        // 4 calls at the source (0, 0.3, 0.9, 1.9 s), then tier 0 two seconds later.
+        let config = ConsumerConfig {
+            retry_topic_delays_ms: "2000".parse().unwrap(),
+            max_retries: 3,
+            backoff_initial_ms: 300,
+            backoff_max_ms: 1_000,
+            breaker_failure_ratio: 0.0,
+            group_protocol: protocol,
+            ..test_config(&brokers, &group, &topic)
+        };
+        let retry_topic = format!("{topic}-retry-0");
+        let metrics = run_until(config, handler.clone(), || {
+            committed(&brokers, &group, &topic, 1).get(&0) == Some(&21)
+                && committed(&brokers, &group, &retry_topic, 1).get(&0) == Some(&1)
+        })
+        .await;
+
+        let late = handler.calls_of("late");
+        assert_eq!(
+            late.len(),
+            5,
+            "{protocol}: 4 calls at the source, 1 from tier 0"
+        );
+        let (from_tier, handled_at) = &late[4];
+        let (_, left_at) = &late[3];
+        assert!(
+            handled_at.duration_since(*left_at) >= Duration::from_secs(2),
+            "{protocol}: not before the tier's delay"
+        );
+        // The handler sees the original record, and where it was delivered from.
+        assert_eq!(
+            (
+                from_tier.topic.as_str(),
+                from_tier.partition,
+                from_tier.offset
+            ),
+            (topic.as_str(), 0, 0)
+        );
+        assert_eq!(from_tier.id, format!("{topic}-0-0"));
+        let retry = from_tier
+            .retry
+            .as_ref()
+            .expect("delivered from a retry topic");
+        assert_eq!(
+            (retry.tier, retry.topic.as_str()),
+            (0, retry_topic.as_str())
+        );
+        assert_eq!(retry.attempts, 4);
+        assert_eq!(retry.history.len(), 1);
+        assert_eq!(retry.history[0].topic, topic);
+        assert_eq!(retry.history[0].error, "inventory service unavailable");
+        assert!(late[..4].iter().all(|(r, _)| r.retry.is_none()));
+        // The partition went on: every later record was handled while `late` waited.
+        for i in 0..20 {
+            let ok = handler.calls_of(&format!("ok-{i}"));
+            assert_eq!(ok.len(), 1, "{protocol}: ok-{i} once");
+            assert!(
+                ok[0].1 > *left_at && ok[0].1 < *handled_at,
+                "{protocol}: ok-{i} handled while late waited in its retry topic"
+            );
+        }
+        assert!(read_all(&brokers, &format!("{topic}-dlt")).is_empty());
+        assert!(
+            metrics.contains(&format!(
+                "kafka_dlq_retry_topic_records_total{{tier=\"0\",topic=\"{topic}\"}} 1"
+            )),
+            "{metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_always_fails_is_dead_lettered_after_every_tier_with_its_history() {
+    let brokers = brokers();
+    let topic = unique("tier-always");
+    let group = unique("g");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let mut always = Out::new(1, "always");
+    always.key = Some(vec![0xff, 0x00, b'k']);
+    always.headers = vec![(b"app".to_vec(), Some(b"v1".to_vec()))];
+    produce(&brokers, &topic, vec![Out::new(1, "ok"), always]).await;
+    let handler = Seen::default();
+    let config = ConsumerConfig {
+        retry_topic_delays_ms: "300,600".parse().unwrap(),
+        max_retries: 1,
+        breaker_failure_ratio: 0.0,
+        ..test_config(&brokers, &group, &topic)
+    };
+    run_until(config, handler.clone(), || {
+        !read_all(&brokers, &dlq).is_empty()
+    })
+    .await;
+
+    let calls = handler.calls_of("always");
+    assert_eq!(calls.len(), 6, "2 calls in each of 3 stages");
+    assert!(calls
+        .iter()
+        .all(|(r, _)| r.offset == 1 && r.topic == topic && r.partition == 1));
+    let tiers: Vec<Option<u32>> = calls
+        .iter()
+        .map(|(r, _)| r.retry.as_ref().map(|r| r.tier))
+        .collect();
+    assert_eq!(tiers, [None, None, Some(0), Some(0), Some(1), Some(1)]);
+    assert!(calls
+        .iter()
+        .all(|(r, _)| r.key.as_deref() == Some(&[0xff, 0x00, b'k'][..])));
+    assert!(
+        calls.iter().all(|(r, _)| r.headers.len() == 1),
+        "only the original header"
+    );
+
+    // Each tier holds the record once, with Spring's retry headers.
+    for (tier, attempts) in [(0, 2), (1, 3)] {
+        let held = read_all(&brokers, &format!("{topic}-retry-{tier}"));
+        assert_eq!(held.len(), 1, "tier {tier}");
+        assert_eq!(held[0].payload(), Some(&b"always"[..]));
+        assert_eq!(
+            header(&held[0], "retry_topic-attempts"),
+            Some(&(attempts as i32).to_be_bytes()[..]),
+            "Spring's delivery count"
+        );
+        assert_eq!(
+            header(&held[0], "kafka_dlt-original-topic"),
+            Some(topic.as_bytes())
+        );
+        assert!(header(&held[0], "retry_topic-backoff-timestamp").is_some());
+    }
+
+    let dead = read_all(&brokers, &dlq);
+    assert_eq!(dead.len(), 1);
+    let envelope = Envelope::from_slice(dead[0].payload().unwrap()).unwrap();
+    assert_eq!(envelope.id, format!("{topic}-1-1"));
+    assert_eq!(
+        envelope.error.kind,
+        kafka_dlq::DeadLetterKind::RetriesExhausted
+    );
+    assert_eq!(envelope.error.attempts, 6, "every call in every stage");
+    assert_eq!(
+        (envelope.source.topic.as_str(), envelope.source.offset),
+        (topic.as_str(), 1)
+    );
+    let stages: Vec<(&str, u32)> = envelope
+        .history
+        .iter()
+        .map(|s| (s.topic.as_str(), s.attempts))
+        .collect();
+    let (tier0, tier1) = (format!("{topic}-retry-0"), format!("{topic}-retry-1"));
+    assert_eq!(
+        stages,
+        [
+            (topic.as_str(), 2),
+            (tier0.as_str(), 2),
+            (tier1.as_str(), 2)
+        ]
+    );
+    assert!(envelope.history.windows(2).all(|w| w[0].at <= w[1].at));
+    assert_eq!(
+        header(&dead[0], "kafka_dlt-original-topic"),
+        Some(topic.as_bytes())
+    );
+    assert_eq!(dead[0].key(), Some(&[0xff, 0x00, b'k'][..]));
+
+    // The dlq tools show the history, and what waits in a retry topic.
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        &envelope.id,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(shown.contains(&tier1), "{shown}");
+    let (code, listed, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &tier1,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let waiting: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+    assert_eq!(waiting["written_by"], "kafka-dlq retry topic");
+    let message = waiting["envelope"]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("waiting in retry tier 1, due "),
+        "{message}"
+    );
+    assert_eq!(waiting["envelope"]["source"]["topic"], topic.as_str());
+    assert_eq!(waiting["envelope"]["source"]["offset"], 1);
+    assert_eq!(waiting["envelope"]["history"].as_array().unwrap().len(), 2);
+}
+
+/// The downstream of the crash test: `down` fails with 503 while `broken` is set.
+#[derive(Clone, Default)]
+struct Downstream {
+    broken: Arc<Mutex<bool>>,
+    requests: Arc<Mutex<Vec<(HeaderMap, String)>>>,
+}
+
+async fn answer(State(d): State<Downstream>, headers: HeaderMap, body: String) -> StatusCode {
+    d.requests.lock().unwrap().push((headers, body));
+    if *d.broken.lock().unwrap() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+fn sidecar(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    url: &str,
+    protocol: &str,
+) -> tokio::process::Child {
+    let log = std::env::temp_dir().join(format!("{}.log", unique("tier-sidecar")));
+    eprintln!("sidecar log: {}", log.display());
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
+    command
+        .args([
+            "run",
+            "--brokers",
+            brokers,
+            "--group-id",
+            group,
+            "--topics",
+            topic,
+        ])
+        .args(["--target-url", url, "--group-protocol", protocol])
+        .args(["--retry-topic-delays", "5000", "--max-retries", "0"])
+        .args([
+            "--breaker-failure-ratio",
+            "0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        // No periodic commit: the only commits are at rebalance and shutdown, so a kill
+        // always falls between the retry-topic write and the commit.
+        .args(["--kafka-option", "auto.commit.interval.ms=3600000"]);
+    if protocol == "classic" {
+        // A killed member leaves the group after 6 s (under the consumer protocol the
+        // session timeout is the broker's, as short in the test broker).
+        command
+            .args(["--kafka-option", "session.timeout.ms=6000"])
+            .args(["--kafka-option", "heartbeat.interval.ms=1000"]);
+    }
+    command
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_retry_topic_write_and_the_commit_loses_nothing() {
+    for protocol in ["classic", "consumer"] {
+        let brokers = brokers();
+        let topic = unique("tier-crash");
+        let group = unique("g");
+        let retry_topic = format!("{topic}-retry-0");
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        produce(&brokers, &topic, vec![Out::new(0, "down")]).await;
+        let downstream = Downstream::default();
+        *downstream.broken.lock().unwrap() = true;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let app = Router::new()
+            .route("/", post(answer))
+            .with_state(downstream.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+        let mut first = sidecar(&brokers, &group, &topic, &url, protocol);
+        assert!(
+            eventually(WAIT, || read_all(&brokers, &retry_topic).len() == 1).await,
+            "{protocol}: the record reached its retry topic"
+        );
+        // Killed with the retry record written and the source offset not committed.
+        unsafe {
+            libc::kill(first.id().unwrap() as i32, libc::SIGKILL);
+        }
+        first.wait().await.unwrap();
+        assert_eq!(
+            committed(&brokers, &group, &topic, 1).get(&0),
+            None,
+            "{protocol}: nothing committed before the kill"
+        );
+
+        *downstream.broken.lock().unwrap() = false;
+        let mut second = sidecar(&brokers, &group, &topic, &url, protocol);
+        // The source record comes again (its offset was not committed) and succeeds; the
+        // copy in the retry topic is delivered too once due: at least once.
+        let delivered_from_tier = || {
+            downstream
+                .requests
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(h, _)| h.get("x-kafka-retry-tier").is_some_and(|t| t == "0"))
+        };
+        assert!(
+            eventually(WAIT, delivered_from_tier).await,
+            "{protocol}: the tier's copy delivered"
+        );
+        let status = terminate(&mut second).await;
+        assert_eq!(status.code(), Some(0));
+
+        let requests = downstream.requests.lock().unwrap().clone();
+        let after_fix: Vec<&(HeaderMap, String)> = requests.iter().skip(1).collect();
+        assert!(after_fix.len() >= 2, "{protocol}: {requests:?}");
+        let (headers, body) = after_fix
+            .iter()
+            .find(|(h, _)| h.get("x-kafka-retry-tier").is_some())
+            .unwrap();
+        assert_eq!(body, "down");
+        assert_eq!(
+            headers["x-kafka-topic"],
+            topic.as_str(),
+            "the original's topic"
+        );
+        assert_eq!(headers["x-kafka-offset"], "0");
+        assert_eq!(headers["x-record-id"], format!("{topic}-0-0").as_str());
+        assert_eq!(headers["x-kafka-retry-attempts"], "1");
+        assert_eq!(
+            committed(&brokers, &group, &topic, 1),
+            HashMap::from([(0, 1)])
+        );
+        assert_eq!(
+            committed(&brokers, &group, &retry_topic, 1)
+                .get(&0)
+                .copied()
+                .unwrap_or(0),
+            read_all(&brokers, &retry_topic).len() as i64
+        );
+        assert!(
+            read_all(&brokers, &format!("{topic}-dlt")).is_empty(),
+            "{protocol}: nothing dead-lettered"
+        );
+    }
+}
