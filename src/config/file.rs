@@ -101,6 +101,7 @@ target_url = "http://localhost:8080/events"
 max_retries = 5
 ordering = "key"
 dlq_format = "spring"
+retry_topic_delays_ms = [60000, 600000]
 
 [monitor]
 slack_webhook_url = "https://hooks.slack.com/services/x"
@@ -113,6 +114,10 @@ slack_webhook_url = "https://hooks.slack.com/services/x"
         assert_eq!(config.max_retries, 5, "[run] wins over the top level");
         assert_eq!(config.ordering, Ordering::Key);
         assert_eq!(config.dlq_format, crate::dlq::DlqFormat::Spring);
+        assert_eq!(
+            config.retry_topic_delays_ms.delays_ms(),
+            [60_000, 600_000]
+        );
         assert_eq!(config.librdkafka["security.protocol"], "SASL_SSL");
         assert_eq!(config.librdkafka["socket.timeout.ms"], "30000");
         assert_eq!(

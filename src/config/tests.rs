@@ -186,3 +186,30 @@ fn raw_options_apply_last() {
         Some("2000")
     );
 }
+
+#[test]
+fn retry_tiers_are_checked_naming_the_setting() {
+    let tiers = |list: &str| ConsumerConfig {
+        retry_topic_delays_ms: list.parse().unwrap(),
+        ..valid()
+    };
+    tiers("60000,600000,3600000").validate().unwrap();
+    let error = tiers("60000,0").validate().unwrap_err().to_string();
+    assert!(error.contains("retry_topic_delays_ms") && error.contains("0 ms"), "{error}");
+    let many = vec!["1"; 33].join(",");
+    let error = tiers(&many).validate().unwrap_err().to_string();
+    assert!(error.contains("at most 32"), "{error}");
+    // orders-retry-0 is a topic this consumer already reads.
+    let looping = ConsumerConfig {
+        topics: vec!["orders".into(), "orders-retry-0".into()],
+        ..tiers("1000")
+    };
+    let error = looping.validate().unwrap_err().to_string();
+    assert!(error.contains("`orders-retry-0`"), "{error}");
+    let long = ConsumerConfig {
+        topics: vec!["t".repeat(245)],
+        ..tiers("1000")
+    };
+    let error = long.validate().unwrap_err().to_string();
+    assert!(error.contains("retry_topic_delays_ms"), "{error}");
+}
