@@ -1,5 +1,5 @@
-//! Hostile input: the envelope decoder, the configuration parser and the sidecar's response
-//! handling never panic, whatever they are given; envelopes round-trip any bytes exactly.
+//! Hostile input: the envelope decoder, the retry-record reader, the configuration parser and
+//! the sidecar's response handling never panic, whatever they are given; envelopes round-trip any bytes exactly.
 
 use std::time::Duration;
 
@@ -71,6 +71,39 @@ proptest! {
         prop_assert_eq!(back.key_bytes().unwrap(), key);
         prop_assert_eq!(back.headers().unwrap(), record.headers);
         prop_assert!(back.error.message.len() <= MAX_ERROR_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn retry_records_restore_whatever_their_headers_hold(
+        values in prop::collection::vec(proptest::option::of(bytes()), 7),
+        payload in proptest::option::of(bytes()),
+    ) {
+        let names = [
+            "kafka_dlq-retry", "retry_topic-attempts", "retry_topic-backoff-timestamp",
+            "kafka_dlt-original-topic", "kafka_dlt-original-partition",
+            "kafka_dlt-original-offset", "kafka_dlt-original-timestamp",
+        ];
+        let headers: Vec<RecordHeader> = names
+            .iter()
+            .zip(values)
+            .map(|(k, v)| RecordHeader { key: k.as_bytes().to_vec(), value: v })
+            .collect();
+        let delivered = Record {
+            id: "t-retry-0-0-5".into(),
+            topic: "t-retry-0".into(),
+            partition: 0,
+            offset: 5,
+            key: None,
+            payload: payload.clone(),
+            headers,
+            timestamp: None,
+            timestamp_type: None,
+            retry: None,
+        };
+        let (record, _) = kafka_dlq::retry_tier::restore(delivered, 0);
+        let retry = record.retry.expect("always says where it was delivered from");
+        prop_assert_eq!((retry.topic.as_str(), retry.offset), ("t-retry-0", 5));
+        prop_assert_eq!(record.payload, payload);
     }
 
     #[test]

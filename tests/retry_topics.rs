@@ -218,13 +218,13 @@ async fn a_record_that_always_fails_is_dead_lettered_after_every_tier_with_its_h
     );
 
     // Each tier holds the record once, with Spring's retry headers.
-    for (tier, attempts) in [(0, 2), (1, 3)] {
+    for (tier, attempts) in [(0, 2i32), (1, 3)] {
         let held = read_all(&brokers, &format!("{topic}-retry-{tier}"));
         assert_eq!(held.len(), 1, "tier {tier}");
         assert_eq!(held[0].payload(), Some(&b"always"[..]));
         assert_eq!(
             header(&held[0], "retry_topic-attempts"),
-            Some(&(attempts as i32).to_be_bytes()[..]),
+            Some(&attempts.to_be_bytes()[..]),
             "Spring's delivery count"
         );
         assert_eq!(

@@ -114,10 +114,7 @@ slack_webhook_url = "https://hooks.slack.com/services/x"
         assert_eq!(config.max_retries, 5, "[run] wins over the top level");
         assert_eq!(config.ordering, Ordering::Key);
         assert_eq!(config.dlq_format, crate::dlq::DlqFormat::Spring);
-        assert_eq!(
-            config.retry_topic_delays_ms.delays_ms(),
-            [60_000, 600_000]
-        );
+        assert_eq!(config.retry_topic_delays_ms.delays_ms(), [60_000, 600_000]);
         assert_eq!(config.librdkafka["security.protocol"], "SASL_SSL");
         assert_eq!(config.librdkafka["socket.timeout.ms"], "30000");
         assert_eq!(

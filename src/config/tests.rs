@@ -195,7 +195,10 @@ fn retry_tiers_are_checked_naming_the_setting() {
     };
     tiers("60000,600000,3600000").validate().unwrap();
     let error = tiers("60000,0").validate().unwrap_err().to_string();
-    assert!(error.contains("retry_topic_delays_ms") && error.contains("0 ms"), "{error}");
+    assert!(
+        error.contains("retry_topic_delays_ms") && error.contains("0 ms"),
+        "{error}"
+    );
     let many = vec!["1"; 33].join(",");
     let error = tiers(&many).validate().unwrap_err().to_string();
     assert!(error.contains("at most 32"), "{error}");

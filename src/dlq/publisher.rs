@@ -90,7 +90,7 @@ impl DeadLetterPublisher {
         attempts: u32,
         cancel: CancellationToken,
     ) -> impl std::future::Future<Output = Result<DeadLettered, Abandoned>> + Send + 'static {
-        let topic = self.topic.for_topic(&record.topic);
+        let topic = self.topic.for_topic(record.source_topic());
         let envelope = Envelope::new(record, kind, message, attempts, &self.group);
         let inline = envelope.to_vec();
         let write = Write {

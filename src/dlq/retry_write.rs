@@ -45,7 +45,7 @@ impl DeadLetterPublisher {
         }
         let this = self.clone();
         let record = record.clone();
-        let topic = crate::retry_tier::topic_name(&record.topic, tier);
+        let topic = crate::retry_tier::topic_name(record.source_topic(), tier);
         let destination = topic.clone();
         // Handed to the producer now, so that retry records keep the partition's order.
         let first = send(&this, &topic, &headers, &record);

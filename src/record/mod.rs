@@ -151,6 +151,17 @@ impl Record {
         self.retry.as_ref().map_or(self.offset, |r| r.offset)
     }
 
+    /// The topic the record was first consumed from: its own topic, or for a record from a
+    /// retry topic whose account could not be read (see [`crate::retry_tier::restore`]), the
+    /// source topic its retry topic's name gives. Where its dead letter and retry records go.
+    pub(crate) fn source_topic(&self) -> &str {
+        self.retry
+            .as_ref()
+            .filter(|r| r.topic == self.topic)
+            .and_then(|r| crate::retry_tier::parse_topic(&r.topic))
+            .map_or(self.topic.as_str(), |(source, _)| source)
+    }
+
     /// The value of the first header named `key` that has a value.
     pub fn header(&self, key: &str) -> Option<&[u8]> {
         self.headers

@@ -401,6 +401,7 @@ mod tests {
 
         let (restored, error) = restore(delivered(&record, 0, headers, 7), 0);
         assert_eq!(error, None);
+        assert_eq!(restored.source_topic(), "orders");
         let retry = restored.retry.clone().unwrap();
         assert_eq!(
             Record {

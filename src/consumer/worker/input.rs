@@ -86,9 +86,14 @@ impl Records<'_> {
     /// A message as the record the worker settles: from a retry topic, the original it
     /// carries.
     fn record(&self, message: &rdkafka::message::BorrowedMessage<'_>) -> Record {
-        let record = Record::from_message(message, self.id_header);
+        self.restored(Record::from_message(message, self.id_header))
+    }
+
+    /// `record` as the worker settles it: from a retry topic, the original it carries.
+    fn restored(&self, record: Record) -> Record {
         match self.tier {
             None => record,
+            Some(_) if record.retry.is_some() => record,
             Some(tier) => {
                 let (record, error) = crate::retry_tier::restore(record, tier);
                 if let Some(error) = error {
@@ -111,13 +116,13 @@ impl Records<'_> {
             return None;
         }
         if let Ok(record) = self.strays.try_recv() {
-            return Some(record);
+            return Some(self.restored(record));
         }
         loop {
             let polled = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return None,
-                Some(record) = self.strays.recv() => return Some(record),
+                Some(record) = self.strays.recv() => return Some(self.restored(record)),
                 Some(polled) = next_message(&mut self.stream) => polled,
             };
             match polled {
@@ -137,7 +142,7 @@ impl Records<'_> {
             return None;
         }
         if let Ok(record) = self.strays.try_recv() {
-            return Some(record);
+            return Some(self.restored(record));
         }
         match next_message(&mut self.stream).now_or_never()?? {
             Ok(message) => Some(self.record(&message)),
