@@ -3,10 +3,12 @@
 //! kills, each member restarted at once) while the others go on, and the broker is SIGKILLed
 //! and restarted once (so DLQ writes, fetches and commits fail for a stretch). 1% of the records
 //! fail permanently, half of them slowly (the target takes 300 ms before its 400, so dead
-//! letters are in flight at revocations); 5% fail transiently once. At the end every record was
+//! letters are in flight at revocations); 5% fail transiently once; 2% fail four times, which
+//! uses up their in-process retries and sends them through the retry topic
+//! (`--retry-topic-delays 500`), read by the same members. At the end every record was
 //! handled by the target or is in the DLQ, the DLQ holds exactly the permanent failures
 //! (duplicates counted and printed), and Kafka's own `kafka-consumer-groups --describe` shows
-//! lag 0 for the group. It runs under the classic protocol (cooperative-sticky), then under
+//! lag 0 for the group on the topic and its retry topic. It runs under the classic protocol (cooperative-sticky), then under
 //! KIP-848's consumer protocol.
 //!
 //! Short form by default (5,000 records); `CHAOS_RECORDS=50000 cargo test --test chaos` for the
@@ -21,21 +23,24 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use common::*;
 use kafka_dlq::dlq::Envelope;
 use rdkafka::Message;
 
-/// `perm…` → 400 always; `trans…` → 503 the first time, then 200; `ok…` → 200.
+/// `perm…` → 400 always; `trans…` → 503 the first time, then 200; `tier…` → 503 four times,
+/// then 200; `ok…` → 200.
 #[derive(Clone, Default)]
 struct Target {
     seen: Arc<Mutex<HashMap<String, u32>>>,
     handled: Arc<Mutex<HashMap<String, u32>>>,
+    /// Values handled from the retry topic.
+    from_tier: Arc<Mutex<BTreeSet<String>>>,
 }
 
-async fn answer(State(t): State<Target>, body: Bytes) -> StatusCode {
+async fn answer(State(t): State<Target>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let value = String::from_utf8_lossy(&body).to_string();
     let work = if value.starts_with("permslow") {
         300
@@ -43,12 +48,19 @@ async fn answer(State(t): State<Target>, body: Bytes) -> StatusCode {
         10
     };
     tokio::time::sleep(Duration::from_millis(work)).await;
-    let first = {
+    let calls = {
         let mut seen = t.seen.lock().unwrap();
         let n = seen.entry(value.clone()).or_default();
         *n += 1;
-        *n == 1
+        *n
     };
+    let first = calls == 1;
+    if value.starts_with("tier") && calls <= 4 {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    if headers.contains_key("x-kafka-retry-tier") {
+        t.from_tier.lock().unwrap().insert(value.clone());
+    }
     if value.starts_with("perm") {
         return StatusCode::BAD_REQUEST;
     }
@@ -90,6 +102,8 @@ fn spawn_sidecar(
         .args([
             "--max-retries",
             "3",
+            "--retry-topic-delays",
+            "500",
             "--backoff-initial-ms",
             "10",
             "--backoff-max-ms",
@@ -155,6 +169,7 @@ async fn chaos(protocol: &str) {
             _ if i % 200 == 0 => format!("permslow-{i}"),
             _ if i % 100 == 0 => format!("perm-{i}"),
             _ if i % 20 == 1 => format!("trans-{i}"),
+            _ if i % 50 == 7 => format!("tier-{i}"),
             _ => format!("ok-{i}"),
         })
         .collect();
@@ -226,11 +241,26 @@ async fn chaos(protocol: &str) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The source is all settled, so every retry record is written: the retry topic next.
+    let retry_topic = format!("{topic}-retry-0");
+    let mut retry_ends: HashMap<i32, i64> = HashMap::new();
+    for m in read_all(&brokers, &retry_topic) {
+        let end = retry_ends.entry(m.partition()).or_default();
+        *end = (*end).max(m.offset() + 1);
+    }
+    while committed(&brokers, &group, &retry_topic, PARTITIONS) != retry_ends {
+        assert!(
+            Instant::now() < deadline,
+            "{protocol}: retry topic not settled: committed {:?} of {retry_ends:?}",
+            committed(&brokers, &group, &retry_topic, PARTITIONS),
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let lag = group_lag(&brokers, &group);
     assert_eq!(
         lag.len(),
-        PARTITIONS as usize,
-        "{protocol}: every partition described: {lag:?}"
+        PARTITIONS as usize * 2,
+        "{protocol}: every partition of the topic and its retry topic described: {lag:?}"
     );
     assert!(
         lag.iter().all(|(_, _, lag)| *lag == Some(0)),
@@ -270,11 +300,19 @@ async fn chaos(protocol: &str) {
         lost.len(),
         &lost[..lost.len().min(5)]
     );
+    let tiered: BTreeSet<String> = target.from_tier.lock().unwrap().clone();
+    let tier_values = values.iter().filter(|v| v.starts_with("tier")).count();
+    assert!(
+        tiered.len() * 2 >= tier_values,
+        "{protocol}: most tier records were handled from the retry topic: {} of {tier_values}",
+        tiered.len()
+    );
     let duplicate_handlings: u32 = handled.values().map(|c| c - 1).sum();
     let duplicate_dead_letters = dlq.len() - dead.len();
     eprintln!(
-        "chaos ({protocol}): {n} records, {MEMBERS} members, 5 SIGKILLs, 1 broker restart: 0 lost, {} handled, {} dead-lettered; duplicates: {duplicate_handlings} handlings, {duplicate_dead_letters} dead letters; lag 0",
+        "chaos ({protocol}): {n} records, {MEMBERS} members, 5 SIGKILLs, 1 broker restart: 0 lost, {} handled ({} from the retry topic), {} dead-lettered; duplicates: {duplicate_handlings} handlings, {duplicate_dead_letters} dead letters; lag 0",
         handled.len(),
+        tiered.len(),
         dead.len()
     );
     drop(kafka);

@@ -163,7 +163,7 @@ settings! {
         /// (flag `--retry-topic-delays 60000,600000`). A record whose in-process retries are
         /// used up goes to `<topic>-retry-0`, is handled again from there once its delay has
         /// passed, then `-retry-1`, …, and after the last to the dead-letter topic; its
-        /// partition goes on meanwhile. See [`crate::retry_tier`].
+        /// partition goes on meanwhile (see `kafka_dlq::retry_tier`).
         retry_topic_delays_ms: RetryTiers = RetryTiers::default(), env "KAFKA_DLQ_RETRY_TOPIC_DELAYS_MS", alias "retry-topic-delays";
         /// First retry delay, in ms.
         backoff_initial_ms: u64 = 1_000, env "KAFKA_DLQ_BACKOFF_INITIAL_MS";

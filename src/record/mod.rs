@@ -50,8 +50,9 @@ pub struct Record {
     pub timestamp_type: Option<TimestampType>,
     /// Set when the record was delivered from a retry topic (see [`crate::retry_tier`]): the
     /// fields above are then the original record's, this says where it was delivered from
-    /// and what went before. `None` for a record of its source topic.
-    pub retry: Option<crate::retry_tier::RetryDelivery>,
+    /// and what went before. `None` for a record of its source topic. (Boxed: a record of its
+    /// source topic pays one pointer for it.)
+    pub retry: Option<Box<crate::retry_tier::RetryDelivery>>,
 }
 
 /// Which time a record's timestamp is (Kafka's `TimestampType`).

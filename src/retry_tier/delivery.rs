@@ -222,14 +222,14 @@ pub fn restore(delivered: Record, tier: u32) -> (Record, Option<RestoreError>) {
                 headers,
                 timestamp: account.source.timestamp,
                 timestamp_type: account.source.timestamp_type,
-                retry: Some(retry),
+                retry: Some(Box::new(retry)),
             };
             (record, None)
         }
         Err(error) => {
             let retry = delivery(Utc::now(), 0, Vec::new());
             let record = Record {
-                retry: Some(retry),
+                retry: Some(Box::new(retry)),
                 ..delivered
             };
             (record, Some(error))

@@ -363,14 +363,16 @@ mod tests {
             headers: vec![],
             timestamp: None,
             timestamp_type: None,
-            retry: tier.map(|tier| RetryDelivery {
-                tier,
-                topic: format!("t-retry-{tier}"),
-                partition: 0,
-                offset: 0,
-                due: chrono::Utc::now(),
-                attempts: 4,
-                history: vec![],
+            retry: tier.map(|tier| {
+                Box::new(RetryDelivery {
+                    tier,
+                    topic: format!("t-retry-{tier}"),
+                    partition: 0,
+                    offset: 0,
+                    due: chrono::Utc::now(),
+                    attempts: 4,
+                    history: vec![],
+                })
             }),
         }
     }
