@@ -140,7 +140,21 @@ struct Write {
     format: DlqFormat,
 }
 
-type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
+pub(super) type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
+
+/// How a write handed to the producer ended: the broker's acknowledgement or the error.
+pub(super) async fn acknowledged(
+    sent: Sent,
+) -> Result<rdkafka::producer::future_producer::Delivery, KafkaError> {
+    match sent {
+        Ok(delivery) => match delivery.await {
+            Ok(Ok(delivery)) => Ok(delivery),
+            Ok(Err((error, _))) => Err(error),
+            Err(_) => Err(KafkaError::Canceled),
+        },
+        Err(error) => Err(error),
+    }
+}
 
 impl Write {
     /// The record's value, byte for byte (the inline envelope holds it exactly).
@@ -197,15 +211,7 @@ impl Write {
         // write in, the write already handed to the producer (the first), the backoff.
         let state = (form, Some(first), retry.delays());
         let written = crate::backoff::retry(&cancel, state, |(mut form, sent, mut delays)| async move {
-            let attempt = sent.unwrap_or_else(|| this.send(form));
-            let result = match attempt {
-                Ok(delivery) => match delivery.await {
-                    Ok(Ok(delivery)) => Ok(delivery),
-                    Ok(Err((error, _))) => Err(error),
-                    Err(_) => Err(KafkaError::Canceled),
-                },
-                Err(error) => Err(error),
-            };
+            let result = acknowledged(sent.unwrap_or_else(|| this.send(form))).await;
             let next = match result {
                 Ok(delivery) => {
                     match form {

@@ -55,14 +55,8 @@ impl DeadLetterPublisher {
             let (this_ref, too_large) = (&this, &too_large);
             let (topic, headers, record_ref) = (&topic, &headers, &record);
             let written = crate::backoff::retry(&cancel, state, |(sent, mut delays)| async move {
-                let result = match sent.unwrap_or_else(|| send(this_ref, topic, headers, record_ref)) {
-                    Ok(delivery) => match delivery.await {
-                        Ok(Ok(delivery)) => Ok(delivery),
-                        Ok(Err((error, _))) => Err(error),
-                        Err(_) => Err(KafkaError::Canceled),
-                    },
-                    Err(error) => Err(error),
-                };
+                let sent = sent.unwrap_or_else(|| send(this_ref, topic, headers, record_ref));
+                let result = super::publisher::acknowledged(sent).await;
                 let next = match result {
                     Ok(delivery) => Next::Done(Ok(DeadLettered {
                         topic: String::new(),
@@ -120,7 +114,7 @@ fn send(
     topic: &str,
     headers: &OwnedHeaders,
     record: &Record,
-) -> Result<rdkafka::producer::DeliveryFuture, KafkaError> {
+) -> super::publisher::Sent {
     let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
     if let Some(value) = record.payload.as_deref() {
         out = out.payload(value);
