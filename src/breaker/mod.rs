@@ -116,7 +116,7 @@ struct Window {
 const SLOT: Duration = Duration::from_millis(100);
 
 /// A window with this many calls, every one of them a transient failure (of at least two
-/// records), shows an outage even below `min_calls`; see [`Window::outage`].
+/// records), shows an outage even below `min_calls`; see `Window::outage`.
 pub const NOTHING_ANSWERED_CALLS: u64 = 3;
 
 impl Window {

@@ -4,7 +4,7 @@
 //! # How records flow
 //! Each assigned partition gets its own librdkafka queue, split from the consumer's main queue
 //! when the partition is assigned (before fetching starts), and one worker task that reads it
-//! and settles its records **in offset order**: it calls the [`Handler`], retries transient
+//! and settles its records **in offset order**: it calls the [`Handler`](crate::handler::Handler), retries transient
 //! failures with backoff, and dead-letters permanent failures and exhausted retries. A record
 //! is *settled* when the handler succeeded or the dead-letter topic acknowledged it; only then
 //! is its offset stored, and stored offsets are committed every second, on rebalance and at
@@ -28,7 +28,7 @@
 //! stores offsets only over the longest prefix of settled records.
 //!
 //! # Batches
-//! With a [`BatchHandler`](crate::handler::BatchHandler) and
+//! With a [`BatchHandler`] and
 //! [`batch_size`](ConsumerConfig::batch_size) > 1, a worker hands its partition's records over
 //! in batches (up to `batch_size`, waiting up to `batch_linger_ms` after the first); a failed
 //! batch is bisected until the failing records stand alone, and only they go through the

@@ -34,7 +34,7 @@ impl DlqContent {
     /// Decodes one DLQ record, whatever form it takes: the envelope as the value, the
     /// detached form (the original value as the value, the envelope in the
     /// `kafka_dlq-envelope` header; put back together here), a reference (returned as it is:
-    /// [`DlqReader`] resolves it from the source topic), or a dead letter written by Spring
+    /// [`DlqReader`](super::DlqReader) resolves it from the source topic), or a dead letter written by Spring
     /// Kafka, Kafka Connect or a share group ([`super::foreign::decode`]). The one decoder of
     /// the `dlq` commands and the monitor.
     pub fn decode<M: Message>(message: &M) -> DlqContent

@@ -29,7 +29,7 @@ pub enum Encoding {
     Detached,
     /// The record did not fit the broker's size limit even in the detached form, so the dead
     /// letter is a reference: this envelope with no payload and no source headers (the error,
-    /// the coordinates `source.topic`/`partition`/`offset`, the key). [`DlqReader`]
+    /// the coordinates `source.topic`/`partition`/`offset`, the key). [`DlqReader`](super::DlqReader)
     /// (super::DlqReader) reads the value and headers back from the source topic while it
     /// still retains the record, so `dlq show` and `dlq replay` work the same; once the
     /// source topic's retention has removed it, the value is gone.

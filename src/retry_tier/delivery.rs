@@ -6,15 +6,13 @@
 //! | header | encoding |
 //! |---|---|
 //! | `kafka_dlt-original-*`, `kafka_dlt-exception-*` | Spring's dead-letter headers ([`crate::dlq::spring`]), less the stack trace; the class is `kafka_dlq.TransientFailure` |
-//! | `retry_topic-attempts` | 4-byte big-endian int: the delivery this is, Spring's count (the source topic's is 1, tier 0's is 2) |
-//! | `retry_topic-backoff-timestamp` | when it is due, epoch ms, as Java's `BigInteger.toByteArray` (Spring's encoding) |
-//! | `retry_topic-original-timestamp` | the original record's timestamp, epoch ms, the same way (`-1` for none) |
+//! | `retry_topic-attempts`, `retry_topic-backoff-timestamp`, `retry_topic-original-timestamp` | Spring's retry headers ([`super::spring`]) |
 //! | `kafka_dlq-retry` | JSON: `id`, `source` (topic, partition, offset, timestamp, timestamp_type), `tier`, `due`, `attempts` (handler calls so far), `history` (each stage left: topic, attempts, error, at) |
 //!
 //! [`restore`] reads `kafka_dlq-retry` back, or Spring's headers when a Spring application
-//! wrote the retry record.
+//! wrote the retry record (`super::spring::account`).
 
-use chrono::{DateTime, SubsecRound, TimeZone, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::dlq::{spring, truncate_message, Envelope};
@@ -23,12 +21,6 @@ use crate::record::{Record, RecordHeader, TimestampType};
 
 /// Header: kafka-dlq's account of a retry record (JSON, see the module docs).
 pub const HEADER_RETRY: &str = "kafka_dlq-retry";
-/// Header: Spring's delivery count (4-byte big-endian int).
-pub const SPRING_ATTEMPTS: &str = "retry_topic-attempts";
-/// Header: Spring's due time (epoch ms, `BigInteger.toByteArray`).
-pub const SPRING_BACKOFF_TIMESTAMP: &str = "retry_topic-backoff-timestamp";
-/// Header: Spring's original timestamp (epoch ms, `BigInteger.toByteArray`).
-pub const SPRING_ORIGINAL_TIMESTAMP: &str = "retry_topic-original-timestamp";
 
 /// The class written in `kafka_dlt-exception-fqcn` of a retry record.
 const TRANSIENT_CLASS: &str = "kafka_dlq.TransientFailure";
@@ -68,24 +60,24 @@ pub struct RetryDelivery {
 
 /// The JSON of the `kafka_dlq-retry` header.
 #[derive(Debug, Serialize, Deserialize)]
-struct RetryHeader {
-    id: String,
-    source: Origin,
-    tier: u32,
-    due: DateTime<Utc>,
-    attempts: u32,
-    history: Vec<RetryStage>,
+pub(super) struct RetryHeader {
+    pub(super) id: String,
+    pub(super) source: Origin,
+    pub(super) tier: u32,
+    pub(super) due: DateTime<Utc>,
+    pub(super) attempts: u32,
+    pub(super) history: Vec<RetryStage>,
 }
 
 /// Where the record came from.
 #[derive(Debug, Serialize, Deserialize)]
-struct Origin {
-    topic: String,
-    partition: i32,
-    offset: i64,
-    timestamp: Option<DateTime<Utc>>,
+pub(super) struct Origin {
+    pub(super) topic: String,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
+    pub(super) timestamp: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    timestamp_type: Option<TimestampType>,
+    pub(super) timestamp_type: Option<TimestampType>,
 }
 
 /// Whether a header is one this module writes (or Spring's dead-letter ones), dropped from
@@ -136,16 +128,9 @@ pub fn retry_headers(
         };
         headers.push(header(key, value));
     }
-    let original_ms = record.timestamp.map_or(-1, |t| t.timestamp_millis());
-    headers.push(header(
-        SPRING_ATTEMPTS,
-        (tier as i32 + 2).to_be_bytes().to_vec(),
-    ));
-    headers.push(header(
-        SPRING_BACKOFF_TIMESTAMP,
-        big_integer(due.timestamp_millis()),
-    ));
-    headers.push(header(SPRING_ORIGINAL_TIMESTAMP, big_integer(original_ms)));
+    for (key, value) in super::spring::retry_headers(tier, due, record.timestamp) {
+        headers.push(header(key, value));
+    }
     let account = RetryHeader {
         id: record.id.clone(),
         source: Origin {
@@ -165,7 +150,7 @@ pub fn retry_headers(
     headers
 }
 
-fn header(key: &str, value: Vec<u8>) -> RecordHeader {
+pub(super) fn header(key: &str, value: Vec<u8>) -> RecordHeader {
     RecordHeader {
         key: key.as_bytes().to_vec(),
         value: Some(value),
@@ -193,7 +178,7 @@ pub fn restore(delivered: Record, tier: u32) -> (Record, Option<RestoreError>) {
     let account = match delivered.header(HEADER_RETRY) {
         Some(json) => serde_json::from_slice::<RetryHeader>(json)
             .map_err(|e| RestoreError::Malformed(e.to_string())),
-        None => from_spring(&delivered).ok_or(RestoreError::Missing),
+        None => super::spring::account(&delivered).ok_or(RestoreError::Missing),
     };
     let delivery = |due, attempts, history| RetryDelivery {
         tier,
@@ -237,76 +222,13 @@ pub fn restore(delivered: Record, tier: u32) -> (Record, Option<RestoreError>) {
     }
 }
 
-/// The account of a retry record a Spring application wrote: its `kafka_dlt-original-*` and
-/// `retry_topic-*` headers.
-fn from_spring(record: &Record) -> Option<RetryHeader> {
-    let topic = std::str::from_utf8(record.header(spring::ORIGINAL_TOPIC)?).ok()?;
-    let partition = spring::read_int(record.header(spring::ORIGINAL_PARTITION)?)?;
-    let offset = spring::read_long(record.header(spring::ORIGINAL_OFFSET)?)?;
-    let due = read_big_integer(record.header(SPRING_BACKOFF_TIMESTAMP)?)?;
-    let due = Utc.timestamp_millis_opt(due).single()?;
-    let timestamp = record
-        .header(spring::ORIGINAL_TIMESTAMP)
-        .and_then(spring::read_long)
-        .or_else(|| {
-            record
-                .header(SPRING_ORIGINAL_TIMESTAMP)
-                .and_then(read_big_integer)
-        })
-        .filter(|ms| *ms >= 0)
-        .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
-    // Spring counts deliveries: the one before this was its last handler call.
-    let attempts = match record.header(SPRING_ATTEMPTS) {
-        Some([one]) => u32::from(*one),
-        Some(four) => spring::read_int(four).map_or(0, |n| n.max(0) as u32),
-        None => 0,
-    };
-    Some(RetryHeader {
-        id: crate::record::fallback_id(topic, partition, offset),
-        source: Origin {
-            topic: topic.to_string(),
-            partition,
-            offset,
-            timestamp,
-            timestamp_type: timestamp.map(|_| TimestampType::CreateTime),
-        },
-        tier: 0,
-        due,
-        attempts: attempts.saturating_sub(1),
-        history: Vec::new(),
-    })
-}
-
-/// `value` as Java's `BigInteger.valueOf(value).toByteArray()`: big-endian two's complement
-/// in the fewest bytes that keep the sign.
-fn big_integer(value: i64) -> Vec<u8> {
-    let bytes = value.to_be_bytes();
-    let mut start = 0;
-    while start < 7 {
-        let (this, next) = (bytes[start], bytes[start + 1]);
-        let redundant = (this == 0x00 && next & 0x80 == 0) || (this == 0xff && next & 0x80 != 0);
-        if !redundant {
-            break;
-        }
-        start += 1;
-    }
-    bytes[start..].to_vec()
-}
-
-/// Reads what [`big_integer`] writes (1 to 8 bytes).
-fn read_big_integer(bytes: &[u8]) -> Option<i64> {
-    if bytes.is_empty() || bytes.len() > 8 {
-        return None;
-    }
-    let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0x00 };
-    let mut full = [fill; 8];
-    full[8 - bytes.len()..].copy_from_slice(bytes);
-    Some(i64::from_be_bytes(full))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::spring::{
+        big_integer, read_big_integer, SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP,
+    };
     use super::*;
+    use chrono::TimeZone;
 
     fn original() -> Record {
         Record {
@@ -349,23 +271,6 @@ mod tests {
             timestamp: Utc.timestamp_millis_opt(1_800_000_000_001).single(),
             retry: None,
             ..record.clone()
-        }
-    }
-
-    #[test]
-    fn big_integers_are_encoded_as_java_does() {
-        // BigInteger.valueOf(x).toByteArray() for these x.
-        assert_eq!(big_integer(0), [0x00]);
-        assert_eq!(big_integer(127), [0x7f]);
-        assert_eq!(big_integer(128), [0x00, 0x80]);
-        assert_eq!(big_integer(-1), [0xff]);
-        assert_eq!(big_integer(-129), [0xff, 0x7f]);
-        assert_eq!(
-            big_integer(1_700_000_000_123),
-            [0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x7b]
-        );
-        for x in [0, 1, -1, 128, -129, i64::MAX, i64::MIN, 1_700_000_000_123] {
-            assert_eq!(read_big_integer(&big_integer(x)), Some(x), "{x}");
         }
     }
 

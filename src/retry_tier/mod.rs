@@ -17,9 +17,10 @@
 //!   topic, with its whole history in the envelope's `history`. A permanent failure goes to the
 //!   dead-letter topic at once, from any stage.
 //! - The retry record is the original key and value with the original headers, plus Spring's
-//!   `kafka_dlt-original-*` and `retry_topic-*` headers and ours, `kafka_dlq-retry`
-//!   ([`delivery`]): the original coordinates, when it is due, the handler calls so far and the
-//!   stages it went through.
+//!   `kafka_dlt-original-*` and `retry_topic-*` headers (Spring's encodings, read off
+//!   spring-kafka 4.1's `DeadLetterPublishingRecovererFactory`) and ours, `kafka_dlq-retry`
+//!   (JSON): the original coordinates, when it is due, the handler calls so far and the
+//!   stages it went through ([`retry_headers`]).
 //! - A retry partition's worker takes its records in order and waits until the head record is
 //!   due, pausing fetches of that partition alone (records of one tier are written in due
 //!   order). The handler then gets the **original** record: its topic, partition, offset, id,
@@ -34,14 +35,13 @@
 //! later, as in Spring. A retry topic must keep records longer than its delay.
 
 mod delivery;
+mod spring;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use delivery::{
-    restore, retry_headers, RestoreError, RetryDelivery, RetryStage, HEADER_RETRY, SPRING_ATTEMPTS,
-    SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP,
-};
+pub use delivery::{restore, retry_headers, RestoreError, RetryDelivery, RetryStage, HEADER_RETRY};
+pub use spring::{SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP};
 
 /// At most this many retry tiers.
 pub const MAX_TIERS: usize = 32;

@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::dead_letters::{write_exit, Exit};
+use super::exit::{write_exit, Exit};
 use super::local_metrics::TopicMetrics;
 use super::outage::on_breaker_change;
 use super::progress::Progress;

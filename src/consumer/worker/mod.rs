@@ -8,7 +8,8 @@
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
 //! | [`attempt`] | one record's handler calls: the panic guard, the breaker's permit, retries with backoff |
-//! | [`dead_letters`] | dead-letter writes, pipelined while the partition goes on |
+//! | [`exit`] | where a record goes when its retries are used up or it failed permanently: its next retry topic or the dead-letter topic |
+//! | [`dead_letters`] | dead-letter and retry-topic writes, pipelined while the partition goes on |
 //! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
 //! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
 //! | [`outage`] | pausing and resuming every partition when the outage breaker opens and closes |
@@ -18,6 +19,7 @@ mod attempt;
 mod bisect;
 mod by_key;
 pub(super) mod dead_letters;
+mod exit;
 mod in_order;
 mod input;
 mod local_metrics;

@@ -1,0 +1,250 @@
+//! Where a record goes when it leaves its stage (its source topic or a retry topic)
+//! unhandled, and the write that takes it there: its dead letter, or its next retry topic.
+
+use std::future::Future;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{Abandoned, Shared};
+use crate::dlq::RetryWritten;
+use crate::failure::DeadLetterKind;
+use crate::handler::BatchHandler;
+use crate::metrics::Metrics;
+use crate::record::Record;
+use crate::retry_tier::{RetryStage, RetryTiers};
+
+/// Where a record goes when it leaves its stage (its source topic or a retry topic)
+/// unhandled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exit {
+    /// To the dead-letter topic, after `attempts` handler calls in all its stages.
+    DeadLetter { kind: DeadLetterKind, attempts: u32 },
+    /// To retry tier `tier`, after `attempts` handler calls in this stage.
+    RetryTier { tier: u32, attempts: u32 },
+}
+
+impl Exit {
+    /// Where `record` goes whose calls in this stage ended in `kind` after `attempts` calls:
+    /// its next retry tier when its retries are used up and a tier follows this stage, else
+    /// the dead-letter topic.
+    pub(super) fn after(
+        tiers: &RetryTiers,
+        record: &Record,
+        kind: DeadLetterKind,
+        attempts: u32,
+    ) -> Exit {
+        let retry = record.retry.as_ref();
+        match (kind, tiers.next(retry.map(|r| r.tier))) {
+            (DeadLetterKind::RetriesExhausted, Some(tier)) => Exit::RetryTier { tier, attempts },
+            _ => Exit::DeadLetter {
+                kind,
+                attempts: retry.map_or(0, |r| r.attempts) + attempts,
+            },
+        }
+    }
+}
+
+/// What a write of a record leaving its stage resolves to.
+type ExitWrite =
+    std::pin::Pin<Box<dyn Future<Output = Result<RetryWritten, crate::dlq::Abandoned>> + Send>>;
+
+/// Hands `record`'s write for `exit` to the producer; the future waits for the
+/// acknowledgement (retrying) until `cancel`.
+pub(super) fn begin<H: BatchHandler>(
+    shared: &Shared<H>,
+    record: &Record,
+    exit: Exit,
+    message: &str,
+    cancel: CancellationToken,
+) -> ExitWrite {
+    match exit {
+        Exit::DeadLetter { kind, attempts } => Box::pin(
+            shared
+                .dlq
+                .start(record, kind, message, attempts, cancel)
+                .map(|written| written.map(RetryWritten::DeadLettered)),
+        ),
+        Exit::RetryTier { tier, attempts } => {
+            let delay = shared.retry_tiers.delay(tier).unwrap_or_default();
+            let due = chrono::Utc::now() + delay;
+            let left = RetryStage {
+                topic: record
+                    .retry
+                    .as_ref()
+                    .map_or_else(|| record.topic.clone(), |r| r.topic.clone()),
+                attempts,
+                error: message.to_string(),
+                at: chrono::Utc::now(),
+            };
+            Box::pin(shared.dlq.start_retry(record, tier, due, left, cancel))
+        }
+    }
+}
+
+/// Writes `record` to where it exits (its dead letter, or its next retry topic) and waits for
+/// the acknowledgement (retrying failed writes until `cancel`).
+pub(super) async fn write_exit<H: BatchHandler>(
+    shared: &Shared<H>,
+    record: &Record,
+    exit: Exit,
+    message: &str,
+    cancel: &CancellationToken,
+) -> Result<(), Abandoned> {
+    let written = begin(shared, record, exit, message, cancel.clone()).await;
+    exited(&shared.metrics, &record.topic, exit, message, written)
+}
+
+/// Logs and counts how a write for `exit` of a record of `topic` ended.
+pub(super) fn exited(
+    metrics: &Metrics,
+    topic: &str,
+    exit: Exit,
+    message: &str,
+    written: Result<RetryWritten, crate::dlq::Abandoned>,
+) -> Result<(), Abandoned> {
+    match (exit, written) {
+        (Exit::RetryTier { tier, attempts }, Ok(RetryWritten::RetryTopic(to))) => {
+            tracing::warn!(event = "record_sent_to_retry_topic", tier, attempts,
+                retry_topic = %to.topic, retry_partition = to.partition, retry_offset = to.offset,
+                error = %message);
+            metrics
+                .retry_tier_sent
+                .with_label_values(&[topic, &tier.to_string()])
+                .inc();
+            Ok(())
+        }
+        (exit, Ok(RetryWritten::DeadLettered(to))) => {
+            let (kind, attempts) = match exit {
+                Exit::DeadLetter { kind, attempts } => (kind, attempts),
+                Exit::RetryTier { attempts, .. } => (DeadLetterKind::RetriesExhausted, attempts),
+            };
+            dead_lettered(metrics, topic, kind, message, attempts, Ok(to))
+        }
+        (_, Ok(_)) => Ok(()),
+        (_, Err(_)) => {
+            tracing::info!(
+                event = "record_abandoned",
+                "stopped before the write succeeded; the record will be consumed again"
+            );
+            Err(Abandoned)
+        }
+    }
+}
+
+/// Logs and counts how a dead-letter write ended.
+fn dead_lettered(
+    metrics: &Metrics,
+    topic: &str,
+    kind: DeadLetterKind,
+    message: &str,
+    attempts: u32,
+    written: Result<crate::dlq::DeadLettered, crate::dlq::Abandoned>,
+) -> Result<(), Abandoned> {
+    match written {
+        Ok(to) => {
+            tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
+                dlq_topic = %to.topic, dlq_partition = to.partition, dlq_offset = to.offset,
+                error = %message);
+            metrics
+                .dead_lettered
+                .with_label_values(&[topic, kind.as_str()])
+                .inc();
+            Ok(())
+        }
+        Err(_) => {
+            tracing::info!(
+                event = "record_abandoned",
+                attempts,
+                "stopped before the dead-letter write succeeded; the record will be consumed again"
+            );
+            Err(Abandoned)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry_tier::RetryDelivery;
+
+    fn record(tier: Option<u32>) -> Record {
+        Record {
+            id: "t-0-1".into(),
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            key: None,
+            payload: None,
+            headers: vec![],
+            timestamp: None,
+            timestamp_type: None,
+            retry: tier.map(|tier| {
+                Box::new(RetryDelivery {
+                    tier,
+                    topic: format!("t-retry-{tier}"),
+                    partition: 0,
+                    offset: 0,
+                    due: chrono::Utc::now(),
+                    attempts: 4,
+                    history: vec![],
+                })
+            }),
+        }
+    }
+
+    #[test]
+    fn exhausted_retries_go_to_the_next_tier_then_the_dead_letter_topic() {
+        let tiers = RetryTiers::new([1_000, 2_000]);
+        let exhausted = DeadLetterKind::RetriesExhausted;
+        assert_eq!(
+            Exit::after(&tiers, &record(None), exhausted, 3),
+            Exit::RetryTier {
+                tier: 0,
+                attempts: 3
+            }
+        );
+        assert_eq!(
+            Exit::after(&tiers, &record(Some(0)), exhausted, 3),
+            Exit::RetryTier {
+                tier: 1,
+                attempts: 3
+            }
+        );
+        assert_eq!(
+            Exit::after(&tiers, &record(Some(1)), exhausted, 3),
+            Exit::DeadLetter {
+                kind: exhausted,
+                attempts: 7
+            },
+            "after the last tier, with every stage's calls"
+        );
+        assert_eq!(
+            Exit::after(&RetryTiers::default(), &record(None), exhausted, 11),
+            Exit::DeadLetter {
+                kind: exhausted,
+                attempts: 11
+            }
+        );
+    }
+
+    #[test]
+    fn a_permanent_failure_skips_the_tiers() {
+        let tiers = RetryTiers::new([1_000]);
+        let permanent = DeadLetterKind::Permanent;
+        assert_eq!(
+            Exit::after(&tiers, &record(None), permanent, 1),
+            Exit::DeadLetter {
+                kind: permanent,
+                attempts: 1
+            }
+        );
+        assert_eq!(
+            Exit::after(&tiers, &record(Some(0)), permanent, 1),
+            Exit::DeadLetter {
+                kind: permanent,
+                attempts: 5
+            }
+        );
+    }
+}
