@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use futures_util::future::Either;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
@@ -45,10 +46,6 @@ impl Exit {
     }
 }
 
-/// What a write of a record leaving its stage resolves to.
-type ExitWrite =
-    std::pin::Pin<Box<dyn Future<Output = Result<RetryWritten, crate::dlq::Abandoned>> + Send>>;
-
 /// Hands `record`'s write for `exit` to the producer; the future waits for the
 /// acknowledgement (retrying) until `cancel`.
 pub(super) fn begin<H: BatchHandler>(
@@ -57,9 +54,10 @@ pub(super) fn begin<H: BatchHandler>(
     exit: Exit,
     message: &str,
     cancel: CancellationToken,
-) -> ExitWrite {
+) -> impl Future<Output = Result<RetryWritten, crate::dlq::Abandoned>> + Send + 'static {
+    // Either side, unboxed: the write is boxed once, where it waits in flight.
     match exit {
-        Exit::DeadLetter { kind, attempts } => Box::pin(
+        Exit::DeadLetter { kind, attempts } => Either::Left(
             shared
                 .dlq
                 .start(record, kind, message, attempts, cancel)
@@ -77,7 +75,7 @@ pub(super) fn begin<H: BatchHandler>(
                 error: message.to_string(),
                 at: chrono::Utc::now(),
             };
-            Box::pin(shared.dlq.start_retry(record, tier, due, left, cancel))
+            Either::Right(shared.dlq.start_retry(record, tier, due, left, cancel))
         }
     }
 }
