@@ -300,6 +300,29 @@ async fn a_record_that_always_fails_is_dead_lettered_after_every_tier_with_its_h
     assert_eq!(waiting["envelope"]["source"]["topic"], topic.as_str());
     assert_eq!(waiting["envelope"]["source"]["offset"], 1);
     assert_eq!(waiting["envelope"]["history"].as_array().unwrap().len(), 2);
+    // Replayed from the retry topic: back on its source topic as it was first written.
+    let (code, out, err) = cli(&[
+        "dlq",
+        "replay",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &tier1,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let source = read_all(&brokers, &topic);
+    let replayed = source
+        .iter()
+        .filter(|m| m.payload() == Some(&b"always"[..]))
+        .nth(1)
+        .expect("the replayed copy");
+    assert_eq!(replayed.key(), Some(&[0xff, 0x00, b'k'][..]));
+    assert_eq!(header(replayed, "app"), Some(&b"v1"[..]));
+    assert!(
+        header(replayed, "kafka_dlq-retry").is_none()
+            && header(replayed, "retry_topic-attempts").is_none(),
+        "no retry headers on the replayed record"
+    );
 }
 
 /// The downstream of the crash test: `down` fails with 503 while `broken` is set.
