@@ -6,22 +6,18 @@ use serde_json::value::RawValue;
 use thiserror::Error;
 
 use super::encoding::{decode_text, encode_header, encode_payload, encode_text, raw};
+use super::error_message::truncate_message;
 use super::Encoding;
 use crate::failure::DeadLetterKind;
 use crate::record::{Record, RecordHeader, TimestampType};
 use crate::retry_tier::RetryStage;
-
-/// Error texts longer than this many bytes are cut (at a character boundary, ending in `…`),
-/// in the envelope and in the `kafka_dlt-exception-message` header alike, so that our metadata
-/// never pushes a dead letter over the broker's record size limit.
-pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
 
 /// The failure that sent a record to the dead-letter topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeError {
     /// `permanent` or `retries_exhausted`.
     pub kind: DeadLetterKind,
-    /// The last failure's message, cut to [`MAX_ERROR_MESSAGE_BYTES`].
+    /// The last failure's message, cut to [`MAX_ERROR_MESSAGE_BYTES`](super::MAX_ERROR_MESSAGE_BYTES).
     pub message: String,
     /// How many times the handler was called for the record.
     pub attempts: u32,
@@ -302,19 +298,6 @@ impl Envelope {
     }
 }
 
-/// Cuts `message` to at most [`MAX_ERROR_MESSAGE_BYTES`] bytes at a character boundary,
-/// ending a cut text in `…`.
-pub fn truncate_message(message: &str) -> String {
-    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
-        return message.to_string();
-    }
-    let mut end = MAX_ERROR_MESSAGE_BYTES - '…'.len_utf8();
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,15 +384,6 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&env.to_vec()).unwrap();
         assert_eq!(json["error"]["kind"], "retries_exhausted");
         assert_eq!(json["error"]["attempts"], 11);
-    }
-
-    #[test]
-    fn long_error_messages_are_cut_at_a_char_boundary() {
-        let long = "é".repeat(2000);
-        let cut = truncate_message(&long);
-        assert!(cut.len() <= MAX_ERROR_MESSAGE_BYTES);
-        assert!(cut.ends_with('…'));
-        assert_eq!(truncate_message("short"), "short");
     }
 
     #[test]

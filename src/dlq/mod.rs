@@ -26,6 +26,7 @@
 mod content;
 mod encoding;
 mod envelope;
+mod error_message;
 pub(crate) use encoding::encode_payload;
 pub use encoding::Encoding;
 pub mod foreign;
@@ -37,10 +38,8 @@ pub mod spring;
 mod topic;
 
 pub use content::DlqContent;
-pub use envelope::{
-    truncate_message, Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource,
-    MAX_ERROR_MESSAGE_BYTES,
-};
+pub use envelope::{Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource};
+pub use error_message::{truncate_message, MAX_ERROR_MESSAGE_BYTES};
 pub use publisher::{Abandoned, DeadLetterPublisher, DeadLettered};
 pub use reader::{DlqEntry, DlqReader, Filter};
 pub use retry_write::RetryWritten;

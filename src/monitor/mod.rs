@@ -29,6 +29,7 @@ mod fingerprint;
 pub mod slack;
 mod thread;
 mod volume;
+mod window;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;

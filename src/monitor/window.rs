@@ -1,0 +1,257 @@
+//! The dead letters gathered since the last increase alert, and the alert they make.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::alert::{ErrorGroup, Increase};
+use super::fingerprint::fingerprint;
+use crate::dlq::DlqContent;
+
+/// How many sample record ids an alert lists.
+const SAMPLE_IDS: usize = 5;
+/// How many error groups an alert lists.
+const TOP_ERRORS: usize = 5;
+
+/// Dead letters seen since the last increase alert.
+#[derive(Debug, Default)]
+pub struct Window {
+    new: u64,
+    by_source_topic: BTreeMap<String, u64>,
+    by_kind: BTreeMap<String, u64>,
+    after_retry_topics: BTreeMap<String, u64>,
+    groups: BTreeMap<String, (u64, String, Option<String>)>,
+    new_fingerprints: Vec<String>,
+    sample_ids: Vec<String>,
+    dlq_topics: Vec<String>,
+    sample_payloads: Vec<String>,
+    started: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Window {
+    /// No dead letter gathered.
+    pub fn is_empty(&self) -> bool {
+        self.new == 0
+    }
+
+    /// Adds one record read from `dlq_topic`; `seen` is every fingerprint this monitor ever
+    /// announced, and learns the new ones.
+    pub fn add(
+        &mut self,
+        dlq_topic: &str,
+        content: &DlqContent,
+        seen: &mut HashSet<String>,
+        include_payloads: bool,
+    ) {
+        self.new += 1;
+        self.started.get_or_insert_with(chrono::Utc::now);
+        if !self.dlq_topics.iter().any(|t| t == dlq_topic) {
+            self.dlq_topics.push(dlq_topic.to_string());
+        }
+        let (source, kind, message, id) = match (content, content.envelope()) {
+            (_, Some(env)) => (
+                env.source.topic.clone(),
+                env.error.kind.as_str().to_string(),
+                env.error.message.clone(),
+                Some((env.id.clone(), env)),
+            ),
+            (content, None) => (
+                "(unknown)".to_string(),
+                "unreadable".to_string(),
+                match content {
+                    DlqContent::NotAnEnvelope { reason, .. } => {
+                        format!("not a kafka-dlq envelope: {reason}")
+                    }
+                    _ => "not a kafka-dlq envelope".to_string(),
+                },
+                None,
+            ),
+        };
+        *self.by_source_topic.entry(source).or_default() += 1;
+        *self.by_kind.entry(kind.clone()).or_default() += 1;
+        if let Some(last) = id.as_ref().and_then(|(_, env)| env.history.last()) {
+            *self
+                .after_retry_topics
+                .entry(last.topic.clone())
+                .or_default() += 1;
+        }
+        let fp = fingerprint(&kind, &message);
+        if seen.insert(fp.clone()) {
+            self.new_fingerprints.push(fp.clone());
+        }
+        let group =
+            self.groups
+                .entry(fp)
+                .or_insert((0, message, id.as_ref().map(|(id, _)| id.clone())));
+        group.0 += 1;
+        if let Some((id, env)) = id {
+            if self.sample_ids.len() < SAMPLE_IDS {
+                self.sample_ids.push(id);
+                if include_payloads {
+                    self.sample_payloads
+                        .push(env.payload.get().chars().take(300).collect());
+                }
+            }
+        }
+    }
+
+    /// Whether an error never seen before is in the window.
+    pub fn has_new_fingerprint(&self) -> bool {
+        !self.new_fingerprints.is_empty()
+    }
+
+    /// Empties the window into an alert.
+    pub fn take(&mut self, total: Option<u64>) -> Increase {
+        let window = std::mem::take(self);
+        let mut top_errors: Vec<ErrorGroup> = window
+            .groups
+            .into_iter()
+            .map(|(fingerprint, (count, example, sample_id))| ErrorGroup {
+                fingerprint,
+                count,
+                example,
+                sample_id,
+            })
+            .collect();
+        top_errors.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(a.fingerprint.cmp(&b.fingerprint))
+        });
+        top_errors.truncate(TOP_ERRORS);
+        Increase {
+            new: window.new,
+            total,
+            by_source_topic: window.by_source_topic,
+            by_kind: window.by_kind,
+            after_retry_topics: window.after_retry_topics,
+            top_errors,
+            new_fingerprints: window.new_fingerprints,
+            sample_ids: window.sample_ids,
+            dlq_topics: window.dlq_topics,
+            sample_payloads: window.sample_payloads,
+            window_start: window.started,
+            window_end: Some(chrono::Utc::now()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dlq::Envelope;
+    use crate::failure::DeadLetterKind;
+    use crate::monitor::alert::Alert;
+    use crate::record::Record;
+
+    fn content(value: &[u8]) -> DlqContent {
+        match Envelope::from_slice(value) {
+            Ok(env) => DlqContent::Envelope(Box::new(env)),
+            Err(e) => DlqContent::NotAnEnvelope {
+                reason: e.to_string(),
+                preview: String::new(),
+            },
+        }
+    }
+
+    fn envelope(topic: &str, id: &str, kind: DeadLetterKind, message: &str) -> Vec<u8> {
+        let record = Record {
+            id: id.into(),
+            topic: topic.into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: Some(b"{\"secret\":\"pii\"}".to_vec()),
+            headers: vec![],
+            timestamp: None,
+            timestamp_type: None,
+            retry: None,
+        };
+        Envelope::new(&record, kind, message, 1, "g").to_vec()
+    }
+
+    #[test]
+    fn dead_letters_after_retry_topics_are_counted_by_their_last_tier() {
+        let mut seen = HashSet::new();
+        let mut w = Window::default();
+        let mut env = Envelope::from_slice(&envelope(
+            "orders",
+            "o-1",
+            DeadLetterKind::RetriesExhausted,
+            "HTTP 503",
+        ))
+        .unwrap();
+        env.history = ["orders", "orders-retry-0", "orders-retry-1"]
+            .map(|topic| crate::retry_tier::RetryStage {
+                topic: topic.into(),
+                attempts: 2,
+                error: "HTTP 503".into(),
+                at: chrono::Utc::now(),
+            })
+            .to_vec();
+        w.add("orders-dlt", &content(&env.to_vec()), &mut seen, false);
+        let plain = envelope("orders", "o-2", DeadLetterKind::Permanent, "bad");
+        w.add("orders-dlt", &content(&plain), &mut seen, false);
+        let inc = w.take(None);
+        assert_eq!(
+            inc.after_retry_topics,
+            [("orders-retry-1".to_string(), 1)].into()
+        );
+        let text = Alert::Increase(inc).text("kafka:9092");
+        assert!(
+            text.contains("*After retry topics:* `orders-retry-1` 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn window_counts_by_topic_kind_and_error_and_keeps_a_few_ids() {
+        let mut seen = HashSet::new();
+        let mut w = Window::default();
+        for i in 0..8 {
+            let v = envelope(
+                "orders",
+                &format!("o-{i}"),
+                DeadLetterKind::Permanent,
+                &format!("bad row {i}"),
+            );
+            w.add("orders-dlt", &content(&v), &mut seen, false);
+        }
+        let v = envelope(
+            "parcels",
+            "p-1",
+            DeadLetterKind::RetriesExhausted,
+            "HTTP 503",
+        );
+        w.add("parcels-dlt", &content(&v), &mut seen, false);
+        w.add("orders-dlt", &content(b"garbage"), &mut seen, false);
+        assert!(w.has_new_fingerprint());
+        let inc = w.take(Some(42));
+        assert!(w.is_empty());
+        assert_eq!(inc.new, 10);
+        assert_eq!(inc.by_source_topic["orders"], 8);
+        assert_eq!(inc.by_source_topic["(unknown)"], 1);
+        assert_eq!(inc.by_kind["permanent"], 8);
+        assert_eq!(inc.by_kind["retries_exhausted"], 1);
+        assert_eq!(inc.by_kind["unreadable"], 1);
+        assert_eq!(inc.top_errors[0].fingerprint, "permanent: bad row #");
+        assert_eq!(inc.top_errors[0].count, 8);
+        assert_eq!(inc.sample_ids.len(), 5);
+        assert_eq!(inc.new_fingerprints.len(), 3);
+        let text = Alert::Increase(inc).text("kafka:9092");
+        assert!(
+            text.contains("*10 new dead letters* (42 outstanding)"),
+            "{text}"
+        );
+        assert!(text.contains("kafka-dlq dlq replay --brokers kafka:9092 --dlq-topic orders-dlt"));
+        assert!(
+            !text.contains("pii"),
+            "payloads stay out of Slack by default"
+        );
+
+        // The same errors again are no longer new.
+        let v = envelope("orders", "o-9", DeadLetterKind::Permanent, "bad row 99");
+        w.add("orders-dlt", &content(&v), &mut seen, true);
+        assert!(!w.has_new_fingerprint());
+        let text = Alert::Increase(w.take(None)).text("b:1");
+        assert!(text.contains("pii"), "payloads only when enabled");
+    }
+}
