@@ -1,6 +1,7 @@
 //! In-order mode: a partition's records one at a time (or one batch at a time) in offset
-//! order; a retry topic's records one at a time, each once it is due. A record handler takes what is ready in chunks and stores the position once per
-//! chunk; its dead letters are written while the partition goes on ([`super::dead_letters`]).
+//! order; a retry topic's records one at a time, each once it is due. A record handler takes
+//! what is ready in chunks and stores the position once per chunk; its dead letters are
+//! written while the partition goes on ([`super::dead_letters`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,9 +48,10 @@ pub(super) async fn run<H: BatchHandler>(
         if batch_size == 1 {
             for record in &records {
                 if cancel.is_cancelled()
-                    || wait_until_due(&shared, record, &mut settled, &cancel)
-                        .await
-                        .is_err()
+                    || (record.retry.is_some()
+                        && wait_until_due(&shared, record, &mut settled, &cancel)
+                            .await
+                            .is_err())
                     || settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
                         .await
                         .is_err()
