@@ -2,7 +2,8 @@
 //! `@KafkaListener` reads the dead-letter topic kafka-dlq wrote and gets every
 //! `KafkaHeaders.DLT_ORIGINAL_*` field right, in both `dlq_format`s; and a dead-letter topic
 //! written by Spring's `DeadLetterPublishingRecoverer` is listed and replayed, byte for byte,
-//! by `kafka-dlq dlq`.
+//! by `kafka-dlq dlq`; and Spring's own retry-topic listener adapter reads the due time and
+//! coordinates of a record kafka-dlq wrote to a retry topic.
 
 mod common;
 
@@ -297,4 +298,56 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
             "the source headers, without Spring's kafka_dlt-*"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn springs_retry_topic_adapter_reads_the_due_time_of_our_retry_records() {
+    let brokers = brokers();
+    let topic = unique("spring-retry");
+    let group = unique("g");
+    let retry_topic = format!("{topic}-retry-0");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(&brokers, &topic, vec![Out::new(1, "always-r")]).await;
+    // Straight to a ten-minute tier: the record stays there while Spring reads it.
+    let config = kafka_dlq::ConsumerConfig {
+        retry_topic_delays_ms: "600000".parse().unwrap(),
+        max_retries: 0,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, Scripted::default());
+    assert!(
+        eventually(Duration::from_secs(60), || read_all(&brokers, &retry_topic)
+            .len()
+            == 1)
+        .await,
+        "the record reached its retry topic"
+    );
+    running.stop().await;
+    let written = &read_all(&brokers, &retry_topic)[0];
+    let account: serde_json::Value = written
+        .headers()
+        .and_then(|h| {
+            use rdkafka::message::Headers as _;
+            h.iter()
+                .find(|h| h.key == "kafka_dlq-retry")
+                .and_then(|h| h.value)
+        })
+        .map(|v| serde_json::from_slice(v).unwrap())
+        .expect("our account of the retry record");
+    let due: chrono::DateTime<chrono::Utc> = account["due"].as_str().unwrap().parse().unwrap();
+
+    let read = spring("read-retry", &brokers, &retry_topic, 1);
+    assert_eq!(read.len(), 1, "{read:?}");
+    let seen = &read[0];
+    assert_eq!(
+        seen["due"],
+        due.timestamp_millis(),
+        "Spring decodes our retry_topic-backoff-timestamp to the due time we wrote"
+    );
+    assert_eq!(seen["attempts"], 2, "Spring's delivery count for tier 0");
+    assert_eq!(seen["topic"], topic.as_str());
+    assert_eq!(seen["partition"], 1);
+    assert_eq!(seen["offset"], 0);
+    assert_eq!(seen["value"], b64(b"always-r"));
 }

@@ -14,6 +14,8 @@ import java.util.logging.Logger;
  *   write-dlt BROKERS TOPIC COUNT a container with DefaultErrorHandler and
  *                                 DeadLetterPublishingRecoverer consumes COUNT records of TOPIC,
  *                                 fails each, and so writes them to TOPIC-dlt
+ *   read-retry BROKERS TOPIC COUNT Spring's KafkaBackoffAwareMessageListenerAdapter reads COUNT
+ *                                 records of a retry topic and prints what it decoded
  * </pre>
  *
  * Exits 0 when done, 2 on bad arguments, 1 when the records did not come within 60 s.
@@ -24,13 +26,14 @@ public final class SpringInterop {
     public static void main(String[] args) throws Exception {
         Logger.getLogger("").setLevel(Level.WARNING);
         if (args.length != 4) {
-            System.err.println("usage: SpringInterop read-dlt|write-dlt BROKERS TOPIC COUNT");
+            System.err.println("usage: SpringInterop read-dlt|write-dlt|read-retry BROKERS TOPIC COUNT");
             System.exit(2);
         }
         int count = Integer.parseInt(args[3]);
         boolean done = switch (args[0]) {
             case "read-dlt" -> DltReader.run(args[1], args[2], count);
             case "write-dlt" -> DltWriter.run(args[1], args[2], count);
+            case "read-retry" -> RetryReader.run(args[1], args[2], count);
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
