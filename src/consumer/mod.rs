@@ -132,6 +132,8 @@ pub enum ConsumerError {
 /// [module docs](self) for exactly what it does.
 pub struct Consumer<H: BatchHandler> {
     config: ConsumerConfig,
+    /// The Kafka consumer (its workers reach it through `shared.client`).
+    consumer: Arc<StreamConsumer<RebalanceContext>>,
     shared: Arc<Shared<H>>,
     partitions: Partitions,
     /// Partitions assigned by the rebalance callback, waiting for their worker.
@@ -172,9 +174,10 @@ impl<H: BatchHandler> Consumer<H> {
         Ok(Self {
             shared: Arc::new(Shared {
                 handler,
-                dlq,
+                exits: Arc::new(dlq),
                 backoff: config.backoff()?,
-                consumer,
+                client: Arc::new(worker::client::KafkaClient(consumer.clone())),
+                retry_from_beginning: config.auto_offset_reset != "earliest",
                 metrics,
                 breaker: crate::breaker::Breaker::new(config.breaker()),
                 batch_size: config.batch_size,
@@ -188,6 +191,7 @@ impl<H: BatchHandler> Consumer<H> {
                 )),
             }),
             config,
+            consumer,
             partitions,
             assigned,
             stop_workers,
@@ -216,8 +220,7 @@ impl<H: BatchHandler> Consumer<H> {
         }
         retry_topics::ensure(&self.config, &self.stop_workers).await;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        self.shared
-            .consumer
+        self.consumer
             .subscribe(&names)
             .map_err(|source| ConsumerError::Subscribe {
                 topics: topics.clone(),
@@ -254,7 +257,7 @@ impl<H: BatchHandler> Consumer<H> {
                     worker_names.insert(id, name);
                     continue;
                 }
-                polled = self.shared.consumer.recv() => polled,
+                polled = self.consumer.recv() => polled,
             };
             match polled {
                 Ok(message) => {
@@ -263,7 +266,7 @@ impl<H: BatchHandler> Consumer<H> {
                     self.stray(record).await;
                 }
                 Err(error) => {
-                    if let Some((code, reason)) = self.shared.consumer.client().fatal_error() {
+                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
                         tracing::error!(event = "consumer_fatal_error", error = %code, %reason,
                             "the Kafka client cannot go on; stopping");
                         outcome = Err(ConsumerError::Fatal { code, reason });
@@ -282,7 +285,7 @@ impl<H: BatchHandler> Consumer<H> {
                     let mut skipped = 0u32;
                     let mut empty = 0u32;
                     while skipped < 10_000 && empty < 64 {
-                        match self.shared.consumer.recv().now_or_never() {
+                        match self.consumer.recv().now_or_never() {
                             Some(Err(_)) => {
                                 skipped += 1;
                                 empty = 0;
@@ -361,16 +364,16 @@ impl<H: BatchHandler> Consumer<H> {
             workers.abort_all();
             while workers.join_next().await.is_some() {}
         }
-        commit_stored(self.shared.consumer.as_ref(), "shutdown");
-        self.shared.consumer.unsubscribe();
+        commit_stored(self.consumer.as_ref(), "shutdown");
+        self.consumer.unsubscribe();
         self.partitions.lock().expect("partitions lock").clear();
         // The partitions' queues hold the consumer: let them go, so that it can close.
         drop(self.assigned);
         self.queues.lock().expect("queues lock").clear();
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
-        let shared = self.shared;
-        let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
+        let (shared, consumer) = (self.shared, self.consumer);
+        let _ = tokio::task::spawn_blocking(move || drop((shared, consumer))).await;
         tracing::info!(event = "shutdown_complete");
     }
 }

@@ -152,13 +152,15 @@ impl Record {
         self.retry.as_ref().map_or(self.offset, |r| r.offset)
     }
 
-    /// The topic the record was first consumed from: its own topic, or for a record from a
-    /// retry topic whose account could not be read (see [`crate::retry_tier::restore`]), the
-    /// source topic its retry topic's name gives. Where its dead letter and retry records go.
+    /// The topic the record was first consumed from, where its dead letter and retry records
+    /// go: its own topic, or for a record delivered from a retry topic, the source topic that
+    /// retry topic's name gives (`<source>-retry-<n>`) — never the topic the retry record
+    /// itself claims (`record.topic`, written by whoever wrote the retry record): the consumer
+    /// reads only its own sources' retry topics, so a claim naming another topic, one that
+    /// does not exist or an invalid name cannot route the record elsewhere.
     pub(crate) fn source_topic(&self) -> &str {
         self.retry
             .as_ref()
-            .filter(|r| r.topic == self.topic)
             .and_then(|r| crate::retry_tier::parse_topic(&r.topic))
             .map_or(self.topic.as_str(), |(source, _)| source)
     }
@@ -242,5 +244,24 @@ mod tests {
         let error = record.json::<serde_json::Value>().unwrap_err();
         assert_eq!(error.kind(), crate::failure::FailureKind::Permanent);
         assert!(error.message().starts_with("malformed JSON"), "{error}");
+    }
+
+    #[test]
+    fn a_retry_record_is_routed_by_its_retry_topic_not_by_the_topic_it_claims() {
+        let mut record = Record::from_message(&message(None), None);
+        assert_eq!(record.source_topic(), "orders", "a source topic's record");
+        record.topic = "payments".into(); // what the retry record's account says
+        record.retry = Some(Box::new(crate::retry_tier::RetryDelivery {
+            tier: 0,
+            topic: "orders-retry-0".into(),
+            partition: 0,
+            offset: 7,
+            due: Utc::now(),
+            attempts: 3,
+            history: vec![],
+        }));
+        assert_eq!(record.source_topic(), "orders");
+        record.topic = "no such topic!".into();
+        assert_eq!(record.source_topic(), "orders");
     }
 }

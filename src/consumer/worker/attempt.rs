@@ -29,11 +29,12 @@ pub(super) async fn call<H: BatchHandler>(
     metrics: &mut TopicMetrics<'_>,
     records: &[Record],
     permit: Permit,
-) -> (Result<(), HandlerError>, Instant) {
+) -> (Result<(), HandlerError>, tokio::time::Instant) {
     // A probe whose call is dropped before it ends (revocation, shutdown deadline) is given
     // back, or the breaker would wait for it forever.
     let probe = (permit == Permit::Probe).then(|| ProbeGuard(&shared.breaker));
-    let started = Instant::now();
+    // tokio's clock, which the breaker reads too (and tests pause).
+    let started = tokio::time::Instant::now();
     let span = if shared.trace_records {
         handler_span(records)
     } else {
@@ -42,7 +43,7 @@ pub(super) async fn call<H: BatchHandler>(
     let result = AssertUnwindSafe(shared.handler.handle_batch(records).instrument(span))
         .catch_unwind()
         .await;
-    let ended = Instant::now();
+    let ended = tokio::time::Instant::now();
     metrics
         .handler_duration
         .observe((ended - started).as_secs_f64());
@@ -100,18 +101,24 @@ impl Drop for ProbeGuard<'_> {
     }
 }
 
-/// Waits for the breaker's permission to call the handler, or for `cancel`.
+/// Waits for the breaker's permission to call the handler, or for `cancel`. No call starts
+/// once `cancel` fired (a revoked partition's batch is not bisected further, its record not
+/// retried): the partition's next owner handles them.
 pub(super) async fn permit(
     breaker: &Breaker,
     cancel: &CancellationToken,
 ) -> Result<Permit, Abandoned> {
+    if cancel.is_cancelled() {
+        return Err(Abandoned);
+    }
     // A closed breaker answers at once: no cancellation future to set up for every record.
     if let Some(permit) = breaker.permit().now_or_never() {
         return Ok(permit);
     }
     tokio::select! {
-        permit = breaker.permit() => Ok(permit),
+        biased;
         _ = cancel.cancelled() => Err(Abandoned),
+        permit = breaker.permit() => Ok(permit),
     }
 }
 
@@ -139,15 +146,15 @@ pub(super) async fn settle_record<H: BatchHandler>(
         }
     }
     let granted = permit(&shared.breaker, cancel).await?;
-    let (result, ended) = call(shared, metrics, std::slice::from_ref(record), granted).await;
+    let (result, _) = call(shared, metrics, std::slice::from_ref(record), granted).await;
     match narrow(result, record.offset) {
         Ok(()) => {
             tracing::debug!(event = "record_handled", topic = %record.topic,
                 partition = record.partition, offset = record.offset, id = %record.id);
-            settled.settle(at);
+            settled.settle(record);
             metrics
                 .settle_seconds
-                .observe((ended - fetched).as_secs_f64());
+                .observe(fetched.elapsed().as_secs_f64());
             Ok(())
         }
         Err(first) => {
@@ -179,9 +186,10 @@ pub(super) async fn settle_failure<H: BatchHandler>(
         metrics.flush();
     }
     let span = record_span(record);
-    let outcome = settle_one(shared, metrics, record, first, cancel)
-        .instrument(span.clone())
-        .await?;
+    // Dead letters acknowledged while this record waits (its backoff, the breaker) settle and
+    // give their budget back meanwhile.
+    let attempt = settle_one(shared, metrics, record, first, cancel).instrument(span.clone());
+    let outcome = settled.meanwhile(shared, attempt).await?;
     if let Outcome::DeadLetter {
         kind,
         message,
@@ -193,10 +201,9 @@ pub(super) async fn settle_failure<H: BatchHandler>(
             Some(writes) => {
                 // The partition goes on while the write is acknowledged; offsets stop short of
                 // it until then.
-                writes
+                return writes
                     .start(shared, record, exit, message, fetched, cancel, span)
                     .await;
-                return Ok(());
             }
             None => {
                 write_exit(shared, record, exit, &message, cancel)
@@ -205,7 +212,7 @@ pub(super) async fn settle_failure<H: BatchHandler>(
             }
         }
     }
-    settled.settle(record.delivered_offset());
+    settled.settle(record);
     metrics
         .settle_seconds
         .observe(fetched.elapsed().as_secs_f64());

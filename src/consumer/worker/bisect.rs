@@ -42,7 +42,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
                     partition = records[0].partition, first_offset = records[0].offset,
                     records = records.len());
                 for record in records {
-                    settled.settle(record.offset);
+                    settled.settle(record);
                 }
                 let elapsed = taken.elapsed().as_secs_f64();
                 for _ in records {
@@ -104,7 +104,7 @@ async fn settle_partial<H: BatchHandler>(
     let elapsed = taken.elapsed().as_secs_f64();
     let mut succeeded = 0;
     for record in records.iter().filter(|r| failure_of(r).is_none()) {
-        settled.settle(record.offset);
+        settled.settle(record);
         metrics.settle_seconds.observe(elapsed);
         succeeded += 1;
     }

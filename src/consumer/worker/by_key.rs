@@ -10,9 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::settle_record;
 use super::input::PartitionInput;
-use super::progress::{store_position, Progress};
+use super::progress::Progress;
 use super::Shared;
-use crate::consumer::offsets::Offsets;
 use crate::handler::BatchHandler;
 use crate::record::Record;
 
@@ -27,14 +26,14 @@ pub(super) async fn run<H: BatchHandler>(
     max_in_flight: usize,
 ) {
     type Key = Option<Vec<u8>>;
-    // Every record taken from the queue and not yet passed by the stored position.
-    let mut offsets = Offsets::default();
+    // Every record taken from the queue and not yet passed by the stored position; it stores
+    // that position itself (the records' own calls have detached progress).
+    let mut progress = Progress::new(&input.topic, input.partition, false);
     // Records waiting for an earlier record of their key.
     let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
     let mut busy: HashSet<Key> = HashSet::new();
-    type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (i64, Key, bool)> + Send>>;
+    type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (Record, bool)> + Send>>;
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
-    let (topic, partition) = (input.topic.clone(), input.partition);
     let metrics = input.metrics.clone();
     let mut source = input.records();
 
@@ -50,7 +49,7 @@ pub(super) async fn run<H: BatchHandler>(
                 &cancel,
             )
             .await;
-            (record.offset, record.key, result.is_ok())
+            (record, result.is_ok())
         }));
     };
 
@@ -64,11 +63,15 @@ pub(super) async fn run<H: BatchHandler>(
         }
         // Taken but not yet stored: bounded, so a stuck key cannot pile records up in memory
         // (librdkafka's queue for the partition fills instead, and fetching stops).
-        let room = !stopping && running.len() < max_in_flight && offsets.open() < max_in_flight * 4;
+        let room = !stopping && running.len() < max_in_flight && progress.open() < max_in_flight * 4;
         let free = max_in_flight.saturating_sub(running.len()).max(1);
         tokio::select! {
+            // In this order, so that a schedule replays exactly (a seeded simulation runs
+            // this loop). `take` is cancel-safe: a take dropped here loses nothing.
+            biased;
             done = running.next(), if !running.is_empty() => {
-                let Some((offset, key, settled)) = done else { continue };
+                let Some((record, settled)) = done else { continue };
+                let key = record.key.clone();
                 busy.remove(&key);
                 if !settled {
                     // Abandoned (revoked or stopping): it stays unsettled in `offsets`, so
@@ -76,7 +79,7 @@ pub(super) async fn run<H: BatchHandler>(
                     stopping = true;
                     continue;
                 }
-                offsets.settle(offset);
+                progress.settle(&record);
                 if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
                     if let Some((at, next)) = queue.pop_front() {
                         busy.insert(key.clone());
@@ -86,9 +89,7 @@ pub(super) async fn run<H: BatchHandler>(
                         waiting.remove(&key);
                     }
                 }
-                if let Some(position) = offsets.take_position() {
-                    store_position(&shared, &topic, partition, position);
-                }
+                progress.store(&shared);
             }
             _ = cancel.cancelled(), if !stopping => stopping = true,
             taken = source.take(free, Duration::ZERO, &cancel), if room => {
@@ -97,7 +98,7 @@ pub(super) async fn run<H: BatchHandler>(
                     continue;
                 };
                 for record in records {
-                    offsets.take(record.offset);
+                    progress.take(&record);
                     if busy.contains(&record.key) {
                         waiting.entry(record.key.clone()).or_default().push_back((at, record));
                     } else {

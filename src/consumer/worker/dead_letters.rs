@@ -78,7 +78,9 @@ pub(super) struct DeadLetterWrites {
 
 impl DeadLetterWrites {
     /// Starts writing `record` to where it exits (its dead letter, or its next retry topic);
-    /// waits first while the most are in flight.
+    /// waits first while the most are in flight or the consumer's budget is spent.
+    /// [`Abandoned`] when `cancel` fires while it waits for the budget (other partitions'
+    /// writes may hold it for as long as the dead-letter topic is down).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start<H: BatchHandler>(
         &mut self,
@@ -89,7 +91,7 @@ impl DeadLetterWrites {
         fetched: Instant,
         cancel: &CancellationToken,
         span: tracing::Span,
-    ) {
+    ) -> Result<(), Abandoned> {
         while self.is_full() {
             self.wait_first().await;
         }
@@ -102,10 +104,16 @@ impl DeadLetterWrites {
             }
             // Our own writes may hold the budget: drive them while waiting for it.
             tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    tracing::info!(event = "record_abandoned",
+                        "stopped while waiting for the dead-letter budget; the record will be consumed again");
+                    return Err(Abandoned);
+                }
+                _ = self.wait_first(), if !self.in_flight.is_empty() => {}
                 permit = budget.clone().acquire_many_owned(kib) => {
                     break permit.expect("the budget is never closed");
                 }
-                _ = self.wait_first(), if !self.in_flight.is_empty() => {}
             }
         };
         shared.metrics.dead_letter_bytes_in_flight.add(bytes as i64);
@@ -130,6 +138,7 @@ impl DeadLetterWrites {
         .instrument(span);
         self.in_flight
             .push_back((record.delivered_offset(), Box::pin(write)));
+        Ok(())
     }
 
     /// Whether starting another write has to wait for the oldest one.

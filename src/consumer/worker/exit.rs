@@ -2,13 +2,13 @@
 //! unhandled, and the write that takes it there: its dead letter, or its next retry topic.
 
 use std::future::Future;
+use std::pin::Pin;
 
-use futures_util::future::Either;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{Abandoned, Shared};
-use crate::dlq::RetryWritten;
+use crate::dlq::{DeadLetterPublisher, RetryWritten};
 use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
@@ -46,7 +46,67 @@ impl Exit {
     }
 }
 
-/// Hands `record`'s write for `exit` to the producer; the future waits for the
+/// A write of a record to where it exits, handed to the producer: resolves once the broker
+/// acknowledged it, or with [`crate::dlq::Abandoned`] when `cancel` fired between two tries.
+pub(crate) type PendingExit =
+    Pin<Box<dyn Future<Output = Result<RetryWritten, crate::dlq::Abandoned>> + Send>>;
+
+/// Where records that exit their stage are written: the dead-letter topic and the retry
+/// topics. A trait so that the worker runs against simulated writes in tests (acknowledged
+/// late, failing, out of order); [`DeadLetterPublisher`] is the real one.
+pub(crate) trait ExitWriter: Send + Sync + 'static {
+    /// Hands `record`'s dead letter to the producer now (so dead letters started one after
+    /// another keep their order); the future waits for the acknowledgement, writing again
+    /// after a failure until `cancel`.
+    fn dead_letter(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        cancel: CancellationToken,
+    ) -> PendingExit;
+
+    /// Hands `record` to the producer for retry tier `tier`'s topic, due at `due`, having left
+    /// the stage `left`; the future waits as [`ExitWriter::dead_letter`]'s does.
+    fn retry(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: chrono::DateTime<chrono::Utc>,
+        left: RetryStage,
+        cancel: CancellationToken,
+    ) -> PendingExit;
+}
+
+impl ExitWriter for DeadLetterPublisher {
+    fn dead_letter(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        cancel: CancellationToken,
+    ) -> PendingExit {
+        Box::pin(
+            self.start(record, kind, message, attempts, cancel)
+                .map(|written| written.map(RetryWritten::DeadLettered)),
+        )
+    }
+
+    fn retry(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: chrono::DateTime<chrono::Utc>,
+        left: RetryStage,
+        cancel: CancellationToken,
+    ) -> PendingExit {
+        Box::pin(self.start_retry(record, tier, due, left, cancel))
+    }
+}
+
+/// Hands `record`'s write for `exit` to its writer; the future waits for the
 /// acknowledgement (retrying) until `cancel`.
 pub(super) fn begin<H: BatchHandler>(
     shared: &Shared<H>,
@@ -54,18 +114,16 @@ pub(super) fn begin<H: BatchHandler>(
     exit: Exit,
     message: &str,
     cancel: CancellationToken,
-) -> impl Future<Output = Result<RetryWritten, crate::dlq::Abandoned>> + Send + 'static {
-    // Either side, unboxed: the write is boxed once, where it waits in flight.
+) -> PendingExit {
     match exit {
-        Exit::DeadLetter { kind, attempts } => Either::Left(
+        Exit::DeadLetter { kind, attempts } => {
             shared
-                .dlq
-                .start(record, kind, message, attempts, cancel)
-                .map(|written| written.map(RetryWritten::DeadLettered)),
-        ),
+                .exits
+                .dead_letter(record, kind, message, attempts, cancel)
+        }
         Exit::RetryTier { tier, attempts } => {
             let delay = shared.retry_tiers.delay(tier).unwrap_or_default();
-            let due = chrono::Utc::now() + delay;
+            let now = shared.client.now();
             let left = RetryStage {
                 topic: record
                     .retry
@@ -73,9 +131,9 @@ pub(super) fn begin<H: BatchHandler>(
                     .map_or_else(|| record.topic.clone(), |r| r.topic.clone()),
                 attempts,
                 error: message.to_string(),
-                at: chrono::Utc::now(),
+                at: now,
             };
-            Either::Right(shared.dlq.start_retry(record, tier, due, left, cancel))
+            shared.exits.retry(record, tier, now + delay, left, cancel)
         }
     }
 }

@@ -43,7 +43,7 @@ pub(super) async fn run<H: BatchHandler>(
             break;
         };
         for record in &records {
-            settled.take(record.delivered_offset());
+            settled.take(record);
         }
         if batch_size == 1 {
             for record in &records {

@@ -1,8 +1,9 @@
 //! Where a partition's worker takes its records from.
 
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
+use futures_util::StreamExt;
 use rdkafka::consumer::stream_consumer::MessageStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -16,18 +17,33 @@ use crate::record::Record;
 /// Where a partition's worker takes its records from: the partition's own librdkafka queue,
 /// which librdkafka keeps bounded (it stops fetching the partition while
 /// `max_buffered_records` records or 1.5 MB wait there), and the rare records that arrived on
-/// the main queue.
+/// the main queue; or, in tests, a simulated partition.
 pub(crate) struct PartitionInput {
     pub(crate) topic: String,
     pub(crate) partition: i32,
-    pub(super) queue: Option<SharedQueue>,
-    strays: mpsc::Receiver<Record>,
-    id_header: Option<String>,
+    feed: Feed,
     /// `Some(n)` when the partition is of retry tier `n`'s topic: its records are restored to
     /// the originals they carry ([`crate::retry_tier::restore`]).
     pub(super) tier: Option<u32>,
     consumed: prometheus::IntCounter,
     pub(super) metrics: TopicHandles,
+}
+
+/// The records' source behind a [`PartitionInput`].
+enum Feed {
+    /// The partition's own librdkafka queue (`None` when splitting it failed) and the records
+    /// that arrived on the main queue.
+    Queue {
+        queue: Option<SharedQueue>,
+        strays: mpsc::Receiver<Record>,
+        id_header: Option<String>,
+    },
+    /// Any other source, read by one worker at a time under `reader`.
+    #[cfg(test)]
+    Other {
+        source: Box<dyn RecordSource>,
+        reader: std::sync::Arc<tokio::sync::Mutex<()>>,
+    },
 }
 
 impl PartitionInput {
@@ -40,53 +56,176 @@ impl PartitionInput {
         tier: Option<u32>,
         tiers: usize,
     ) -> Self {
-        let tiers = if tier.is_some() { 0 } else { tiers };
-        Self {
-            consumed: metrics.consumed.with_label_values(&[&assigned.topic]),
-            metrics: TopicHandles::new(metrics, &assigned.topic, tiers),
-            topic: assigned.topic,
-            partition: assigned.partition,
+        let feed = Feed::Queue {
             queue: assigned.queue,
             strays: assigned.stray_records,
             id_header,
+        };
+        Self::with_feed(assigned.topic, assigned.partition, feed, metrics, tier, tiers)
+    }
+
+    /// The input of a partition whose records come from `source`, read under the lease
+    /// `reader` (shared by the workers of the partition's successive assignments).
+    #[cfg(test)]
+    pub(crate) fn from_source(
+        topic: String,
+        partition: i32,
+        source: Box<dyn RecordSource>,
+        reader: std::sync::Arc<tokio::sync::Mutex<()>>,
+        metrics: &Metrics,
+        tier: Option<u32>,
+        tiers: usize,
+    ) -> Self {
+        let feed = Feed::Other { source, reader };
+        Self::with_feed(topic, partition, feed, metrics, tier, tiers)
+    }
+
+    fn with_feed(
+        topic: String,
+        partition: i32,
+        feed: Feed,
+        metrics: &Metrics,
+        tier: Option<u32>,
+        tiers: usize,
+    ) -> Self {
+        let tiers = if tier.is_some() { 0 } else { tiers };
+        Self {
+            consumed: metrics.consumed.with_label_values(&[&topic]),
+            metrics: TopicHandles::new(metrics, &topic, tiers),
+            topic,
+            partition,
+            feed,
             tier,
+        }
+    }
+
+    /// The lease of the partition's reader: the workers of successive assignments of one
+    /// partition read it one at a time. `None` when nothing is shared (no split queue).
+    pub(super) fn reader(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
+        match &self.feed {
+            Feed::Queue { queue, .. } => queue.as_ref().map(|shared| shared.reader.clone()),
+            #[cfg(test)]
+            Feed::Other { reader, .. } => Some(reader.clone()),
         }
     }
 
     /// Reads the partition's records, through one message stream for the worker's life (a
     /// stream per read would register and unregister a waker for every record).
     pub(super) fn records(&mut self) -> Records<'_> {
-        Records {
-            peeked: None,
-            topic: &self.topic,
-            partition: self.partition,
-            stream: self.queue.as_ref().map(|shared| shared.queue.stream()),
-            strays: &mut self.strays,
-            id_header: self.id_header.as_deref(),
-            tier: self.tier,
-            consumed: &self.consumed,
-        }
+        let source: Box<dyn RecordSource + '_> = match &mut self.feed {
+            Feed::Queue {
+                queue,
+                strays,
+                id_header,
+            } => Box::new(QueueSource {
+                topic: &self.topic,
+                partition: self.partition,
+                stream: queue.as_ref().map(|shared| shared.queue.stream()),
+                strays,
+                id_header: id_header.as_deref(),
+            }),
+            #[cfg(test)]
+            Feed::Other { source, .. } => Box::new(source.as_mut()),
+        };
+        Records::new(
+            source,
+            &self.topic,
+            self.partition,
+            self.tier,
+            &self.consumed,
+        )
     }
 }
 
-/// A worker's reader of its partition's records; see [`PartitionInput::records`].
-pub(super) struct Records<'a> {
-    /// A record taken while waiting for something else; the next to hand out.
-    pub(super) peeked: Option<Record>,
+/// Where a partition's records come from, one at a time, as the partition's queue hands them
+/// out: the real queue ([`QueueSource`]) or, in tests, a simulated partition. Once a record
+/// is handed out it is the reader's: the source's position has moved past it.
+pub(crate) trait RecordSource: Send {
+    /// The next record, as delivered (before a retry topic's record is restored); `Pending`,
+    /// with `cx`'s waker registered, while none is ready. Never ends.
+    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record>;
+}
+
+impl<T: RecordSource + ?Sized> RecordSource for &mut T {
+    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
+        (**self).poll_record(cx)
+    }
+}
+
+/// The partition's own librdkafka queue, and the rare records that arrived on the main queue.
+struct QueueSource<'a> {
     topic: &'a str,
     partition: i32,
     stream: Option<MessageStream<'a, RebalanceContext>>,
     strays: &'a mut mpsc::Receiver<Record>,
     id_header: Option<&'a str>,
+}
+
+impl RecordSource for QueueSource<'_> {
+    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
+        if let Ok(record) = self.strays.try_recv() {
+            return Poll::Ready(record);
+        }
+        if let Some(stream) = self.stream.as_mut() {
+            loop {
+                match stream.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(message))) => {
+                        return Poll::Ready(Record::from_message(&message, self.id_header))
+                    }
+                    Poll::Ready(Some(Err(e))) => crate::kafka::warn_gated(
+                        "partition_poll_failed",
+                        &e,
+                        &format!("{}-{}", self.topic, self.partition),
+                    ),
+                    Poll::Ready(None) | Poll::Pending => break,
+                }
+            }
+        }
+        // Only when nothing else is ready: the channel takes from tokio's budget.
+        match self.strays.poll_recv(cx) {
+            Poll::Ready(Some(record)) => Poll::Ready(record),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+/// A worker's reader of its partition's records; see [`PartitionInput::records`].
+pub(crate) struct Records<'a> {
+    /// A record taken while waiting for something else; the next to hand out.
+    pub(super) peeked: Option<Record>,
+    /// Records a [`Records::take`] took and has not handed over yet: kept here, not in the
+    /// take's future, so that a take dropped before its end (in a `select!`, when tokio's
+    /// budget runs out between two records) loses nothing; the next take hands them over.
+    taking: Vec<Record>,
+    /// When the first of `taking` was taken.
+    taking_since: Instant,
+    source: Box<dyn RecordSource + 'a>,
+    topic: &'a str,
+    partition: i32,
     tier: Option<u32>,
     consumed: &'a prometheus::IntCounter,
 }
 
-impl Records<'_> {
-    /// A message as the record the worker settles: from a retry topic, the original it
-    /// carries.
-    fn record(&self, message: &rdkafka::message::BorrowedMessage<'_>) -> Record {
-        self.restored(Record::from_message(message, self.id_header))
+impl<'a> Records<'a> {
+    /// A reader of `source`, the partition `topic`/`partition`, of retry tier `tier`'s topic
+    /// or (`None`) of a source topic; counts what it hands over in `consumed`.
+    pub(crate) fn new(
+        source: Box<dyn RecordSource + 'a>,
+        topic: &'a str,
+        partition: i32,
+        tier: Option<u32>,
+        consumed: &'a prometheus::IntCounter,
+    ) -> Self {
+        Self {
+            peeked: None,
+            taking: Vec::new(),
+            taking_since: Instant::now(),
+            source,
+            topic,
+            partition,
+            tier,
+            consumed,
+        }
     }
 
     /// `record` as the worker settles it: from a retry topic, the original it carries.
@@ -108,6 +247,7 @@ impl Records<'_> {
 
     /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
     /// is taken from the partition's queue, which the next assignment's worker reads.
+    /// Cancel-safe.
     pub(super) async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
         if let Some(record) = self.peeked.take() {
             return Some(record);
@@ -115,25 +255,13 @@ impl Records<'_> {
         if cancel.is_cancelled() {
             return None;
         }
-        if let Ok(record) = self.strays.try_recv() {
-            return Some(self.restored(record));
-        }
-        loop {
-            let polled = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return None,
-                Some(record) = self.strays.recv() => return Some(self.restored(record)),
-                Some(polled) = next_message(&mut self.stream) => polled,
-            };
-            match polled {
-                Ok(message) => return Some(self.record(&message)),
-                Err(e) => crate::kafka::warn_gated(
-                    "partition_poll_failed",
-                    &e,
-                    &format!("{}-{}", self.topic, self.partition),
-                ),
-            }
-        }
+        let source = &mut self.source;
+        let record = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return None,
+            record = std::future::poll_fn(|cx| source.poll_record(cx)) => record,
+        };
+        Some(self.restored(record))
     }
 
     /// The next record if one is ready, without waiting; `None` once `cancel` fired.
@@ -141,63 +269,58 @@ impl Records<'_> {
         if cancel.is_cancelled() {
             return None;
         }
-        if let Ok(record) = self.strays.try_recv() {
-            return Some(self.restored(record));
+        if let Some(record) = self.peeked.take() {
+            return Some(record);
         }
-        match next_message(&mut self.stream).now_or_never()?? {
-            Ok(message) => Some(self.record(&message)),
-            Err(_) => None,
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.source.poll_record(&mut cx) {
+            Poll::Ready(record) => Some(self.restored(record)),
+            Poll::Pending => None,
         }
     }
 
     /// Takes up to `max` records in offset order, with the time they were taken: waits for
     /// the first, takes what else is ready, and waits up to `linger` for more. `None` once
-    /// `cancel` fires while none was taken.
+    /// `cancel` fires while none was taken. Cancel-safe: records taken by a take that is
+    /// dropped before its end are handed over by the next.
     pub(super) async fn take(
         &mut self,
         max: usize,
         linger: Duration,
         cancel: &CancellationToken,
     ) -> Option<(Vec<Record>, Instant)> {
-        let first = self.next(cancel).await?;
-        let taken = Instant::now();
-        let mut records = Vec::with_capacity(max.min(256));
-        records.push(first);
-        while records.len() < max {
+        if self.taking.is_empty() {
+            let first = self.next(cancel).await?;
+            self.taking_since = Instant::now();
+            self.taking.reserve(max.min(256));
+            self.taking.push(first);
+        }
+        while self.taking.len() < max {
             // librdkafka's queue is not part of tokio's cooperative scheduling: without this, a
-            // worker whose records are always ready would not let other tasks run.
+            // worker whose records are always ready would not let other tasks run. A take
+            // dropped here keeps what it took in `taking`.
             tokio::task::coop::consume_budget().await;
             match self.ready(cancel) {
-                Some(record) => records.push(record),
+                Some(record) => self.taking.push(record),
                 None => break,
             }
         }
-        if records.len() < max && !linger.is_zero() {
+        if self.taking.len() < max && !linger.is_zero() {
             let until = tokio::time::Instant::now() + linger;
-            while records.len() < max {
+            while self.taking.len() < max {
                 tokio::select! {
                     biased;
                     _ = tokio::time::sleep_until(until) => break,
                     next = self.next(cancel) => match next {
-                        Some(record) => records.push(record),
+                        Some(record) => self.taking.push(record),
                         None => break,
                     },
                 }
             }
         }
+        let records = std::mem::take(&mut self.taking);
         self.consumed.inc_by(records.len() as u64);
-        Some((records, taken))
-    }
-}
-
-/// The next message of the partition's stream; never ready when it has none.
-async fn next_message<'a>(
-    stream: &mut Option<MessageStream<'a, RebalanceContext>>,
-) -> Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'a>>> {
-    use futures_util::StreamExt;
-    match stream {
-        Some(stream) => stream.next().await,
-        None => std::future::pending().await,
+        Some((records, self.taking_since))
     }
 }
 
@@ -224,16 +347,14 @@ mod tests {
     async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
         let (tx, mut strays) = mpsc::channel(4);
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let mut records = Records {
-            peeked: None,
+        let source = QueueSource {
             topic: "t",
             partition: 0,
             stream: None,
             strays: &mut strays,
             id_header: None,
-            tier: None,
-            consumed: &consumed,
         };
+        let mut records = Records::new(Box::new(source), "t", 0, None, &consumed);
         let cancel = CancellationToken::new();
         tx.send(record(7)).await.unwrap();
         assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
@@ -253,5 +374,36 @@ mod tests {
             Some(8),
             "the record is still there for the next reader"
         );
+    }
+
+    /// Always ready: the partition's queue holds more than a take wants.
+    struct Endless(i64);
+
+    impl RecordSource for Endless {
+        fn poll_record(&mut self, _: &mut Context<'_>) -> Poll<Record> {
+            self.0 += 1;
+            Poll::Ready(record(self.0 - 1))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_take_dropped_when_the_budget_runs_out_loses_no_record() {
+        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let mut records = Records::new(Box::new(Endless(0)), "t", 0, None, &consumed);
+        let cancel = CancellationToken::new();
+        let mut handed = Vec::new();
+        // A take of 1,000 runs out of tokio's budget (128 a poll) before its end; a
+        // `select!` that finds another branch ready then drops it.
+        for _ in 0..20 {
+            let take = records.take(1_000, Duration::ZERO, &cancel);
+            if let Some(Some((taken, _))) = futures_util::FutureExt::now_or_never(take) {
+                handed.extend(taken.into_iter().map(|r| r.offset));
+            }
+            tokio::task::yield_now().await;
+        }
+        let (taken, _) = records.take(1_000, Duration::ZERO, &cancel).await.unwrap();
+        handed.extend(taken.into_iter().map(|r| r.offset));
+        let expected: Vec<i64> = (0..handed.len() as i64).collect();
+        assert_eq!(handed, expected, "every record handed over once, in order");
     }
 }

@@ -1,7 +1,7 @@
 //! A worker's own metrics, counted locally and added to the shared ones in bulk, and the
 //! calls the downstream answered, told to the outage breaker in bulk.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerState, CallOutcome, Permit};
 use crate::metrics::Metrics;
@@ -87,14 +87,12 @@ impl TopicMetrics<'_> {
         }
         // The answered calls before this one first, so the window sees them in order.
         self.flush_answered();
-        self.breaker
-            .record_at(permit, outcome, who, tokio::time::Instant::from_std(ended))
+        self.breaker.record_at(permit, outcome, who, ended)
     }
 
     fn flush_answered(&mut self) {
         if let Some((calls, at)) = self.answered.take() {
-            self.breaker
-                .record_answered(calls, tokio::time::Instant::from_std(at));
+            self.breaker.record_answered(calls, at);
         }
     }
 

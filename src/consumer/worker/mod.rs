@@ -12,12 +12,20 @@
 //! | [`dead_letters`] | dead-letter and retry-topic writes, pipelined while the partition goes on |
 //! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
 //! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
-//! | [`outage`] | pausing and resuming every partition when the outage breaker opens and closes |
+//! | [`outage`] | what the outage breaker's opening and closing does (counted and logged; nothing paused) |
 //! | [`local_metrics`] | metrics a worker counts locally and flushes, and the breaker's answered calls |
+//! | [`client`] | what the worker asks of its Kafka consumer (a trait: the simulation's seam) |
+//!
+//! The worker's world is behind three small traits — where records come from
+//! ([`input::RecordSource`]), what it asks of the consumer ([`client::Client`]) and where
+//! records that exit are written ([`exit::ExitWriter`]) — so that `simulation` (tests only)
+//! runs the whole worker against simulated partitions on tokio's paused clock, with seeded
+//! schedules, and checks its guarantees after every step.
 
 mod attempt;
 mod bisect;
 mod by_key;
+pub(super) mod client;
 pub(super) mod dead_letters;
 mod exit;
 mod in_order;
@@ -26,20 +34,21 @@ mod local_metrics;
 mod outage;
 mod progress;
 mod retry_wait;
+#[cfg(test)]
+mod simulation;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::StreamConsumer;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use exit::ExitWriter;
 pub(super) use input::PartitionInput;
 
-use super::context::{RebalanceContext, SharedQueue};
+use super::context::SharedQueue;
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::Breaker;
-use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
@@ -47,9 +56,14 @@ use crate::record::Record;
 /// What the workers of all partitions share.
 pub(super) struct Shared<H> {
     pub handler: H,
-    pub dlq: DeadLetterPublisher,
+    /// Where records that exit are written: the dead-letter topic, the retry topics.
+    pub exits: Arc<dyn ExitWriter>,
     pub backoff: ExponentialBackoff,
-    pub consumer: Arc<StreamConsumer<RebalanceContext>>,
+    /// The Kafka consumer, as the workers use it.
+    pub client: Arc<dyn client::Client>,
+    /// Whether a retry partition without a committed offset is started at its first record
+    /// (when `auto_offset_reset` is not `earliest`: a retry record must never be skipped).
+    pub retry_from_beginning: bool,
     pub metrics: Metrics,
     pub breaker: Breaker,
     pub batch_size: usize,
@@ -91,7 +105,7 @@ pub(super) async fn run_worker<H: BatchHandler>(
 ) {
     // The partition's queue is read by one worker at a time: a worker of an earlier
     // assignment of this partition may still be finishing its handler call.
-    let reader = input.queue.as_ref().map(|shared| shared.reader.clone());
+    let reader = input.reader();
     let _lease = match reader {
         Some(reader) => tokio::select! {
             lease = reader.lock_owned() => Some(lease),
@@ -101,6 +115,13 @@ pub(super) async fn run_worker<H: BatchHandler>(
     };
     // A retry topic's records are due one after another: always one at a time, in order.
     if input.tier.is_some() {
+        if shared.retry_from_beginning {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = shared.client.start_at_beginning_unless_committed(&input.topic, input.partition) => {}
+            }
+        }
         return in_order::run(shared, input, cancel).await;
     }
     if let Some(max_in_flight) = shared.key_ordered {

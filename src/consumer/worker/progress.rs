@@ -4,12 +4,11 @@
 //! stored, and it never passes an unsettled record: a dead letter settles only once the broker
 //! acknowledged it.
 
-use rdkafka::consumer::Consumer as _;
-
 use super::dead_letters::DeadLetterWrites;
 use super::Shared;
 use crate::consumer::offsets::Offsets;
 use crate::handler::BatchHandler;
+use crate::record::Record;
 
 /// See the module docs.
 pub(super) struct Progress {
@@ -41,14 +40,21 @@ impl Progress {
         }
     }
 
-    /// A record was taken from the partition's queue.
-    pub(super) fn take(&mut self, offset: i64) {
-        self.offsets.take(offset);
+    /// `record` was taken from the partition's queue. Keyed by the offset it was delivered at
+    /// ([`Record::delivered_offset`]: a retry record's offset in its retry topic), which is the
+    /// one the partition commits, so no caller can pass the wrong one.
+    pub(super) fn take(&mut self, record: &Record) {
+        self.offsets.take(record.delivered_offset());
     }
 
-    /// A record is settled (handled, or dead-lettered and acknowledged).
-    pub(super) fn settle(&mut self, offset: i64) {
-        self.offsets.settle(offset);
+    /// `record` is settled (handled, or dead-lettered and acknowledged).
+    pub(super) fn settle(&mut self, record: &Record) {
+        self.offsets.settle(record.delivered_offset());
+    }
+
+    /// How many records are taken and not yet passed by the position.
+    pub(super) fn open(&self) -> usize {
+        self.offsets.open()
     }
 
     /// Settles the dead letters acknowledged so far and stores the position reached.
@@ -63,6 +69,27 @@ impl Progress {
             (&self.partition, self.offsets.take_position())
         {
             store_position(shared, topic, *partition, position);
+        }
+    }
+
+    /// Runs `wait` (a backoff, the breaker, a retry record's due time) while settling and
+    /// storing the dead letters acknowledged meanwhile, so that a waiting partition's
+    /// acknowledged writes give their share of the budget back and get committed.
+    pub(super) async fn meanwhile<T>(
+        &mut self,
+        shared: &Shared<impl BatchHandler>,
+        wait: impl std::future::Future<Output = T>,
+    ) -> T {
+        let mut wait = std::pin::pin!(wait);
+        loop {
+            let writes = self.writes.as_mut().filter(|w| !w.is_empty());
+            let pending = writes.is_some();
+            tokio::select! {
+                biased;
+                out = &mut wait => return out,
+                _ = async { writes.expect("checked").wait_first().await }, if pending => {}
+            }
+            self.store(shared);
         }
     }
 
@@ -82,10 +109,8 @@ pub(super) fn store_position(
     partition: i32,
     position: i64,
 ) {
-    // rdkafka's store_offset takes the last handled offset and stores the one after it.
-    let offset = position - 1;
-    if let Err(e) = shared.consumer.store_offset(topic, partition, offset) {
-        tracing::debug!(event = "offset_store_failed", %topic, partition, offset,
-            error = %e, "partition no longer assigned; the new owner consumes it again");
+    if let Err(error) = shared.client.store_position(topic, partition, position) {
+        tracing::debug!(event = "offset_store_failed", %topic, partition, position,
+            %error, "partition no longer assigned; the new owner consumes it again");
     }
 }

@@ -1,60 +1,138 @@
 //! A retry topic's partition waiting until its next record is due: its fetches paused (that
-//! partition alone), its progress stored, and its dead letters acknowledged meanwhile
-//! settled as they come.
+//! partition alone, resumed whichever way the wait ends, so the pause never outlives it),
+//! its progress stored, and its dead letters acknowledged meanwhile settled as they come.
+//!
+//! The due time is the writer's clock plus the tier's delay, or whatever a foreign writer put
+//! in the record, so it is not trusted without a bound: a record waits at most its tier's
+//! delay from when it was taken. A writer whose clock runs ahead, or a due time centuries
+//! away, delays the partition by at most one delay (logged as `retry_due_clamped`), never
+//! stops it.
 
-use rdkafka::consumer::Consumer as _;
-use rdkafka::TopicPartitionList;
+use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 
+use super::client::{Client, TopicPartition};
 use super::progress::Progress;
 use super::{Abandoned, Shared};
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
 use crate::record::Record;
 
-/// Waits until `record`, delivered from a retry topic, is due; at once for a record of a
-/// source topic or one already due. [`Abandoned`] when `cancel` fires first: the record is
-/// consumed again by the partition's next owner.
+/// How long `record`, delivered from a retry topic and due at its `due`, waits from `now`:
+/// until it is due, at most its tier's `delay` (none for a tier that has no delay here).
+/// `Some((wait, clamped))`: it waits, and whether the bound cut the wait short.
+pub(super) fn wait_for(
+    due: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+    delay: Option<Duration>,
+) -> Option<(Duration, bool)> {
+    let wait = (due - now).to_std().ok().filter(|w| !w.is_zero())?;
+    let bound = delay.unwrap_or_default();
+    if wait > bound {
+        return (!bound.is_zero()).then_some((bound, true));
+    }
+    Some((wait, false))
+}
+
+/// Waits until `record`, delivered from a retry topic, is due (at most its tier's delay); at
+/// once for a record of a source topic or one already due. [`Abandoned`] when `cancel` fires
+/// first: the record is consumed again by the partition's next owner.
 pub(super) async fn wait_until_due<H: BatchHandler>(
     shared: &Shared<H>,
     record: &Record,
-    settled: &mut Progress,
+    progress: &mut Progress,
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
     let Some(retry) = &record.retry else {
         return Ok(());
     };
-    let Ok(wait) = (retry.due - chrono::Utc::now()).to_std() else {
+    let delay = shared.retry_tiers.delay(retry.tier);
+    let Some((wait, clamped)) = wait_for(retry.due, shared.client.now(), delay) else {
         return Ok(());
     };
-    settled.store(shared);
+    if clamped {
+        tracing::warn!(event = "retry_due_clamped", tier = retry.tier, retry_topic = %retry.topic,
+            retry_partition = retry.partition, retry_offset = retry.offset, id = %record.id,
+            due = %retry.due.to_rfc3339(), wait_ms = wait.as_millis() as u64,
+            "the record's due time is further away than its tier's delay (writer clock ahead, or a foreign due time): waiting the delay only");
+    }
+    progress.store(shared);
     tracing::info!(event = "retry_record_waiting", tier = retry.tier, retry_topic = %retry.topic,
         retry_partition = retry.partition, retry_offset = retry.offset, id = %record.id,
         due = %retry.due.to_rfc3339(), wait_ms = wait.as_millis() as u64,
         "the retry partition is paused until its next record is due");
     let _waiting = GaugeGuard::inc(&shared.metrics.retry_partitions_waiting);
-    let mut partition = TopicPartitionList::new();
-    partition.add_partition(&retry.topic, retry.partition);
-    // Paused so that librdkafka does not fetch records that would only wait; the records
-    // already fetched stay in the partition's queue.
-    if let Err(e) = shared.consumer.pause(&partition) {
-        tracing::debug!(event = "retry_partition_pause_failed", error = %e);
-    }
+    // Paused so that librdkafka does not fetch records that would only wait; fetched again
+    // when the hold drops, whichever way the wait ends.
+    let _hold = Paused::new(shared.client.as_ref(), (retry.topic.clone(), retry.partition));
     let until = tokio::time::Instant::now() + wait;
-    let waited = loop {
-        let writes = settled.writes.as_mut().filter(|w| !w.is_empty());
-        let pending = writes.is_some();
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break Err(Abandoned),
-            _ = tokio::time::sleep_until(until) => break Ok(()),
-            _ = async { writes.expect("checked").wait_first().await }, if pending => {
-                settled.store(shared);
+    progress
+        .meanwhile(shared, async {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(Abandoned),
+                _ = tokio::time::sleep_until(until) => Ok(()),
             }
+        })
+        .await
+}
+
+/// A partition paused until dropped.
+struct Paused<'a> {
+    client: &'a dyn Client,
+    partition: [TopicPartition; 1],
+}
+
+impl<'a> Paused<'a> {
+    fn new(client: &'a dyn Client, partition: TopicPartition) -> Self {
+        let partition = [partition];
+        if let Err(error) = client.pause(&partition) {
+            tracing::debug!(event = "retry_partition_pause_failed", %error);
         }
-    };
-    if let Err(e) = shared.consumer.resume(&partition) {
-        tracing::debug!(event = "retry_partition_resume_failed", error = %e);
+        Self { client, partition }
     }
-    waited
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        if let Err(error) = self.client.resume(&self.partition) {
+            tracing::debug!(event = "retry_partition_resume_failed", %error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_due_time_beyond_the_tiers_delay_waits_the_delay_only() {
+        let now = chrono::Utc::now();
+        let delay = Some(Duration::from_secs(60));
+        let due = |s: i64| now + chrono::TimeDelta::seconds(s);
+        assert_eq!(
+            wait_for(due(30), now, delay),
+            Some((Duration::from_secs(30), false))
+        );
+        assert_eq!(wait_for(due(0), now, delay), None, "due now");
+        assert_eq!(wait_for(due(-5), now, delay), None, "overdue");
+        assert_eq!(
+            wait_for(due(7_200), now, delay),
+            Some((Duration::from_secs(60), true)),
+            "a writer two hours ahead"
+        );
+        let year_2099 = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(
+            wait_for(year_2099, now, delay),
+            Some((Duration::from_secs(60), true))
+        );
+        assert_eq!(
+            wait_for(year_2099, now, None),
+            None,
+            "a tier without a delay here: at once"
+        );
+    }
 }

@@ -1,0 +1,143 @@
+//! What a partition's worker asks of its Kafka consumer: storing a position for the next
+//! commit, pausing and resuming fetches, the assignment, and the wall clock. A trait so that
+//! the whole worker runs against simulated partitions in tests (`worker/simulation`), with no
+//! broker; the real consumer implements it with librdkafka's calls.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::consumer::context::RebalanceContext;
+
+/// A topic and partition.
+pub(crate) type TopicPartition = (String, i32);
+
+/// What a partition's worker asks of its Kafka consumer; see the module docs. Every call but
+/// [`Client::start_at_beginning_unless_committed`] returns at once.
+pub(crate) trait Client: Send + Sync + 'static {
+    /// Stores `position` (the next offset to consume) of `topic`/`partition` for the next
+    /// commit. Fails when the partition is no longer assigned here.
+    fn store_position(&self, topic: &str, partition: i32, position: i64) -> Result<(), String>;
+
+    /// The partitions assigned to this member now.
+    fn assignment(&self) -> Vec<TopicPartition>;
+
+    /// Stops fetching `partitions`; the records already fetched stay in their queues.
+    fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String>;
+
+    /// Fetches `partitions` again.
+    fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String>;
+
+    /// Makes a newly assigned partition without a committed offset start at its first record
+    /// (whatever `auto.offset.reset` says); one with a committed offset keeps it.
+    fn start_at_beginning_unless_committed(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// The wall clock: when retry records are due.
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+fn list(partitions: &[TopicPartition]) -> TopicPartitionList {
+    let mut list = TopicPartitionList::with_capacity(partitions.len());
+    for (topic, partition) in partitions {
+        list.add_partition(topic, *partition);
+    }
+    list
+}
+
+/// How long the committed-offset look-up and the seek of
+/// [`Client::start_at_beginning_unless_committed`] may take.
+const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The real consumer, as its workers use it.
+pub(crate) struct KafkaClient(pub(crate) Arc<StreamConsumer<RebalanceContext>>);
+
+impl Client for KafkaClient {
+    fn store_position(&self, topic: &str, partition: i32, position: i64) -> Result<(), String> {
+        // rdkafka's store_offset takes the last handled offset and stores the one after it.
+        self.0
+            .store_offset(topic, partition, position - 1)
+            .map_err(|e| e.to_string())
+    }
+
+    fn assignment(&self) -> Vec<TopicPartition> {
+        match rdkafka::consumer::Consumer::assignment(self.0.as_ref()) {
+            Ok(list) => list
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(event = "assignment_failed", error = %e);
+                Vec::new()
+            }
+        }
+    }
+
+    fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {
+        rdkafka::consumer::Consumer::pause(self.0.as_ref(), &list(partitions)).map_err(|e| e.to_string())
+    }
+
+    fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String> {
+        rdkafka::consumer::Consumer::resume(self.0.as_ref(), &list(partitions)).map_err(|e| e.to_string())
+    }
+
+    fn start_at_beginning_unless_committed(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let topic = topic.to_string();
+        let consumer = self.0.clone();
+        Box::pin(async move {
+            // Both calls wait for the broker: off the async threads.
+            let (committed, consumer) = {
+                let partition = list(&[(topic.clone(), partition)]);
+                tokio::task::spawn_blocking(move || {
+                    (consumer.committed_offsets(partition, START_TIMEOUT), consumer)
+                })
+                .await
+                .expect("committed_offsets does not panic")
+            };
+            let committed = match committed {
+                Ok(list) => list
+                    .find_partition(&topic, partition)
+                    .map(|e| e.offset())
+                    .filter(|offset| matches!(offset, Offset::Offset(_))),
+                Err(e) => {
+                    tracing::warn!(event = "committed_offset_unknown", %topic, partition,
+                        error = %e, "starting the retry partition at its beginning (records may be handled again, none skipped)");
+                    None
+                }
+            };
+            if committed.is_some() {
+                return;
+            }
+            let sought = {
+                let topic = topic.clone();
+                tokio::task::spawn_blocking(move || {
+                    consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT)
+                })
+                .await
+                .expect("seek does not panic")
+            };
+            match sought {
+                Ok(()) => tracing::info!(event = "retry_partition_from_beginning", %topic,
+                    partition, "no committed offset: starting at the first record"),
+                Err(e) => tracing::error!(event = "retry_partition_seek_failed", %topic,
+                    partition, error = %e,
+                    "could not start the retry partition at its beginning; auto.offset.reset applies"),
+            }
+        })
+    }
+}

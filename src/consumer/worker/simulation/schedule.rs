@@ -1,0 +1,475 @@
+//! One seeded schedule: the settings, the records and their plans, and the steps
+//! (rebalances, outages of the downstream and of the dead-letter topic, new records, commits,
+//! time) drawn from the seed, with the guarantees checked after every step; then every
+//! partition assigned, the outages over, and the records must all settle and be committed;
+//! then shutdown, which must end in time.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::super::client::TopicPartition;
+use super::super::input::PartitionInput;
+use super::super::{run_worker, Shared};
+use super::world::{Outcome, Plan, SimClient, SimExits, SimHandler, SimSource, Wait, World, WorldRef};
+use crate::backoff::ExponentialBackoff;
+use crate::breaker::{Breaker, BreakerPolicy};
+use crate::metrics::Metrics;
+use crate::record::Record;
+use crate::retry_tier::RetryTiers;
+
+/// How a schedule's workers settle records.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Mode {
+    InOrder,
+    Batch { size: usize, linger_ms: u64 },
+    ByKey { max_in_flight: usize },
+}
+
+/// What a schedule ran, for the test's summary.
+#[derive(Debug, Default)]
+pub(super) struct Report {
+    pub records: usize,
+    pub handled: usize,
+    pub dead_letters: u64,
+}
+
+/// The members of the group.
+const MEMBERS: usize = 2;
+/// The source topic's partitions.
+const PARTITIONS: i32 = 2;
+/// The longest a handler call sleeps (one that outlives a revocation).
+const LONGEST_CALL: Duration = Duration::from_secs(4);
+/// How long a revoked or stopped worker may take to end: its handler calls in flight run to
+/// their end, its writes in flight are acknowledged or given up.
+const STOP_BOUND: Duration = Duration::from_secs(6);
+/// How long a partition may stay paused with nothing holding it before that is a stall.
+const STALL_AFTER: Duration = Duration::from_secs(1);
+
+struct Slot {
+    cancel: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+/// A revoked (or stopped) worker that has not ended yet.
+struct Stopping {
+    member: usize,
+    tp: TopicPartition,
+    handle: JoinHandle<()>,
+    since: tokio::time::Instant,
+}
+
+struct Run {
+    seed: u64,
+    rng: fastrand::Rng,
+    world: WorldRef,
+    members: Vec<Arc<Shared<SimHandler>>>,
+    workers: Vec<BTreeMap<TopicPartition, Slot>>,
+    readers: Vec<BTreeMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+    stopping: Vec<Stopping>,
+    partitions: Vec<TopicPartition>,
+    sources: Vec<String>,
+    tiers: RetryTiers,
+    keys: u8,
+    /// Paused partitions nothing holds, since when.
+    unheld: BTreeMap<(usize, TopicPartition), tokio::time::Instant>,
+    mode: Mode,
+}
+
+/// Runs the schedule of `seed`; `Err` names the first broken guarantee.
+pub(super) fn run(seed: u64) -> Result<Report, String> {
+    fastrand::seed(seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    let result = runtime.block_on(schedule(seed));
+    // A handler call still running is dropped with the runtime.
+    drop(runtime);
+    result
+}
+
+async fn schedule(seed: u64) -> Result<Report, String> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mode = match rng.u8(0..3) {
+        0 => Mode::InOrder,
+        1 => Mode::Batch {
+            size: rng.usize(2..=8),
+            linger_ms: [0, 0, 5, 20][rng.usize(0..4)],
+        },
+        _ => Mode::ByKey {
+            max_in_flight: [1, 2, 4, 16, 64][rng.usize(0..5)],
+        },
+    };
+    let tiers = match rng.u8(0..4) {
+        0 | 1 => RetryTiers::default(),
+        2 => RetryTiers::new([rng.u64(20..=500)]),
+        _ => RetryTiers::new([rng.u64(20..=300), rng.u64(20..=300)]),
+    };
+    let queue_capacity = [1, 3, 16, 64, 300][rng.usize(0..5)];
+    let key_order = matches!(mode, Mode::ByKey { .. });
+    let world = WorldRef(Arc::new(Mutex::new(World::new(
+        seed,
+        MEMBERS,
+        queue_capacity,
+        key_order,
+    ))));
+    let max_retries = rng.u32(0..=3);
+    let backoff = ExponentialBackoff::new(
+        Duration::from_millis(5),
+        2.0,
+        Duration::from_millis(40),
+        0.2,
+        Some(max_retries),
+    )
+    .expect("a valid backoff");
+    let budget_kib = rng.usize(2..=8);
+    let sources = vec!["t".to_string()];
+    let mut partitions: Vec<TopicPartition> =
+        (0..PARTITIONS).map(|p| ("t".to_string(), p)).collect();
+    for topic in tiers.topics("t") {
+        partitions.push((topic, 0));
+    }
+    let members = (0..MEMBERS)
+        .map(|member| {
+            Arc::new(Shared {
+                handler: SimHandler {
+                    world: world.clone(),
+                },
+                exits: Arc::new(SimExits {
+                    world: world.clone(),
+                    retry_partitions: 1,
+                }),
+                backoff: backoff.clone(),
+                client: Arc::new(SimClient {
+                    world: world.clone(),
+                    member,
+                }),
+                retry_from_beginning: false,
+                metrics: Metrics::new(),
+                breaker: Breaker::new(Some(BreakerPolicy {
+                    window: Duration::from_secs(1),
+                    min_calls: 4,
+                    failure_ratio: 0.5,
+                    probe_initial: Duration::from_millis(50),
+                    probe_max: Duration::from_millis(400),
+                })),
+                batch_size: match mode {
+                    Mode::Batch { size, .. } => size,
+                    _ => 1,
+                },
+                batch_linger: match mode {
+                    Mode::Batch { linger_ms, .. } => Duration::from_millis(linger_ms),
+                    _ => Duration::ZERO,
+                },
+                key_ordered: match mode {
+                    Mode::ByKey { max_in_flight } => Some(max_in_flight),
+                    _ => None,
+                },
+                trace_records: false,
+                retry_tiers: tiers.clone(),
+                dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+            })
+        })
+        .collect();
+    let mut run = Run {
+        seed,
+        keys: rng.u8(1..=4),
+        rng,
+        world,
+        members,
+        workers: (0..MEMBERS).map(|_| BTreeMap::new()).collect(),
+        readers: (0..MEMBERS).map(|_| BTreeMap::new()).collect(),
+        stopping: Vec::new(),
+        partitions,
+        sources,
+        tiers,
+        unheld: BTreeMap::new(),
+        mode,
+    };
+    let initial = run.rng.usize(10..=60);
+    run.produce(initial);
+    for tp in run.partitions.clone() {
+        let member = run.rng.usize(0..MEMBERS);
+        run.assign(member, &tp);
+    }
+    let steps = run.rng.usize(20..=80);
+    for _ in 0..steps {
+        run.step().await;
+        run.check()?;
+    }
+    run.heal().await?;
+    run.shutdown().await?;
+    let world = run.world.lock();
+    Ok(Report {
+        records: world.logs.values().map(Vec::len).sum(),
+        handled: world.handled.len(),
+        dead_letters: world.dead_letters,
+    })
+}
+
+impl Run {
+    fn context(&self) -> String {
+        format!(
+            "seed {} ({:?}, tiers {:?}); replay with KAFKA_DLQ_SIMULATION_SEED={}",
+            self.seed,
+            self.mode,
+            self.tiers.delays_ms(),
+            self.seed
+        )
+    }
+
+    /// `n` new records on the source partitions, each with its plan.
+    fn produce(&mut self, n: usize) {
+        let mut world = self.world.lock();
+        for _ in 0..n {
+            let partition = self.rng.i32(0..PARTITIONS);
+            let tp = ("t".to_string(), partition);
+            let key = self.rng.u8(0..self.keys);
+            let wait = match self.rng.u8(0..20) {
+                0..=9 => Wait::None,
+                10..=13 => Wait::Yield,
+                14..=18 => Wait::Sleep(self.rng.u64(1..=30)),
+                _ => Wait::Sleep(self.rng.u64(1_000..=LONGEST_CALL.as_millis() as u64)),
+            };
+            let outcome = match self.rng.u8(0..40) {
+                0..=27 => Outcome::Ok,
+                28..=33 => Outcome::Transient(self.rng.u32(1..=6)),
+                34..=37 => Outcome::Permanent,
+                _ => Outcome::Panic,
+            };
+            let record = Record {
+                id: String::new(),
+                topic: tp.0.clone(),
+                partition,
+                offset: 0,
+                key: Some(vec![b'k', key]),
+                payload: Some(vec![0; 64]),
+                headers: vec![],
+                timestamp: None,
+                timestamp_type: None,
+                retry: None,
+            };
+            let offset = world.logs.get(&tp).map_or(0, Vec::len) as i64;
+            world.plans.insert((tp.clone(), offset), Plan { wait, outcome });
+            world.append(&tp, record);
+        }
+    }
+
+    fn owner(&self, tp: &TopicPartition) -> Option<usize> {
+        (0..MEMBERS).find(|m| self.workers[*m].contains_key(tp))
+    }
+
+    /// The rebalance callback's assignment and the poll loop's start of the worker.
+    fn assign(&mut self, member: usize, tp: &TopicPartition) {
+        if self.owner(tp).is_some() {
+            return;
+        }
+        self.world.lock().assign(member, tp);
+        let shared = self.members[member].clone();
+        let reader = self.readers[member].entry(tp.clone()).or_default().clone();
+        let tier = self.tiers.tier_of(&tp.0, &self.sources).map(|(_, t)| t);
+        let source = SimSource {
+            world: self.world.clone(),
+            member,
+            tp: tp.clone(),
+        };
+        let input = PartitionInput::from_source(
+            tp.0.clone(),
+            tp.1,
+            Box::new(source),
+            reader,
+            &shared.metrics,
+            tier,
+            self.tiers.len(),
+        );
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(run_worker(shared, input, cancel.clone()));
+        self.workers[member].insert(tp.clone(), Slot { cancel, handle });
+    }
+
+    /// The rebalance callback's revocation: the worker cancelled, the stored positions
+    /// committed, the partition unassigned.
+    fn revoke(&mut self, tp: &TopicPartition) {
+        let Some(member) = self.owner(tp) else { return };
+        let slot = self.workers[member].remove(tp).expect("owned");
+        slot.cancel.cancel();
+        self.world.lock().revoke(member, tp);
+        self.stopping.push(Stopping {
+            member,
+            tp: tp.clone(),
+            handle: slot.handle,
+            since: tokio::time::Instant::now(),
+        });
+    }
+
+    async fn step(&mut self) {
+        let pick = self.rng.usize(0..self.partitions.len());
+        let tp = self.partitions[pick].clone();
+        match self.rng.u8(0..100) {
+            0..=34 => tokio::time::sleep(Duration::from_millis(self.rng.u64(0..300))).await,
+            35..=44 => self.revoke(&tp),
+            45..=59 => {
+                let member = self.rng.usize(0..MEMBERS);
+                self.assign(member, &tp);
+            }
+            60..=67 => {
+                self.revoke(&tp);
+                let member = self.rng.usize(0..MEMBERS);
+                self.assign(member, &tp);
+            }
+            68..=75 => {
+                let mut world = self.world.lock();
+                world.downstream_down = !world.downstream_down;
+            }
+            76..=80 => {
+                let mut world = self.world.lock();
+                world.dlq_down = !world.dlq_down;
+            }
+            81..=87 => {
+                let n = self.rng.usize(1..=40);
+                self.produce(n);
+            }
+            88..=93 => {
+                let mut world = self.world.lock();
+                for member in 0..MEMBERS {
+                    world.commit(member);
+                }
+            }
+            _ => {
+                for _ in 0..self.rng.usize(1..10) {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        // Let what the step set off run a little.
+        tokio::time::sleep(Duration::from_millis(self.rng.u64(0..5))).await;
+    }
+
+    /// The guarantees after a step: positions (checked as they are stored and committed),
+    /// revoked workers ending in time, every owned partition fetched unless a retry wait
+    /// holds it now.
+    fn check(&mut self) -> Result<(), String> {
+        let now = tokio::time::Instant::now();
+        if let Some(violation) = self.world.lock().violations.first() {
+            return Err(format!("{violation}; {}", self.context()));
+        }
+        self.stopping.retain(|s| !s.handle.is_finished());
+        if let Some(late) = self.stopping.iter().find(|s| now - s.since > STOP_BOUND) {
+            return Err(format!(
+                "the worker of {}-{} on member {} still runs {:?} after it was stopped; {}",
+                late.tp.0,
+                late.tp.1,
+                late.member,
+                now - late.since,
+                self.context()
+            ));
+        }
+        let world = self.world.lock();
+        for (member, state) in world.members.iter().enumerate() {
+            for tp in state.assigned.intersection(&state.paused) {
+                let breaker = self.members[member].breaker.is_open();
+                let waiting = self.tiers.tier_of(&tp.0, &self.sources).is_some_and(|(_, tier)| {
+                    state.handed_retry.get(tp).is_some_and(|(offset, at)| {
+                        let delay = self.tiers.delay(tier).unwrap_or_default();
+                        !world.handled.contains(&(tp.clone(), *offset))
+                            && !world.exited.contains(&(tp.clone(), *offset))
+                            && now < *at + delay + Duration::from_millis(100)
+                    })
+                });
+                let key = (member, tp.clone());
+                if breaker || waiting {
+                    self.unheld.remove(&key);
+                    continue;
+                }
+                let since = *self.unheld.entry(key).or_insert(now);
+                if now - since > STALL_AFTER {
+                    return Err(format!(
+                        "{}-{} is assigned to member {member} but not fetched for {:?}, though neither the breaker nor a retry wait holds it; {}",
+                        tp.0,
+                        tp.1,
+                        now - since,
+                        self.context()
+                    ));
+                }
+            }
+        }
+        let paused: Vec<(usize, TopicPartition)> = world
+            .members
+            .iter()
+            .enumerate()
+            .flat_map(|(m, s)| s.paused.iter().map(move |tp| (m, tp.clone())))
+            .collect();
+        drop(world);
+        self.unheld.retain(|k, _| paused.contains(k));
+        Ok(())
+    }
+
+    /// The outages end and every partition is assigned: every record must settle and be
+    /// committed.
+    async fn heal(&mut self) -> Result<(), String> {
+        {
+            let mut world = self.world.lock();
+            world.downstream_down = false;
+            world.dlq_down = false;
+        }
+        for tp in self.partitions.clone() {
+            let member = self.rng.usize(0..MEMBERS);
+            self.assign(member, &tp);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            {
+                let mut world = self.world.lock();
+                for member in 0..MEMBERS {
+                    world.commit(member);
+                }
+            }
+            self.check()?;
+            let world = self.world.lock();
+            let behind: Vec<String> = world
+                .logs
+                .iter()
+                .filter(|(tp, log)| world.committed.get(*tp).copied().unwrap_or(0) < log.len() as i64)
+                .map(|(tp, log)| {
+                    format!(
+                        "{}-{} committed {} of {} (first unsettled {})",
+                        tp.0,
+                        tp.1,
+                        world.committed.get(tp).copied().unwrap_or(0),
+                        log.len(),
+                        world.first_unsettled(tp)
+                    )
+                })
+                .collect();
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "stalled: 600 s after the last outage, {}; {}",
+                    behind.join(", "),
+                    self.context()
+                ));
+            }
+        }
+    }
+
+    /// Every worker stopped: each must end within its bound.
+    async fn shutdown(&mut self) -> Result<(), String> {
+        for tp in self.partitions.clone() {
+            self.revoke(&tp);
+        }
+        let deadline = tokio::time::Instant::now() + STOP_BOUND + Duration::from_millis(100);
+        while tokio::time::Instant::now() < deadline && !self.stopping.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.check()?;
+        }
+        self.check()
+    }
+}
