@@ -191,7 +191,12 @@ async fn schedule(seed: u64) -> Result<Report, String> {
         unheld: BTreeMap::new(),
         mode,
     };
-    let initial = run.rng.usize(10..=60);
+    // Mostly small partitions; sometimes ones long enough that a worker takes more records
+    // in one poll than tokio's budget allows (128).
+    let initial = match run.rng.u8(0..4) {
+        0 => run.rng.usize(300..=1_500),
+        _ => run.rng.usize(10..=60),
+    };
     run.produce(initial);
     for tp in run.partitions.clone() {
         let member = run.rng.usize(0..MEMBERS);
@@ -331,7 +336,10 @@ impl Run {
                 world.dlq_down = !world.dlq_down;
             }
             81..=87 => {
-                let n = self.rng.usize(1..=40);
+                let n = match self.rng.u8(0..5) {
+                    0 => self.rng.usize(100..=500),
+                    _ => self.rng.usize(1..=40),
+                };
                 self.produce(n);
             }
             88..=93 => {
