@@ -1,5 +1,5 @@
 //! What a partition's worker asks of its Kafka consumer: storing a position for the next
-//! commit, pausing and resuming fetches, the assignment, and the wall clock. A trait so that
+//! commit, pausing and resuming fetches, where a retry partition starts, and the wall clock. A trait so that
 //! the whole worker runs against simulated partitions in tests (`worker/simulation`), with no
 //! broker; the real consumer implements it with librdkafka's calls.
 
@@ -23,9 +23,6 @@ pub(crate) trait Client: Send + Sync + 'static {
     /// Stores `position` (the next offset to consume) of `topic`/`partition` for the next
     /// commit. Fails when the partition is no longer assigned here.
     fn store_position(&self, topic: &str, partition: i32, position: i64) -> Result<(), String>;
-
-    /// The partitions assigned to this member now.
-    fn assignment(&self) -> Vec<TopicPartition>;
 
     /// Stops fetching `partitions`; the records already fetched stay in their queues.
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String>;
@@ -68,20 +65,6 @@ impl Client for KafkaClient {
         self.0
             .store_offset(topic, partition, position - 1)
             .map_err(|e| e.to_string())
-    }
-
-    fn assignment(&self) -> Vec<TopicPartition> {
-        match rdkafka::consumer::Consumer::assignment(self.0.as_ref()) {
-            Ok(list) => list
-                .elements()
-                .iter()
-                .map(|e| (e.topic().to_string(), e.partition()))
-                .collect(),
-            Err(e) => {
-                tracing::warn!(event = "assignment_failed", error = %e);
-                Vec::new()
-            }
-        }
     }
 
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {

@@ -135,46 +135,7 @@ async fn schedule(seed: u64) -> Result<Report, String> {
         partitions.push((topic, 0));
     }
     let members = (0..MEMBERS)
-        .map(|member| {
-            Arc::new(Shared {
-                handler: SimHandler {
-                    world: world.clone(),
-                },
-                exits: Arc::new(SimExits {
-                    world: world.clone(),
-                    retry_partitions: 1,
-                }),
-                backoff: backoff.clone(),
-                client: Arc::new(SimClient {
-                    world: world.clone(),
-                    member,
-                }),
-                retry_from_beginning: false,
-                metrics: Metrics::new(),
-                breaker: Breaker::new(Some(BreakerPolicy {
-                    window: Duration::from_secs(1),
-                    min_calls: 4,
-                    failure_ratio: 0.5,
-                    probe_initial: Duration::from_millis(50),
-                    probe_max: Duration::from_millis(400),
-                })),
-                batch_size: match mode {
-                    Mode::Batch { size, .. } => size,
-                    _ => 1,
-                },
-                batch_linger: match mode {
-                    Mode::Batch { linger_ms, .. } => Duration::from_millis(linger_ms),
-                    _ => Duration::ZERO,
-                },
-                key_ordered: match mode {
-                    Mode::ByKey { max_in_flight } => Some(max_in_flight),
-                    _ => None,
-                },
-                trace_records: false,
-                retry_tiers: tiers.clone(),
-                dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
-            })
-        })
+        .map(|member| self::member(&world, member, mode, &tiers, &backoff, budget_kib))
         .collect();
     let mut run = Run {
         seed,
@@ -215,6 +176,85 @@ async fn schedule(seed: u64) -> Result<Report, String> {
         handled: world.handled.len(),
         dead_letters: world.dead_letters,
     })
+}
+
+/// Member `member`'s worker settings and world: its consumer, writes, handler and breaker.
+pub(super) fn member(
+    world: &WorldRef,
+    member: usize,
+    mode: Mode,
+    tiers: &RetryTiers,
+    backoff: &ExponentialBackoff,
+    budget_kib: usize,
+) -> Arc<Shared<SimHandler>> {
+    Arc::new(Shared {
+        handler: SimHandler {
+            world: world.clone(),
+        },
+        exits: Arc::new(SimExits {
+            world: world.clone(),
+            retry_partitions: 1,
+        }),
+        backoff: backoff.clone(),
+        client: Arc::new(SimClient {
+            world: world.clone(),
+            member,
+        }),
+        retry_from_beginning: false,
+        metrics: Metrics::new(),
+        breaker: Breaker::new(Some(BreakerPolicy {
+            window: Duration::from_secs(1),
+            min_calls: 4,
+            failure_ratio: 0.5,
+            probe_initial: Duration::from_millis(50),
+            probe_max: Duration::from_millis(400),
+        })),
+        batch_size: match mode {
+            Mode::Batch { size, .. } => size,
+            _ => 1,
+        },
+        batch_linger: match mode {
+            Mode::Batch { linger_ms, .. } => Duration::from_millis(linger_ms),
+            _ => Duration::ZERO,
+        },
+        key_ordered: match mode {
+            Mode::ByKey { max_in_flight } => Some(max_in_flight),
+            _ => None,
+        },
+        trace_records: false,
+        retry_tiers: tiers.clone(),
+        dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+    })
+}
+
+/// Assigns `tp` to `member` in the world and starts its worker, reading under `reader`.
+pub(super) fn start_worker(
+    world: &WorldRef,
+    shared: &Arc<Shared<SimHandler>>,
+    member: usize,
+    tp: &TopicPartition,
+    reader: Arc<tokio::sync::Mutex<()>>,
+) -> (CancellationToken, JoinHandle<()>) {
+    world.lock().assign(member, tp);
+    let tiers = &shared.retry_tiers;
+    let tier = tiers.tier_of(&tp.0, &["t".to_string()]).map(|(_, t)| t);
+    let source = SimSource {
+        world: world.clone(),
+        member,
+        tp: tp.clone(),
+    };
+    let input = PartitionInput::from_source(
+        tp.0.clone(),
+        tp.1,
+        Box::new(source),
+        reader,
+        &shared.metrics,
+        tier,
+        tiers.len(),
+    );
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(run_worker(shared.clone(), input, cancel.clone()));
+    (cancel, handle)
 }
 
 impl Run {
@@ -260,7 +300,8 @@ impl Run {
                 retry: None,
             };
             let offset = world.logs.get(&tp).map_or(0, Vec::len) as i64;
-            world.plans.insert((tp.clone(), offset), Plan { wait, outcome });
+            let id = format!("{}-{}-{offset}", tp.0, tp.1);
+            world.plans.insert(id, Plan { wait, outcome });
             world.append(&tp, record);
         }
     }
@@ -274,26 +315,9 @@ impl Run {
         if self.owner(tp).is_some() {
             return;
         }
-        self.world.lock().assign(member, tp);
-        let shared = self.members[member].clone();
         let reader = self.readers[member].entry(tp.clone()).or_default().clone();
-        let tier = self.tiers.tier_of(&tp.0, &self.sources).map(|(_, t)| t);
-        let source = SimSource {
-            world: self.world.clone(),
-            member,
-            tp: tp.clone(),
-        };
-        let input = PartitionInput::from_source(
-            tp.0.clone(),
-            tp.1,
-            Box::new(source),
-            reader,
-            &shared.metrics,
-            tier,
-            self.tiers.len(),
-        );
-        let cancel = CancellationToken::new();
-        let handle = tokio::spawn(run_worker(shared, input, cancel.clone()));
+        let (cancel, handle) =
+            start_worker(&self.world, &self.members[member], member, tp, reader);
         self.workers[member].insert(tp.clone(), Slot { cancel, handle });
     }
 

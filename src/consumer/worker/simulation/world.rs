@@ -83,9 +83,11 @@ pub(super) struct World {
     pub exited: BTreeSet<(TopicPartition, i64)>,
     pub dead_letters: u64,
     pub first_called: BTreeSet<(TopicPartition, i64)>,
-    /// Calls per source record.
-    pub calls: BTreeMap<TopicPartition, BTreeMap<i64, u32>>,
-    pub plans: BTreeMap<(TopicPartition, i64), Plan>,
+    /// Calls per record id (its source record's, kept by its retry records).
+    pub calls: BTreeMap<String, u32>,
+    pub plans: BTreeMap<String, Plan>,
+    /// The topics the consumer reads: where exits may be routed.
+    pub sources: Vec<String>,
     pub downstream_down: bool,
     pub dlq_down: bool,
     pub key_order: bool,
@@ -117,6 +119,7 @@ impl World {
             first_called: BTreeSet::new(),
             calls: BTreeMap::new(),
             plans: BTreeMap::new(),
+            sources: vec!["t".to_string()],
             downstream_down: false,
             dlq_down: false,
             key_order,
@@ -235,14 +238,10 @@ impl World {
         }
     }
 
-    fn source_of(record: &Record) -> TopicPartition {
-        (record.topic.clone(), record.partition)
-    }
-
     fn delivered(record: &Record) -> (TopicPartition, i64) {
         match &record.retry {
             Some(retry) => ((retry.topic.clone(), retry.partition), retry.offset),
-            None => (Self::source_of(record), record.offset),
+            None => ((record.topic.clone(), record.partition), record.offset),
         }
     }
 
@@ -267,11 +266,9 @@ impl World {
             }
             self.first_called.insert((tp, offset));
         }
-        let source = Self::source_of(record);
-        let calls = self.calls.entry(source.clone()).or_default();
-        let n = calls.entry(record.offset).or_default();
+        let n = self.calls.entry(record.id.clone()).or_default();
         *n += 1;
-        let plan = self.plans[&(source, record.offset)];
+        let plan = self.plans[&record.id];
         (plan, *n)
     }
 }
@@ -302,11 +299,6 @@ impl Client for SimClient {
         world.check_position(&tp, position, "stored");
         world.members[self.member].stored.insert(tp, position);
         Ok(())
-    }
-
-    fn assignment(&self) -> Vec<TopicPartition> {
-        let world = self.world.lock();
-        world.members[self.member].assigned.iter().cloned().collect()
     }
 
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {
@@ -446,11 +438,14 @@ fn acknowledge(
         w.dead_letters += 1;
         return RetryWritten::DeadLettered(written);
     };
-    let source = record
-        .retry
-        .as_ref()
-        .and_then(|r| crate::retry_tier::parse_topic(&r.topic))
-        .map_or(record.topic.clone(), |(s, _)| s.to_string());
+    // Routed as the real writers route it.
+    let source = record.source_topic().to_string();
+    if !w.sources.contains(&source) {
+        w.violations.push(format!(
+            "the retry record of {} is routed to {source}'s retry topic, a topic the consumer does not read",
+            record.id
+        ));
+    }
     let partition = (record.offset as i32).rem_euclid(retry_partitions);
     let tp = (crate::retry_tier::topic_name(&source, tier), partition);
     let before = record.retry.as_ref();
@@ -458,6 +453,18 @@ fn acknowledge(
     let attempts = before.map_or(0, |r| r.attempts) + left.attempts;
     history.push(left);
     let mut copy = record.clone();
+    // Some writers claim another source topic (a foreign or hostile account), and some run
+    // with a clock ahead, or write due times far away.
+    if w.rng.u8(0..10) == 0 {
+        copy.topic = "payments".into();
+    }
+    let due = match w.rng.u8(0..20) {
+        0 => due + chrono::TimeDelta::hours(2),
+        1 => DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .expect("a valid date")
+            .to_utc(),
+        _ => due,
+    };
     copy.retry = Some(Box::new(RetryDelivery {
         tier,
         topic: tp.0.clone(),
