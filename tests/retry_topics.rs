@@ -475,3 +475,146 @@ async fn a_crash_between_the_retry_topic_write_and_the_commit_loses_nothing() {
         );
     }
 }
+
+/// Commits `offset` for `group` on `topic` partition 0, as a consumer of that group would.
+fn commit(brokers: &str, group: &str, topic: &str, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_auto_offset_reset_latest_before_a_retry_record_is_due_still_handles_it() {
+    for protocol in [GroupProtocol::Classic, GroupProtocol::Consumer] {
+        let brokers = brokers();
+        let topic = unique("tier-latest");
+        let group = unique("g");
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        let config = ConsumerConfig {
+            auto_offset_reset: "latest".into(),
+            retry_topic_delays_ms: "4000".parse().unwrap(),
+            max_retries: 0,
+            breaker_failure_ratio: 0.0,
+            group_protocol: protocol,
+            ..test_config(&brokers, &group, &topic)
+        };
+        let retry_topic = format!("{topic}-retry-0");
+        // The first run: the group starts at the end, so the record comes after it joined.
+        let first = Seen::default();
+        let calls = first.clone();
+        let produced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (b, t, p) = (brokers.clone(), topic.clone(), produced.clone());
+        run_until(config.clone(), first, move || {
+            if !calls.calls_of("always").is_empty() {
+                return !read_all(&b, &format!("{t}-retry-0")).is_empty();
+            }
+            if !p.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let (b, t) = (b.clone(), t.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    produce(&b, &t, vec![Out::new(0, "always")]).await;
+                });
+            }
+            false
+        })
+        .await;
+        assert!(
+            committed(&brokers, &group, &retry_topic, 1).is_empty(),
+            "{protocol}: nothing committed on the retry topic before the record is due"
+        );
+        // The second run starts before the record is due: it must still get it.
+        #[derive(Clone, Default)]
+        struct Accept(Arc<Mutex<Vec<Record>>>);
+        impl Handler for Accept {
+            async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+                self.0.lock().unwrap().push(record.clone());
+                Ok(())
+            }
+        }
+        let second = Accept::default();
+        init_logs();
+        let consumer = kafka_dlq::Consumer::new(config, second.clone()).expect("consumer");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(consumer.run(async move {
+            let _ = stopped.await;
+        }));
+        let handled = eventually(WAIT, || {
+            second.0.lock().unwrap().iter().any(|r| r.retry.is_some())
+        })
+        .await;
+        let _ = stop.send(());
+        task.await.unwrap().unwrap();
+        assert!(
+            handled,
+            "{protocol}: the retry record was skipped by auto_offset_reset = latest"
+        );
+        assert_eq!(
+            committed(&brokers, &group, &retry_topic, 1).get(&0),
+            Some(&1),
+            "{protocol}: and committed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_refuses_to_start_while_a_dropped_tier_still_holds_its_records() {
+    let brokers = brokers();
+    let topic = unique("tier-dropped");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    let dropped = format!("{topic}-retry-1");
+    create_topic(&brokers, &dropped, 1).await;
+    produce(
+        &brokers,
+        &dropped,
+        vec![Out::new(0, "waiting"), Out::new(0, "waiting")],
+    )
+    .await;
+    init_logs();
+    // Another group's retry records (this group never committed there) do not stop it.
+    let config = ConsumerConfig {
+        retry_topic_delays_ms: "1000".parse().unwrap(),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let consumer = kafka_dlq::Consumer::new(config.clone(), Seen::default()).expect("consumer");
+    let run = consumer.run(tokio::time::sleep(Duration::from_secs(3)));
+    run.await.expect("starts: the records are not this group's");
+    // This group consumed the tier before (it committed there), one record still waits.
+    commit(&brokers, &group, &dropped, 1);
+    let consumer = kafka_dlq::Consumer::new(config, Seen::default()).expect("consumer");
+    let error = tokio::time::timeout(
+        Duration::from_secs(30),
+        consumer.run(std::future::pending()),
+    )
+    .await
+    .expect("returns at once")
+    .expect_err("refuses to start");
+    assert!(
+        matches!(&error, kafka_dlq::ConsumerError::StrandedRetryRecords { topic, records: 1 } if *topic == dropped),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(&dropped) && message.contains("1 record(s)"),
+        "{message}"
+    );
+    // With retry topics off altogether, the same.
+    let consumer =
+        kafka_dlq::Consumer::new(test_config(&brokers, &group, &topic), Seen::default()).unwrap();
+    let run = tokio::time::timeout(
+        Duration::from_secs(30),
+        consumer.run(std::future::pending()),
+    );
+    assert!(matches!(
+        run.await.expect("returns at once"),
+        Err(kafka_dlq::ConsumerError::StrandedRetryRecords { .. })
+    ));
+}

@@ -117,6 +117,16 @@ pub enum ConsumerError {
         /// librdkafka's description.
         reason: String,
     },
+    /// A retry topic that no configured tier reads still holds records this group has not
+    /// consumed (a tier was dropped from `retry_topic_delays_ms`, or retry topics were turned
+    /// off, while records waited there): starting would leave them there for good.
+    #[error("retry topic {topic} still holds {records} record(s) that this group has not consumed, but retry_topic_delays_ms has no tier for it: put the tier back until its records are handled (or move them with `kafka-dlq dlq replay --dlq-topic {topic}`), then drop it")]
+    StrandedRetryRecords {
+        /// The retry topic.
+        topic: String,
+        /// Its records after the group's committed offsets.
+        records: i64,
+    },
     /// Subscribing to the topics failed.
     #[error("could not subscribe to {topics:?}: {source}")]
     Subscribe {
@@ -217,6 +227,9 @@ impl<H: BatchHandler> Consumer<H> {
         let mut topics = self.config.topics.clone();
         for source in &self.config.topics {
             topics.extend(self.config.retry_topic_delays_ms.topics(source));
+        }
+        if let Some((topic, records)) = retry_topics::stranded(&self.config).await {
+            return Err(ConsumerError::StrandedRetryRecords { topic, records });
         }
         retry_topics::ensure(&self.config, &self.stop_workers).await;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();

@@ -110,3 +110,74 @@ async fn try_ensure(config: &ConsumerConfig) -> Result<(), EnsureError> {
     }
     Ok(())
 }
+
+/// Records waiting in a retry topic that no configured tier reads: `<source>-retry-<n>` with
+/// `n` at or beyond the configured tiers (a tier dropped, or retry topics turned off), which
+/// still hold records after this group's committed offset. Their source offsets were
+/// committed when they were written, so nobody would ever handle them. Returns the first such
+/// topic and its records; `None` when there is none or the cluster could not be asked
+/// (logged: the consumer starts as before). A partition where this group never committed is
+/// not counted (another group's retry topic of the same source, until retry topics are named
+/// by group), only logged (`retry_topic_not_consumed`).
+pub(super) async fn stranded(config: &ConsumerConfig) -> Option<(String, i64)> {
+    let config = config.clone();
+    let found = tokio::task::spawn_blocking(move || find_stranded(&config))
+        .await
+        .expect("the stranded-record check does not panic");
+    match found {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::warn!(event = "retry_topics_not_checked", %error,
+                "could not look for records left in retry topics beyond the configured tiers");
+            None
+        }
+    }
+}
+
+fn find_stranded(
+    config: &ConsumerConfig,
+) -> Result<Option<(String, i64)>, rdkafka::error::KafkaError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let timeout = Duration::from_secs(5);
+    // Only asks the cluster: never subscribes, so it does not join the group.
+    let consumer: BaseConsumer = config.consumer_client_config().create()?;
+    let metadata = consumer.fetch_metadata(None, timeout)?;
+    let tiers = config.retry_topic_delays_ms.len() as u32;
+    let mut topics: Vec<(String, i32)> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .filter(|t| {
+            crate::retry_tier::parse_topic(t.name()).is_some_and(|(source, tier)| {
+                tier >= tiers && config.topics.iter().any(|s| s == source)
+            })
+        })
+        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+        .collect();
+    topics.sort();
+    for (topic, partitions) in topics {
+        let mut list = rdkafka::TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition(&topic, partition);
+        }
+        let committed = consumer.committed_offsets(list, timeout)?;
+        let mut records = 0;
+        for partition in 0..partitions {
+            let (low, high) = consumer.fetch_watermarks(&topic, partition, timeout)?;
+            match committed
+                .find_partition(&topic, partition)
+                .map(|e| e.offset())
+            {
+                Some(rdkafka::Offset::Offset(offset)) => records += (high - offset.max(low)).max(0),
+                _ if high > low => tracing::warn!(event = "retry_topic_not_consumed", %topic,
+                    partition, records = high - low,
+                    "a retry topic beyond the configured tiers holds records, and this group never committed there: if they are this group's, put the tier back until they are handled"),
+                _ => {}
+            }
+        }
+        if records > 0 {
+            return Ok(Some((topic, records)));
+        }
+    }
+    Ok(None)
+}

@@ -63,7 +63,8 @@ pub(super) async fn run<H: BatchHandler>(
         }
         // Taken but not yet stored: bounded, so a stuck key cannot pile records up in memory
         // (librdkafka's queue for the partition fills instead, and fetching stops).
-        let room = !stopping && running.len() < max_in_flight && progress.open() < max_in_flight * 4;
+        let room =
+            !stopping && running.len() < max_in_flight && progress.open() < max_in_flight * 4;
         let free = max_in_flight.saturating_sub(running.len()).max(1);
         tokio::select! {
             // In this order, so that a schedule replays exactly (a seeded simulation runs

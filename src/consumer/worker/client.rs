@@ -68,11 +68,13 @@ impl Client for KafkaClient {
     }
 
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {
-        rdkafka::consumer::Consumer::pause(self.0.as_ref(), &list(partitions)).map_err(|e| e.to_string())
+        rdkafka::consumer::Consumer::pause(self.0.as_ref(), &list(partitions))
+            .map_err(|e| e.to_string())
     }
 
     fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String> {
-        rdkafka::consumer::Consumer::resume(self.0.as_ref(), &list(partitions)).map_err(|e| e.to_string())
+        rdkafka::consumer::Consumer::resume(self.0.as_ref(), &list(partitions))
+            .map_err(|e| e.to_string())
     }
 
     fn start_at_beginning_unless_committed(
@@ -87,7 +89,10 @@ impl Client for KafkaClient {
             let (committed, consumer) = {
                 let partition = list(&[(topic.clone(), partition)]);
                 tokio::task::spawn_blocking(move || {
-                    (consumer.committed_offsets(partition, START_TIMEOUT), consumer)
+                    (
+                        consumer.committed_offsets(partition, START_TIMEOUT),
+                        consumer,
+                    )
                 })
                 .await
                 .expect("committed_offsets does not panic")

@@ -116,11 +116,9 @@ pub(super) fn begin<H: BatchHandler>(
     cancel: CancellationToken,
 ) -> PendingExit {
     match exit {
-        Exit::DeadLetter { kind, attempts } => {
-            shared
-                .exits
-                .dead_letter(record, kind, message, attempts, cancel)
-        }
+        Exit::DeadLetter { kind, attempts } => shared
+            .exits
+            .dead_letter(record, kind, message, attempts, cancel),
         Exit::RetryTier { tier, attempts } => {
             let delay = shared.retry_tiers.delay(tier).unwrap_or_default();
             let now = shared.client.now();

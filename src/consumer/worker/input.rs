@@ -61,7 +61,14 @@ impl PartitionInput {
             strays: assigned.stray_records,
             id_header,
         };
-        Self::with_feed(assigned.topic, assigned.partition, feed, metrics, tier, tiers)
+        Self::with_feed(
+            assigned.topic,
+            assigned.partition,
+            feed,
+            metrics,
+            tier,
+            tiers,
+        )
     }
 
     /// The input of a partition whose records come from `source`, read under the lease

@@ -65,7 +65,10 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
     let _waiting = GaugeGuard::inc(&shared.metrics.retry_partitions_waiting);
     // Paused so that librdkafka does not fetch records that would only wait; fetched again
     // when the hold drops, whichever way the wait ends.
-    let _hold = Paused::new(shared.client.as_ref(), (retry.topic.clone(), retry.partition));
+    let _hold = Paused::new(
+        shared.client.as_ref(),
+        (retry.topic.clone(), retry.partition),
+    );
     let until = tokio::time::Instant::now() + wait;
     progress
         .meanwhile(shared, async {

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::client::TopicPartition;
 use super::super::input::PartitionInput;
 use super::super::{run_worker, Shared};
-use super::world::{Outcome, Plan, SimClient, SimExits, SimHandler, SimSource, Wait, World, WorldRef};
+use super::world::{
+    Outcome, Plan, SimClient, SimExits, SimHandler, SimSource, Wait, World, WorldRef,
+};
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerPolicy};
 use crate::metrics::Metrics;
@@ -316,8 +318,7 @@ impl Run {
             return;
         }
         let reader = self.readers[member].entry(tp.clone()).or_default().clone();
-        let (cancel, handle) =
-            start_worker(&self.world, &self.members[member], member, tp, reader);
+        let (cancel, handle) = start_worker(&self.world, &self.members[member], member, tp, reader);
         self.workers[member].insert(tp.clone(), Slot { cancel, handle });
     }
 
@@ -405,14 +406,17 @@ impl Run {
         for (member, state) in world.members.iter().enumerate() {
             for tp in state.assigned.intersection(&state.paused) {
                 let breaker = self.members[member].breaker.is_open();
-                let waiting = self.tiers.tier_of(&tp.0, &self.sources).is_some_and(|(_, tier)| {
-                    state.handed_retry.get(tp).is_some_and(|(offset, at)| {
-                        let delay = self.tiers.delay(tier).unwrap_or_default();
-                        !world.handled.contains(&(tp.clone(), *offset))
-                            && !world.exited.contains(&(tp.clone(), *offset))
-                            && now < *at + delay + Duration::from_millis(100)
-                    })
-                });
+                let waiting = self
+                    .tiers
+                    .tier_of(&tp.0, &self.sources)
+                    .is_some_and(|(_, tier)| {
+                        state.handed_retry.get(tp).is_some_and(|(offset, at)| {
+                            let delay = self.tiers.delay(tier).unwrap_or_default();
+                            !world.handled.contains(&(tp.clone(), *offset))
+                                && !world.exited.contains(&(tp.clone(), *offset))
+                                && now < *at + delay + Duration::from_millis(100)
+                        })
+                    });
                 let key = (member, tp.clone());
                 if breaker || waiting {
                     self.unheld.remove(&key);
@@ -467,7 +471,9 @@ impl Run {
             let behind: Vec<String> = world
                 .logs
                 .iter()
-                .filter(|(tp, log)| world.committed.get(*tp).copied().unwrap_or(0) < log.len() as i64)
+                .filter(|(tp, log)| {
+                    world.committed.get(*tp).copied().unwrap_or(0) < log.len() as i64
+                })
                 .map(|(tp, log)| {
                     format!(
                         "{}-{} committed {} of {} (first unsettled {})",

@@ -221,7 +221,10 @@ impl World {
     pub fn first_unsettled(&self, tp: &TopicPartition) -> i64 {
         let len = self.logs.get(tp).map_or(0, Vec::len) as i64;
         (0..len)
-            .find(|o| !self.handled.contains(&(tp.clone(), *o)) && !self.exited.contains(&(tp.clone(), *o)))
+            .find(|o| {
+                !self.handled.contains(&(tp.clone(), *o))
+                    && !self.exited.contains(&(tp.clone(), *o))
+            })
             .unwrap_or(len)
     }
 
@@ -389,7 +392,11 @@ impl SimExits {
             let mut world = self.world.lock();
             let max = world.max_ack.as_millis() as u64;
             let delay = Duration::from_millis(world.rng.u64(0..=max));
-            let fails = if world.rng.u8(0..10) == 0 { world.rng.u32(1..4) } else { 0 };
+            let fails = if world.rng.u8(0..10) == 0 {
+                world.rng.u32(1..4)
+            } else {
+                0
+            };
             (delay, fails)
         };
         let world = self.world.clone();
@@ -546,7 +553,10 @@ impl BatchHandler for SimHandler {
         if down {
             return Err(HandlerError::transient("downstream down"));
         }
-        if results.iter().any(|r| matches!(r, Err(e) if e.message() == SIMULATED_PANIC)) {
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.message() == SIMULATED_PANIC))
+        {
             panic!("{SIMULATED_PANIC}");
         }
         let mut world = self.world.lock();
