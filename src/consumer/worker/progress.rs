@@ -114,3 +114,40 @@ pub(super) fn store_position(
             %error, "partition no longer assigned; the new owner consumes it again");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_of_a_retry_partition_is_kept_by_the_offsets_records_were_delivered_at() {
+        let record = |delivered: i64| Record {
+            id: "orders-3-9000".into(),
+            topic: "orders".into(),
+            partition: 3,
+            offset: 9_000, // the original's offset in its source topic
+            key: None,
+            payload: None,
+            headers: vec![],
+            timestamp: None,
+            timestamp_type: None,
+            retry: Some(Box::new(crate::retry_tier::RetryDelivery {
+                tier: 0,
+                topic: "orders-retry-0".into(),
+                partition: 0,
+                offset: delivered,
+                due: chrono::Utc::now(),
+                attempts: 1,
+                history: vec![],
+            })),
+        };
+        let mut progress = Progress::new("orders-retry-0", 0, false);
+        let (first, second) = (record(4), record(5));
+        progress.take(&first);
+        progress.take(&second);
+        progress.settle(&second);
+        assert_eq!(progress.offsets.take_position(), None, "4 is not settled");
+        progress.settle(&first);
+        assert_eq!(progress.offsets.take_position(), Some(6));
+    }
+}
