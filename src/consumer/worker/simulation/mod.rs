@@ -54,6 +54,9 @@ fn env(name: &str) -> Option<u64> {
 fn run_all(seeds: impl Iterator<Item = u64>) {
     quiet_simulated_panics();
     let (mut schedules, mut records, mut dead_letters) = (0, 0, 0);
+    // The worker's log lines are not what is checked, and a global subscriber another test
+    // installed would make each schedule many times slower.
+    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
     for seed in seeds {
         match schedule::run(seed) {
             Ok(report) => {
@@ -124,6 +127,7 @@ fn one_member(
     body: impl AsyncFnOnce(world::WorldRef, std::sync::Arc<super::Shared<world::SimHandler>>),
 ) {
     quiet_simulated_panics();
+    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
