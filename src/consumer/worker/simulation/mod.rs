@@ -25,12 +25,17 @@
 //! (default 2,000) from `KAFKA_DLQ_SIMULATION_FIRST_SEED` (default 0);
 //! `KAFKA_DLQ_SIMULATION_SEED=S` replays one.
 
+mod client;
+mod dead_letter_budget;
+mod handler;
+mod member;
 mod schedule;
 mod world;
+mod writes;
 
 /// Keeps the simulated handlers' panics out of the test output (every other panic is
 /// reported as usual).
-fn quiet_simulated_panics() {
+pub(super) fn quiet_simulated_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
@@ -38,7 +43,7 @@ fn quiet_simulated_panics() {
             let simulated = info
                 .payload()
                 .downcast_ref::<String>()
-                .is_some_and(|m| m.contains(world::SIMULATED_PANIC));
+                .is_some_and(|m| m.contains(handler::SIMULATED_PANIC));
             if !simulated {
                 default(info);
             }
@@ -119,130 +124,3 @@ const REGRESSIONS: &[(u64, &str)] = &[
         "a retry record claiming another source topic was routed to it (#22.7)",
     ),
 ];
-
-/// A schedule of one member with `budget_kib` of dead-letter budget, on the paused clock.
-fn one_member(
-    budget_kib: usize,
-    backoff: crate::backoff::ExponentialBackoff,
-    body: impl AsyncFnOnce(world::WorldRef, std::sync::Arc<super::Shared<world::SimHandler>>),
-) {
-    quiet_simulated_panics();
-    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        let world = world::WorldRef(std::sync::Arc::new(std::sync::Mutex::new(
-            world::World::new(0, 1, 64, false),
-        )));
-        let tiers = crate::retry_tier::RetryTiers::default();
-        let shared = schedule::member(
-            &world,
-            0,
-            schedule::Mode::InOrder,
-            &tiers,
-            &backoff,
-            budget_kib,
-        );
-        body(world, shared).await;
-    });
-}
-
-fn produce(world: &world::WorldRef, partition: i32, outcomes: &[world::Outcome]) {
-    let mut w = world.lock();
-    for outcome in outcomes {
-        let tp = ("t".to_string(), partition);
-        let offset = w.logs.get(&tp).map_or(0, Vec::len);
-        let plan = world::Plan {
-            wait: world::Wait::None,
-            outcome: *outcome,
-        };
-        w.plans.insert(format!("t-{partition}-{offset}"), plan);
-        let record = crate::record::Record {
-            id: String::new(),
-            topic: "t".into(),
-            partition,
-            offset: 0,
-            key: None,
-            payload: Some(vec![0; 64]),
-            headers: vec![],
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
-        };
-        w.append(&tp, record);
-    }
-}
-
-fn quick_backoff(initial: std::time::Duration) -> crate::backoff::ExponentialBackoff {
-    crate::backoff::ExponentialBackoff::new(initial, 2.0, initial, 0.0, Some(3)).expect("valid")
-}
-
-#[test]
-fn a_worker_revoked_while_it_waits_for_the_dead_letter_budget_ends() {
-    use std::time::Duration;
-    one_member(
-        1,
-        quick_backoff(Duration::from_millis(5)),
-        async |world, shared| {
-            world.lock().dlq_down = true;
-            produce(&world, 0, &[world::Outcome::Permanent]);
-            produce(&world, 1, &[world::Outcome::Permanent]);
-            let (t0, t1) = (("t".to_string(), 0), ("t".to_string(), 1));
-            let (_c0, _w0) = schedule::start_worker(&world, &shared, 0, &t0, Default::default());
-            let (c1, w1) = schedule::start_worker(&world, &shared, 0, &t1, Default::default());
-            // One dead letter holds the whole budget while the dead-letter topic is down; the
-            // other partition's waits for it.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            assert_eq!(shared.dead_letter_budget.available_permits(), 0);
-            c1.cancel();
-            world.lock().revoke(0, &t1);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            assert!(
-                w1.is_finished(),
-                "the revoked worker ended though the budget is still spent"
-            );
-        },
-    );
-}
-
-#[test]
-fn a_partition_in_backoff_gives_its_acknowledged_dead_letters_budget_back() {
-    use std::time::Duration;
-    one_member(
-        1,
-        quick_backoff(Duration::from_secs(60)),
-        async |world, shared| {
-            // t-0: a dead letter (acknowledged within 300 ms), then a record in a minute's backoff.
-            produce(
-                &world,
-                0,
-                &[world::Outcome::Permanent, world::Outcome::Transient(2)],
-            );
-            let t0 = ("t".to_string(), 0);
-            let (_c0, _w0) = schedule::start_worker(&world, &shared, 0, &t0, Default::default());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            // t-1's dead letter needs the budget t-0's acknowledged write held.
-            produce(&world, 1, &[world::Outcome::Permanent]);
-            let t1 = ("t".to_string(), 1);
-            let (_c1, _w1) = schedule::start_worker(&world, &shared, 0, &t1, Default::default());
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let w = world.lock();
-            assert!(
-                w.exited.contains(&(t0.clone(), 0)),
-                "t-0's dead letter was acknowledged"
-            );
-            assert!(
-                w.exited.contains(&(t1, 0)),
-                "t-1's dead letter was written meanwhile"
-            );
-            assert_eq!(
-                w.members[0].stored.get(&t0),
-                Some(&1),
-                "and t-0's position stored past its own"
-            );
-        },
-    );
-}

@@ -5,31 +5,19 @@
 //! then shutdown, which must end in time.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::super::client::TopicPartition;
-use super::super::input::PartitionInput;
-use super::super::{run_worker, Shared};
-use super::world::{
-    Outcome, Plan, SimClient, SimExits, SimHandler, SimSource, Wait, World, WorldRef,
-};
+use super::super::Shared;
+use super::handler::{Outcome, Plan, SimHandler, Wait};
+use super::member::{member, start_worker, Mode};
+use super::world::{World, WorldRef, SOURCE};
 use crate::backoff::ExponentialBackoff;
-use crate::breaker::{Breaker, BreakerPolicy};
-use crate::metrics::Metrics;
-use crate::record::Record;
 use crate::retry_tier::RetryTiers;
-
-/// How a schedule's workers settle records.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Mode {
-    InOrder,
-    Batch { size: usize, linger_ms: u64 },
-    ByKey { max_in_flight: usize },
-}
 
 /// What a schedule ran, for the test's summary.
 #[derive(Debug, Default)]
@@ -114,12 +102,7 @@ async fn schedule(seed: u64) -> Result<Report, String> {
     };
     let queue_capacity = [1, 3, 16, 64, 300][rng.usize(0..5)];
     let key_order = matches!(mode, Mode::ByKey { .. });
-    let world = WorldRef(Arc::new(Mutex::new(World::new(
-        seed,
-        MEMBERS,
-        queue_capacity,
-        key_order,
-    ))));
+    let world = WorldRef::new(World::new(seed, MEMBERS, queue_capacity, key_order));
     let max_retries = rng.u32(0..=3);
     let backoff = ExponentialBackoff::new(
         Duration::from_millis(5),
@@ -130,14 +113,14 @@ async fn schedule(seed: u64) -> Result<Report, String> {
     )
     .expect("a valid backoff");
     let budget_kib = rng.usize(2..=8);
-    let sources = vec!["t".to_string()];
+    let sources = vec![SOURCE.to_string()];
     let mut partitions: Vec<TopicPartition> =
-        (0..PARTITIONS).map(|p| ("t".to_string(), p)).collect();
-    for topic in tiers.topics("t") {
+        (0..PARTITIONS).map(|p| (SOURCE.to_string(), p)).collect();
+    for topic in tiers.topics(SOURCE) {
         partitions.push((topic, 0));
     }
     let members = (0..MEMBERS)
-        .map(|member| self::member(&world, member, mode, &tiers, &backoff, budget_kib))
+        .map(|m| member(&world, m, mode, &tiers, &backoff, budget_kib))
         .collect();
     let mut run = Run {
         seed,
@@ -174,89 +157,10 @@ async fn schedule(seed: u64) -> Result<Report, String> {
     run.shutdown().await?;
     let world = run.world.lock();
     Ok(Report {
-        records: world.logs.values().map(Vec::len).sum(),
-        handled: world.handled.len(),
+        records: world.partitions.values().map(|p| p.log.len()).sum(),
+        handled: world.partitions.values().map(|p| p.handled.len()).sum(),
         dead_letters: world.dead_letters,
     })
-}
-
-/// Member `member`'s worker settings and world: its consumer, writes, handler and breaker.
-pub(super) fn member(
-    world: &WorldRef,
-    member: usize,
-    mode: Mode,
-    tiers: &RetryTiers,
-    backoff: &ExponentialBackoff,
-    budget_kib: usize,
-) -> Arc<Shared<SimHandler>> {
-    Arc::new(Shared {
-        handler: SimHandler {
-            world: world.clone(),
-        },
-        exits: Arc::new(SimExits {
-            world: world.clone(),
-            retry_partitions: 1,
-        }),
-        backoff: backoff.clone(),
-        client: Arc::new(SimClient {
-            world: world.clone(),
-            member,
-        }),
-        retry_from_beginning: false,
-        metrics: Metrics::new(),
-        breaker: Breaker::new(Some(BreakerPolicy {
-            window: Duration::from_secs(1),
-            min_calls: 4,
-            failure_ratio: 0.5,
-            probe_initial: Duration::from_millis(50),
-            probe_max: Duration::from_millis(400),
-        })),
-        batch_size: match mode {
-            Mode::Batch { size, .. } => size,
-            _ => 1,
-        },
-        batch_linger: match mode {
-            Mode::Batch { linger_ms, .. } => Duration::from_millis(linger_ms),
-            _ => Duration::ZERO,
-        },
-        key_ordered: match mode {
-            Mode::ByKey { max_in_flight } => Some(max_in_flight),
-            _ => None,
-        },
-        trace_records: false,
-        retry_tiers: tiers.clone(),
-        dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
-    })
-}
-
-/// Assigns `tp` to `member` in the world and starts its worker, reading under `reader`.
-pub(super) fn start_worker(
-    world: &WorldRef,
-    shared: &Arc<Shared<SimHandler>>,
-    member: usize,
-    tp: &TopicPartition,
-    reader: Arc<tokio::sync::Mutex<()>>,
-) -> (CancellationToken, JoinHandle<()>) {
-    world.lock().assign(member, tp);
-    let tiers = &shared.retry_tiers;
-    let tier = tiers.tier_of(&tp.0, &["t".to_string()]).map(|(_, t)| t);
-    let source = SimSource {
-        world: world.clone(),
-        member,
-        tp: tp.clone(),
-    };
-    let input = PartitionInput::from_source(
-        tp.0.clone(),
-        tp.1,
-        Box::new(source),
-        reader,
-        &shared.metrics,
-        tier,
-        tiers.len(),
-    );
-    let cancel = CancellationToken::new();
-    let handle = tokio::spawn(run_worker(shared.clone(), input, cancel.clone()));
-    (cancel, handle)
 }
 
 impl Run {
@@ -275,7 +179,6 @@ impl Run {
         let mut world = self.world.lock();
         for _ in 0..n {
             let partition = self.rng.i32(0..PARTITIONS);
-            let tp = ("t".to_string(), partition);
             let key = self.rng.u8(0..self.keys);
             let wait = match self.rng.u8(0..20) {
                 0..=9 => Wait::None,
@@ -289,22 +192,7 @@ impl Run {
                 34..=37 => Outcome::Permanent,
                 _ => Outcome::Panic,
             };
-            let record = Record {
-                id: String::new(),
-                topic: tp.0.clone(),
-                partition,
-                offset: 0,
-                key: Some(vec![b'k', key]),
-                payload: Some(vec![0; 64]),
-                headers: vec![],
-                timestamp: None,
-                timestamp_type: None,
-                retry: None,
-            };
-            let offset = world.logs.get(&tp).map_or(0, Vec::len) as i64;
-            let id = format!("{}-{}-{offset}", tp.0, tp.1);
-            world.plans.insert(id, Plan { wait, outcome });
-            world.append(&tp, record);
+            world.produce(partition, Some(vec![b'k', key]), Plan { wait, outcome });
         }
     }
 
@@ -412,8 +300,7 @@ impl Run {
                     .is_some_and(|(_, tier)| {
                         state.handed_retry.get(tp).is_some_and(|(offset, at)| {
                             let delay = self.tiers.delay(tier).unwrap_or_default();
-                            !world.handled.contains(&(tp.clone(), *offset))
-                                && !world.exited.contains(&(tp.clone(), *offset))
+                            !world.is_settled(tp, *offset)
                                 && now < *at + delay + Duration::from_millis(100)
                         })
                     });
@@ -467,24 +354,21 @@ impl Run {
                 }
             }
             self.check()?;
-            let world = self.world.lock();
-            let behind: Vec<String> = world
-                .logs
-                .iter()
-                .filter(|(tp, log)| {
-                    world.committed.get(*tp).copied().unwrap_or(0) < log.len() as i64
-                })
-                .map(|(tp, log)| {
-                    format!(
-                        "{}-{} committed {} of {} (first unsettled {})",
+            let mut world = self.world.lock();
+            let world = &mut *world;
+            let mut behind = Vec::new();
+            for (tp, partition) in world.partitions.iter_mut() {
+                let committed = world.committed.get(tp).copied().unwrap_or(0);
+                if committed < partition.log.len() as i64 {
+                    behind.push(format!(
+                        "{}-{} committed {committed} of {} (first unsettled {})",
                         tp.0,
                         tp.1,
-                        world.committed.get(tp).copied().unwrap_or(0),
-                        log.len(),
-                        world.first_unsettled(tp)
-                    )
-                })
-                .collect();
+                        partition.log.len(),
+                        partition.first_unsettled()
+                    ));
+                }
+            }
             if behind.is_empty() {
                 return Ok(());
             }

@@ -1,0 +1,117 @@
+//! The handler of a schedule: what each call of each record does is its plan, drawn from the
+//! seed — wait (not at all, a yield, a sleep, one that outlives a revocation), then succeed,
+//! fail transiently n times, fail permanently or panic; while the downstream is down every
+//! call fails transiently. In a batch, a failure fails the batch, or half the time comes back
+//! as a partial response naming the failed records.
+
+use std::time::Duration;
+
+use super::world::WorldRef;
+use crate::failure::HandlerError;
+use crate::handler::BatchHandler;
+use crate::record::Record;
+
+/// What a record's handler calls do, drawn from the seed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Plan {
+    pub wait: Wait,
+    pub outcome: Outcome,
+}
+
+/// How a call waits before it answers.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Wait {
+    /// Finishes without awaiting anything.
+    None,
+    /// Yields to the scheduler once.
+    Yield,
+    /// Sleeps this many milliseconds (long ones outlive a revocation).
+    Sleep(u64),
+}
+
+/// How a record's calls end.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Outcome {
+    Ok,
+    /// Fails transiently on its first n calls, then succeeds.
+    Transient(u32),
+    Permanent,
+    Panic,
+}
+
+/// The handler: each call does what its records' plans say.
+pub(super) struct SimHandler {
+    pub world: WorldRef,
+}
+
+/// The marker of a simulated panic, kept out of the test output.
+pub(super) const SIMULATED_PANIC: &str = "simulated handler panic";
+
+impl BatchHandler for SimHandler {
+    async fn handle_batch(&self, records: &[Record]) -> Result<(), HandlerError> {
+        let (results, wait, down, partial) = {
+            let mut world = self.world.lock();
+            let down = world.downstream_down;
+            let mut wait = Wait::None;
+            let mut results = Vec::with_capacity(records.len());
+            for record in records {
+                let (plan, call) = world.called(record);
+                wait = match (wait, plan.wait) {
+                    (Wait::Sleep(a), Wait::Sleep(b)) => Wait::Sleep(a.max(b)),
+                    (Wait::Sleep(a), _) | (_, Wait::Sleep(a)) => Wait::Sleep(a),
+                    (Wait::Yield, _) | (_, Wait::Yield) => Wait::Yield,
+                    _ => Wait::None,
+                };
+                results.push(match plan.outcome {
+                    Outcome::Ok => Ok(()),
+                    Outcome::Transient(n) if call <= n => {
+                        Err(HandlerError::transient(format!("try {call} of {n}")))
+                    }
+                    Outcome::Transient(_) => Ok(()),
+                    Outcome::Permanent => Err(HandlerError::permanent("rejected")),
+                    Outcome::Panic => Err(HandlerError::permanent(SIMULATED_PANIC)),
+                });
+            }
+            let partial = records.len() > 1 && world.rng.bool();
+            (results, wait, down, partial)
+        };
+        match wait {
+            Wait::None => {}
+            Wait::Yield => tokio::task::yield_now().await,
+            Wait::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+        if down {
+            return Err(HandlerError::transient("downstream down"));
+        }
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.message() == SIMULATED_PANIC))
+        {
+            panic!("{SIMULATED_PANIC}");
+        }
+        let mut world = self.world.lock();
+        if results.iter().all(Result::is_ok) {
+            for record in records {
+                world.handled(record);
+            }
+            return Ok(());
+        }
+        if partial {
+            let mut failures = Vec::new();
+            for (record, result) in records.iter().zip(results) {
+                match result {
+                    Ok(()) => {
+                        world.handled(record);
+                    }
+                    Err(error) => failures.push((record.offset, error)),
+                }
+            }
+            return Err(HandlerError::partial(failures));
+        }
+        let mut errors = results.into_iter().filter_map(Result::err);
+        let first = errors.next().expect("one failed");
+        Err(errors
+            .find(|e| e.kind() == crate::failure::FailureKind::Permanent)
+            .unwrap_or(first))
+    }
+}
