@@ -3,7 +3,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | [`input`] | where the records come from: the partition's queue, taken in chunks and batches |
+//! | [`input`] | what a partition's worker is given: the partition, its tier, its metrics, its source |
+//! | [`source`] | where records come from: the partition's librdkafka queue (a trait: the simulation's seam) |
+//! | [`records`] | the worker's reader: the next record, what is ready, chunks and batches; cancel-safe |
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
@@ -17,7 +19,7 @@
 //! | [`client`] | what the worker asks of its Kafka consumer (a trait: the simulation's seam) |
 //!
 //! The worker's world is behind three small traits — where records come from
-//! ([`input::RecordSource`]), what it asks of the consumer ([`client::Client`]) and where
+//! ([`source::RecordSource`]), what it asks of the consumer ([`client::Client`]) and where
 //! records that exit are written ([`exit::ExitWriter`]) — so that `simulation` (tests only)
 //! runs the whole worker against simulated partitions on tokio's paused clock, with seeded
 //! schedules, and checks its guarantees after every step.
@@ -33,9 +35,11 @@ mod input;
 mod local_metrics;
 mod outage;
 mod progress;
+mod records;
 mod retry_wait;
 #[cfg(test)]
 mod simulation;
+mod source;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use chrono::{DateTime, Utc};
 
 use super::super::client::{Client, TopicPartition};
-use super::super::input::RecordSource;
+use super::super::source::RecordSource;
 use super::world::{delivered, WorldRef};
 use crate::record::Record;
 

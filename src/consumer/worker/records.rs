@@ -1,0 +1,231 @@
+//! A worker's reader of its partition's records: the next one, the ones ready now, or a chunk
+//! or batch taken at once — each cancel-safe, and none taken once the worker is cancelled.
+
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::source::RecordSource;
+use crate::record::Record;
+
+/// A worker's reader of its partition's records; see [`super::input::PartitionInput::records`].
+pub(crate) struct Records<'a> {
+    /// A record taken while waiting for something else; the next to hand out.
+    pub(super) peeked: Option<Record>,
+    /// Records a [`Records::take`] took and has not handed over yet: kept here, not in the
+    /// take's future, so that a take dropped before its end (in a `select!`, when tokio's
+    /// budget runs out between two records) loses nothing; the next take hands them over.
+    taking: Vec<Record>,
+    /// When the first of `taking` was taken.
+    taking_since: Instant,
+    source: Box<dyn RecordSource + 'a>,
+    topic: &'a str,
+    partition: i32,
+    tier: Option<u32>,
+    consumed: &'a prometheus::IntCounter,
+}
+
+impl<'a> Records<'a> {
+    /// A reader of `source`, the partition `topic`/`partition`, of retry tier `tier`'s topic
+    /// or (`None`) of a source topic; counts what it hands over in `consumed`.
+    pub(crate) fn new(
+        source: Box<dyn RecordSource + 'a>,
+        topic: &'a str,
+        partition: i32,
+        tier: Option<u32>,
+        consumed: &'a prometheus::IntCounter,
+    ) -> Self {
+        Self {
+            peeked: None,
+            taking: Vec::new(),
+            taking_since: Instant::now(),
+            source,
+            topic,
+            partition,
+            tier,
+            consumed,
+        }
+    }
+
+    /// `record` as the worker settles it: from a retry topic, the original it carries.
+    fn restored(&self, record: Record) -> Record {
+        match self.tier {
+            None => record,
+            Some(_) if record.retry.is_some() => record,
+            Some(tier) => {
+                let (record, error) = crate::retry_tier::restore(record, tier);
+                if let Some(error) = error {
+                    tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
+                        partition = self.partition, offset = record.delivered_offset(),
+                        %error, "handled as it is, at once");
+                }
+                record
+            }
+        }
+    }
+
+    /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
+    /// is taken from the partition's queue, which the next assignment's worker reads.
+    /// Cancel-safe.
+    pub(super) async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
+        if let Some(record) = self.peeked.take() {
+            return Some(record);
+        }
+        if cancel.is_cancelled() {
+            return None;
+        }
+        let source = &mut self.source;
+        let record = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return None,
+            record = std::future::poll_fn(|cx| source.poll_record(cx)) => record,
+        };
+        Some(self.restored(record))
+    }
+
+    /// The next record if one is ready, without waiting; `None` once `cancel` fired.
+    pub(super) fn ready(&mut self, cancel: &CancellationToken) -> Option<Record> {
+        if cancel.is_cancelled() {
+            return None;
+        }
+        if let Some(record) = self.peeked.take() {
+            return Some(record);
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.source.poll_record(&mut cx) {
+            Poll::Ready(record) => Some(self.restored(record)),
+            Poll::Pending => None,
+        }
+    }
+
+    /// Takes up to `max` records in offset order, with the time they were taken: waits for
+    /// the first, takes what else is ready, and waits up to `linger` for more. `None` once
+    /// `cancel` fires while none was taken. Cancel-safe: records taken by a take that is
+    /// dropped before its end are handed over by the next.
+    pub(super) async fn take(
+        &mut self,
+        max: usize,
+        linger: Duration,
+        cancel: &CancellationToken,
+    ) -> Option<(Vec<Record>, Instant)> {
+        if self.taking.is_empty() {
+            let first = self.next(cancel).await?;
+            self.taking_since = Instant::now();
+            self.taking.reserve(max.min(256));
+            self.taking.push(first);
+        }
+        while self.taking.len() < max {
+            // librdkafka's queue is not part of tokio's cooperative scheduling: without this, a
+            // worker whose records are always ready would not let other tasks run. A take
+            // dropped here keeps what it took in `taking`.
+            tokio::task::coop::consume_budget().await;
+            match self.ready(cancel) {
+                Some(record) => self.taking.push(record),
+                None => break,
+            }
+        }
+        if self.taking.len() < max && !linger.is_zero() {
+            let until = tokio::time::Instant::now() + linger;
+            while self.taking.len() < max {
+                tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep_until(until) => break,
+                    next = self.next(cancel) => match next {
+                        Some(record) => self.taking.push(record),
+                        None => break,
+                    },
+                }
+            }
+        }
+        let records = std::mem::take(&mut self.taking);
+        self.consumed.inc_by(records.len() as u64);
+        Some((records, self.taking_since))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::worker::source::QueueSource;
+    use tokio::sync::mpsc;
+
+    fn record(offset: i64) -> Record {
+        Record {
+            id: format!("t-0-{offset}"),
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            key: None,
+            payload: None,
+            headers: vec![],
+            timestamp: None,
+            timestamp_type: None,
+            retry: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
+        let (tx, mut strays) = mpsc::channel(4);
+        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let source = QueueSource {
+            topic: "t",
+            partition: 0,
+            stream: None,
+            strays: &mut strays,
+            id_header: None,
+        };
+        let mut records = Records::new(Box::new(source), "t", 0, None, &consumed);
+        let cancel = CancellationToken::new();
+        tx.send(record(7)).await.unwrap();
+        assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
+
+        // After the revocation the records waiting belong to the partition's next reader.
+        tx.send(record(8)).await.unwrap();
+        cancel.cancel();
+        assert!(records.ready(&cancel).is_none(), "ready takes nothing");
+        assert!(records.next(&cancel).await.is_none(), "next takes nothing");
+        assert!(
+            records.take(10, Duration::ZERO, &cancel).await.is_none(),
+            "take takes nothing"
+        );
+        drop(records);
+        assert_eq!(
+            strays.try_recv().map(|r| r.offset).ok(),
+            Some(8),
+            "the record is still there for the next reader"
+        );
+    }
+
+    /// Always ready: the partition's queue holds more than a take wants.
+    struct Endless(i64);
+
+    impl RecordSource for Endless {
+        fn poll_record(&mut self, _: &mut Context<'_>) -> Poll<Record> {
+            self.0 += 1;
+            Poll::Ready(record(self.0 - 1))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_take_dropped_when_the_budget_runs_out_loses_no_record() {
+        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let mut records = Records::new(Box::new(Endless(0)), "t", 0, None, &consumed);
+        let cancel = CancellationToken::new();
+        let mut handed = Vec::new();
+        // A take of 1,000 runs out of tokio's budget (128 a poll) before its end; a
+        // `select!` that finds another branch ready then drops it.
+        for _ in 0..20 {
+            let take = records.take(1_000, Duration::ZERO, &cancel);
+            if let Some(Some((taken, _))) = futures_util::FutureExt::now_or_never(take) {
+                handed.extend(taken.into_iter().map(|r| r.offset));
+            }
+            tokio::task::yield_now().await;
+        }
+        let (taken, _) = records.take(1_000, Duration::ZERO, &cancel).await.unwrap();
+        handed.extend(taken.into_iter().map(|r| r.offset));
+        let expected: Vec<i64> = (0..handed.len() as i64).collect();
+        assert_eq!(handed, expected, "every record handed over once, in order");
+    }
+}
