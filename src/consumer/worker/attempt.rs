@@ -146,15 +146,15 @@ pub(super) async fn settle_record<H: BatchHandler>(
         }
     }
     let granted = permit(&shared.breaker, cancel).await?;
-    let (result, _) = call(shared, metrics, std::slice::from_ref(record), granted).await;
+    let (result, ended) = call(shared, metrics, std::slice::from_ref(record), granted).await;
     match narrow(result, record.offset) {
         Ok(()) => {
             tracing::debug!(event = "record_handled", topic = %record.topic,
                 partition = record.partition, offset = record.offset, id = %record.id);
             settled.settle(record);
-            metrics
-                .settle_seconds
-                .observe(fetched.elapsed().as_secs_f64());
+            // The call's end, not another clock read: this runs for every record.
+            let settled_in = ended.into_std().saturating_duration_since(fetched);
+            metrics.settle_seconds.observe(settled_in.as_secs_f64());
             Ok(())
         }
         Err(first) => {

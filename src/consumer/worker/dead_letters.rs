@@ -3,17 +3,19 @@
 //! stored past one that is not acknowledged yet.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
-use super::exit::{begin, exited, Exit};
+use super::exit::{begin, exited, Exit, PendingExit};
 use super::{Abandoned, Shared};
+use crate::dlq::RetryWritten;
 use crate::handler::BatchHandler;
+use crate::metrics::Metrics;
 use crate::record::Record;
 
 /// At most this many dead-letter writes of one partition are in flight at once.
@@ -57,9 +59,38 @@ fn dead_letter_bytes(record: &Record) -> usize {
 /// (5,000 records are a few milliseconds of a no-op handler).
 pub(super) const DEAD_LETTER_WINDOW: i64 = 5_000;
 
-/// A dead-letter write in flight: resolves once the broker acknowledged it (logged and
-/// counted), or with [`Abandoned`].
-type PendingWrite = std::pin::Pin<Box<dyn Future<Output = Result<(), Abandoned>> + Send>>;
+/// A dead-letter (or retry-topic) write in flight, and what is logged, counted and given back
+/// when it ends. The write is the writer's one boxed future, polled in the record's span.
+struct InFlight {
+    /// The offset it settles once acknowledged (where the record was delivered).
+    offset: i64,
+    write: Instrumented<PendingExit>,
+    exit: Exit,
+    message: String,
+    topic: String,
+    fetched: Instant,
+    metrics: Metrics,
+    _hold: BudgetHold,
+}
+
+impl InFlight {
+    /// Logs and counts how the write ended, in the record's span, and gives its budget back;
+    /// `Ok` when it was acknowledged.
+    fn ended(self, written: Result<RetryWritten, crate::dlq::Abandoned>) -> Result<(), Abandoned> {
+        let _span = self.write.span().enter();
+        exited(
+            &self.metrics,
+            &self.topic,
+            self.exit,
+            &self.message,
+            written,
+        )?;
+        self.metrics
+            .settle_seconds
+            .observe(self.fetched.elapsed().as_secs_f64());
+        Ok(())
+    }
+}
 
 /// A partition's dead-letter writes in flight, in offset order. They are driven by the
 /// partition's own worker — polled when it stores offsets and awaited when it has to wait —
@@ -70,7 +101,7 @@ type PendingWrite = std::pin::Pin<Box<dyn Future<Output = Result<(), Abandoned>>
 /// on; no offset passes either meanwhile.
 #[derive(Default)]
 pub(super) struct DeadLetterWrites {
-    in_flight: VecDeque<(i64, PendingWrite)>,
+    in_flight: VecDeque<InFlight>,
     /// Offsets of the writes acknowledged since [`DeadLetterWrites::take_acknowledged`]. A
     /// write given up (revoked or stopping) is never among them, so no position passes it.
     acknowledged: Vec<i64>,
@@ -123,21 +154,17 @@ impl DeadLetterWrites {
             gauge: shared.metrics.dead_letter_bytes_in_flight.clone(),
         };
         // Handed to the producer now, so that dead letters keep the partition's order.
-        let written = begin(shared, record, exit, &message, cancel.clone());
-        let metrics = shared.metrics.clone();
-        let topic = record.topic.clone();
-        let write = async move {
-            let _hold = hold;
-            let written = written.await;
-            exited(&metrics, &topic, exit, &message, written)?;
-            metrics
-                .settle_seconds
-                .observe(fetched.elapsed().as_secs_f64());
-            Ok(())
-        }
-        .instrument(span);
-        self.in_flight
-            .push_back((record.delivered_offset(), Box::pin(write)));
+        let write = begin(shared, record, exit, &message, cancel.clone()).instrument(span);
+        self.in_flight.push_back(InFlight {
+            offset: record.delivered_offset(),
+            write,
+            exit,
+            message,
+            topic: record.topic.clone(),
+            fetched,
+            metrics: shared.metrics.clone(),
+            _hold: hold,
+        });
         Ok(())
     }
 
@@ -148,15 +175,11 @@ impl DeadLetterWrites {
 
     /// Takes the finished writes off the front, without waiting.
     pub(super) fn collect_finished(&mut self) {
-        while let Some((offset, write)) = self.in_flight.front_mut() {
-            let Some(done) = write.as_mut().now_or_never() else {
+        while let Some(front) = self.in_flight.front_mut() {
+            let Some(written) = (&mut front.write).now_or_never() else {
                 break;
             };
-            let offset = *offset;
-            self.in_flight.pop_front();
-            if done.is_ok() {
-                self.acknowledged.push(offset);
-            }
+            self.ended(written);
         }
     }
 
@@ -169,7 +192,7 @@ impl DeadLetterWrites {
     pub(super) fn too_far_behind(&self, offset: i64) -> bool {
         self.in_flight
             .front()
-            .is_some_and(|(first, _)| offset - first > DEAD_LETTER_WINDOW)
+            .is_some_and(|first| offset - first.offset > DEAD_LETTER_WINDOW)
     }
 
     /// Waits until `offset` is within [`DEAD_LETTER_WINDOW`] of the oldest write in flight.
@@ -182,14 +205,20 @@ impl DeadLetterWrites {
     /// Waits for the oldest write in flight and takes it off. Cancel-safe: the write is
     /// taken off only once it is done.
     pub(super) async fn wait_first(&mut self) {
-        let Some((_, write)) = self.in_flight.front_mut() else {
+        let Some(front) = self.in_flight.front_mut() else {
             return;
         };
-        let done = write.as_mut().await;
-        if let Some((offset, _)) = self.in_flight.pop_front() {
-            if done.is_ok() {
-                self.acknowledged.push(offset);
-            }
+        let written = (&mut front.write).await;
+        self.ended(written);
+    }
+
+    /// The oldest write in flight ended with `written`: takes it off, and keeps its offset
+    /// when it was acknowledged.
+    fn ended(&mut self, written: Result<RetryWritten, crate::dlq::Abandoned>) {
+        let first = self.in_flight.pop_front().expect("the oldest write ended");
+        let offset = first.offset;
+        if first.ended(written).is_ok() {
+            self.acknowledged.push(offset);
         }
     }
 
