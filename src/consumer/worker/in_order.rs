@@ -76,23 +76,10 @@ pub(super) async fn run<H: BatchHandler>(
         metrics.flush();
         // Until the next record comes, store the offsets of the dead letters as they are
         // acknowledged (an idle partition's last dead letters get committed too).
-        while settled.writes.as_ref().is_some_and(|w| !w.is_empty()) {
-            if source.peeked.is_none() {
-                source.peeked = source.ready(&cancel);
-            }
-            let Some(writes) = settled.writes.as_mut().filter(|_| source.peeked.is_none()) else {
-                break;
-            };
-            tokio::select! {
-                biased;
-                _ = writes.wait_first() => settled.store(&shared),
-                next = source.next(&cancel) => {
-                    match next {
-                        Some(record) => source.peeked = Some(record),
-                        None => break 'work,
-                    }
-                    break;
-                }
+        if settled.writing() {
+            match settled.meanwhile(&shared, source.next(&cancel)).await {
+                Some(record) => source.peeked = Some(record),
+                None => break,
             }
         }
     }

@@ -52,6 +52,11 @@ impl Progress {
         self.offsets.settle(record.delivered_offset());
     }
 
+    /// Whether dead-letter writes are in flight.
+    pub(super) fn writing(&self) -> bool {
+        self.writes.as_ref().is_some_and(|w| !w.is_empty())
+    }
+
     /// How many records are taken and not yet passed by the position.
     pub(super) fn open(&self) -> usize {
         self.offsets.open()
