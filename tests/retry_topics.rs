@@ -426,18 +426,22 @@ async fn a_crash_between_the_retry_topic_write_and_the_commit_loses_nothing() {
         *downstream.broken.lock().unwrap() = false;
         let mut second = sidecar(&brokers, &group, &topic, &url, protocol);
         // The source record comes again (its offset was not committed) and succeeds; the
-        // copy in the retry topic is delivered too once due: at least once.
-        let delivered_from_tier = || {
-            downstream
-                .requests
-                .lock()
-                .unwrap()
+        // copy in the retry topic is delivered too once due: at least once. The two come
+        // from different partitions, so either may be first; wait for both.
+        let delivered_from_source_and_tier = || {
+            let requests = downstream.requests.lock().unwrap();
+            let after_fix = &requests[1..];
+            after_fix
                 .iter()
                 .any(|(h, _)| h.get("x-kafka-retry-tier").is_some_and(|t| t == "0"))
+                && after_fix
+                    .iter()
+                    .any(|(h, _)| h.get("x-kafka-retry-tier").is_none())
         };
         assert!(
-            eventually(WAIT, delivered_from_tier).await,
-            "{protocol}: the tier's copy delivered"
+            eventually(WAIT, delivered_from_source_and_tier).await,
+            "{protocol}: the source record and the tier's copy delivered: {:?}",
+            downstream.requests.lock().unwrap()
         );
         let status = terminate(&mut second).await;
         assert_eq!(status.code(), Some(0));
