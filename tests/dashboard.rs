@@ -109,6 +109,7 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
         listener,
         metrics.clone(),
         stop.clone().cancelled_owned(),
+        Duration::from_secs(5),
     ));
     let run = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
     assert!(

@@ -60,6 +60,7 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
         listener,
         metrics.clone(),
         server_stop.clone().cancelled_owned(),
+        Duration::from_secs(5),
     ));
 
     assert_eq!(get(&format!("{base}/healthz")).await, (200, "ok".into()));

@@ -147,7 +147,8 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
 /// Runs the sidecar until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let checked = check(&args)?;
-    let url = args.target_url.as_deref().unwrap_or_default();
+    let url =
+        kafka_dlq::sidecar::shown_url::redacted(args.target_url.as_deref().unwrap_or_default());
     tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %checked.addr,
         monitor = args.monitor, batch_size = checked.config.batch_size, config = ?checked.config);
     match checked.target {
@@ -162,6 +163,7 @@ async fn serve<H: BatchHandler>(
     addr: std::net::SocketAddr,
     monitor: Option<kafka_dlq::monitor::Monitor>,
 ) -> Result<(), CliError> {
+    let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let consumer = Consumer::new(config, target).map_err(|e| match e {
         kafka_dlq::ConsumerError::Config(c) => CliError::Config(c),
         other => CliError::Runtime(other.into()),
@@ -172,11 +174,21 @@ async fn serve<H: BatchHandler>(
         .map_err(CliError::Runtime)?;
 
     let stop = tokio_util::sync::CancellationToken::new();
+    // The metrics endpoint serves until the consumer has stopped; the process ends within the
+    // shutdown timeout of the signal whatever the endpoint's HTTP clients do.
+    let stopping_since = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            stop.cancelled().await;
+            tokio::time::Instant::now()
+        }
+    });
     let server_stop = tokio_util::sync::CancellationToken::new();
     let server = tokio::spawn(kafka_dlq::server::serve(
         listener,
         consumer.metrics(),
         server_stop.clone().cancelled_owned(),
+        shutdown_timeout,
     ));
     let monitor = monitor.map(|m| {
         let m = m.with_breaker(consumer.breaker_state());
@@ -196,6 +208,15 @@ async fn serve<H: BatchHandler>(
         let _ = monitor.await;
     }
     server_stop.cancel();
-    let _ = server.await;
+    let deadline = stopping_since
+        .await
+        .unwrap_or_else(|_| tokio::time::Instant::now())
+        + shutdown_timeout;
+    if tokio::time::timeout_at(deadline, server).await.is_err() {
+        tracing::warn!(
+            event = "metrics_server_drain_timeout",
+            "the shutdown timeout passed with a metrics request in progress; exiting without it"
+        );
+    }
     result.context("consumer failed").map_err(CliError::Runtime)
 }

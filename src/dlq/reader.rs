@@ -124,6 +124,9 @@ impl DlqReader {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
         crate::config::apply_librdkafka(&mut config, librdkafka);
+        // A partition's end is reported, so one whose last offsets hold no record a consumer
+        // sees (a transaction's commit or abort marker, aborted records) still ends.
+        config.set("enable.partition.eof", "true");
         let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
         let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
         let t = metadata.topics().first().ok_or(KafkaError::MetadataFetch(
@@ -181,8 +184,10 @@ impl DlqReader {
     }
 
     /// The next entry, in no particular order across partitions but in offset order within
-    /// one; `None` when every partition reached its end. Waits without blocking the thread;
-    /// gives up with a timeout error after 30 s without a record.
+    /// one; `None` when every partition reached its end (the high watermark taken at open; a
+    /// partition whose last offsets are transaction markers or aborted records ends when the
+    /// broker reports its end). Waits without blocking the thread; gives up with a timeout
+    /// error after 30 s without a record.
     pub async fn next_entry(&mut self) -> Option<Result<DlqEntry, KafkaError>> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while self.remaining() > 0 {
@@ -197,13 +202,27 @@ impl DlqReader {
             };
             let message = match polled {
                 Ok(m) => m,
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    // Everything up to the partition's current end was delivered; whatever
+                    // offsets below `end` were not are control records or aborted ones.
+                    if let Some((next, end)) = self.positions.get_mut(&partition) {
+                        *next = *end;
+                    }
+                    continue;
+                }
                 Err(e) => return Some(Err(e)),
             };
             let (next, end) = self
                 .positions
                 .get_mut(&message.partition())
                 .expect("only assigned partitions are read");
-            if message.offset() < *next || message.offset() >= *end {
+            if message.offset() >= *end {
+                // Past the end taken at open: the offsets before it that were skipped hold
+                // no record to read.
+                *next = *end;
+                continue;
+            }
+            if message.offset() < *next {
                 continue;
             }
             *next = message.offset() + 1;

@@ -66,9 +66,10 @@ impl HandlerError {
     /// A partial batch response (as AWS Lambda's `batchItemFailures`): of a batch, only the
     /// records at these offsets failed, each with its own failure; every other record of the
     /// batch succeeded. The named records go through the retry and dead-letter policy on their
-    /// own (their first attempt was this call), the others settle at once; no bisection. An
-    /// offset that is not in the batch is logged and ignored. The call counts as answered for
-    /// the outage breaker.
+    /// own (their first attempt was this call), the others settle at once; no bisection. If any
+    /// offset is not in the batch, no record is settled by it: the whole batch failed
+    /// transiently (as SQS treats an unknown `itemIdentifier`), and is split as any failed
+    /// batch is. The call counts as answered for the outage breaker.
     pub fn partial(failures: impl IntoIterator<Item = (i64, HandlerError)>) -> Self {
         let records: Vec<(i64, HandlerError)> = failures.into_iter().collect();
         Self {

@@ -7,12 +7,17 @@
 //! | `GET /readyz` | 200 `ready` when partitions are assigned and a broker is reachable, else 503 with the reason |
 
 use std::future::Future;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
@@ -26,15 +31,60 @@ pub fn router(metrics: Metrics) -> Router {
         .with_state(metrics)
 }
 
-/// Serves [`router`] on `listener` until `shutdown` completes.
+/// How long a client may take to send a request's head; then its connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves [`router`] on `listener` (HTTP/1.1) until `shutdown` completes, then stops accepting,
+/// closes idle connections at once and lets requests in progress finish for at most `drain`;
+/// then it returns whatever its clients do (connections left over are dropped with the
+/// runtime). A client that sends no complete request head within [`HEADER_READ_TIMEOUT`] is
+/// disconnected, so a half-sent request never holds the process.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics))
-        .with_graceful_shutdown(shutdown)
+    let service = TowerToHyperService::new(router(metrics));
+    let connections = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: the listener stays usable.
+                        tracing::warn!(event = "metrics_accept_failed", error = %e,
+                            "the metrics endpoint could not accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service.clone());
+                let connection = connections.watch(connection);
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, connections.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            event = "metrics_server_drain_timeout",
+            drain_ms = drain.as_millis() as u64,
+            "a metrics client still holds a request; the endpoint stops without it"
+        );
+    }
+    Ok(())
 }
 
 async fn render_metrics(State(metrics): State<Metrics>) -> impl IntoResponse {

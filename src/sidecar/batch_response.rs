@@ -1,10 +1,20 @@
-//! A batch call's 2xx answer, read as AWS Lambda's partial batch response:
+//! A batch call's 2xx answer, read by AWS Lambda's rules for partial batch responses:
 //! `{"batchItemFailures": [{"itemIdentifier": "<record id>"}, …]}` names the records that
-//! failed (transient; an item may add `"kind": "permanent"` and `"message"`). An empty body or
-//! an empty list means every record succeeded; an id that is not in the batch is logged and
-//! ignored; any other body is a failure of the whole batch (which is then bisected).
+//! failed (transient; an item may add `"kind": "permanent"` and `"message"`).
+//!
+//! - **Every record succeeded**: an empty body, `null`, a JSON object without
+//!   `batchItemFailures` (so `{}` and a target that predates partial responses, answering
+//!   `{"ok":true}`), `"batchItemFailures": null` or an empty list.
+//! - **The whole batch failed, transiently** (it is retried, and its records are never
+//!   dead-lettered on the spot): a body that is not JSON (`OK`), JSON that is neither an object
+//!   nor `null`, a `batchItemFailures` that is not a list, an item without a string
+//!   `itemIdentifier` (a misspelt key, `null`), an empty identifier, or an identifier that is not
+//!   the id of a record in the batch — as SQS does, so a target that reports offsets or keys
+//!   instead of ids never has its failed records settled as handled.
+//! - **Otherwise** only the named records failed; the others succeeded.
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::failure::HandlerError;
 use crate::record::Record;
@@ -12,11 +22,8 @@ use crate::record::Record;
 /// How many bytes of a 2xx answer are read.
 pub(super) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Response {
-    batch_item_failures: Vec<Item>,
-}
+/// How many characters of a body that is not a partial batch response its error shows.
+const SHOWN_CHARS: usize = 200;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -28,21 +35,56 @@ struct Item {
     message: Option<String>,
 }
 
-/// The outcome of a batch of `records` whose target answered 2xx with `body`.
+/// The outcome of a batch of `records` whose target answered 2xx with `body`, by the rules
+/// in this module's documentation.
 pub fn outcome(body: &[u8], records: &[Record]) -> Result<(), HandlerError> {
     let text = String::from_utf8_lossy(body);
     if text.trim().is_empty() {
         return Ok(());
     }
-    let response: Response = serde_json::from_str(&text).map_err(|e| {
-        let shown: String = text.chars().take(200).collect();
-        HandlerError::permanent(format!(
+    let invalid = |why: String| {
+        let shown: String = text
+            .chars()
+            .take(SHOWN_CHARS)
+            .flat_map(char::escape_default)
+            .collect();
+        HandlerError::transient(format!(
             "the target answered 2xx with a body that is not a partial batch response \
-             ({{\"batchItemFailures\":[{{\"itemIdentifier\":\"<record id>\"}}]}}): {e}: {shown}"
+             ({{\"batchItemFailures\":[{{\"itemIdentifier\":\"<record id>\"}}]}}): {why}; \
+             the whole batch failed: {shown}"
         ))
-    })?;
+    };
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| invalid(format!("it is not JSON ({e})")))?;
+    let items = match value {
+        Value::Null => return Ok(()),
+        Value::Object(mut fields) => match fields.remove("batchItemFailures") {
+            None | Some(Value::Null) => return Ok(()),
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(invalid("\"batchItemFailures\" is not a list".into())),
+        },
+        _ => return Err(invalid("it is neither a JSON object nor null".into())),
+    };
     let mut failures = Vec::new();
-    for item in response.batch_item_failures {
+    for item in items {
+        let item: Item = serde_json::from_value(item).map_err(|e| {
+            invalid(format!(
+                "an item is not {{\"itemIdentifier\": \"<record id>\"}} ({e})"
+            ))
+        })?;
+        if item.item_identifier.is_empty() {
+            return Err(invalid("an item's \"itemIdentifier\" is empty".into()));
+        }
+        let named: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.id == item.item_identifier)
+            .collect();
+        if named.is_empty() {
+            let id: String = item.item_identifier.escape_default().collect();
+            return Err(invalid(format!(
+                "it names \"{id}\", which is not the id of a record in this batch"
+            )));
+        }
         let message = item
             .message
             .unwrap_or_else(|| "the target reported this record as failed".into());
@@ -50,15 +92,7 @@ pub fn outcome(body: &[u8], records: &[Record]) -> Result<(), HandlerError> {
             Some("permanent") => HandlerError::permanent(message),
             _ => HandlerError::transient(message),
         };
-        let mut found = false;
-        for record in records.iter().filter(|r| r.id == item.item_identifier) {
-            failures.push((record.offset, error.clone()));
-            found = true;
-        }
-        if !found {
-            tracing::warn!(event = "batch_partial_unknown_record", id = %item.item_identifier,
-                "the target named a record that is not in the batch; ignored");
-        }
+        failures.extend(named.into_iter().map(|r| (r.offset, error.clone())));
     }
     if failures.is_empty() {
         Ok(())
@@ -90,10 +124,23 @@ mod tests {
     }
 
     #[test]
-    fn no_body_or_an_empty_list_is_success() {
-        assert_eq!(outcome(b"", &records()), Ok(()));
-        assert_eq!(outcome(b"  \n", &records()), Ok(()));
-        assert_eq!(outcome(br#"{"batchItemFailures":[]}"#, &records()), Ok(()));
+    fn lambdas_success_answers_are_success() {
+        for body in [
+            &b""[..],
+            b"  \n",
+            b"null",
+            b"{}",
+            br#"{"batchItemFailures":null}"#,
+            br#"{"batchItemFailures":[]}"#,
+            br#"{"ok":true}"#,
+        ] {
+            assert_eq!(
+                outcome(body, &records()),
+                Ok(()),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     #[test]
@@ -111,24 +158,41 @@ mod tests {
     }
 
     #[test]
-    fn unknown_ids_are_ignored() {
-        let body = br#"{"batchItemFailures":[{"itemIdentifier":"nope"}]}"#;
-        assert_eq!(outcome(body, &records()), Ok(()));
-    }
-
-    #[test]
-    fn another_body_fails_the_whole_batch() {
-        for body in [
-            &b"ok"[..],
-            br#"{"status":"done"}"#,
-            br#"{"batchItemFailures":"r-1"}"#,
+    fn an_answer_that_is_no_valid_response_fails_the_whole_batch_transiently() {
+        for (body, why) in [
+            (&b"OK"[..], "not JSON"),
+            (b"\"done\"", "neither a JSON object nor null"),
+            (b"[]", "neither a JSON object nor null"),
+            (br#"{"batchItemFailures":"r-1"}"#, "not a list"),
+            (br#"{"batchItemFailures":[{"id":"r-1"}]}"#, "an item is not"),
+            (
+                br#"{"batchItemFailures":[{"itemIdentifier":null}]}"#,
+                "an item is not",
+            ),
+            (
+                br#"{"batchItemFailures":[{"itemIdentifier":""}]}"#,
+                "is empty",
+            ),
+            (
+                br#"{"batchItemFailures":[{"itemIdentifier":"r-1"},{"itemIdentifier":"11"}]}"#,
+                "names \"11\", which is not the id of a record in this batch",
+            ),
         ] {
             let error = outcome(body, &records()).unwrap_err();
             assert!(error.failed_records().is_none(), "{error}");
+            assert_eq!(error.kind(), FailureKind::Transient, "{error}");
+            assert!(error.message().contains(why), "{why}: {error}");
             assert!(
-                error.message().contains("not a partial batch response"),
+                error.message().contains("the whole batch failed"),
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_shown_body_has_its_control_characters_escaped() {
+        let error = outcome(b"\x1b[31mred", &records()).unwrap_err();
+        assert!(!error.message().contains('\x1b'), "{error}");
+        assert!(error.message().contains("\\u{1b}[31mred"), "{error}");
     }
 }

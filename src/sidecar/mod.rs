@@ -34,10 +34,14 @@
 //! a failed batch is split to find the records that fail (see
 //! [`BatchHandler`](crate::handler::BatchHandler)), unless a 2xx answer names them itself in
 //! AWS Lambda's partial batch response shape ([`batch_response`]).
+//!
+//! The target URL is never shown with its credentials: logs, failure messages (and so dead
+//! letters and alerts) and setting errors show `http://***@host/…` ([`shown_url`]).
 
 use std::time::Duration;
 
 pub mod batch_response;
+pub mod shown_url;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -53,23 +57,36 @@ use crate::record::Record;
 const ERROR_BODY_BYTES: usize = 512;
 
 /// Delivers records to an HTTP endpoint.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpTarget {
     client: reqwest::Client,
     url: reqwest::Url,
+    /// `url` with its credentials redacted, for every message that shows it.
+    shown: String,
     content_type: HeaderValue,
+}
+
+/// Shows the target URL redacted, never its credentials.
+impl std::fmt::Debug for HttpTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpTarget")
+            .field("url", &self.shown)
+            .field("content_type", &self.content_type)
+            .finish()
+    }
 }
 
 impl HttpTarget {
     /// Checks the URL (`http://` only) and builds a client whose requests time out after
     /// `timeout` (a timeout is a transient failure).
     pub fn new(url: &str, timeout: Duration, content_type: &str) -> Result<Self, ConfigError> {
+        let shown = shown_url::redacted(url);
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| ConfigError::new("target_url", url, format!("not a URL: {e}")))?;
+            .map_err(|e| ConfigError::new("target_url", &shown, format!("not a URL: {e}")))?;
         if parsed.scheme() != "http" {
             return Err(ConfigError::new(
                 "target_url",
-                url,
+                &shown,
                 "only http:// is supported (the sidecar talks to a service beside it)",
             ));
         }
@@ -88,10 +105,11 @@ impl HttpTarget {
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .build()
-            .map_err(|e| ConfigError::new("target_url", url, e))?;
+            .map_err(|e| ConfigError::new("target_url", &shown, e))?;
         Ok(Self {
             client,
             url: parsed,
+            shown,
             content_type,
         })
     }
@@ -154,7 +172,7 @@ impl HttpTarget {
         read_body: bool,
     ) -> Result<Vec<u8>, HandlerError> {
         let mut response = request.send().await.map_err(|e| {
-            HandlerError::transient(format!("POST {} failed: {}", self.url, error_chain(&e)))
+            HandlerError::transient(format!("POST {} failed: {}", self.shown, error_chain(&e)))
         })?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
@@ -166,7 +184,7 @@ impl HttpTarget {
                     Err(e) => {
                         return Err(HandlerError::transient(format!(
                             "reading the answer of {} failed: {}",
-                            self.url,
+                            self.shown,
                             error_chain(&e)
                         )))
                     }

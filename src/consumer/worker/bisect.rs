@@ -36,7 +36,8 @@ pub(super) async fn settle_batch<H: BatchHandler>(
             continue;
         }
         let granted = permit(&shared.breaker, cancel).await?;
-        match call(shared, metrics, records, granted).await.0 {
+        let answer = call(shared, metrics, records, granted).await.0;
+        match answer.map_err(|error| names_only_batch_records(error, records)) {
             Ok(()) => {
                 tracing::debug!(event = "batch_handled", topic = %records[0].topic,
                     partition = records[0].partition, first_offset = records[0].offset,
@@ -82,7 +83,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
 
 /// A partial batch response ([`HandlerError::partial`]): the records it does not name settle at
 /// once, then each named one goes through the single-record policy with its own failure as its
-/// first attempt. An offset that is not in the batch is logged and ignored.
+/// first attempt. Every offset it names is in `records` ([`names_only_batch_records`]).
 async fn settle_partial<H: BatchHandler>(
     shared: &Arc<Shared<H>>,
     metrics: &mut TopicMetrics<'_>,
@@ -93,13 +94,6 @@ async fn settle_partial<H: BatchHandler>(
     cancel: &CancellationToken,
 ) -> Result<(), Abandoned> {
     let failures = error.failed_records().unwrap_or_default();
-    for (offset, failure) in failures {
-        if !records.iter().any(|r| r.offset == *offset) {
-            tracing::warn!(event = "batch_partial_unknown_record", topic = %records[0].topic,
-                partition = records[0].partition, offset, error = %failure,
-                "the handler named a record that is not in the batch; ignored");
-        }
-    }
     let failure_of = |record: &Record| failures.iter().find(|(o, _)| *o == record.offset);
     let elapsed = taken.elapsed().as_secs_f64();
     let mut succeeded = 0;
@@ -128,4 +122,24 @@ async fn settle_partial<H: BatchHandler>(
         }
     }
     Ok(())
+}
+
+/// `error` as it stands, unless it is a partial batch response naming an offset that is not in
+/// `records`: then a transient failure of the whole batch, so that no record is settled as
+/// handled on an answer that may mean another record.
+fn names_only_batch_records(error: HandlerError, records: &[Record]) -> HandlerError {
+    let unknown = error
+        .failed_records()
+        .unwrap_or_default()
+        .iter()
+        .find(|(offset, _)| !records.iter().any(|r| r.offset == *offset));
+    match unknown {
+        Some((offset, _)) => HandlerError::transient(format!(
+            "the handler's partial batch response names offset {offset}, which is not in this \
+             batch of offsets {}..={}; the whole batch failed",
+            records[0].offset,
+            records[records.len() - 1].offset
+        )),
+        None => error,
+    }
 }
