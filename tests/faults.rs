@@ -204,3 +204,90 @@ async fn dead_letters_in_flight_are_bounded_by_bytes_while_the_dlq_is_down() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_the_source_cannot_serve_now_stops_the_replay_without_committing_past_it() {
+    use kafka_dlq::dlq::Envelope;
+    use kafka_dlq::replay::{replay, ReplayError, ReplayOptions};
+    use kafka_dlq::{DeadLetterKind, Record};
+    use tokio_util::sync::CancellationToken;
+    let mock = MockCluster::new(1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let topic = unique("denied");
+    let dlq = format!("{topic}-dlt");
+    mock.create_topic(&topic, 1, 1).unwrap();
+    mock.create_topic(&dlq, 1, 1).unwrap();
+    produce(&brokers, &topic, vec![Out::new(0, "big")]).await;
+    let record = |offset: i64, payload: &str| Record {
+        id: format!("{topic}-0-{offset}"),
+        topic: topic.clone(),
+        partition: 0,
+        offset,
+        key: None,
+        payload: Some(payload.as_bytes().to_vec()),
+        headers: vec![],
+        timestamp: None,
+        timestamp_type: None,
+        retry: None,
+    };
+    let letter = |envelope: Envelope| Out {
+        partition: 0,
+        key: None,
+        value: Some(envelope.to_vec()),
+        headers: vec![],
+    };
+    let reference = Envelope::new(&record(0, "big"), DeadLetterKind::Permanent, "m", 1, "g");
+    let whole = Envelope::new(&record(7, "small"), DeadLetterKind::Permanent, "m", 1, "g");
+    produce(
+        &brokers,
+        &dlq,
+        vec![letter(reference.reference()), letter(whole)],
+    )
+    .await;
+
+    // The replay may not read the source topic (as an ACL that denies it would say).
+    mock.topic_error(
+        &topic,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .unwrap();
+    let options = ReplayOptions {
+        // The mock's coordinator lets the next replay's lock in only once the last one's
+        // membership has timed out.
+        librdkafka: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
+        ..ReplayOptions::new(&brokers, &dlq)
+    };
+    let denied = replay(&options, |_, _, _| {}, &CancellationToken::new()).await;
+    match denied {
+        Err(ReplayError::Unresolved { id, offset, .. }) => {
+            assert_eq!(id, format!("{topic}-0-0"));
+            assert_eq!(offset, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        committed(&brokers, kafka_dlq::monitor::REPLAY_GROUP, &dlq, 1).get(&0),
+        None,
+        "nothing committed past the reference"
+    );
+
+    // Allowed again: the same replay resolves it and goes on.
+    mock.topic_error(&topic, RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
+        .unwrap();
+    let report = replay(&options, |_, _, _| {}, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.scanned, report.replayed, report.lost),
+        (2, 2, 0),
+        "{report:?}"
+    );
+    let sent: Vec<Vec<u8>> = read_all(&brokers, &topic)
+        .iter()
+        .map(|m| rdkafka::Message::payload(m).unwrap().to_vec())
+        .collect();
+    assert_eq!(
+        sent,
+        vec![b"big".to_vec(), b"big".to_vec(), b"small".to_vec()]
+    );
+}

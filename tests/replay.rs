@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use kafka_dlq::dlq::Envelope;
-use kafka_dlq::replay::{replay, ReplayOptions, HEADER_REPLAY_COUNT};
+use kafka_dlq::replay::{replay, Outcome, ReplayOptions, HEADER_REPLAY_COUNT};
 use kafka_dlq::{DeadLetterKind, Record, RecordHeader};
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
@@ -280,7 +280,7 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     let cancel = CancellationToken::new();
     let first = replay(
         &options,
-        |done, _| {
+        |done, _, _| {
             if done == 7 {
                 cancel.cancel()
             }
@@ -292,7 +292,7 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     assert!(first.interrupted);
     assert_eq!(first.replayed, 7);
 
-    let second = replay(&options, |_, _| {}, &CancellationToken::new())
+    let second = replay(&options, |_, _, _| {}, &CancellationToken::new())
         .await
         .unwrap();
     assert!(!second.interrupted);
@@ -328,20 +328,26 @@ async fn the_loop_guard_refuses_a_record_that_keeps_coming_back() {
     let mut dead_letters = 1;
     assert!(eventually(WAIT, || read_all_len(&brokers, &dlq) == dead_letters).await);
     for round in 1..=2 {
-        let report = replay(&options, |_, _| {}, &CancellationToken::new())
+        let report = replay(&options, |_, _, _| {}, &CancellationToken::new())
             .await
             .unwrap();
         assert_eq!(report.replayed, 1, "round {round}");
         dead_letters += 1;
         assert!(eventually(WAIT, || read_all_len(&brokers, &dlq) == dead_letters).await);
     }
-    let report = replay(&options, |_, _| {}, &CancellationToken::new())
+    let report = replay(&options, |_, _, _| {}, &CancellationToken::new())
         .await
         .unwrap();
     running.stop().await;
     assert_eq!(report.replayed, 0);
-    assert_eq!(report.refused.len(), 1, "{report:?}");
-    assert_eq!(report.refused[0].replays, 2);
+    assert_eq!(report.refused, 1, "{report:?}");
+    assert!(
+        matches!(
+            &report.passed_over[..],
+            [Outcome::Refused { replays: 2, .. }]
+        ),
+        "{report:?}"
+    );
     assert_eq!(
         handler.attempts("perm-forever"),
         3,
@@ -389,7 +395,7 @@ async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() 
         ..ReplayOptions::new(&brokers, &dlq)
     };
     assert_ne!(options.position_group(), kafka_dlq::monitor::REPLAY_GROUP);
-    let report = replay(&options, |_, _| {}, &CancellationToken::new())
+    let report = replay(&options, |_, _, _| {}, &CancellationToken::new())
         .await
         .unwrap();
     assert_eq!((report.replayed, report.filtered_out), (2, 1));
@@ -542,4 +548,236 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
     let sent = read_all(&brokers, &topic);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].payload(), Some(&b"good"[..]));
+}
+
+/// The dead letters outstanding on `dlq`, as the monitor counts them.
+fn outstanding(brokers: &str, dlq: &str) -> u64 {
+    let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", kafka_dlq::monitor::REPLAY_GROUP)
+        .create()
+        .unwrap();
+    kafka_dlq::monitor::outstanding(&reader, &[dlq.to_string()]).expect("the broker answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_records_included() {
+    use kafka_dlq::dlq::spring;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let brokers = brokers();
+    let topic = unique("tx-orders");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // A Spring application with transactions: three dead letters in one committed
+    // transaction, then one in an aborted one. The log ends in the abort marker.
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("transactional.id", unique("tx"))
+            .create()
+            .unwrap();
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    let write = |offset: i64, value: &str| {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: spring::ORIGINAL_TOPIC,
+                value: Some(topic.as_bytes()),
+            })
+            .insert(Header {
+                key: spring::ORIGINAL_PARTITION,
+                value: Some(&0_i32.to_be_bytes()),
+            })
+            .insert(Header {
+                key: spring::ORIGINAL_OFFSET,
+                value: Some(&offset.to_be_bytes()),
+            })
+            .insert(Header {
+                key: spring::EXCEPTION_MESSAGE,
+                value: Some(b"rejected"),
+            });
+        producer
+            .send(
+                BaseRecord::<(), [u8]>::to(&dlq)
+                    .payload(value.as_bytes())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    };
+    producer.begin_transaction().unwrap();
+    for (offset, value) in [(0, "a"), (1, "b"), (2, "c")] {
+        write(offset, value);
+    }
+    producer.commit_transaction(timeout).unwrap();
+    producer.begin_transaction().unwrap();
+    write(3, "aborted");
+    producer.abort_transaction(timeout).unwrap();
+
+    let started = std::time::Instant::now();
+    let (code, table, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("3 dead letter(s)"), "{table}");
+    assert!(table.contains(&format!("{topic}/0@2")), "{table}");
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        &format!("{topic}-0-1"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(shown.contains("rejected"), "{shown}");
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 3 of 3 scanned"), "{out}");
+    // Each tool ends at the partition's end instead of waiting 30 s for a record that is not
+    // there (a bound far above the time they take, not a measurement).
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let replayed: Vec<Vec<u8>> = read_all(&brokers, &topic)
+        .iter()
+        .map(|m| m.payload().unwrap().to_vec())
+        .collect();
+    assert_eq!(replayed, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(
+        outstanding(&brokers, &dlq),
+        0,
+        "the markers and the aborted record are not outstanding dead letters"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_stays_outstanding() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let brokers = brokers();
+    let topic = unique("gone");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // Offsets 0 and 1 of the source; the dead letter of 0 is a reference (too large to hold
+    // its payload), that of 1 holds it.
+    produce(
+        &brokers,
+        &topic,
+        vec![Out::new(0, "big"), Out::new(0, "small")],
+    )
+    .await;
+    let reference = {
+        let record = Record {
+            id: format!("{topic}-0-0"),
+            topic: topic.clone(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: Some(b"big".to_vec()),
+            headers: vec![],
+            timestamp: None,
+            timestamp_type: None,
+            retry: None,
+        };
+        let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "too big", 1, "g");
+        Out {
+            partition: 0,
+            key: None,
+            value: Some(envelope.reference().to_vec()),
+            headers: vec![],
+        }
+    };
+    produce(&brokers, &dlq, vec![reference, letter(&topic, 1, "small")]).await;
+    // Retention passes over the source's first record.
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let mut up_to = rdkafka::TopicPartitionList::new();
+    up_to
+        .add_partition_offset(&topic, 0, rdkafka::Offset::Offset(1))
+        .unwrap();
+    admin
+        .delete_records(&up_to, &AdminOptions::new())
+        .await
+        .expect("delete records");
+
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("lost {topic}-0-0")) && out.contains("retention deleted offset 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("replayed 1 of 2 scanned") && out.contains("lost 1"),
+        "{out}"
+    );
+    let source: Vec<Vec<u8>> = read_all(&brokers, &topic)
+        .iter()
+        .map(|m| m.payload().unwrap().to_vec())
+        .collect();
+    assert_eq!(
+        source,
+        vec![b"small".to_vec(), b"small".to_vec()],
+        "only the one it could send"
+    );
+    assert_eq!(
+        outstanding(&brokers, &dlq),
+        1,
+        "the lost one is never counted as resolved"
+    );
+    // Running it again sends nothing twice and keeps it outstanding.
+    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
+    assert_eq!(outstanding(&brokers, &dlq), 1);
+    // list still shows it, saying why it cannot be read.
+    let (code, json, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        json.contains("\"unresolved\":\"the source record is gone"),
+        "{json}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_name_a_dead_letter_topic_that_does_not_exist_in_one_line() {
+    let brokers = brokers();
+    let dlq = unique("never-created-dlt");
+    for args in [
+        vec!["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq],
+        vec![
+            "dlq",
+            "show",
+            "--brokers",
+            &brokers,
+            "--dlq-topic",
+            &dlq,
+            "x-0-0",
+        ],
+        vec!["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq],
+    ] {
+        let started = std::time::Instant::now();
+        let (code, _, err) = cli(&args);
+        assert_ne!(code, 0, "{args:?}");
+        let said = format!("the dead-letter topic `{dlq}` does not exist");
+        assert!(err.contains(&said), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(25),
+            "{args:?}: no 30 s group wait"
+        );
+    }
 }

@@ -1007,3 +1007,72 @@ async fn sigterm_ends_the_process_though_a_metrics_client_holds_a_half_sent_requ
     let status = terminate(&mut child).await;
     assert_eq!(status.code(), Some(0));
 }
+
+/// The partitions of `topic`, `None` when it does not exist.
+fn partition_count(brokers: &str, topic: &str) -> Option<usize> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let client: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let metadata = client
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let t = metadata.topics().first()?;
+    (t.error().is_none() && !t.partitions().is_empty()).then(|| t.partitions().len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dead_letter_topic_is_created_like_its_source_or_refused_by_name() {
+    let brokers = brokers();
+    let url = serve(Target::default()).await;
+    let run = |topic: &str, group: &str, create: &str, stderr: Stdio| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
+        command
+            .arg("run")
+            .args([
+                "--brokers",
+                &brokers,
+                "--group-id",
+                group,
+                "--topics",
+                topic,
+            ])
+            .args(["--target-url", &url, "--metrics-addr", "127.0.0.1:0"])
+            .args(["--create-dlq-topics", create])
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true);
+        command.spawn().unwrap()
+    };
+
+    // Off: the consumer refuses to start, naming the topic, in one line.
+    let topic = unique("no-dlt");
+    create_topic(&brokers, &topic, 3).await;
+    let refused = run(&topic, &unique("g"), "false", Stdio::piped());
+    let out = tokio::time::timeout(WAIT, refused.wait_with_output())
+        .await
+        .expect("exits")
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said = format!("the dead-letter topic {topic}-dlt does not exist");
+    let line = err.lines().find(|l| l.contains(&said));
+    assert!(
+        line.is_some_and(|l| l.contains("create_dlq_topics")),
+        "{err}"
+    );
+    assert_eq!(partition_count(&brokers, &format!("{topic}-dlt")), None);
+
+    // On (the default): created with the source's three partitions (the broker's own
+    // default would be one), before any record needs it.
+    let mut created = run(&topic, &unique("g"), "true", Stdio::null());
+    assert!(
+        eventually(WAIT, || partition_count(&brokers, &format!("{topic}-dlt"))
+            == Some(3))
+        .await,
+        "the DLQ topic is created with the source's partition count"
+    );
+    let status = terminate(&mut created).await;
+    assert_eq!(status.code(), Some(0));
+}

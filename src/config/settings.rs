@@ -97,7 +97,8 @@ macro_rules! settings {
         pub struct ConsumerFlags {
             $(
                 $(#[doc = $doc])*
-                #[arg(long, env = $env, default_value_t = $default $(, visible_alias = $alias)?)]
+                #[arg(long, env = $env, default_value_t = $default, action = clap::ArgAction::Set
+                    $(, visible_alias = $alias)?)]
                 pub $name: $ty,
             )*
         }
@@ -156,6 +157,13 @@ settings! {
         /// `spring` (the original value as the value, the metadata in headers, as Spring
         /// Kafka's `DeadLetterPublishingRecoverer` writes them).
         dlq_format: DlqFormat = DlqFormat::Envelope, env "KAFKA_DLQ_FORMAT";
+        /// Whether the consumer creates a dead-letter topic that does not exist when it
+        /// starts: with as many partitions as its source topic (the broker's default when the
+        /// source does not exist either) and the broker's default replication, as it creates
+        /// retry topics. `false`: it refuses to start, naming the topic
+        /// ([`ConsumerError::DlqTopicMissing`](crate::ConsumerError::DlqTopicMissing)). Either
+        /// way a topic it cannot create stops the start with that error.
+        create_dlq_topics: bool = true, env "KAFKA_DLQ_CREATE_DLQ_TOPICS";
         /// Retries of a transient failure before the record is dead-lettered (or, with
         /// `retry_topic_delays_ms`, sent to its next retry topic), in each stage.
         max_retries: u32 = 10, env "KAFKA_DLQ_MAX_RETRIES";

@@ -67,6 +67,7 @@
 //! [`Consumer::run`]; only a fatal client error does (after the usual drain and commit).
 
 mod context;
+mod dlq_topics;
 mod offsets;
 mod retry_topics;
 mod worker;
@@ -126,6 +127,16 @@ pub enum ConsumerError {
         topic: String,
         /// Its records after the group's committed offsets.
         records: i64,
+    },
+    /// A dead-letter topic does not exist and was not created (`create_dlq_topics` is off, or
+    /// creating it failed): the consumer did not start, so no record waits on a write that
+    /// cannot succeed.
+    #[error("the dead-letter topic {topic} does not exist: {why}")]
+    DlqTopicMissing {
+        /// The dead-letter topic.
+        topic: String,
+        /// Why it was not created.
+        why: String,
     },
     /// Subscribing to the topics failed.
     #[error("could not subscribe to {topics:?}: {source}")]
@@ -231,6 +242,7 @@ impl<H: BatchHandler> Consumer<H> {
         if let Some((topic, records)) = retry_topics::stranded(&self.config).await {
             return Err(ConsumerError::StrandedRetryRecords { topic, records });
         }
+        dlq_topics::ensure(&self.config).await?;
         retry_topics::ensure(&self.config, &self.stop_workers).await;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.consumer

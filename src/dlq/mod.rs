@@ -30,6 +30,7 @@ mod error_message;
 pub(crate) use encoding::encode_payload;
 pub use encoding::Encoding;
 pub mod foreign;
+pub mod position;
 mod publisher;
 mod reader;
 mod reference;
@@ -41,7 +42,8 @@ pub use content::DlqContent;
 pub use envelope::{Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource};
 pub use error_message::{truncate_message, MAX_ERROR_MESSAGE_BYTES};
 pub use publisher::{Abandoned, DeadLetterPublisher, DeadLettered};
-pub use reader::{DlqEntry, DlqReader, Filter};
+pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader, Filter};
+pub use reference::Unresolved;
 pub use retry_write::RetryWritten;
 pub use topic::{check_topic_name, DlqTopic, DlqTopicError, TopicNameError};
 

@@ -10,6 +10,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::position::{Position, TooManyLost};
 use super::DlqContent;
 use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
@@ -29,6 +30,9 @@ pub struct DlqEntry {
     pub timestamp: Option<DateTime<Utc>>,
     /// What it holds.
     pub content: DlqContent,
+    /// For a reference whose source record could not be read: why (the envelope is then left
+    /// as a reference, and its payload does not decode).
+    pub unresolved: Option<super::Unresolved>,
 }
 
 impl DlqEntry {
@@ -96,6 +100,43 @@ impl Filter {
     }
 }
 
+/// Whether `error`, from [`DlqReader::open`] or [`check_exists`], says the topic does not
+/// exist.
+pub fn is_unknown_topic(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::MetadataFetch(
+            rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+                | rdkafka::types::RDKafkaErrorCode::UnknownTopic
+        )
+    )
+}
+
+/// Checks that `topic` exists ([`is_unknown_topic`] tells the error for one that does not).
+/// Blocks on a metadata request.
+pub fn check_exists(
+    brokers: &str,
+    librdkafka: &std::collections::BTreeMap<String, String>,
+    topic: &str,
+) -> Result<(), KafkaError> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    crate::config::apply_librdkafka(&mut config, librdkafka);
+    let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
+    let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
+    match metadata.topics().first() {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
+        Some(t) => Err(KafkaError::MetadataFetch(
+            t.error()
+                .map(Into::into)
+                .unwrap_or(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition),
+        )),
+        None => Err(KafkaError::MetadataFetch(
+            rdkafka::types::RDKafkaErrorCode::UnknownTopic,
+        )),
+    }
+}
+
 /// Reads a DLQ topic without joining a group (its group id only names where positions are
 /// committed), from given positions up to the high watermarks taken when it was opened.
 pub struct DlqReader {
@@ -105,6 +146,8 @@ pub struct DlqReader {
     sources: super::reference::SourceReader,
     /// Per partition: the next offset to read and the end (high watermark at open).
     positions: HashMap<i32, (i64, i64)>,
+    /// Per partition: the committed position's lost dead letters, carried on by each commit.
+    lost: HashMap<i32, Position>,
 }
 
 impl DlqReader {
@@ -135,7 +178,13 @@ impl DlqReader {
         if let Some(e) = t.error() {
             return Err(KafkaError::MetadataFetch(e.into()));
         }
+        if t.partitions().is_empty() {
+            return Err(KafkaError::MetadataFetch(
+                rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
+            ));
+        }
         let mut start = HashMap::new();
+        let mut lost = HashMap::new();
         if resume {
             let mut all = TopicPartitionList::new();
             for p in t.partitions() {
@@ -144,6 +193,7 @@ impl DlqReader {
             for e in consumer.committed_offsets(all, TIMEOUT)?.elements() {
                 if let Offset::Offset(o) = e.offset() {
                     start.insert(e.partition(), o);
+                    lost.insert(e.partition(), Position::from_commit(o, e.metadata()));
                 }
             }
         }
@@ -163,6 +213,7 @@ impl DlqReader {
             topic: topic.to_string(),
             sources: super::reference::SourceReader::new(brokers, librdkafka),
             positions,
+            lost,
         })
     }
 
@@ -174,13 +225,44 @@ impl DlqReader {
             .sum()
     }
 
-    /// Commits `next_offset` as the position of `partition` for the reader's group.
-    /// Blocks until the broker answers.
-    pub fn commit(&self, partition: i32, next_offset: i64) -> Result<(), KafkaError> {
+    /// Commits `next_offset` as the position of `partition` for the reader's group, with the
+    /// partition's lost dead letters ([`DlqReader::lose`], and those of the position it
+    /// resumed from) in the commit's metadata. Blocks until the broker answers.
+    pub fn commit(&mut self, partition: i32, next_offset: i64) -> Result<(), KafkaError> {
+        let position = self.lost.entry(partition).or_default();
+        position.next = next_offset;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset))?;
+        if let Some(mut element) = tpl.find_partition(&self.topic, partition) {
+            element.set_metadata(position.metadata());
+        }
         self.consumer
             .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+    }
+
+    /// Commits the end of each partition read to its end whose committed position is before
+    /// it: offsets past the last record delivered that hold no record (transaction markers,
+    /// aborted records), so they are not counted as outstanding. Blocks until the broker
+    /// answers.
+    pub fn commit_ends(&mut self) -> Result<(), KafkaError> {
+        let ended: Vec<(i32, i64)> = self
+            .positions
+            .iter()
+            .filter(|(_, (next, end))| next >= end)
+            .map(|(p, (_, end))| (*p, *end))
+            .filter(|(p, end)| self.lost.get(p).is_none_or(|position| position.next < *end))
+            .collect();
+        for (partition, end) in ended {
+            self.commit(partition, end)?;
+        }
+        Ok(())
+    }
+
+    /// Notes the dead letter at `offset` of `partition` as passed over unsent because its
+    /// source record is gone; the next [`DlqReader::commit`] of the partition carries it, so
+    /// it stays outstanding ([`Position`]).
+    pub fn lose(&mut self, partition: i32, offset: i64) -> Result<(), TooManyLost> {
+        self.lost.entry(partition).or_default().lose(offset)
     }
 
     /// The next entry, in no particular order across partitions but in offset order within
@@ -236,12 +318,15 @@ impl DlqReader {
                     .to_millis()
                     .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
                 content,
+                unresolved: None,
             };
             drop(message);
             if let DlqContent::Envelope(env) = &entry.content {
                 if env.payload_encoding == super::Encoding::Reference {
-                    let resolved = self.sources.resolve((**env).clone()).await;
-                    entry.content = DlqContent::Envelope(Box::new(resolved));
+                    match self.sources.resolve((**env).clone()).await {
+                        Ok(resolved) => entry.content = DlqContent::Envelope(Box::new(resolved)),
+                        Err(unresolved) => entry.unresolved = Some(unresolved),
+                    }
                 }
             }
             return Some(Ok(entry));
@@ -276,6 +361,7 @@ mod tests {
             offset: 5,
             timestamp: None,
             content: DlqContent::Envelope(Box::new(Envelope::new(&record, kind, "m", 1, "g"))),
+            unresolved: None,
         }
     }
 
@@ -318,6 +404,7 @@ mod tests {
                 reason: "r".into(),
                 preview: "p".into(),
             },
+            unresolved: None,
         };
         assert_eq!(g.id(), "x-dlt-1-9");
         assert!(Filter::default().matches(&g));
@@ -376,6 +463,7 @@ mod tests {
             offset: 4,
             timestamp: None,
             content,
+            unresolved: None,
         };
         assert_eq!(entry.id(), "orders-2-9");
         let by_source = |t: &str| Filter {

@@ -6,10 +6,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use super::Envelope;
 use crate::kafka::LogContext;
+
+/// How long reading one source record may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads source records for references; its consumer is made when the first reference is
 /// resolved.
@@ -30,14 +34,33 @@ impl SourceReader {
     }
 
     /// Fills a reference in from its source topic (see [`Encoding::Reference`]
-    /// (super::Encoding::Reference)); returned as it is when the source no longer has the
-    /// record (its payload then does not decode, naming where it was).
-    pub(crate) async fn resolve(&mut self, envelope: Envelope) -> Envelope {
+    /// (super::Encoding::Reference)), or says why it could not.
+    pub(crate) async fn resolve(&mut self, envelope: Envelope) -> Result<Envelope, Unresolved> {
         let (topic, partition, offset) = (
             envelope.source.topic.clone(),
             envelope.source.partition,
             envelope.source.offset,
         );
+        let outcome = self.read(&topic, partition, offset).await;
+        match outcome {
+            Ok((value, headers)) => Ok(envelope.resolve(value.as_deref(), &headers)),
+            Err(unresolved) => {
+                tracing::warn!(event = "dlq_reference_unresolved", id = %envelope.id, %topic,
+                    partition, offset, error = %unresolved);
+                Err(unresolved)
+            }
+        }
+    }
+
+    /// The value and headers of the source record at `offset`.
+    async fn read(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(Option<Vec<u8>>, Vec<crate::record::RecordHeader>), Unresolved> {
+        let unavailable =
+            |why: String| Unresolved::Unavailable(format!("{topic}/{partition}: {why}"));
         if self.source.is_none() {
             let mut config = ClientConfig::new();
             config
@@ -46,24 +69,54 @@ impl SourceReader {
                 .set("enable.auto.commit", "false")
                 .set("enable.auto.offset.store", "false");
             crate::config::apply_librdkafka(&mut config, &self.librdkafka);
-            match config.create_with_context(LogContext) {
-                Ok(consumer) => self.source = Some(consumer),
-                Err(e) => {
-                    tracing::warn!(event = "dlq_reference_unresolved", %topic, partition, offset, error = %e);
-                    return envelope;
-                }
-            }
+            let consumer = config
+                .create_with_context(LogContext)
+                .map_err(|e| unavailable(format!("cannot create a reader: {e}")))?;
+            self.source = Some(consumer);
         }
         let source = self.source.as_ref().expect("made above");
-        let mut tpl = TopicPartitionList::new();
-        if tpl
-            .add_partition_offset(&topic, partition, Offset::Offset(offset))
-            .is_err()
-            || source.assign(&tpl).is_err()
-        {
-            return envelope;
+        // The topic's own answer first: only a topic the cluster says it does not have (or
+        // a partition it lacks) is gone; a denied or unanswered request is not.
+        let metadata = source
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(|e| unavailable(format!("cannot read the topic's metadata: {e}")))?;
+        let described = metadata
+            .topics()
+            .first()
+            .ok_or_else(|| unavailable("the cluster did not describe the topic".into()))?;
+        match described.error().map(RDKafkaErrorCode::from) {
+            None => {}
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                return Err(Unresolved::Gone(format!(
+                    "the source topic {topic} does not exist (deleted)"
+                )))
+            }
+            Some(code) => return Err(unavailable(format!("the topic's metadata says {code}"))),
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        if !described.partitions().iter().any(|p| p.id() == partition) {
+            return Err(Unresolved::Gone(format!(
+                "the source topic {topic} has no partition {partition} (recreated)"
+            )));
+        }
+        let (low, high) = source
+            .fetch_watermarks(topic, partition, TIMEOUT)
+            .map_err(|e| unavailable(format!("cannot read the watermarks: {e}")))?;
+        if offset < low {
+            return Err(Unresolved::Gone(format!(
+                "{topic}/{partition} starts at offset {low} now (retention deleted offset {offset})"
+            )));
+        }
+        if offset >= high {
+            return Err(Unresolved::Gone(format!(
+                "{topic}/{partition} ends at offset {high}, before offset {offset} (the topic was \
+                 recreated or truncated)"
+            )));
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+            .and_then(|()| source.assign(&tpl))
+            .map_err(|e| unavailable(format!("cannot assign: {e}")))?;
+        let deadline = std::time::Instant::now() + TIMEOUT;
         while std::time::Instant::now() < deadline {
             match source.poll(Duration::ZERO) {
                 Some(Ok(m)) if m.offset() == offset => {
@@ -71,16 +124,35 @@ impl SourceReader {
                         .headers()
                         .map(crate::kafka::headers::read)
                         .unwrap_or_default();
-                    return envelope.resolve(m.payload(), &headers);
+                    return Ok((m.payload().map(<[u8]>::to_vec), headers));
                 }
-                // Past it: the record is gone (retention or compaction).
-                Some(Ok(m)) if m.offset() > offset => break,
-                Some(_) => {}
+                Some(Ok(m)) if m.offset() > offset => {
+                    return Err(Unresolved::Gone(format!(
+                        "{topic}/{partition} no longer has offset {offset} (compacted away)"
+                    )))
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(unavailable(format!("cannot read: {e}"))),
                 None => tokio::time::sleep(Duration::from_millis(10)).await,
             }
         }
-        tracing::warn!(event = "dlq_reference_unresolved", %topic, partition, offset,
-            "the dead letter refers to a record the source topic no longer has");
-        envelope
+        Err(unavailable(format!(
+            "offset {offset} was not read within {} s",
+            TIMEOUT.as_secs()
+        )))
     }
+}
+
+/// Why a reference could not be filled in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unresolved {
+    /// The source record is gone for good (retention, compaction, the topic deleted or
+    /// recreated): the dead letter's payload is lost.
+    #[error("the source record is gone: {0}")]
+    Gone(String),
+    /// The source could not be read now (a timeout, an authorization error, a broker
+    /// outage): trying again later may resolve it.
+    #[error("the source record could not be read: {0}")]
+    Unavailable(String),
 }

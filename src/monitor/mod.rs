@@ -26,12 +26,13 @@ pub mod alert;
 pub mod blocks;
 mod delivery;
 mod fingerprint;
+mod seen;
 pub mod slack;
 mod thread;
 mod volume;
 mod window;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -218,6 +219,20 @@ impl Monitor {
         let volume = Volume::new(c).map_err(MonitorError::CreateConsumer)?;
         tracing::info!(event = "monitor_started", dlq_topics = ?c.dlq_topics,
             slack = self.notifier.is_slack());
+        for topic in &c.dlq_topics {
+            let (brokers, raw, topic) = (c.brokers.clone(), c.librdkafka.clone(), topic.clone());
+            let checked = tokio::task::spawn_blocking(move || {
+                let checked = crate::dlq::check_exists(&brokers, &raw, &topic);
+                (topic, checked)
+            })
+            .await;
+            if let Ok((topic, Err(e))) = checked {
+                if crate::dlq::is_unknown_topic(&e) {
+                    tracing::warn!(event = "dlq_topic_missing", %topic,
+                        "the dead-letter topic does not exist (yet); it counts as empty until it does");
+                }
+            }
+        }
 
         let stop = CancellationToken::new();
         let (tx, rx) = mpsc::channel::<Pending>(16);
@@ -247,7 +262,7 @@ impl Monitor {
         let mut opened: Option<Instant> = None;
         let mut last_sent: Option<Instant> = None;
         let mut positions: HashMap<(String, i32), i64> = HashMap::new();
-        let mut seen: HashSet<String> = HashSet::new();
+        let mut seen = seen::Seen::default();
         let mut last_total: Option<u64> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut check = tokio::time::interval(Duration::from_millis(c.check_interval_ms));

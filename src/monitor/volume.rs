@@ -1,5 +1,6 @@
 //! Counting the outstanding dead letters: those after both the log start and the replay
-//! position.
+//! position, and those the replay passed over because their source record is gone
+//! ([`Position`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{MonitorConfig, REPLAY_GROUP};
+use crate::dlq::position::Position;
 use crate::kafka::LogContext;
 
 /// Counts outstanding dead letters.
@@ -30,8 +32,7 @@ impl Volume {
         })
     }
 
-    /// Σ over DLQ partitions of `high − max(low, replay position)`; `None` when the broker
-    /// cannot tell.
+    /// Σ over DLQ partitions of [`Position::outstanding`]; `None` when the broker cannot tell.
     pub(super) async fn outstanding(&self) -> Option<u64> {
         let reader = self.reader.clone();
         let topics = self.topics.clone();
@@ -66,14 +67,14 @@ pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
     let committed = reader.committed_offsets(tpl, timeout).ok()?;
     let mut total = 0u64;
     for (topic, partition, low, high) in marks {
-        let replayed = committed
+        let position = committed
             .find_partition(&topic, partition)
             .and_then(|e| match e.offset() {
-                Offset::Offset(o) => Some(o),
+                Offset::Offset(o) => Some(Position::from_commit(o, e.metadata())),
                 _ => None,
             })
-            .unwrap_or(low);
-        total += (high - low.max(replayed)).max(0) as u64;
+            .unwrap_or_default();
+        total += position.outstanding(low, high);
     }
     Some(total)
 }

@@ -1,9 +1,10 @@
 //! The dead letters gathered since the last increase alert, and the alert they make.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use super::alert::{ErrorGroup, Increase};
 use super::fingerprint::fingerprint;
+use super::seen::Seen;
 use crate::dlq::DlqContent;
 
 /// How many sample record ids an alert lists.
@@ -32,13 +33,13 @@ impl Window {
         self.new == 0
     }
 
-    /// Adds one record read from `dlq_topic`; `seen` is every fingerprint this monitor ever
-    /// announced, and learns the new ones.
+    /// Adds one record read from `dlq_topic`; `seen` holds the fingerprints this monitor
+    /// announced (bounded, see [`Seen`]), and learns the new ones.
     pub fn add(
         &mut self,
         dlq_topic: &str,
         content: &DlqContent,
-        seen: &mut HashSet<String>,
+        seen: &mut Seen,
         include_payloads: bool,
     ) {
         self.new += 1;
@@ -74,7 +75,7 @@ impl Window {
                 .or_default() += 1;
         }
         let fp = fingerprint(&kind, &message);
-        if seen.insert(fp.clone()) {
+        if seen.insert(&fp) {
             self.new_fingerprints.push(fp.clone());
         }
         let group =
@@ -170,7 +171,7 @@ mod tests {
 
     #[test]
     fn dead_letters_after_retry_topics_are_counted_by_their_last_tier() {
-        let mut seen = HashSet::new();
+        let mut seen = Seen::default();
         let mut w = Window::default();
         let mut env = Envelope::from_slice(&envelope(
             "orders",
@@ -204,7 +205,7 @@ mod tests {
 
     #[test]
     fn window_counts_by_topic_kind_and_error_and_keeps_a_few_ids() {
-        let mut seen = HashSet::new();
+        let mut seen = Seen::default();
         let mut w = Window::default();
         for i in 0..8 {
             let v = envelope(

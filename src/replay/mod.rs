@@ -17,8 +17,19 @@
 //! ([`ReplayError::Locked`]). A dry run takes no lock: it sends nothing.
 //!
 //! **Undecodable dead letters** (an envelope that parses but whose payload, key or headers do
-//! not decode) are reported in [`ReplayReport::undecodable`] and passed over, not sent; the
+//! not decode) are counted in [`ReplayReport::undecodable`] and passed over, not sent; the
 //! replay goes on.
+//!
+//! **References** (dead letters too large to hold their payload) are read back from the
+//! source topic. When that fails for now (a timeout, denied, a broker outage) the replay stops
+//! with [`ReplayError::Unresolved`] and commits nothing past it. When the source record is gone
+//! for good (retention, compaction, the topic deleted or recreated), it is counted in
+//! [`ReplayReport::lost`], passed over unsent, and its offset kept in the replay position's
+//! commit metadata, so the monitor still counts it as outstanding ([`crate::dlq::position`]).
+//!
+//! **Bounded memory.** Records are dealt with one at a time; each outcome goes to the
+//! `progress` callback as it happens, and the report keeps counts and a sample of
+//! [`REPORT_SAMPLE`].
 //!
 //! **Loop guard.** Each replayed record carries the header `kafka_dlq-replay-count`, one more
 //! than its dead letter had. A record that would be replayed more than `max_replays` times is
@@ -34,7 +45,7 @@ use rdkafka::ClientConfig;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::dlq::{DlqReader, EnvelopeDecodeError, Filter};
+use crate::dlq::{DlqReader, EnvelopeDecodeError, Filter, Unresolved};
 use crate::kafka::LogContext;
 
 mod lock;
@@ -95,16 +106,54 @@ impl ReplayOptions {
     }
 }
 
-/// A record refused by the loop guard.
+/// What a replay did with one dead letter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Refused {
-    /// The record id.
-    pub id: String,
-    /// How often it was replayed already.
-    pub replays: u32,
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Sent and acknowledged (in a dry run: would be sent) to topic `to`.
+    Replayed {
+        /// The record id.
+        id: String,
+        /// The destination topic.
+        to: String,
+    },
+    /// Refused by the loop guard: replayed `replays` times already.
+    Refused {
+        /// The record id.
+        id: String,
+        /// How often it was replayed already.
+        replays: u32,
+    },
+    /// Not an envelope (never replayed); `id` is its DLQ coordinates.
+    NotAnEnvelope {
+        /// `<dlq topic>-<partition>-<offset>`.
+        id: String,
+    },
+    /// An envelope that parses but does not decode: passed over, not sent.
+    Undecodable {
+        /// The record id.
+        id: String,
+        /// Why.
+        why: String,
+    },
+    /// A reference whose source record is gone for good: its payload is lost, so it is
+    /// passed over, not sent, and stays outstanding ([`crate::dlq::position`]).
+    Lost {
+        /// The record id.
+        id: String,
+        /// Why it is gone.
+        why: String,
+    },
+    /// Not matched by the filter.
+    FilteredOut,
 }
 
-/// What a replay did.
+/// How many dead letters passed over a [`ReplayReport`] names; the counts hold them all.
+pub const REPORT_SAMPLE: usize = 20;
+
+/// What a replay did: counts, and the first [`REPORT_SAMPLE`] dead letters it passed over, so
+/// that a report stays small whatever the DLQ holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReplayReport {
     /// DLQ records read.
@@ -114,18 +163,38 @@ pub struct ReplayReport {
     /// Records the filter passed over.
     pub filtered_out: u64,
     /// Records refused by the loop guard.
-    pub refused: Vec<Refused>,
-    /// DLQ records that are not envelopes (never replayed), by DLQ coordinates.
-    pub not_envelopes: Vec<String>,
-    /// Dead letters whose envelope parses but does not decode (passed over, not sent): the
-    /// record id and why.
-    pub undecodable: Vec<(String, String)>,
-    /// Ids and destination topics of what was (or, in a dry run, would be) sent.
-    pub sent: Vec<(String, String)>,
+    pub refused: u64,
+    /// DLQ records that are not envelopes (never replayed).
+    pub not_envelopes: u64,
+    /// Dead letters whose envelope parses but does not decode (passed over, not sent).
+    pub undecodable: u64,
+    /// References whose source record is gone for good (passed over, not sent, still
+    /// outstanding).
+    pub lost: u64,
+    /// The first [`REPORT_SAMPLE`] refused, not-envelope, undecodable and lost dead letters.
+    pub passed_over: Vec<Outcome>,
     /// Nothing was sent or committed.
     pub dry_run: bool,
     /// Stopped before the end; run it again to resume.
     pub interrupted: bool,
+}
+
+impl ReplayReport {
+    /// Counts `outcome`, and keeps it in the sample when it is one passed over.
+    fn count(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Replayed { .. } => self.replayed += 1,
+            Outcome::FilteredOut => self.filtered_out += 1,
+            Outcome::Refused { .. } => self.refused += 1,
+            Outcome::NotAnEnvelope { .. } => self.not_envelopes += 1,
+            Outcome::Undecodable { .. } => self.undecodable += 1,
+            Outcome::Lost { .. } => self.lost += 1,
+        }
+        let passed_over = !matches!(outcome, Outcome::Replayed { .. } | Outcome::FilteredOut);
+        if passed_over && self.passed_over.len() < REPORT_SAMPLE {
+            self.passed_over.push(outcome.clone());
+        }
+    }
 }
 
 /// Why a replay stopped with an error. Its position stays before the record concerned, so
@@ -159,6 +228,37 @@ pub enum ReplayError {
         #[source]
         source: KafkaError,
     },
+    /// A reference's source record could not be read now (a timeout, denied, a broker
+    /// outage). Nothing was committed past it; run the replay again once the source is
+    /// readable.
+    #[error("cannot resolve `{id}` (dead letter {topic}/{partition}@{offset}): {source}; nothing was committed past it, run the replay again once the source topic is readable")]
+    Unresolved {
+        /// The record id.
+        id: String,
+        /// The DLQ topic.
+        topic: String,
+        /// The dead letter's DLQ partition.
+        partition: i32,
+        /// Its DLQ offset.
+        offset: i64,
+        /// Why.
+        #[source]
+        source: crate::dlq::Unresolved,
+    },
+    /// A DLQ partition holds more lost references than its replay position can carry
+    /// ([`crate::dlq::position::MAX_LOST`]); nothing was committed past the last one.
+    #[error("dead letter {topic}/{partition}@{offset}: {source}")]
+    TooManyLost {
+        /// The DLQ topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The offset of the one that did not fit.
+        offset: i64,
+        /// The cause.
+        #[source]
+        source: crate::dlq::position::TooManyLost,
+    },
     /// Committing the replay position failed.
     #[error("cannot commit the replay position of `{topic}`: {source}")]
     Commit {
@@ -170,11 +270,12 @@ pub enum ReplayError {
     },
 }
 
-/// Replays as [`ReplayOptions`] says; calls `progress(done, total)` after each DLQ record and
-/// stops early (with `interrupted`) when `cancel` fires. See the [module docs](self).
+/// Replays as [`ReplayOptions`] says; calls `progress(done, total, outcome)` after each DLQ
+/// record, as it is dealt with, and stops early (with `interrupted`) when `cancel` fires. See
+/// the [module docs](self).
 pub async fn replay(
     options: &ReplayOptions,
-    mut progress: impl FnMut(u64, u64),
+    mut progress: impl FnMut(u64, u64, &Outcome),
     cancel: &CancellationToken,
 ) -> Result<ReplayReport, ReplayError> {
     let read_error = |source| ReplayError::Read {
@@ -187,6 +288,14 @@ pub async fn replay(
         options.dlq_topic.clone(),
         options.position_group(),
     );
+    // A topic that does not exist: said at once, not as a group that never forms.
+    {
+        let (brokers, raw, topic) = (brokers.clone(), raw.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || crate::dlq::check_exists(&brokers, &raw, &topic))
+            .await
+            .expect("metadata task")
+            .map_err(read_error)?;
+    }
     let _lock = if options.dry_run {
         None
     } else {
@@ -236,25 +345,50 @@ pub async fn replay(
             Some(Ok(entry)) => entry,
         };
         report.scanned += 1;
-        if !options.filter.matches(&entry) {
-            report.filtered_out += 1;
+        let outcome = if !options.filter.matches(&entry) {
+            Outcome::FilteredOut
         } else {
-            match entry.content.envelope() {
-                None => report.not_envelopes.push(entry.id()),
-                Some(envelope) => match decoded(envelope) {
+            match (entry.content.envelope(), &entry.unresolved) {
+                (None, _) => Outcome::NotAnEnvelope { id: entry.id() },
+                (Some(envelope), Some(Unresolved::Gone(why))) => {
+                    if !options.dry_run {
+                        reader
+                            .lose(entry.partition, entry.offset)
+                            .map_err(|source| ReplayError::TooManyLost {
+                                topic: options.dlq_topic.clone(),
+                                partition: entry.partition,
+                                offset: entry.offset,
+                                source,
+                            })?;
+                    }
+                    Outcome::Lost {
+                        id: envelope.id.clone(),
+                        why: why.clone(),
+                    }
+                }
+                (Some(envelope), Some(unresolved)) => {
+                    return Err(ReplayError::Unresolved {
+                        id: envelope.id.clone(),
+                        topic: options.dlq_topic.clone(),
+                        partition: entry.partition,
+                        offset: entry.offset,
+                        source: unresolved.clone(),
+                    })
+                }
+                (Some(envelope), None) => match decoded(envelope) {
                     Err(e) => {
                         tracing::warn!(event = "replay_undecodable", id = %envelope.id,
                                 dlq_partition = entry.partition, dlq_offset = entry.offset,
                                 error = %e, "passed over: its envelope does not decode");
-                        report
-                            .undecodable
-                            .push((envelope.id.clone(), e.to_string()));
+                        Outcome::Undecodable {
+                            id: envelope.id.clone(),
+                            why: e.to_string(),
+                        }
                     }
                     Ok((mut headers, key, payload)) => {
                         send_one(
                             options,
                             &producer,
-                            &mut report,
                             envelope,
                             &mut headers,
                             key,
@@ -262,11 +396,11 @@ pub async fn replay(
                             pause,
                             &mut next_send,
                         )
-                        .await?;
+                        .await?
                     }
                 },
             }
-        }
+        };
         if !options.dry_run {
             reader
                 .commit(entry.partition, entry.offset + 1)
@@ -275,7 +409,14 @@ pub async fn replay(
                     source,
                 })?;
         }
-        progress(report.scanned, total);
+        report.count(&outcome);
+        progress(report.scanned, total, &outcome);
+    }
+    if !options.dry_run && !report.interrupted {
+        reader.commit_ends().map_err(|source| ReplayError::Commit {
+            topic: options.dlq_topic.clone(),
+            source,
+        })?;
     }
     Ok(report)
 }
@@ -295,20 +436,19 @@ fn decoded(envelope: &crate::dlq::Envelope) -> Result<Decoded, EnvelopeDecodeErr
     ))
 }
 
-/// Sends one decoded dead letter (or, in a dry run, reports it), unless the loop guard
-/// refuses it.
+/// Sends one decoded dead letter (or, in a dry run, does not), unless the loop guard refuses
+/// it; says which.
 #[allow(clippy::too_many_arguments)]
 async fn send_one(
     options: &ReplayOptions,
     producer: &FutureProducer<LogContext>,
-    report: &mut ReplayReport,
     envelope: &crate::dlq::Envelope,
     headers: &mut Vec<crate::record::RecordHeader>,
     key: Option<Vec<u8>>,
     payload: Option<Vec<u8>>,
     pause: Option<Duration>,
     next_send: &mut tokio::time::Instant,
-) -> Result<(), ReplayError> {
+) -> Result<Outcome, ReplayError> {
     let replays = headers
         .iter()
         .rev()
@@ -325,16 +465,16 @@ async fn send_one(
         tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
             max_replays = options.max_replays,
             "replayed too often already; fix the cause or raise --max-replays");
-        report.refused.push(Refused {
+        return Ok(Outcome::Refused {
             id: envelope.id.clone(),
             replays,
         });
-        return Ok(());
     }
     if options.dry_run {
-        report.replayed += 1;
-        report.sent.push((envelope.id.clone(), destination));
-        return Ok(());
+        return Ok(Outcome::Replayed {
+            id: envelope.id.clone(),
+            to: destination,
+        });
     }
     if let Some(pause) = pause {
         tokio::time::sleep_until(*next_send).await;
@@ -367,7 +507,8 @@ async fn send_one(
         })?;
     tracing::info!(event = "record_replayed", id = %envelope.id,
         to = %destination, replay_count = replays + 1);
-    report.replayed += 1;
-    report.sent.push((envelope.id.clone(), destination));
-    Ok(())
+    Ok(Outcome::Replayed {
+        id: envelope.id.clone(),
+        to: destination,
+    })
 }

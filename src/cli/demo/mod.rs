@@ -190,7 +190,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     );
     let report = replay(
         &ReplayOptions::new(&brokers, &dlq),
-        |_, _| {},
+        |_, _, _| {},
         &CancellationToken::new(),
     )
     .await?;

@@ -179,12 +179,14 @@ pub async fn run(command: DlqCommand) -> Result<(), CliError> {
     }
 }
 
-/// Reads every entry of the DLQ topic (from the log start) that `filter` matches.
+/// Reads the DLQ topic from the log start and hands each entry that `filter` matches to
+/// `each`, as it is read (nothing is collected), up to `limit` of them; returns how many.
 async fn read(
     source: &Source,
     filter: &Filter,
     limit: Option<usize>,
-) -> Result<Vec<DlqEntry>, CliError> {
+    mut each: impl FnMut(&DlqEntry),
+) -> Result<usize, CliError> {
     let (brokers, raw, topic) = (
         source.brokers()?,
         source.librdkafka()?,
@@ -195,33 +197,53 @@ async fn read(
     })
     .await
     .expect("reader task")
-    .with_context(|| format!("cannot read dead-letter topic `{}`", source.dlq_topic))
-    .map_err(CliError::Runtime)?;
-    let mut out = Vec::new();
+    .map_err(|e| unreadable(&source.dlq_topic, e))?;
+    let mut matched = 0;
     while let Some(entry) = reader.next_entry().await {
         let entry = entry
             .context("reading the dead-letter topic")
             .map_err(CliError::Runtime)?;
         if filter.matches(&entry) {
-            out.push(entry);
-            if limit.is_some_and(|l| out.len() >= l) {
+            each(&entry);
+            matched += 1;
+            if limit.is_some_and(|l| matched >= l) {
                 break;
             }
         }
     }
-    Ok(out)
+    Ok(matched)
+}
+
+/// The error for a DLQ topic that cannot be opened: one line naming a topic that does not
+/// exist.
+fn unreadable(topic: &str, e: rdkafka::error::KafkaError) -> CliError {
+    if kafka_dlq::dlq::is_unknown_topic(&e) {
+        CliError::Runtime(anyhow::anyhow!(
+            "the dead-letter topic `{topic}` does not exist"
+        ))
+    } else {
+        CliError::Runtime(anyhow::anyhow!(
+            "cannot read dead-letter topic `{topic}`: {e}"
+        ))
+    }
 }
 
 async fn list(args: ListArgs) -> Result<(), CliError> {
-    let entries = read(&args.source, &args.filter.filter()?, args.limit).await?;
     let mut out = std::io::stdout().lock();
+    let filter = args.filter.filter()?;
     if args.json {
-        for e in &entries {
+        read(&args.source, &filter, args.limit, |e| {
             let _ = writeln!(out, "{}", entry_json(e));
-        }
+        })
+        .await?;
         return Ok(());
     }
-    print_table(&entries, &mut out);
+    view::print_header(&mut out);
+    let count = read(&args.source, &filter, args.limit, |e| {
+        view::print_row(e, &mut out);
+    })
+    .await?;
+    view::print_count(count, &mut out);
     Ok(())
 }
 
@@ -230,21 +252,21 @@ async fn show(args: ShowArgs) -> Result<(), CliError> {
         id: Some(args.id.clone()),
         ..Filter::default()
     };
-    let entries = read(&args.source, &filter, None).await?;
-    if entries.is_empty() {
-        return Err(CliError::Runtime(anyhow::anyhow!(
-            "no dead letter with id `{}` on `{}`",
-            args.id,
-            args.source.dlq_topic
-        )));
-    }
     let mut out = std::io::stdout().lock();
-    for e in &entries {
+    let found = read(&args.source, &filter, None, |e| {
         let _ = writeln!(
             out,
             "{}",
             serde_json::to_string_pretty(&entry_json(e)).expect("JSON")
         );
+    })
+    .await?;
+    if found == 0 {
+        return Err(CliError::Runtime(anyhow::anyhow!(
+            "no dead letter with id `{}` on `{}`",
+            view::escaped(&args.id),
+            args.source.dlq_topic
+        )));
     }
     Ok(())
 }
@@ -272,32 +294,53 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
     };
     let tty = std::io::stderr().is_terminal();
     let mut last_draw = std::time::Instant::now();
-    let report = replay(
-        &options,
-        |done, total| {
-            if tty && (last_draw.elapsed().as_millis() >= 200 || done == total) {
-                last_draw = std::time::Instant::now();
-                let width = 30usize;
-                let filled = if total == 0 {
-                    width
-                } else {
-                    (done as usize * width) / total as usize
-                };
-                eprint!(
-                    "\r[{}{}] {done}/{total}",
-                    "=".repeat(filled),
-                    " ".repeat(width - filled)
-                );
-            }
-        },
-        &cancel,
-    )
-    .await;
+    let verb = if args.dry_run {
+        "would replay"
+    } else {
+        "replayed"
+    };
+    let json = args.json;
+    let max_replays = args.max_replays;
+    let report = {
+        let mut out = std::io::stdout().lock();
+        replay(
+            &options,
+            |done, total, outcome| {
+                if !json {
+                    if let Some(line) = view::outcome_line(outcome, verb, max_replays) {
+                        if tty {
+                            eprint!("\r\x1b[K");
+                        }
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
+                if tty && (last_draw.elapsed().as_millis() >= 200 || done == total) {
+                    last_draw = std::time::Instant::now();
+                    let width = 30usize;
+                    let filled = if total == 0 {
+                        width
+                    } else {
+                        (done as usize * width) / total as usize
+                    };
+                    eprint!(
+                        "\r[{}{}] {done}/{total}",
+                        "=".repeat(filled),
+                        " ".repeat(width - filled)
+                    );
+                }
+            },
+            &cancel,
+        )
+        .await
+    };
     stopper.abort();
     if tty {
         eprintln!();
     }
-    let report = report.map_err(|e| CliError::Runtime(e.into()))?;
+    let report = report.map_err(|e| match e {
+        kafka_dlq::replay::ReplayError::Read { topic, source } => unreadable(&topic, source),
+        e => CliError::Runtime(e.into()),
+    })?;
     let mut out = std::io::stdout().lock();
     if args.json {
         let _ = writeln!(
@@ -306,36 +349,16 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
             serde_json::to_string_pretty(&report).expect("JSON")
         );
     } else {
-        let verb = if report.dry_run {
-            "would replay"
-        } else {
-            "replayed"
-        };
-        for (id, topic) in &report.sent {
-            let _ = writeln!(out, "{verb} {id} -> {topic}");
-        }
-        for r in &report.refused {
-            let _ = writeln!(
-                out,
-                "refused {} (already replayed {} times; loop guard --max-replays {})",
-                r.id, r.replays, args.max_replays
-            );
-        }
-        for id in &report.not_envelopes {
-            let _ = writeln!(out, "skipped {id} (not a kafka-dlq envelope)");
-        }
-        for (id, why) in &report.undecodable {
-            let _ = writeln!(out, "skipped {id} (its envelope does not decode: {why})");
-        }
         let _ = writeln!(
             out,
-            "{verb} {} of {} scanned; filtered out {}, refused {}, not envelopes {}, undecodable {}{}",
+            "{verb} {} of {} scanned; filtered out {}, refused {}, not envelopes {}, undecodable {}, lost {}{}",
             report.replayed,
             report.scanned,
             report.filtered_out,
-            report.refused.len(),
-            report.not_envelopes.len(),
-            report.undecodable.len(),
+            report.refused,
+            report.not_envelopes,
+            report.undecodable,
+            report.lost,
             if report.interrupted {
                 "; interrupted: run the same command again to resume"
             } else {

@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use kafka_dlq::dlq::{DlqContent, DlqEntry};
+use kafka_dlq::replay::Outcome;
 
 pub(super) fn entry_json(e: &DlqEntry) -> serde_json::Value {
     let mut v = serde_json::json!({
@@ -22,6 +23,9 @@ pub(super) fn entry_json(e: &DlqEntry) -> serde_json::Value {
         }
         (_, None) => {}
     }
+    if let Some(unresolved) = &e.unresolved {
+        v["unresolved"] = unresolved.to_string().into();
+    }
     v
 }
 
@@ -37,47 +41,124 @@ fn cut(text: &str, n: usize) -> String {
     }
 }
 
+/// `text` with its control characters escaped (`\u{1b}`), so that a producer-controlled id
+/// cannot drive the operator's terminal.
+pub(super) fn escaped(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
+/// The line `dlq replay` prints for one dead letter dealt with, ids escaped; `None` for one
+/// the filter passed over.
+pub(super) fn outcome_line(outcome: &Outcome, verb: &str, max_replays: u32) -> Option<String> {
+    Some(match outcome {
+        Outcome::Replayed { id, to } => format!("{verb} {} -> {}", escaped(id), escaped(to)),
+        Outcome::Refused { id, replays } => format!(
+            "refused {} (already replayed {replays} times; loop guard --max-replays {max_replays})",
+            escaped(id)
+        ),
+        Outcome::NotAnEnvelope { id } => {
+            format!("skipped {} (not a kafka-dlq envelope)", escaped(id))
+        }
+        Outcome::Undecodable { id, why } => format!(
+            "skipped {} (its envelope does not decode: {})",
+            escaped(id),
+            escaped(why)
+        ),
+        Outcome::Lost { id, why } => format!(
+            "lost {} ({}; not sent, it stays outstanding)",
+            escaped(id),
+            escaped(why)
+        ),
+        _ => return None,
+    })
+}
+
 /// Prints dead letters as a table for people.
 pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
+    print_header(out);
+    for e in entries {
+        print_row(e, out);
+    }
+    print_count(entries.len(), out);
+}
+
+/// The table's header line.
+pub(super) fn print_header(out: &mut impl Write) {
     let _ = writeln!(
         out,
         "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} ERROR",
         "DLQ", "ID", "SOURCE", "KIND", "TRY", "DEAD-LETTERED"
     );
-    for e in entries {
-        let at = format!("{}:{}", e.partition, e.offset);
-        match (&e.content, e.content.envelope()) {
-            (_, Some(env)) => {
-                let source = format!(
-                    "{}/{}@{}",
-                    env.source.topic, env.source.partition, env.source.offset
-                );
-                let _ = writeln!(
-                    out,
-                    "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} {}",
-                    at,
-                    cut(&env.id, 28),
-                    cut(&source, 30),
-                    env.error.kind.as_str(),
-                    env.error.attempts,
-                    env.timestamp.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
-                    cut(&env.error.message, 60)
-                );
-            }
-            (content, None) => {
-                let reason = match content {
-                    DlqContent::NotAnEnvelope { reason, .. } => reason.as_str(),
-                    _ => "unknown form",
-                };
-                let _ = writeln!(
-                    out,
-                    "{:<12} {:<28} (not a kafka-dlq envelope: {})",
-                    at,
-                    cut(&e.id(), 28),
-                    cut(reason, 70)
-                );
-            }
+}
+
+/// One dead letter's line of the table.
+pub(super) fn print_row(e: &DlqEntry, out: &mut impl Write) {
+    let at = format!("{}:{}", e.partition, e.offset);
+    match (&e.content, e.content.envelope()) {
+        (_, Some(env)) => {
+            let source = format!(
+                "{}/{}@{}",
+                env.source.topic, env.source.partition, env.source.offset
+            );
+            let _ = writeln!(
+                out,
+                "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} {}",
+                at,
+                cut(&env.id, 28),
+                cut(&source, 30),
+                env.error.kind.as_str(),
+                env.error.attempts,
+                env.timestamp.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+                cut(&env.error.message, 60)
+            );
+        }
+        (content, None) => {
+            let reason = match content {
+                DlqContent::NotAnEnvelope { reason, .. } => reason.as_str(),
+                _ => "unknown form",
+            };
+            let _ = writeln!(
+                out,
+                "{:<12} {:<28} (not a kafka-dlq envelope: {})",
+                at,
+                cut(&e.id(), 28),
+                cut(reason, 70)
+            );
         }
     }
-    let _ = writeln!(out, "{} dead letter(s)", entries.len());
+}
+
+/// The table's last line.
+pub(super) fn print_count(count: usize, out: &mut impl Write) {
+    let _ = writeln!(out, "{count} dead letter(s)");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_ids_are_escaped_and_the_rest_kept() {
+        assert_eq!(escaped("t-0-1"), "t-0-1");
+        assert_eq!(escaped("\x1b]0;pwned\x07é"), "\\u{1b}]0;pwned\\u{7}é");
+        let line = outcome_line(
+            &Outcome::Replayed {
+                id: "\x1b[2Jx".into(),
+                to: "t".into(),
+            },
+            "replayed",
+            3,
+        )
+        .unwrap();
+        assert_eq!(line, "replayed \\u{1b}[2Jx -> t");
+        assert_eq!(outcome_line(&Outcome::FilteredOut, "replayed", 3), None);
+    }
 }
