@@ -727,3 +727,35 @@ async fn a_detached_dead_letter_is_announced_with_its_source_and_error() {
     );
     monitor.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_names_a_dead_letter_topic_that_does_not_exist_in_one_line() {
+    let brokers = brokers();
+    let dlq = unique("never-created-dlt");
+    let log_path = std::env::temp_dir().join(format!("{dlq}.log"));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(["monitor", "--brokers", &brokers, "--dlq-topics", &dlq])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(
+            std::fs::File::create(&log_path).unwrap(),
+        ))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let said = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("dlq_topic_missing") && l.contains(&dlq))
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || said() == 1).await,
+        "{}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    let status = terminate(&mut child).await;
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(said(), 1, "said once, not at every check");
+}

@@ -781,3 +781,53 @@ async fn the_tools_name_a_dead_letter_topic_that_does_not_exist_in_one_line() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_prints_a_producer_controlled_id_with_its_control_characters_escaped() {
+    let brokers = brokers();
+    let topic = unique("escape");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // The id comes from a header the producer sets: here it clears the screen and retitles
+    // the terminal.
+    const ID: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}order-1";
+    let record = Record {
+        id: ID.into(),
+        topic: topic.clone(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        payload: Some(b"x".to_vec()),
+        headers: vec![],
+        timestamp: None,
+        timestamp_type: None,
+        retry: None,
+    };
+    let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, "g");
+    produce(
+        &brokers,
+        &dlq,
+        vec![Out {
+            partition: 0,
+            key: None,
+            value: Some(envelope.to_vec()),
+            headers: vec![],
+        }],
+    )
+    .await;
+    for extra in [&["--dry-run"][..], &[]] {
+        let args = [
+            &["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq][..],
+            extra,
+        ]
+        .concat();
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+        assert!(
+            out.contains("\\u{1b}[2J\\u{1b}]0;pwned\\u{7}order-1 ->"),
+            "{out:?}"
+        );
+    }
+}

@@ -27,6 +27,7 @@ mod ours;
 mod peers;
 mod report;
 mod scenario;
+mod tools;
 mod topic;
 
 use std::collections::HashMap;
@@ -96,6 +97,13 @@ pub struct Args {
     /// Internal: which pass `--run-scenario` makes (names its group).
     #[arg(long, hide = true, default_value_t = 0)]
     pass: u64,
+    /// Instead of the scenarios: fill a DLT with this many dead letters on `--brokers` and
+    /// measure the peak RSS of `dlq list` and `dlq replay` on it.
+    #[arg(long, requires = "brokers")]
+    tools_memory: Option<u64>,
+    /// The `kafka-dlq` binary `--tools-memory` runs.
+    #[arg(long, default_value = "target/release/kafka-dlq")]
+    kafka_dlq_bin: PathBuf,
 }
 
 fn main() -> std::process::ExitCode {
@@ -120,6 +128,9 @@ fn main() -> std::process::ExitCode {
 async fn bench(args: Args) -> anyhow::Result<()> {
     if !args.serve_mock.is_empty() {
         return mock::serve(&args.serve_mock).await;
+    }
+    if let (Some(records), Some(brokers)) = (args.tools_memory, &args.brokers) {
+        return tools::measure(brokers, records, &args.kafka_dlq_bin).await;
     }
     if let (Some(name), Some(topic), Some(brokers)) =
         (&args.run_scenario, &args.topic, &args.brokers)

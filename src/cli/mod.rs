@@ -312,19 +312,23 @@ fn init_logging(
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+/// A future that completes on SIGINT or SIGTERM. Both are caught from this call on (not
+/// from the future's first poll), so a signal during start-up stops the command cleanly
+/// instead of killing it.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = int.recv() => tracing::info!(event = "signal_received", signal = "SIGINT"),
+                _ = term.recv() => tracing::info!(event = "signal_received", signal = "SIGTERM"),
+            },
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!(event = "signal_received", signal = "SIGINT"),
-        _ = term.recv() => tracing::info!(event = "signal_received", signal = "SIGTERM"),
     }
 }

@@ -146,14 +146,16 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
 
 /// Runs the sidecar until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
+    // Caught from here on, so a signal during start-up is a clean stop too.
+    let signal = super::shutdown_signal();
     let checked = check(&args)?;
     let url =
         kafka_dlq::sidecar::shown_url::redacted(args.target_url.as_deref().unwrap_or_default());
     tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %checked.addr,
         monitor = args.monitor, batch_size = checked.config.batch_size, config = ?checked.config);
     match checked.target {
-        Target::Single(t) => serve(checked.config, t, checked.addr, checked.monitor).await,
-        Target::Batch(t) => serve(checked.config, t, checked.addr, checked.monitor).await,
+        Target::Single(t) => serve(checked.config, t, checked.addr, checked.monitor, signal).await,
+        Target::Batch(t) => serve(checked.config, t, checked.addr, checked.monitor, signal).await,
     }
 }
 
@@ -162,6 +164,7 @@ async fn serve<H: BatchHandler>(
     target: H,
     addr: std::net::SocketAddr,
     monitor: Option<kafka_dlq::monitor::Monitor>,
+    signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), CliError> {
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let consumer = Consumer::new(config, target).map_err(|e| match e {
@@ -197,7 +200,7 @@ async fn serve<H: BatchHandler>(
     let signal = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            super::shutdown_signal().await;
+            signal.await;
             stop.cancel();
         })
     };

@@ -286,9 +286,9 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
     };
     let cancel = tokio_util::sync::CancellationToken::new();
     let stopper = {
-        let cancel = cancel.clone();
+        let (cancel, signal) = (cancel.clone(), super::shutdown_signal());
         tokio::spawn(async move {
-            super::shutdown_signal().await;
+            signal.await;
             cancel.cancel();
         })
     };
