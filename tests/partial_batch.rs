@@ -16,7 +16,8 @@ use rdkafka::Message;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A bulk writer that says which rows failed: `poison…` permanently, `down…` transiently every
-/// time, `flaky…` transiently on its first call only; the others are stored.
+/// time, `flaky…` transiently on its first call only; `stray…`, on its first call, names an
+/// offset the batch does not hold; the others are stored.
 #[derive(Clone, Default)]
 struct Reporting {
     calls: Arc<Mutex<Vec<Vec<String>>>>,
@@ -46,6 +47,12 @@ impl BatchHandler for Reporting {
                 failures.push((
                     record.offset,
                     HandlerError::permanent(format!("row {v} rejected")),
+                ));
+            } else if v.starts_with("stray") && !seen_before(v) {
+                // Names an offset the batch does not hold (say, its own bookkeeping's).
+                failures.push((
+                    record.offset + 1_000_000,
+                    HandlerError::transient(format!("timeout on {v}")),
                 ));
             } else if v.starts_with("down") || (v.starts_with("flaky") && !seen_before(v)) {
                 failures.push((
@@ -173,5 +180,22 @@ async fn several_named_records_each_get_their_own_policy() {
         dead,
         BTreeSet::from([("poison-5".to_string(), 1), ("down-60".to_string(), 3)]),
         "permanent at once, transient after its retries"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_response_naming_an_offset_outside_the_batch_settles_none_of_it() {
+    let values = batch(20, &[(4, "stray")]);
+    let (calls, _, dead) = run("partial-stray", &values).await;
+    assert_eq!(calls[0].len(), 20, "the whole batch in the first call");
+    for value in &values {
+        assert!(
+            calls[1..].iter().any(|c| c.contains(value)),
+            "{value} was called again: the answer settled nothing: {calls:?}"
+        );
+    }
+    assert!(
+        dead.is_empty(),
+        "a transient failure of the batch: {dead:?}"
     );
 }
