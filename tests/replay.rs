@@ -407,10 +407,10 @@ async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() 
     assert!(sent.contains_key("k0") && sent.contains_key("k2"));
 }
 
-/// A dead letter of `source` for the record `value` at `offset`, as the consumer writes it.
-fn letter(source: &str, offset: i64, value: &str) -> Out {
-    let record = Record {
-        id: format!("{source}-0-{offset}"),
+/// The record `value` at `offset` of `source`'s partition 0, with `id`.
+fn source_record(source: &str, offset: i64, id: &str, value: &str) -> Record {
+    Record {
+        id: id.into(),
         topic: source.into(),
         partition: 0,
         offset,
@@ -420,13 +420,29 @@ fn letter(source: &str, offset: i64, value: &str) -> Out {
         timestamp: None,
         timestamp_type: None,
         retry: None,
-    };
+    }
+}
+
+/// `envelope` as a DLQ record.
+fn letter_of(envelope: &Envelope) -> Out {
     Out {
         partition: 0,
         key: None,
-        value: Some(Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, "g").to_vec()),
+        value: Some(envelope.to_vec()),
         headers: vec![],
     }
+}
+
+/// A dead letter of `source` for the record `value` at `offset`, as the consumer writes it.
+fn letter(source: &str, offset: i64, value: &str) -> Out {
+    let record = source_record(source, offset, &format!("{source}-0-{offset}"), value);
+    letter_of(&Envelope::new(
+        &record,
+        DeadLetterKind::Permanent,
+        "bad",
+        1,
+        "g",
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -670,27 +686,9 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
         vec![Out::new(0, "big"), Out::new(0, "small")],
     )
     .await;
-    let reference = {
-        let record = Record {
-            id: format!("{topic}-0-0"),
-            topic: topic.clone(),
-            partition: 0,
-            offset: 0,
-            key: None,
-            payload: Some(b"big".to_vec()),
-            headers: vec![],
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
-        };
-        let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "too big", 1, "g");
-        Out {
-            partition: 0,
-            key: None,
-            value: Some(envelope.reference().to_vec()),
-            headers: vec![],
-        }
-    };
+    let big = source_record(&topic, 0, &format!("{topic}-0-0"), "big");
+    let envelope = Envelope::new(&big, DeadLetterKind::Permanent, "too big", 1, "g");
+    let reference = letter_of(&envelope.reference());
     produce(&brokers, &dlq, vec![reference, letter(&topic, 1, "small")]).await;
     // Retention passes over the source's first record.
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
@@ -792,30 +790,9 @@ async fn replay_prints_a_producer_controlled_id_with_its_control_characters_esca
     // The id comes from a header the producer sets: here it clears the screen and retitles
     // the terminal.
     const ID: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}order-1";
-    let record = Record {
-        id: ID.into(),
-        topic: topic.clone(),
-        partition: 0,
-        offset: 0,
-        key: None,
-        payload: Some(b"x".to_vec()),
-        headers: vec![],
-        timestamp: None,
-        timestamp_type: None,
-        retry: None,
-    };
+    let record = source_record(&topic, 0, ID, "x");
     let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, "g");
-    produce(
-        &brokers,
-        &dlq,
-        vec![Out {
-            partition: 0,
-            key: None,
-            value: Some(envelope.to_vec()),
-            headers: vec![],
-        }],
-    )
-    .await;
+    produce(&brokers, &dlq, vec![letter_of(&envelope)]).await;
     for extra in [&["--dry-run"][..], &[]] {
         let args = [
             &["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq][..],

@@ -576,6 +576,35 @@ async fn answer_lambda(
     )
 }
 
+/// `kafka-dlq run` in batch mode: batches of 10 (1 s linger), 2 retries 10–50 ms apart.
+fn batch_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .arg("run")
+        .args(["--brokers", brokers, "--group-id", group, "--topics", topic])
+        .args([
+            "--target-url",
+            url,
+            "--batch-size",
+            "10",
+            "--batch-linger-ms",
+            "1000",
+        ])
+        .args([
+            "--max-retries",
+            "2",
+            "--backoff-initial-ms",
+            "10",
+            "--backoff-max-ms",
+            "50",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_in_batch_mode_takes_lambdas_partial_batch_response() {
     let brokers = brokers();
@@ -605,38 +634,7 @@ async fn run_in_batch_mode_takes_lambdas_partial_batch_response() {
         .with_state(target.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .arg("run")
-        .args([
-            "--brokers",
-            &brokers,
-            "--group-id",
-            &group,
-            "--topics",
-            &topic,
-        ])
-        .args([
-            "--target-url",
-            &url,
-            "--batch-size",
-            "10",
-            "--batch-linger-ms",
-            "1000",
-        ])
-        .args([
-            "--max-retries",
-            "2",
-            "--backoff-initial-ms",
-            "10",
-            "--backoff-max-ms",
-            "50",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = batch_sidecar(&brokers, &group, &topic, &url);
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
             == Some(&20))
@@ -756,38 +754,7 @@ async fn run_scripted(
         .route("/batch", post(answer_scripted))
         .with_state(target.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .arg("run")
-        .args([
-            "--brokers",
-            &brokers,
-            "--group-id",
-            &group,
-            "--topics",
-            &topic,
-        ])
-        .args([
-            "--target-url",
-            &url,
-            "--batch-size",
-            "10",
-            "--batch-linger-ms",
-            "1000",
-        ])
-        .args([
-            "--max-retries",
-            "2",
-            "--backoff-initial-ms",
-            "10",
-            "--backoff-max-ms",
-            "50",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = batch_sidecar(&brokers, &group, &topic, &url);
     let all = n as i64;
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
