@@ -290,13 +290,18 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     .await
     .unwrap();
     assert!(first.interrupted);
-    assert_eq!(first.replayed, 7);
+    // Sends in flight when it was interrupted are finished, not abandoned.
+    assert!((7..20).contains(&first.replayed), "{first:?}");
 
     let second = replay(&options, |_, _, _| {}, &CancellationToken::new())
         .await
         .unwrap();
     assert!(!second.interrupted);
-    assert_eq!(second.replayed, 13, "resumed after the first seven");
+    assert_eq!(
+        second.replayed,
+        20 - first.replayed,
+        "resumed after what the first sent"
+    );
 
     let sent = read_all(&brokers, &target);
     let mut ids: Vec<String> = sent

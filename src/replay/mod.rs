@@ -4,13 +4,16 @@
 //! its key, headers and payload bytes exactly — to its source topic (`source.topic`) or to a
 //! topic of the operator's choice, through an idempotent producer with `acks=all`.
 //!
-//! **Resumable.** After each DLQ record is dealt with (sent and acknowledged, or passed over),
-//! its position is committed for a consumer group of the replay's own: `kafka-dlq-replay` for a
-//! replay without filters, `kafka-dlq-replay-<hash>` for one with filters or `--to`. Running the
-//! same replay again after an interruption starts after the last record dealt with, so nothing
-//! is sent twice (a hard kill in the instant between the broker's acknowledgement and the commit
-//! can resend that one record). The monitor counts what the unfiltered replay has passed as no
-//! longer outstanding.
+//! **Resumable.** Up to 1,000 sends are in flight at once; a DLQ record is dealt with when it
+//! and every record read before it are sent and acknowledged (or passed over). Every 200 ms,
+//! and when the replay ends or is interrupted, the position after the last one dealt with is
+//! committed for a consumer group of the replay's own: `kafka-dlq-replay` for a replay without
+//! filters, `kafka-dlq-replay-<hash>` for one with filters or `--to`. Running the same replay
+//! again after an interruption (Ctrl-C: the sends in flight are finished first) starts after
+//! the last record dealt with, so nothing is sent twice; a hard kill can resend what was
+//! acknowledged since the last commit (at most 200 ms of it), and a failed send stops the
+//! replay before it (the sends already in flight after it may go out again on the next run).
+//! The monitor counts what the unfiltered replay has passed as no longer outstanding.
 //!
 //! **One at a time.** A replay holds a [`ReplayLock`] (a consumer-group membership) while it
 //! runs; a second replay with the same position group refuses to start
@@ -40,7 +43,7 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +51,9 @@ use tokio_util::sync::CancellationToken;
 use crate::dlq::{DlqReader, EnvelopeDecodeError, Filter, Unresolved};
 use crate::kafka::LogContext;
 
+mod in_flight;
 mod lock;
+use in_flight::{Dealt, InFlight, WINDOW};
 pub use lock::{LockError, ReplayLock};
 
 /// The header counting how often a record was replayed.
@@ -334,17 +339,30 @@ pub async fn replay(
         .filter(|r| *r > 0)
         .map(|r| Duration::from_secs_f64(1.0 / f64::from(r)));
     let mut next_send = tokio::time::Instant::now();
+    let mut sends = InFlight::default();
+    let mut last_commit = tokio::time::Instant::now();
+    let mut replaying = Replaying {
+        options,
+        total,
+        finished: 0,
+        report: &mut report,
+        progress: &mut progress,
+    };
     loop {
         if cancel.is_cancelled() {
-            report.interrupted = true;
+            replaying.report.interrupted = true;
             break;
         }
         let entry = match reader.next_entry().await {
             None => break,
-            Some(Err(e)) => return Err(read_error(e)),
+            Some(Err(e)) => {
+                replaying.finish_all(&mut sends, &mut reader).await?;
+                return Err(read_error(e));
+            }
             Some(Ok(entry)) => entry,
         };
-        report.scanned += 1;
+        replaying.report.scanned += 1;
+        let mut delivery = None;
         let outcome = if !options.filter.matches(&entry) {
             Outcome::FilteredOut
         } else {
@@ -352,14 +370,15 @@ pub async fn replay(
                 (None, _) => Outcome::NotAnEnvelope { id: entry.id() },
                 (Some(envelope), Some(Unresolved::Gone(why))) => {
                     if !options.dry_run {
-                        reader
-                            .lose(entry.partition, entry.offset)
-                            .map_err(|source| ReplayError::TooManyLost {
+                        if let Err(source) = reader.lose(entry.partition, entry.offset) {
+                            replaying.finish_all(&mut sends, &mut reader).await?;
+                            return Err(ReplayError::TooManyLost {
                                 topic: options.dlq_topic.clone(),
                                 partition: entry.partition,
                                 offset: entry.offset,
                                 source,
-                            })?;
+                            });
+                        }
                     }
                     Outcome::Lost {
                         id: envelope.id.clone(),
@@ -367,13 +386,14 @@ pub async fn replay(
                     }
                 }
                 (Some(envelope), Some(unresolved)) => {
+                    replaying.finish_all(&mut sends, &mut reader).await?;
                     return Err(ReplayError::Unresolved {
                         id: envelope.id.clone(),
                         topic: options.dlq_topic.clone(),
                         partition: entry.partition,
                         offset: entry.offset,
                         source: unresolved.clone(),
-                    })
+                    });
                 }
                 (Some(envelope), None) => match decoded(envelope) {
                     Err(e) => {
@@ -386,7 +406,7 @@ pub async fn replay(
                         }
                     }
                     Ok((mut headers, key, payload)) => {
-                        send_one(
+                        let sent = send_one(
                             options,
                             &producer,
                             envelope,
@@ -396,22 +416,41 @@ pub async fn replay(
                             pause,
                             &mut next_send,
                         )
-                        .await?
+                        .await;
+                        match sent {
+                            Ok((outcome, sent)) => {
+                                delivery = sent;
+                                outcome
+                            }
+                            Err(e) => {
+                                replaying.finish_all(&mut sends, &mut reader).await?;
+                                return Err(e);
+                            }
+                        }
                     }
                 },
             }
         };
-        if !options.dry_run {
-            reader
-                .commit(entry.partition, entry.offset + 1)
-                .map_err(|source| ReplayError::Commit {
-                    topic: options.dlq_topic.clone(),
-                    source,
-                })?;
+        sends.push(Dealt {
+            partition: entry.partition,
+            offset: entry.offset,
+            outcome,
+            delivery,
+            failed: None,
+        });
+        while sends.len() > WINDOW {
+            replaying.finish_oldest(&mut sends, &mut reader).await?;
         }
-        report.count(&outcome);
-        progress(report.scanned, total, &outcome);
+        if last_commit.elapsed() >= COMMIT_INTERVAL {
+            // The acknowledged ones so far, without waiting for the others.
+            while sends.len() > 0 && sends.oldest_is_done() {
+                replaying.finish_oldest(&mut sends, &mut reader).await?;
+            }
+            replaying.commit(&mut sends, &mut reader)?;
+            last_commit = tokio::time::Instant::now();
+        }
     }
+    replaying.finish_all(&mut sends, &mut reader).await?;
     if !options.dry_run && !report.interrupted {
         reader.commit_ends().map_err(|source| ReplayError::Commit {
             topic: options.dlq_topic.clone(),
@@ -419,6 +458,76 @@ pub async fn replay(
         })?;
     }
     Ok(report)
+}
+
+/// How often a replay commits the position its acknowledged sends allow.
+const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A replay's bookkeeping while it runs: what it reports as each dead letter is finished.
+struct Replaying<'a, F> {
+    options: &'a ReplayOptions,
+    total: u64,
+    finished: u64,
+    report: &'a mut ReplayReport,
+    progress: &'a mut F,
+}
+
+impl<F: FnMut(u64, u64, &Outcome)> Replaying<'_, F> {
+    /// Finishes the oldest dead letter in flight: counts and reports it.
+    async fn finish_oldest(
+        &mut self,
+        sends: &mut InFlight,
+        reader: &mut DlqReader,
+    ) -> Result<(), ReplayError> {
+        match sends.finish_oldest().await {
+            None => Ok(()),
+            Some(Ok(outcome)) => {
+                self.report.count(&outcome);
+                self.finished += 1;
+                (self.progress)(self.finished, self.total, &outcome);
+                Ok(())
+            }
+            Some(Err(failed)) => {
+                // What was acknowledged before it stays replayed.
+                self.commit(sends, reader)?;
+                Err(ReplayError::Send {
+                    id: failed.id,
+                    topic: failed.to,
+                    source: failed.source,
+                })
+            }
+        }
+    }
+
+    /// Finishes every dead letter in flight and commits the position.
+    async fn finish_all(
+        &mut self,
+        sends: &mut InFlight,
+        reader: &mut DlqReader,
+    ) -> Result<(), ReplayError> {
+        while sends.len() > 0 {
+            self.finish_oldest(sends, reader).await?;
+        }
+        self.commit(sends, reader)
+    }
+
+    /// Commits the positions the finished dead letters allow (nothing in a dry run).
+    #[allow(clippy::result_large_err)] // at most one error per replay: its size costs nothing
+    fn commit(&mut self, sends: &mut InFlight, reader: &mut DlqReader) -> Result<(), ReplayError> {
+        let committable = sends.take_committable();
+        if self.options.dry_run {
+            return Ok(());
+        }
+        for (partition, next) in committable {
+            reader
+                .commit(partition, next)
+                .map_err(|source| ReplayError::Commit {
+                    topic: self.options.dlq_topic.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
 }
 
 /// An envelope's headers, key and payload, decoded.
@@ -437,7 +546,7 @@ fn decoded(envelope: &crate::dlq::Envelope) -> Result<Decoded, EnvelopeDecodeErr
 }
 
 /// Sends one decoded dead letter (or, in a dry run, does not), unless the loop guard refuses
-/// it; says which.
+/// it; says which, with the send's acknowledgement to await.
 #[allow(clippy::too_many_arguments)]
 async fn send_one(
     options: &ReplayOptions,
@@ -448,7 +557,7 @@ async fn send_one(
     payload: Option<Vec<u8>>,
     pause: Option<Duration>,
     next_send: &mut tokio::time::Instant,
-) -> Result<Outcome, ReplayError> {
+) -> Result<(Outcome, Option<DeliveryFuture>), ReplayError> {
     let replays = headers
         .iter()
         .rev()
@@ -465,16 +574,18 @@ async fn send_one(
         tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
             max_replays = options.max_replays,
             "replayed too often already; fix the cause or raise --max-replays");
-        return Ok(Outcome::Refused {
+        let refused = Outcome::Refused {
             id: envelope.id.clone(),
             replays,
-        });
+        };
+        return Ok((refused, None));
     }
+    let replayed = Outcome::Replayed {
+        id: envelope.id.clone(),
+        to: destination.clone(),
+    };
     if options.dry_run {
-        return Ok(Outcome::Replayed {
-            id: envelope.id.clone(),
-            to: destination,
-        });
+        return Ok((replayed, None));
     }
     if let Some(pause) = pause {
         tokio::time::sleep_until(*next_send).await;
@@ -497,18 +608,16 @@ async fn send_one(
     if let Some(p) = payload.as_deref() {
         record = record.payload(p);
     }
-    producer
-        .send(record, Duration::from_secs(30))
-        .await
+    // At most WINDOW sends are in flight, far below the producer's queue: enqueuing does not
+    // fail for want of room.
+    let delivery = producer
+        .send_result(record)
         .map_err(|(source, _)| ReplayError::Send {
             id: envelope.id.clone(),
             topic: destination.clone(),
             source,
         })?;
-    tracing::info!(event = "record_replayed", id = %envelope.id,
+    tracing::debug!(event = "record_replayed", id = %envelope.id,
         to = %destination, replay_count = replays + 1);
-    Ok(Outcome::Replayed {
-        id: envelope.id.clone(),
-        to: destination,
-    })
+    Ok((replayed, Some(delivery)))
 }

@@ -244,30 +244,6 @@ pub(super) fn narrow(result: Result<(), HandlerError>, offset: i64) -> Result<()
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::narrow;
-    use crate::failure::{FailureKind, HandlerError};
-
-    #[test]
-    fn a_partial_response_comes_down_to_the_records_own_failure() {
-        let own = HandlerError::permanent("row rejected");
-        assert_eq!(
-            narrow(Err(HandlerError::partial([(7, own.clone())])), 7),
-            Err(own)
-        );
-        assert_eq!(narrow(Err(HandlerError::partial([])), 7), Ok(()));
-    }
-
-    #[test]
-    fn a_partial_response_naming_another_offset_fails_the_call_transiently() {
-        let answer = HandlerError::partial([(8, HandlerError::permanent("x"))]);
-        let error = narrow(Err(answer), 7).unwrap_err();
-        assert_eq!(error.kind(), FailureKind::Transient);
-        assert!(error.message().contains("names offset 8"), "{error}");
-    }
-}
-
 pub(super) fn record_span(record: &Record) -> tracing::Span {
     tracing::info_span!(
         "record",
@@ -378,4 +354,28 @@ struct Retries<'m, 'b> {
     delays: crate::backoff::Delays,
     metrics: &'m mut TopicMetrics<'b>,
     in_backoff: Option<GaugeGuard>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::narrow;
+    use crate::failure::{FailureKind, HandlerError};
+
+    #[test]
+    fn a_partial_response_comes_down_to_the_records_own_failure() {
+        let own = HandlerError::permanent("row rejected");
+        assert_eq!(
+            narrow(Err(HandlerError::partial([(7, own.clone())])), 7),
+            Err(own)
+        );
+        assert_eq!(narrow(Err(HandlerError::partial([])), 7), Ok(()));
+    }
+
+    #[test]
+    fn a_partial_response_naming_another_offset_fails_the_call_transiently() {
+        let answer = HandlerError::partial([(8, HandlerError::permanent("x"))]);
+        let error = narrow(Err(answer), 7).unwrap_err();
+        assert_eq!(error.kind(), FailureKind::Transient);
+        assert!(error.message().contains("names offset 8"), "{error}");
+    }
 }
