@@ -1,0 +1,95 @@
+//! What a replay did: each dead letter's [`Outcome`], and the [`ReplayReport`] of them all,
+//! whose size does not grow with the DLQ's.
+
+use serde::Serialize;
+
+/// What a replay did with one dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Sent and acknowledged (in a dry run: would be sent) to topic `to`.
+    Replayed {
+        /// The record id.
+        id: String,
+        /// The destination topic.
+        to: String,
+    },
+    /// Refused by the loop guard: replayed `replays` times already.
+    Refused {
+        /// The record id.
+        id: String,
+        /// How often it was replayed already.
+        replays: u32,
+    },
+    /// Not an envelope (never replayed); `id` is its DLQ coordinates.
+    NotAnEnvelope {
+        /// `<dlq topic>-<partition>-<offset>`.
+        id: String,
+    },
+    /// An envelope that parses but does not decode: passed over, not sent.
+    Undecodable {
+        /// The record id.
+        id: String,
+        /// Why.
+        why: String,
+    },
+    /// A reference whose source record is gone for good: its payload is lost, so it is
+    /// passed over, not sent, and stays outstanding ([`crate::dlq::position`]).
+    Lost {
+        /// The record id.
+        id: String,
+        /// Why it is gone.
+        why: String,
+    },
+    /// Not matched by the filter.
+    FilteredOut,
+}
+
+/// How many dead letters passed over a [`ReplayReport`] names; the counts hold them all.
+pub const REPORT_SAMPLE: usize = 20;
+
+/// What a replay did: counts, and the first [`REPORT_SAMPLE`] dead letters it passed over, so
+/// that a report stays small whatever the DLQ holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayReport {
+    /// DLQ records read.
+    pub scanned: u64,
+    /// Records sent and acknowledged (in a dry run: that would be sent).
+    pub replayed: u64,
+    /// Records the filter passed over.
+    pub filtered_out: u64,
+    /// Records refused by the loop guard.
+    pub refused: u64,
+    /// DLQ records that are not envelopes (never replayed).
+    pub not_envelopes: u64,
+    /// Dead letters whose envelope parses but does not decode (passed over, not sent).
+    pub undecodable: u64,
+    /// References whose source record is gone for good (passed over, not sent, still
+    /// outstanding).
+    pub lost: u64,
+    /// The first [`REPORT_SAMPLE`] refused, not-envelope, undecodable and lost dead letters.
+    pub passed_over: Vec<Outcome>,
+    /// Nothing was sent or committed.
+    pub dry_run: bool,
+    /// Stopped before the end; run it again to resume.
+    pub interrupted: bool,
+}
+
+impl ReplayReport {
+    /// Counts `outcome`, and keeps it in the sample when it is one passed over.
+    pub(super) fn count(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Replayed { .. } => self.replayed += 1,
+            Outcome::FilteredOut => self.filtered_out += 1,
+            Outcome::Refused { .. } => self.refused += 1,
+            Outcome::NotAnEnvelope { .. } => self.not_envelopes += 1,
+            Outcome::Undecodable { .. } => self.undecodable += 1,
+            Outcome::Lost { .. } => self.lost += 1,
+        }
+        let passed_over = !matches!(outcome, Outcome::Replayed { .. } | Outcome::FilteredOut);
+        if passed_over && self.passed_over.len() < REPORT_SAMPLE {
+            self.passed_over.push(outcome.clone());
+        }
+    }
+}
