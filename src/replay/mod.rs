@@ -348,14 +348,11 @@ pub async fn replay(
             delivery,
             failed: None,
         });
-        while sends.len() > WINDOW {
+        // Those acknowledged so far, without waiting for the others, then room for the next.
+        while sends.oldest_is_done() || sends.len() > WINDOW {
             replaying.finish_oldest(&mut sends, &mut reader).await?;
         }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
-            // The acknowledged ones so far, without waiting for the others.
-            while sends.len() > 0 && sends.oldest_is_done() {
-                replaying.finish_oldest(&mut sends, &mut reader).await?;
-            }
             replaying.commit(&mut sends, &mut reader)?;
             last_commit = tokio::time::Instant::now();
         }
