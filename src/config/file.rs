@@ -5,7 +5,7 @@ use super::{ConfigError, ConsumerConfig};
 
 impl ConsumerConfig {
     /// Loads and validates the settings in the TOML file that `kafka-dlq --config` reads (see
-    /// the README): the top-level keys that are consumer settings ([`ConsumerConfig::KEYS`]),
+    /// `docs/operating.md`): the top-level keys that are consumer settings ([`ConsumerConfig::KEYS`]),
     /// then those of `[run]`, which win, and `[librdkafka]` as raw options. The file's other
     /// keys and tables (the sidecar's, `[monitor]`, `[dlq]`) belong to the command line and are
     /// left alone. An unreadable file, a value of the wrong type or a bad value is a

@@ -16,8 +16,8 @@
 //! A record in backoff holds back only its own partition: the other partitions' workers carry
 //! on, and the main queue keeps being polled (so the member stays in the group) however long a
 //! backoff lasts. Records go from librdkafka straight to the worker that handles them, with no
-//! hand-off between tasks, so a fast handler costs little over a bare rdkafka loop (see the
-//! benchmark in the README). Memory stays bounded when the handler is slower than the broker:
+//! hand-off between tasks, so a fast handler costs little over a bare rdkafka loop (see
+//! `docs/benchmark.md`). Memory stays bounded when the handler is slower than the broker:
 //! librdkafka stops fetching a partition while
 //! [`max_buffered_records`](ConsumerConfig::max_buffered_records) of its records or 1.5 MB wait
 //! in its queue ([`FETCH_SETTINGS`](crate::config::FETCH_SETTINGS)).
