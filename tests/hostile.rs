@@ -1,8 +1,6 @@
 //! Hostile input: the envelope decoder, the retry-record reader, the configuration parser and
 //! the sidecar's response handling never panic, whatever they are given; envelopes round-trip any bytes exactly.
 
-use std::time::Duration;
-
 use chrono::{TimeZone, Utc};
 use kafka_dlq::dlq::{truncate_message, Envelope, MAX_ERROR_MESSAGE_BYTES};
 use kafka_dlq::monitor::alert::fingerprint;
@@ -107,9 +105,35 @@ proptest! {
     }
 
     #[test]
-    fn the_config_parser_never_panics(text in ".{0,300}") {
-        if let Ok(config) = toml::from_str::<ConsumerConfig>(&text) {
-            let _ = config.validate();
+    fn the_config_parser_takes_any_setting_with_any_value_without_panicking(
+        settings in proptest::collection::vec(
+            (0..ConsumerConfig::KEYS.len(), prop_oneof![
+                any::<i64>().prop_map(|v| v.to_string()),
+                any::<f64>().prop_filter("TOML has no NaN literal here", |v| v.is_finite())
+                    .prop_map(|v| format!("{v:?}")),
+                any::<bool>().prop_map(|v| v.to_string()),
+                "[a-z{}_.-]{0,20}".prop_map(|v| format!("{v:?}")),
+                proptest::collection::vec(0u32..100_000, 0..4).prop_map(|v| format!("{v:?}")),
+            ]),
+            0..12,
+        ),
+    ) {
+        // Real keys with values of every TOML type, so that parsing succeeds often and
+        // validation runs on what it is given, not only on text that is rarely TOML.
+        let mut seen = std::collections::HashSet::new();
+        let text: String = settings
+            .iter()
+            .filter(|(key, _)| seen.insert(*key))
+            .map(|(key, value)| format!("{} = {value}\n", ConsumerConfig::KEYS[*key]))
+            .collect();
+        match toml::from_str::<ConsumerConfig>(&text) {
+            Ok(config) => {
+                if let Err(e) = config.validate() {
+                    prop_assert!(ConsumerConfig::KEYS.iter().any(|k| e.to_string().contains(k)),
+                        "the error names a setting: {e}");
+                }
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
     }
 
@@ -138,16 +162,16 @@ proptest! {
         status in any::<u16>(), retry_after in proptest::option::of(".{0,40}"), body in ".{0,600}",
     ) {
         let now = Utc.timestamp_millis_opt(1_800_000_000_000).single().unwrap();
-        let result = classify_response(status, retry_after.as_deref(), &body, now);
+        let result = classify_response(status, retry_after.as_deref(), None, &body, now);
         if (200..300).contains(&status) {
             prop_assert!(result.is_ok());
         } else {
-            prop_assert!(result.is_err());
-        }
-        if let Some(v) = retry_after {
-            if let Some(d) = parse_retry_after(&v, now) {
-                prop_assert!(d <= Duration::from_secs(u64::MAX));
-            }
+            let error = result.unwrap_err();
+            // Only 408, 429 and 5xx take the target's Retry-After, exactly as parsed.
+            let takes_retry_after = status == 408 || status == 429 || (500..600).contains(&status);
+            let parsed = retry_after.as_deref().and_then(|v| parse_retry_after(v, now));
+            let expected = if takes_retry_after { parsed } else { None };
+            prop_assert_eq!(error.retry_after(), expected);
         }
     }
 

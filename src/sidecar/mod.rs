@@ -199,10 +199,7 @@ impl HttpTarget {
                 .and_then(|v: &HeaderValue| v.to_str().ok())
                 .map(str::to_string)
         };
-        let retry_after = header(RETRY_AFTER);
-        if (300..400).contains(&status) {
-            return Err(redirected(status, header(LOCATION).as_deref()));
-        }
+        let (retry_after, location) = (header(RETRY_AFTER), header(LOCATION));
         let mut body = Vec::new();
         while body.len() < ERROR_BODY_BYTES {
             match response.chunk().await {
@@ -214,6 +211,7 @@ impl HttpTarget {
         classify_response(
             status,
             retry_after.as_deref(),
+            location.as_deref(),
             &String::from_utf8_lossy(&body),
             Utc::now(),
         )
@@ -294,17 +292,22 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
     }
 }
 
-/// Classifies the target's answer: 2xx → `Ok`; 408, 429 and 5xx → transient, with
-/// `Retry-After` (delta seconds or HTTP date, relative to `now`) as the next delay; any other
-/// status → permanent. The failure message holds the status and the start of the body.
+/// Classifies the target's answer: 2xx → `Ok`; 3xx → transient, naming the `location`
+/// ([`redirected`]); 408, 429 and 5xx → transient, with `Retry-After` (delta seconds or HTTP
+/// date, relative to `now`) as the next delay; any other status → permanent. The failure
+/// message holds the status and the start of the body.
 pub fn classify_response(
     status: u16,
     retry_after: Option<&str>,
+    location: Option<&str>,
     body: &str,
     now: DateTime<Utc>,
 ) -> Result<(), HandlerError> {
     if (200..300).contains(&status) {
         return Ok(());
+    }
+    if (300..400).contains(&status) {
+        return Err(redirected(status, location));
     }
     let body = body.trim();
     let message = if body.is_empty() {
@@ -361,6 +364,13 @@ mod tests {
     }
 
     #[test]
+    fn a_redirect_is_transient_and_names_where_it_points() {
+        let e = classify_response(301, None, Some("http://new/"), "", now()).unwrap_err();
+        assert_eq!(e.kind(), FailureKind::Transient);
+        assert!(e.message().contains("redirect to http://new/"), "{e}");
+    }
+
+    #[test]
     fn statuses_are_classified() {
         let cases = [
             (200, None),
@@ -374,10 +384,12 @@ mod tests {
             (500, Some(FailureKind::Transient)),
             (503, Some(FailureKind::Transient)),
             (599, Some(FailureKind::Transient)),
-            (301, Some(FailureKind::Permanent)),
+            (301, Some(FailureKind::Transient)),
+            (302, Some(FailureKind::Transient)),
+            (308, Some(FailureKind::Transient)),
         ];
         for (status, expected) in cases {
-            let got = classify_response(status, None, "", now())
+            let got = classify_response(status, None, None, "", now())
                 .err()
                 .map(|e| e.kind());
             assert_eq!(got, expected, "HTTP {status}");
@@ -386,13 +398,13 @@ mod tests {
 
     #[test]
     fn retry_after_replaces_the_next_delay() {
-        let e = classify_response(429, Some("7"), "slow down", now()).unwrap_err();
+        let e = classify_response(429, Some("7"), None, "slow down", now()).unwrap_err();
         assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
         assert_eq!(e.message(), "target answered HTTP 429: slow down");
-        let e =
-            classify_response(503, Some("Mon, 30 Nov 2026 10:00:30 GMT"), "", now()).unwrap_err();
+        let e = classify_response(503, Some("Mon, 30 Nov 2026 10:00:30 GMT"), None, "", now())
+            .unwrap_err();
         assert_eq!(e.retry_after(), Some(Duration::from_secs(30)));
-        let e = classify_response(503, Some("soon"), "", now()).unwrap_err();
+        let e = classify_response(503, Some("soon"), None, "", now()).unwrap_err();
         assert_eq!(e.retry_after(), None);
     }
 
