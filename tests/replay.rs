@@ -272,16 +272,18 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
         .collect();
     produce(&brokers, &dlq, records).await;
 
+    // 10 a second: the first acknowledgement (a loopback round trip) is in long before the
+    // 20th send is due, so the interruption lands while the replay still has records to send.
     let options = ReplayOptions {
         to: Some(target.clone()),
-        rate_per_sec: Some(50),
+        rate_per_sec: Some(10),
         ..ReplayOptions::new(&brokers, &dlq)
     };
     let cancel = CancellationToken::new();
     let first = replay(
         &options,
         |done, _, _| {
-            if done == 7 {
+            if done == 3 {
                 cancel.cancel()
             }
         },
@@ -289,9 +291,9 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     )
     .await
     .unwrap();
-    assert!(first.interrupted);
+    assert!(first.interrupted, "{first:?}");
     // Sends in flight when it was interrupted are finished, not abandoned.
-    assert!((7..20).contains(&first.replayed), "{first:?}");
+    assert!((3..20).contains(&first.replayed), "{first:?}");
 
     let second = replay(&options, |_, _, _| {}, &CancellationToken::new())
         .await
