@@ -736,7 +736,7 @@ async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
     assert_eq!(detached.source.offset, 0);
 
     // Operators read it as any other dead letter.
-    let mut reader = kafka_dlq::dlq::DlqReader::open(
+    let mut reader = kafka_dlq::dlq_reader::DlqReader::open(
         &brokers,
         &Default::default(),
         &format!("{topic}-dlt"),
@@ -745,7 +745,7 @@ async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
     )
     .unwrap();
     let entry = reader.next_entry().await.unwrap().unwrap();
-    let kafka_dlq::dlq::DlqContent::Envelope(envelope) = entry.content else {
+    let kafka_dlq::dlq_reader::DlqContent::Envelope(envelope) = entry.content else {
         panic!("not read as an envelope");
     };
     assert_eq!(envelope.payload_encoding, kafka_dlq::dlq::Encoding::Base64);

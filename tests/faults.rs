@@ -271,7 +271,7 @@ async fn a_reference_the_source_cannot_serve_now_stops_the_replay_without_commit
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        committed(&brokers, kafka_dlq::monitor::REPLAY_GROUP, &dlq, 1).get(&0),
+        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
         None,
         "nothing committed past the reference"
     );

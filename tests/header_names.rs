@@ -111,7 +111,7 @@ async fn a_header_name_that_is_not_utf8_reaches_the_handler_and_the_dlq_and_the_
     let source = read_all(&brokers, &topic);
     assert_eq!(source.len(), 4);
     assert_eq!(source[3].payload(), Some(&b"perm-odd"[..]));
-    let replayed = kafka_dlq::kafka::headers::read(source[3].headers().unwrap());
+    let replayed = kafka_dlq::RecordHeader::read_all(source[3].headers().unwrap());
     assert_eq!(replayed[0].key, NAME);
     assert_eq!(replayed[0].value, Some(vec![0x80, 0x00]));
 }

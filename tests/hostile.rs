@@ -3,7 +3,7 @@
 
 use chrono::{TimeZone, Utc};
 use kafka_dlq::dlq::{truncate_message, Envelope, MAX_ERROR_MESSAGE_BYTES};
-use kafka_dlq::monitor::alert::fingerprint;
+use kafka_dlq::fingerprint::fingerprint;
 use kafka_dlq::sidecar::{classify_response, parse_retry_after};
 use kafka_dlq::{ConsumerConfig, DeadLetterKind, Record, RecordHeader};
 use proptest::prelude::*;

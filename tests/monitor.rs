@@ -309,7 +309,7 @@ fn commit_replay_position(brokers: &str, topic: &str, offset: i64) {
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     let c: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("group.id", kafka_dlq::monitor::REPLAY_GROUP)
+        .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
         .create()
         .unwrap();
     let mut tpl = rdkafka::TopicPartitionList::new();

@@ -92,7 +92,7 @@ async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_re
         Some([b"perm".as_slice(), &value].concat().as_slice()),
         "the original value, byte for byte"
     );
-    let headers = kafka_dlq::kafka::headers::read(rdkafka::Message::headers(&source[2]).unwrap());
+    let headers = kafka_dlq::RecordHeader::read_all(rdkafka::Message::headers(&source[2]).unwrap());
     assert_eq!(headers[0].key, b"big");
     assert_eq!(headers[0].value, Some(vec![0xab; 3_000]));
 }

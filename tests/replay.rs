@@ -213,7 +213,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
     // The DLQ accounting: nothing outstanding, and a second run sends nothing.
     let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &brokers)
-        .set("group.id", kafka_dlq::monitor::REPLAY_GROUP)
+        .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
         .create()
         .unwrap();
     assert_eq!(
@@ -395,13 +395,16 @@ async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() 
     produce(&brokers, &dlq, records).await;
     let options = ReplayOptions {
         to: Some(target.clone()),
-        filter: kafka_dlq::dlq::Filter {
+        filter: kafka_dlq::dlq_reader::Filter {
             source_topic: Some("orders".into()),
             ..Default::default()
         },
         ..ReplayOptions::new(&brokers, &dlq)
     };
-    assert_ne!(options.position_group(), kafka_dlq::monitor::REPLAY_GROUP);
+    assert_ne!(
+        options.position_group(),
+        kafka_dlq::dlq_reader::REPLAY_GROUP
+    );
     let report = replay(&options, |_, _, _| {}, &CancellationToken::new())
         .await
         .unwrap();
@@ -577,7 +580,7 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
 fn outstanding(brokers: &str, dlq: &str) -> u64 {
     let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("group.id", kafka_dlq::monitor::REPLAY_GROUP)
+        .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
         .create()
         .unwrap();
     kafka_dlq::monitor::outstanding(&reader, &[dlq.to_string()]).expect("the broker answers")

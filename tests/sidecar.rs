@@ -885,7 +885,7 @@ async fn a_password_in_the_target_url_appears_nowhere() {
     assert!(!log.contains(SECRET), "the log holds the password: {log}");
     let dead = &read_all(&brokers, &dlq)[0];
     let mut shown = String::from_utf8_lossy(dead.payload().unwrap()).to_string();
-    for header in kafka_dlq::kafka::headers::read(dead.headers().unwrap()) {
+    for header in kafka_dlq::RecordHeader::read_all(dead.headers().unwrap()) {
         shown.push_str(&String::from_utf8_lossy(&header.value.unwrap_or_default()));
     }
     assert!(

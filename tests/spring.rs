@@ -273,7 +273,7 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
         .iter()
         .filter(|m| {
             m.headers().is_some_and(|h| {
-                kafka_dlq::kafka::headers::read(h)
+                kafka_dlq::RecordHeader::read_all(h)
                     .iter()
                     .any(|h| h.key == kafka_dlq::replay::HEADER_REPLAY_COUNT.as_bytes())
             })
@@ -288,7 +288,7 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
             })
             .unwrap_or_else(|| panic!("no replay of key {key:?} value {value:?}"));
         let mut got: Vec<(Vec<u8>, Option<Vec<u8>>)> =
-            kafka_dlq::kafka::headers::read(found.headers().unwrap())
+            kafka_dlq::RecordHeader::read_all(found.headers().unwrap())
                 .into_iter()
                 .map(|h| (h.key, h.value))
                 .collect();

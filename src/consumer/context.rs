@@ -15,7 +15,6 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::worker::Assigned;
 use crate::metrics::Metrics;
 
 /// A topic and partition.
@@ -70,6 +69,17 @@ pub(super) type Queues = HashMap<PartitionKey, SharedQueue>;
 pub(super) struct SharedQueue {
     pub queue: Arc<PartitionQueue>,
     pub reader: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A newly assigned partition, for the poll loop to start its worker.
+pub(super) struct Assigned {
+    pub topic: String,
+    pub partition: i32,
+    /// The partition's own librdkafka queue and its reader's lease; `None` when splitting it
+    /// failed, and its records come through `stray_records`.
+    pub queue: Option<SharedQueue>,
+    pub stray_records: mpsc::Receiver<crate::record::Record>,
+    pub cancel: CancellationToken,
 }
 
 /// A partition's own queue.

@@ -89,8 +89,9 @@ use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
+use context::Assigned;
 use context::{commit_stored, Partitions, RebalanceContext};
-use worker::{run_worker, Assigned, PartitionInput, Shared};
+use worker::{run_worker, PartitionInput, Shared};
 
 /// How long the poll loop waits after an error from the consumer's main queue before polling
 /// it again (errors that queued up meanwhile are then taken at once).
@@ -190,8 +191,14 @@ impl<H: BatchHandler> Consumer<H> {
                 .map_err(ConsumerError::CreateConsumer)?,
         );
         let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
-        let dlq = DeadLetterPublisher::new(&config, config.dlq_topic()?, metrics.clone())
-            .map_err(ConsumerError::CreateProducer)?;
+        let dlq = DeadLetterPublisher::new(
+            &config.producer_client_config(),
+            config.dlq_topic()?,
+            &config.group_id,
+            config.dlq_format,
+            metrics.clone(),
+        )
+        .map_err(ConsumerError::CreateProducer)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 handler,

@@ -148,7 +148,7 @@ fn find_stranded(
         .iter()
         .filter(|t| t.error().is_none())
         .filter(|t| {
-            crate::retry_tier::parse_topic(t.name()).is_some_and(|(source, tier)| {
+            crate::record::retry::parse_topic(t.name()).is_some_and(|(source, tier)| {
                 tier >= tiers && config.topics.iter().any(|s| s == source)
             })
         })

@@ -9,8 +9,8 @@ use super::encoding::{decode_text, encode_header, encode_payload, encode_text, r
 use super::error_message::truncate_message;
 use super::Encoding;
 use crate::failure::DeadLetterKind;
+use crate::record::retry::RetryStage;
 use crate::record::{Record, RecordHeader, TimestampType};
-use crate::retry_tier::RetryStage;
 
 /// The failure that sent a record to the dead-letter topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

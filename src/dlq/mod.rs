@@ -8,10 +8,10 @@
 //! topic's `max.message.bytes`: base64 makes a binary value a third larger) is written in the
 //! **detached form** instead: the original value, byte for byte, as the dead letter's value,
 //! and the envelope without it in the `kafka_dlq-envelope` header (Spring also writes the
-//! original value); [`DlqReader`] joins them again, so `dlq show` and `dlq replay` work the
+//! original value); [`DlqReader`](crate::dlq_reader::DlqReader) joins them again, so `dlq show` and `dlq replay` work the
 //! same. A record that does not fit even that way (its value and headers over the limit) is
 //! written as a **reference** (`payload_encoding` `reference`: the envelope without payload
-//! and source headers, Spring's headers only), which `DlqReader` resolves from the source
+//! and source headers, Spring's headers only), which the `DlqReader` resolves from the source
 //! topic while it still retains the record. Only a DLQ whose limit is smaller than a
 //! reference stalls its partition (logged as `dlq_record_too_large`).
 //!
@@ -23,30 +23,19 @@
 //! handler's partition goes on for up to 5,000 records past the dead letter meanwhile, storing
 //! no offset past it).
 
-mod content;
 mod encoding;
 mod envelope;
 mod error_message;
-mod filter;
 pub(crate) use encoding::encode_payload;
 pub use encoding::Encoding;
-pub mod foreign;
-pub mod position;
 mod publisher;
-mod reader;
-mod reference;
-mod retry_write;
+pub(crate) use publisher::{acknowledged, Sent};
 pub mod spring;
 mod topic;
 
-pub use content::DlqContent;
 pub use envelope::{Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource};
 pub use error_message::{truncate_message, MAX_ERROR_MESSAGE_BYTES};
-pub use filter::Filter;
 pub use publisher::{Abandoned, DeadLetterPublisher, DeadLettered};
-pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader};
-pub use reference::Unresolved;
-pub use retry_write::RetryWritten;
 pub use topic::{check_topic_name, DlqTopic, DlqTopicError, TopicNameError};
 
 /// Header of a dead letter in the detached form ([`Encoding::Detached`]): the envelope, JSON,

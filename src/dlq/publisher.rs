@@ -5,11 +5,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::{spring, DlqFormat, DlqTopic, Envelope, HEADER_ENVELOPE};
 use crate::backoff::{ExponentialBackoff, Next};
-use crate::config::ConsumerConfig;
 use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
 use crate::metrics::Metrics;
@@ -35,30 +35,31 @@ pub struct Abandoned;
 /// the broker's acknowledgement. Clones share the producer.
 #[derive(Clone)]
 pub struct DeadLetterPublisher {
-    pub(super) producer: FutureProducer<LogContext>,
+    pub(crate) producer: FutureProducer<LogContext>,
     topic: DlqTopic,
-    pub(super) group: String,
+    pub(crate) group: String,
     format: DlqFormat,
-    pub(super) retry: ExponentialBackoff,
-    pub(super) metrics: Metrics,
+    pub(crate) retry: ExponentialBackoff,
+    pub(crate) metrics: Metrics,
 }
 
 impl DeadLetterPublisher {
-    /// Creates the producer (`acks=all`, one request in flight) from `config`, writing to
-    /// `topic`; failed writes are counted in `metrics`.
+    /// Creates the producer from `producer` (the consumer's producer settings: `acks=all`, one
+    /// request in flight), writing dead letters of `group` to `topic` in `format`; failed
+    /// writes are counted in `metrics`.
     pub fn new(
-        config: &ConsumerConfig,
+        producer: &ClientConfig,
         topic: DlqTopic,
+        group: &str,
+        format: DlqFormat,
         metrics: Metrics,
     ) -> Result<Self, KafkaError> {
-        let producer = config
-            .producer_client_config()
-            .create_with_context(LogContext)?;
+        let producer = producer.create_with_context(LogContext)?;
         Ok(Self {
             producer,
             topic,
-            group: config.group_id.clone(),
-            format: config.dlq_format,
+            group: group.to_string(),
+            format,
             retry: ExponentialBackoff::infrastructure(),
             metrics,
         })
@@ -140,10 +141,10 @@ struct Write {
     format: DlqFormat,
 }
 
-pub(super) type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
+pub(crate) type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
 
 /// How a write handed to the producer ended: the broker's acknowledgement or the error.
-pub(super) async fn acknowledged(
+pub(crate) async fn acknowledged(
     sent: Sent,
 ) -> Result<rdkafka::producer::future_producer::Delivery, KafkaError> {
     match sent {

@@ -5,7 +5,7 @@
 //! about twenty identical warnings a second from `kafka-dlq run`. A [`LogGate`] lets the first
 //! line of a kind of trouble through (the state change), holds back the repeats, and lets one
 //! summary through every [`SUMMARY_EVERY`] while the trouble lasts, with the count held back.
-//! Lines are of one kind when their [`fingerprint`](crate::monitor::alert::fingerprint) is the
+//! Lines are of one kind when their [`fingerprint`](crate::fingerprint::fingerprint) is the
 //! same (numbers, addresses and ids do not count). Trouble not seen for [`QUIET_AFTER`] is
 //! over: its next line is a state change again.
 
@@ -90,7 +90,7 @@ pub fn global() -> &'static LogGate {
 /// Judges a line of `event` with `message` by the process's gate, now.
 pub fn judge(event: &str, message: &str) -> Verdict {
     global().judge(
-        &crate::monitor::alert::fingerprint(event, message),
+        &crate::fingerprint::fingerprint(event, message),
         Instant::now(),
     )
 }

@@ -1,9 +1,6 @@
-//! What an alert says (the dead letters behind one are gathered by [`Window`]).
+//! What an alert says (the dead letters behind one are gathered by [`Window`](super::window::Window)).
 
 use std::collections::BTreeMap;
-
-pub use super::fingerprint::fingerprint;
-pub use super::window::Window;
 
 /// One message for the team.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,32 +140,4 @@ fn join_counts(counts: &BTreeMap<String, u64>) -> String {
         .map(|(k, n)| format!("`{k}` {n}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_group_messages_that_differ_in_values() {
-        let cases = [
-            (
-                "target answered HTTP 503",
-                "permanent: target answered HTTP #",
-            ),
-            (
-                "parcel P-1234 not found in  shard 7",
-                "permanent: parcel # not found in shard #",
-            ),
-            (
-                "malformed JSON: expected value at line 1 column 2",
-                "permanent: malformed JSON: expected value at line # column #",
-            ),
-            ("id 9f8e7d6c-aaaa-bbbb missing", "permanent: id # missing"),
-            ("no digits here", "permanent: no digits here"),
-        ];
-        for (message, expected) in cases {
-            assert_eq!(fingerprint("permanent", message), expected, "{message}");
-        }
-    }
 }

@@ -5,7 +5,7 @@
 //!
 //! - **increase**: new dead letters are gathered over a window (`window_ms`, default 30 s, from
 //!   the first new one) into one alert: how many, how many are outstanding, by source topic and
-//!   error kind, the most frequent errors grouped by a normalised [fingerprint](alert::fingerprint)
+//!   error kind, the most frequent errors grouped by a normalised [fingerprint](crate::fingerprint::fingerprint)
 //!   (an error never seen before is marked *first seen*), a few record ids, and the exact
 //!   commands to inspect and replay. Alerts are at least `min_interval_ms` (default 60 s)
 //!   apart, except that an alert with a never-seen error goes out as soon as its window closes.
@@ -25,7 +25,6 @@
 pub mod alert;
 pub mod blocks;
 mod delivery;
-mod fingerprint;
 mod seen;
 pub mod slack;
 mod thread;
@@ -52,9 +51,6 @@ use volume::Volume;
 
 use crate::config::ConfigError;
 use crate::kafka::LogContext;
-
-/// The replay position group that `kafka-dlq dlq replay` commits to.
-pub const REPLAY_GROUP: &str = "kafka-dlq-replay";
 
 /// Settings of the monitor.
 #[derive(Debug, Clone, PartialEq)]
@@ -222,12 +218,12 @@ impl Monitor {
         for topic in &c.dlq_topics {
             let (brokers, raw, topic) = (c.brokers.clone(), c.librdkafka.clone(), topic.clone());
             let checked = tokio::task::spawn_blocking(move || {
-                let checked = crate::dlq::check_exists(&brokers, &raw, &topic);
+                let checked = crate::dlq_reader::check_exists(&brokers, &raw, &topic);
                 (topic, checked)
             })
             .await;
             if let Ok((topic, Err(e))) = checked {
-                if crate::dlq::is_unknown_topic(&e) {
+                if crate::dlq_reader::is_unknown_topic(&e) {
                     tracing::warn!(event = "dlq_topic_missing", %topic,
                         "the dead-letter topic does not exist (yet); it counts as empty until it does");
                 }
@@ -258,7 +254,7 @@ impl Monitor {
 
         let window_len = Duration::from_millis(c.window_ms);
         let min_interval = Duration::from_millis(c.min_interval_ms);
-        let mut window = alert::Window::default();
+        let mut window = window::Window::default();
         let mut opened: Option<Instant> = None;
         let mut last_sent: Option<Instant> = None;
         let mut positions: HashMap<(String, i32), i64> = HashMap::new();
@@ -274,7 +270,7 @@ impl Monitor {
                 _ = &mut shutdown => break,
                 polled = consumer.recv() => match polled {
                     Ok(m) => {
-                        let content = crate::dlq::DlqContent::decode(&m);
+                        let content = crate::dlq_reader::DlqContent::decode(&m);
                         window.add(m.topic(), &content, &mut seen, c.include_payloads);
                         positions.insert((m.topic().to_string(), m.partition()), m.offset() + 1);
                         opened.get_or_insert_with(Instant::now);

@@ -30,6 +30,7 @@ impl Seen {
         new
     }
 
+    #[cfg(test)]
     /// How many fingerprints are remembered.
     pub fn len(&self) -> usize {
         self.current.len() + self.previous.len()

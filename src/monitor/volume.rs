@@ -8,8 +8,9 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{MonitorConfig, REPLAY_GROUP};
-use crate::dlq::position::Position;
+use super::MonitorConfig;
+use crate::dlq_reader::position::Position;
+use crate::dlq_reader::REPLAY_GROUP;
 use crate::kafka::LogContext;
 
 /// Counts outstanding dead letters.

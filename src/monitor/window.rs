@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::alert::{ErrorGroup, Increase};
-use super::fingerprint::fingerprint;
 use super::seen::Seen;
-use crate::dlq::DlqContent;
+use crate::dlq_reader::DlqContent;
+use crate::fingerprint::fingerprint;
 
 /// How many sample record ids an alert lists.
 const SAMPLE_IDS: usize = 5;
@@ -28,6 +28,7 @@ pub struct Window {
 }
 
 impl Window {
+    #[cfg(test)]
     /// No dead letter gathered.
     pub fn is_empty(&self) -> bool {
         self.new == 0
@@ -181,7 +182,7 @@ mod tests {
         ))
         .unwrap();
         env.history = ["orders", "orders-retry-0", "orders-retry-1"]
-            .map(|topic| crate::retry_tier::RetryStage {
+            .map(|topic| crate::record::retry::RetryStage {
                 topic: topic.into(),
                 attempts: 2,
                 error: "HTTP 503".into(),

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::failure::HandlerError;
 
+pub mod retry;
 mod trace;
 pub use trace::{TraceContext, TRACEPARENT, TRACESTATE};
 
@@ -25,6 +26,19 @@ pub struct RecordHeader {
     pub key: Vec<u8>,
     /// The header's value; `None` for a null value.
     pub value: Option<Vec<u8>>,
+}
+
+impl RecordHeader {
+    /// Every header of a message, in order, with its name as bytes (read through librdkafka's
+    /// C API, see [`crate::kafka::headers`], so that no name is refused).
+    pub fn read_all(headers: &impl RawHeaders) -> Vec<RecordHeader> {
+        rdkafka_header_bytes::entries(headers.as_raw())
+            .map(|(key, value)| RecordHeader {
+                key: key.to_vec(),
+                value: value.map(<[u8]>::to_vec),
+            })
+            .collect()
+    }
 }
 
 /// One consumed record, owned, as given to a [`Handler`](crate::handler::Handler).
@@ -52,7 +66,7 @@ pub struct Record {
     /// fields above are then the original record's, this says where it was delivered from
     /// and what went before. `None` for a record of its source topic. (Boxed: a record of its
     /// source topic pays one pointer for it.)
-    pub retry: Option<Box<crate::retry_tier::RetryDelivery>>,
+    pub retry: Option<Box<retry::RetryDelivery>>,
 }
 
 /// Which time a record's timestamp is (Kafka's `TimestampType`).
@@ -93,7 +107,7 @@ impl Record {
     {
         let headers: Vec<RecordHeader> = message
             .headers()
-            .map(crate::kafka::headers::read)
+            .map(RecordHeader::read_all)
             .unwrap_or_default();
         let topic = message.topic().to_string();
         let id = id_header
@@ -161,7 +175,7 @@ impl Record {
     pub(crate) fn source_topic(&self) -> &str {
         self.retry
             .as_ref()
-            .and_then(|r| crate::retry_tier::parse_topic(&r.topic))
+            .and_then(|r| retry::parse_topic(&r.topic))
             .map_or(self.topic.as_str(), |(source, _)| source)
     }
 
@@ -251,7 +265,7 @@ mod tests {
         let mut record = Record::from_message(&message(None), None);
         assert_eq!(record.source_topic(), "orders", "a source topic's record");
         record.topic = "payments".into(); // what the retry record's account says
-        record.retry = Some(Box::new(crate::retry_tier::RetryDelivery {
+        record.retry = Some(Box::new(retry::RetryDelivery {
             tier: 0,
             topic: "orders-retry-0".into(),
             partition: 0,

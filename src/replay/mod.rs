@@ -28,7 +28,7 @@
 //! with [`ReplayError::Unresolved`] and commits nothing past it. When the source record is gone
 //! for good (retention, compaction, the topic deleted or recreated), it is counted in
 //! [`ReplayReport::lost`], passed over unsent, and its offset kept in the replay position's
-//! commit metadata, so the monitor still counts it as outstanding ([`crate::dlq::position`]).
+//! commit metadata, so the monitor still counts it as outstanding ([`crate::dlq_reader::position`]).
 //!
 //! **Bounded memory.** Records are dealt with one at a time; each outcome goes to the
 //! `progress` callback as it happens, and the report keeps counts and a sample of
@@ -47,7 +47,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
-use crate::dlq::{DlqReader, EnvelopeDecodeError, Filter, Unresolved};
+use crate::dlq::EnvelopeDecodeError;
+use crate::dlq_reader::{DlqReader, Filter, Unresolved};
 use crate::kafka::LogContext;
 
 mod in_flight;
@@ -99,7 +100,7 @@ impl ReplayOptions {
     /// The consumer group holding this replay's position.
     pub fn position_group(&self) -> String {
         if self.filter.is_empty() && self.to.is_none() {
-            return crate::monitor::REPLAY_GROUP.to_string();
+            return crate::dlq_reader::REPLAY_GROUP.to_string();
         }
         // FNV-1a over the filter and destination: the same replay resumes, another starts anew.
         let key = format!("{:?}|{:?}", self.filter, self.to);
@@ -108,7 +109,7 @@ impl ReplayOptions {
             hash ^= u64::from(b);
             hash = hash.wrapping_mul(0x100000001b3);
         }
-        format!("{}-{hash:016x}", crate::monitor::REPLAY_GROUP)
+        format!("{}-{hash:016x}", crate::dlq_reader::REPLAY_GROUP)
     }
 }
 
@@ -158,10 +159,10 @@ pub enum ReplayError {
         offset: i64,
         /// Why.
         #[source]
-        source: crate::dlq::Unresolved,
+        source: crate::dlq_reader::Unresolved,
     },
     /// A DLQ partition holds more lost references than its replay position can carry
-    /// ([`crate::dlq::position::MAX_LOST`]); nothing was committed past the last one.
+    /// ([`crate::dlq_reader::position::MAX_LOST`]); nothing was committed past the last one.
     #[error("dead letter {topic}/{partition}@{offset}: {source}")]
     TooManyLost {
         /// The DLQ topic.
@@ -172,7 +173,7 @@ pub enum ReplayError {
         offset: i64,
         /// The cause.
         #[source]
-        source: crate::dlq::position::TooManyLost,
+        source: crate::dlq_reader::position::TooManyLost,
     },
     /// Committing the replay position failed.
     #[error("cannot commit the replay position of `{topic}`: {source}")]
@@ -206,10 +207,12 @@ pub async fn replay(
     // A topic that does not exist: said at once, not as a group that never forms.
     {
         let (brokers, raw, topic) = (brokers.clone(), raw.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || crate::dlq::check_exists(&brokers, &raw, &topic))
-            .await
-            .expect("metadata task")
-            .map_err(read_error)?;
+        tokio::task::spawn_blocking(move || {
+            crate::dlq_reader::check_exists(&brokers, &raw, &topic)
+        })
+        .await
+        .expect("metadata task")
+        .map_err(read_error)?;
     }
     let _lock = if options.dry_run {
         None

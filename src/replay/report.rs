@@ -35,7 +35,7 @@ pub enum Outcome {
         why: String,
     },
     /// A reference whose source record is gone for good: its payload is lost, so it is
-    /// passed over, not sent, and stays outstanding ([`crate::dlq::position`]).
+    /// passed over, not sent, and stays outstanding ([`crate::dlq_reader::position`]).
     Lost {
         /// The record id.
         id: String,

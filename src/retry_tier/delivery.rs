@@ -13,72 +13,18 @@
 //! wrote the retry record (`super::spring::account`).
 
 use chrono::{DateTime, SubsecRound, Utc};
-use serde::{Deserialize, Serialize};
 
+use super::account::{Origin, RetryHeader};
 use crate::dlq::{spring, truncate_message, Envelope};
 use crate::failure::DeadLetterKind;
-use crate::record::{Record, RecordHeader, TimestampType};
+use crate::record::retry::{RetryDelivery, RetryStage};
+use crate::record::{Record, RecordHeader};
 
 /// Header: kafka-dlq's account of a retry record (JSON, see the module docs).
 pub const HEADER_RETRY: &str = "kafka_dlq-retry";
 
 /// The class written in `kafka_dlt-exception-fqcn` of a retry record.
 const TRANSIENT_CLASS: &str = "kafka_dlq.TransientFailure";
-
-/// One stage a record went through and left: its source topic or a retry topic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetryStage {
-    /// The topic it was consumed from there.
-    pub topic: String,
-    /// The handler calls there.
-    pub attempts: u32,
-    /// The last failure's message there (at most 1024 bytes).
-    pub error: String,
-    /// When it left (RFC 3339 UTC, milliseconds).
-    pub at: DateTime<Utc>,
-}
-
-/// How a record given to the handler came from a retry topic: set in
-/// [`Record::retry`](crate::Record::retry), `None` for a record of its source topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryDelivery {
-    /// The tier: 0 for `<topic>-retry-0`.
-    pub tier: u32,
-    /// The retry topic it was delivered from.
-    pub topic: String,
-    /// Its partition there.
-    pub partition: i32,
-    /// Its offset there: the offset the consumer commits.
-    pub offset: i64,
-    /// When it was due.
-    pub due: DateTime<Utc>,
-    /// The handler calls before this delivery, in every stage.
-    pub attempts: u32,
-    /// The stages it left, first first.
-    pub history: Vec<RetryStage>,
-}
-
-/// The JSON of the `kafka_dlq-retry` header.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct RetryHeader {
-    pub(super) id: String,
-    pub(super) source: Origin,
-    pub(super) tier: u32,
-    pub(super) due: DateTime<Utc>,
-    pub(super) attempts: u32,
-    pub(super) history: Vec<RetryStage>,
-}
-
-/// Where the record came from.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Origin {
-    pub(super) topic: String,
-    pub(super) partition: i32,
-    pub(super) offset: i64,
-    pub(super) timestamp: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) timestamp_type: Option<TimestampType>,
-}
 
 /// Whether a header is one this module writes (or Spring's dead-letter ones), dropped from
 /// the original headers.
@@ -228,6 +174,7 @@ mod tests {
         big_integer, read_big_integer, SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP,
     };
     use super::*;
+    use crate::record::TimestampType;
     use chrono::TimeZone;
 
     fn original() -> Record {

@@ -34,14 +34,19 @@
 //! Order: a record that goes to a retry topic is handled after records of its key that came
 //! later, as in Spring. A retry topic must keep records longer than its delay.
 
+mod account;
 mod delivery;
 mod spring;
+mod write;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use delivery::{restore, retry_headers, RestoreError, RetryDelivery, RetryStage, HEADER_RETRY};
+use crate::record::retry::{parse_topic, topic_name};
+
+pub use delivery::{restore, retry_headers, RestoreError, HEADER_RETRY};
 pub use spring::{SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP};
+pub use write::RetryWritten;
 
 /// At most this many retry tiers.
 pub const MAX_TIERS: usize = 32;
@@ -103,19 +108,6 @@ impl RetryTiers {
         let source = sources.iter().find(|s| s.as_str() == source)?;
         ((tier as usize) < self.0.len()).then_some((source.as_str(), tier))
     }
-}
-
-/// The source topic and tier a topic's name gives (`<source>-retry-<tier>`), whatever the
-/// configured tiers; `None` for another name.
-pub fn parse_topic(topic: &str) -> Option<(&str, u32)> {
-    let (source, tier) = topic.rsplit_once("-retry-")?;
-    let number: u32 = tier.parse().ok()?;
-    (!source.is_empty() && number.to_string() == tier).then_some((source, number))
-}
-
-/// The retry topic of tier `tier` of `source`: `<source>-retry-<tier>`.
-pub fn topic_name(source: &str, tier: u32) -> String {
-    format!("{source}-retry-{tier}")
 }
 
 impl fmt::Display for RetryTiers {

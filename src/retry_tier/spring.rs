@@ -12,7 +12,7 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use super::delivery::{Origin, RetryHeader};
+use super::account::{Origin, RetryHeader};
 use crate::dlq::spring;
 use crate::record::{Record, TimestampType};
 

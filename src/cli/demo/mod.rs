@@ -172,7 +172,13 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let mut reader = {
         let (b, d) = (brokers.clone(), dlq.clone());
         tokio::task::spawn_blocking(move || {
-            kafka_dlq::dlq::DlqReader::open(&b, &Default::default(), &d, "kafka-dlq-reader", false)
+            kafka_dlq::dlq_reader::DlqReader::open(
+                &b,
+                &Default::default(),
+                &d,
+                "kafka-dlq-reader",
+                false,
+            )
         })
         .await??
     };

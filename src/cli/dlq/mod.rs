@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use kafka_dlq::dlq::{DlqEntry, DlqReader, Filter};
+use kafka_dlq::dlq_reader::{DlqEntry, DlqReader, Filter};
 use kafka_dlq::replay::{replay, ReplayOptions};
 use kafka_dlq::{ConfigError, DeadLetterKind};
 
@@ -217,7 +217,7 @@ async fn read(
 /// The error for a DLQ topic that cannot be opened: one line naming a topic that does not
 /// exist.
 fn unreadable(topic: &str, e: rdkafka::error::KafkaError) -> CliError {
-    if kafka_dlq::dlq::is_unknown_topic(&e) {
+    if kafka_dlq::dlq_reader::is_unknown_topic(&e) {
         CliError::Runtime(anyhow::anyhow!(
             "the dead-letter topic `{topic}` does not exist"
         ))

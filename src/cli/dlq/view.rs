@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use kafka_dlq::dlq::{DlqContent, DlqEntry};
+use kafka_dlq::dlq_reader::{DlqContent, DlqEntry};
 use kafka_dlq::replay::Outcome;
 
 pub(super) fn entry_json(e: &DlqEntry) -> serde_json::Value {

@@ -13,10 +13,10 @@ use tracing::Instrument;
 
 use super::exit::{begin, exited, Exit, PendingExit};
 use super::{Abandoned, Shared};
-use crate::dlq::RetryWritten;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
+use crate::retry_tier::RetryWritten;
 
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;

@@ -8,12 +8,14 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{Abandoned, Shared};
-use crate::dlq::{DeadLetterPublisher, RetryWritten};
+use crate::dlq::DeadLetterPublisher;
 use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
+use crate::record::retry::RetryStage;
 use crate::record::Record;
-use crate::retry_tier::{RetryStage, RetryTiers};
+use crate::retry_tier::RetryTiers;
+use crate::retry_tier::RetryWritten;
 
 /// Where a record goes when it leaves its stage (its source topic or a retry topic)
 /// unhandled.
@@ -220,7 +222,7 @@ fn dead_lettered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry_tier::RetryDelivery;
+    use crate::record::retry::RetryDelivery;
 
     fn record(tier: Option<u32>) -> Record {
         Record {

@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use super::local_metrics::TopicHandles;
 use super::records::Records;
 use super::source::{QueueSource, RecordSource};
-use super::Assigned;
+use crate::consumer::context::Assigned;
 use crate::consumer::context::SharedQueue;
 use crate::metrics::Metrics;
 use crate::record::Record;

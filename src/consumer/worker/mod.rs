@@ -44,18 +44,15 @@ mod source;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use exit::ExitWriter;
 pub(super) use input::PartitionInput;
 
-use super::context::SharedQueue;
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::Breaker;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
-use crate::record::Record;
 
 /// What the workers of all partitions share.
 pub(super) struct Shared<H> {
@@ -80,17 +77,6 @@ pub(super) struct Shared<H> {
     pub retry_tiers: crate::retry_tier::RetryTiers,
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
-}
-
-/// A newly assigned partition, for the poll loop to start its worker.
-pub(super) struct Assigned {
-    pub topic: String,
-    pub partition: i32,
-    /// The partition's own librdkafka queue and its reader's lease; `None` when splitting it
-    /// failed, and its records come through `stray_records`.
-    pub queue: Option<SharedQueue>,
-    pub stray_records: mpsc::Receiver<Record>,
-    pub cancel: CancellationToken,
 }
 
 /// The partition was revoked or the service is stopping: the record was given up unsettled,

@@ -136,7 +136,7 @@ mod tests {
             headers: vec![],
             timestamp: None,
             timestamp_type: None,
-            retry: Some(Box::new(crate::retry_tier::RetryDelivery {
+            retry: Some(Box::new(crate::record::retry::RetryDelivery {
                 tier: 0,
                 topic: "orders-retry-0".into(),
                 partition: 0,

@@ -4,8 +4,9 @@
 //! while it sat in a long backoff.
 
 use super::super::Shared;
-use super::handler::{Outcome, Plan, SimHandler, Wait};
+use super::handler::SimHandler;
 use super::member::{member, start_worker, Mode};
+use super::plan::{Outcome, Plan, Wait};
 use super::world::{World, WorldRef, SOURCE};
 
 /// A schedule of one member with `budget_kib` of dead-letter budget, on the paused clock.

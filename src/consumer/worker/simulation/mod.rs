@@ -29,6 +29,7 @@ mod client;
 mod dead_letter_budget;
 mod handler;
 mod member;
+mod plan;
 mod schedule;
 mod world;
 mod writes;

@@ -13,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::client::TopicPartition;
 use super::super::Shared;
-use super::handler::{Outcome, Plan, SimHandler, Wait};
+use super::handler::SimHandler;
 use super::member::{member, start_worker, Mode};
+use super::plan::{Outcome, Plan, Wait};
 use super::world::{World, WorldRef, SOURCE};
 use crate::backoff::ExponentialBackoff;
 use crate::retry_tier::RetryTiers;

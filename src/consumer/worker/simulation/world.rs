@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::super::client::TopicPartition;
-use super::handler::Plan;
+use super::plan::Plan;
 use crate::record::Record;
 
 /// The source topic every schedule reads.

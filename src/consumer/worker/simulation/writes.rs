@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::exit::{ExitWriter, PendingExit};
 use super::world::{World, WorldRef, SOURCE};
-use crate::dlq::{DeadLettered, RetryWritten};
+use crate::dlq::DeadLettered;
 use crate::failure::DeadLetterKind;
+use crate::record::retry::{RetryDelivery, RetryStage};
 use crate::record::Record;
-use crate::retry_tier::{RetryDelivery, RetryStage};
+use crate::retry_tier::RetryWritten;
 
 /// A member's dead-letter and retry-topic writes.
 pub(super) struct SimExits {
@@ -96,7 +97,7 @@ fn acknowledge(
         ));
     }
     let partition = (record.offset as i32).rem_euclid(retry_partitions);
-    let tp = (crate::retry_tier::topic_name(&source, tier), partition);
+    let tp = (crate::record::retry::topic_name(&source, tier), partition);
     let before = record.retry.as_ref();
     let mut history = before.map_or_else(Vec::new, |r| r.history.clone());
     let attempts = before.map_or(0, |r| r.attempts) + left.attempts;

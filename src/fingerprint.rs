@@ -38,3 +38,31 @@ pub fn fingerprint(kind: &str, message: &str) -> String {
     let trimmed = out.trim_end();
     trimmed.chars().take(120).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_group_messages_that_differ_in_values() {
+        let cases = [
+            (
+                "target answered HTTP 503",
+                "permanent: target answered HTTP #",
+            ),
+            (
+                "parcel P-1234 not found in  shard 7",
+                "permanent: parcel # not found in shard #",
+            ),
+            (
+                "malformed JSON: expected value at line 1 column 2",
+                "permanent: malformed JSON: expected value at line # column #",
+            ),
+            ("id 9f8e7d6c-aaaa-bbbb missing", "permanent: id # missing"),
+            ("no digits here", "permanent: no digits here"),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(fingerprint("permanent", message), expected, "{message}");
+        }
+    }
+}

@@ -9,6 +9,11 @@
 //! metadata (`offset.metadata.max.bytes`, 4096 by default), so a position holds at most
 //! [`MAX_LOST`] of them.
 
+/// The group under which `kafka-dlq dlq replay` commits its position in a DLQ (a filtered
+/// replay commits under a group of its own, derived from this name), and from which the
+/// monitor counts what is outstanding.
+pub const REPLAY_GROUP: &str = "kafka-dlq-replay";
+
 /// At most this many lost dead letters per partition a position can hold.
 pub const MAX_LOST: usize = 200;
 

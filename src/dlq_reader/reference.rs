@@ -9,8 +9,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use super::Envelope;
+use crate::dlq::Envelope;
 use crate::kafka::LogContext;
+use crate::record::RecordHeader;
 
 /// How long reading one source record may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,14 +59,14 @@ impl SourceReader {
         topic: &str,
         partition: i32,
         offset: i64,
-    ) -> Result<(Option<Vec<u8>>, Vec<crate::record::RecordHeader>), Unresolved> {
+    ) -> Result<(Option<Vec<u8>>, Vec<RecordHeader>), Unresolved> {
         let unavailable =
             |why: String| Unresolved::Unavailable(format!("{topic}/{partition}: {why}"));
         if self.source.is_none() {
             let mut config = ClientConfig::new();
             config
                 .set("bootstrap.servers", &self.brokers)
-                .set("group.id", crate::monitor::REPLAY_GROUP)
+                .set("group.id", crate::dlq_reader::REPLAY_GROUP)
                 .set("enable.auto.commit", "false")
                 .set("enable.auto.offset.store", "false");
             crate::config::apply_librdkafka(&mut config, &self.librdkafka);
@@ -120,10 +121,7 @@ impl SourceReader {
         while std::time::Instant::now() < deadline {
             match source.poll(Duration::ZERO) {
                 Some(Ok(m)) if m.offset() == offset => {
-                    let headers = m
-                        .headers()
-                        .map(crate::kafka::headers::read)
-                        .unwrap_or_default();
+                    let headers = m.headers().map(RecordHeader::read_all).unwrap_or_default();
                     return Ok((m.payload().map(<[u8]>::to_vec), headers));
                 }
                 Some(Ok(m)) if m.offset() > offset => {

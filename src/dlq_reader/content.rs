@@ -5,7 +5,8 @@ use chrono::{TimeZone, Utc};
 use rdkafka::message::Message;
 
 use super::foreign::ForeignFormat;
-use super::Envelope;
+use crate::dlq::Envelope;
+use crate::record::RecordHeader;
 
 /// The value of a DLQ record.
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ impl DlqContent {
         M::Headers: crate::kafka::headers::RawHeaders,
     {
         let detached = message.headers().and_then(|headers| {
-            crate::kafka::headers::find(headers, super::HEADER_ENVELOPE.as_bytes())
+            crate::kafka::headers::find(headers, crate::dlq::HEADER_ENVELOPE.as_bytes())
                 .flatten()
                 .map(Envelope::from_slice)
         });
@@ -58,7 +59,7 @@ impl DlqContent {
         }
         let headers = message
             .headers()
-            .map(crate::kafka::headers::read)
+            .map(RecordHeader::read_all)
             .unwrap_or_default();
         let foreign = super::foreign::decode(super::foreign::DlqRecord {
             key: message.key(),
@@ -109,7 +110,7 @@ where
 {
     let headers = message.headers()?;
     crate::kafka::headers::find(headers, crate::retry_tier::HEADER_RETRY.as_bytes())??;
-    let tier = crate::retry_tier::parse_topic(message.topic()).map_or(0, |(_, tier)| tier);
+    let tier = crate::record::retry::parse_topic(message.topic()).map_or(0, |(_, tier)| tier);
     let (original, error) =
         crate::retry_tier::restore(crate::record::Record::from_message(message, None), tier);
     if error.is_some() {

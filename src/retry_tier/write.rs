@@ -9,11 +9,12 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
-use super::{Abandoned, DeadLetterPublisher, DeadLettered};
+use super::retry_headers;
 use crate::backoff::Next;
+use crate::dlq::{Abandoned, DeadLetterPublisher, DeadLettered};
 use crate::failure::DeadLetterKind;
+use crate::record::retry::RetryStage;
 use crate::record::Record;
-use crate::retry_tier::{retry_headers, RetryStage};
 
 /// Where a record sent to a retry topic ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +46,7 @@ impl DeadLetterPublisher {
         }
         let this = self.clone();
         let record = record.clone();
-        let topic = crate::retry_tier::topic_name(record.source_topic(), tier);
+        let topic = crate::record::retry::topic_name(record.source_topic(), tier);
         let destination = topic.clone();
         // Handed to the producer now, so that retry records keep the partition's order.
         let first = send(&this, &topic, &headers, &record);
@@ -56,7 +57,7 @@ impl DeadLetterPublisher {
             let (topic, headers, record_ref) = (&topic, &headers, &record);
             let written = crate::backoff::retry(&cancel, state, |(sent, mut delays)| async move {
                 let sent = sent.unwrap_or_else(|| send(this_ref, topic, headers, record_ref));
-                let result = super::publisher::acknowledged(sent).await;
+                let result = crate::dlq::acknowledged(sent).await;
                 let next = match result {
                     Ok(delivery) => Next::Done(Ok(DeadLettered {
                         topic: String::new(),
@@ -114,7 +115,7 @@ fn send(
     topic: &str,
     headers: &OwnedHeaders,
     record: &Record,
-) -> super::publisher::Sent {
+) -> crate::dlq::Sent {
     let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
     if let Some(value) = record.payload.as_deref() {
         out = out.payload(value);

@@ -266,7 +266,7 @@ impl DlqReader {
             };
             drop(message);
             if let DlqContent::Envelope(env) = &entry.content {
-                if env.payload_encoding == super::Encoding::Reference {
+                if env.payload_encoding == crate::dlq::Encoding::Reference {
                     match self.sources.resolve((**env).clone()).await {
                         Ok(resolved) => entry.content = DlqContent::Envelope(Box::new(resolved)),
                         Err(unresolved) => entry.unresolved = Some(unresolved),
@@ -282,8 +282,8 @@ impl DlqReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dlq::foreign::ForeignFormat;
-    use crate::dlq::Filter;
+    use crate::dlq_reader::foreign::ForeignFormat;
+    use crate::dlq_reader::Filter;
 
     #[test]
     fn decodes_a_spring_dead_letter_as_foreign_and_filters_it_by_source() {
@@ -295,18 +295,18 @@ mod tests {
             })
         };
         let headers = OwnedHeaders::new();
-        let headers = spring(super::super::spring::ORIGINAL_TOPIC, b"orders", headers);
+        let headers = spring(crate::dlq::spring::ORIGINAL_TOPIC, b"orders", headers);
         let headers = spring(
-            super::super::spring::ORIGINAL_PARTITION,
+            crate::dlq::spring::ORIGINAL_PARTITION,
             &2_i32.to_be_bytes(),
             headers,
         );
         let headers = spring(
-            super::super::spring::ORIGINAL_OFFSET,
+            crate::dlq::spring::ORIGINAL_OFFSET,
             &9_i64.to_be_bytes(),
             headers,
         );
-        let headers = spring(super::super::spring::EXCEPTION_MESSAGE, b"boom", headers);
+        let headers = spring(crate::dlq::spring::EXCEPTION_MESSAGE, b"boom", headers);
         let message = OwnedMessage::new(
             Some(b"not json".to_vec()),
             None,

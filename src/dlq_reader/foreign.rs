@@ -15,7 +15,7 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use super::{spring, Envelope};
+use crate::dlq::{spring, Envelope};
 use crate::failure::DeadLetterKind;
 use crate::record::{fallback_id, Record, RecordHeader, TimestampType};
 

@@ -63,7 +63,8 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dlq::{DlqContent, Envelope};
+    use crate::dlq::Envelope;
+    use crate::dlq_reader::DlqContent;
     use crate::record::Record;
 
     fn entry(source: &str, kind: DeadLetterKind, id: &str) -> DlqEntry {
