@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev ca-certificates
 
-cargo build --release --locked --bin kafka-dlq
+cargo build --release --locked --features cli --bin kafka-dlq
 exec ./target/release/kafka-dlq demo "$@"

@@ -57,4 +57,4 @@ echo "==> docker/compose.yaml (docker compose config)"
 (cd docker && "$COMPOSE_BIN" -f compose.yaml config -q)
 
 echo "==> cargo test"
-cargo test --locked --workspace --features kafka-dlq/otel "$@"
+cargo test --locked --workspace --features kafka-dlq/otel,kafka-dlq/broker-tests "$@"

@@ -43,11 +43,14 @@ pub mod fingerprint;
 pub mod handler;
 pub mod kafka;
 pub mod metrics;
+#[cfg(feature = "monitor")]
 pub mod monitor;
 pub mod record;
 pub mod replay;
 pub mod retry_tier;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "sidecar")]
 pub mod sidecar;
 #[cfg(feature = "otel")]
 pub mod telemetry;

@@ -22,7 +22,9 @@ mod settings;
 mod validate;
 use crate::dlq::DlqTopic;
 pub use raw_options::refuse_raw_option;
-pub use settings::{ConsumerConfig, ConsumerFlags};
+pub use settings::ConsumerConfig;
+#[cfg(feature = "cli")]
+pub use settings::ConsumerFlags;
 
 /// How records of one partition are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

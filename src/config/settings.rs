@@ -93,6 +93,8 @@ macro_rules! settings {
 
         /// The tuning settings as flags of `kafka-dlq run`, each with its environment
         /// variable and the library's default; see [`ConsumerConfig`] for what each does.
+        /// With the `cli` feature.
+        #[cfg(feature = "cli")]
         #[derive(Debug, Clone, clap::Args)]
         pub struct ConsumerFlags {
             $(
@@ -103,6 +105,7 @@ macro_rules! settings {
             )*
         }
 
+        #[cfg(feature = "cli")]
         impl ConsumerFlags {
             /// Sets each of these settings of `config`.
             pub fn apply(self, config: &mut ConsumerConfig) {

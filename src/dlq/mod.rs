@@ -26,6 +26,7 @@
 mod encoding;
 mod envelope;
 mod error_message;
+#[cfg(feature = "sidecar")]
 pub(crate) use encoding::encode_payload;
 pub use encoding::Encoding;
 mod publisher;
