@@ -52,6 +52,7 @@ pub mod retry_tier;
 pub mod server;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;
+pub mod stopped;
 #[cfg(feature = "otel")]
 pub mod telemetry;
 

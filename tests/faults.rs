@@ -223,17 +223,10 @@ async fn a_reference_the_source_cannot_serve_now_stops_the_replay_without_commit
     mock.create_topic(&topic, 1, 1).unwrap();
     mock.create_topic(&dlq, 1, 1).unwrap();
     produce(&brokers, &topic, vec![Out::new(0, "big")]).await;
-    let record = |offset: i64, payload: &str| Record {
-        id: format!("{topic}-0-{offset}"),
-        topic: topic.clone(),
-        partition: 0,
-        offset,
-        key: None,
-        payload: Some(payload.as_bytes().to_vec()),
-        headers: vec![],
-        timestamp: None,
-        timestamp_type: None,
-        retry: None,
+    let record = |offset: i64, payload: &str| {
+        Record::new(topic.clone(), 0, offset)
+            .with_id(format!("{topic}-0-{offset}"))
+            .with_payload(payload.as_bytes())
     };
     let letter = |envelope: Envelope| Out {
         partition: 0,

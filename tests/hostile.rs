@@ -51,17 +51,14 @@ proptest! {
         headers in prop::collection::vec((prop::collection::vec(any::<u8>(), 0..20), proptest::option::of(bytes())), 0..20),
         message in ".*",
     ) {
-        let record = Record {
-            id: "r".into(),
-            topic: "t".into(),
-            partition: 1,
-            offset: 2,
-            key: key.clone(),
-            payload: payload.clone(),
-            headers: headers.iter().map(|(k, v)| RecordHeader { key: k.clone(), value: v.clone() }).collect(),
-            timestamp: Utc.timestamp_millis_opt(1_700_000_000_000).single(),
-            timestamp_type: Some(kafka_dlq::record::TimestampType::CreateTime),
-            retry: None,
+        let record = {
+            let mut record = Record::new("t", 1, 2).with_id("r");
+            record.key = key.clone();
+            record.payload = payload.clone();
+            record.headers = headers.iter().map(|(k, v)| RecordHeader { key: k.clone(), value: v.clone() }).collect();
+            record.timestamp = Utc.timestamp_millis_opt(1_700_000_000_000).single();
+            record.timestamp_type = Some(kafka_dlq::record::TimestampType::CreateTime);
+            record
         };
         let env = Envelope::new(&record, DeadLetterKind::Permanent, &message, 1, "g");
         let back = Envelope::from_slice(&env.to_vec()).unwrap();
@@ -86,17 +83,11 @@ proptest! {
             .zip(values)
             .map(|(k, v)| RecordHeader { key: k.as_bytes().to_vec(), value: v })
             .collect();
-        let delivered = Record {
-            id: "t-retry-0-0-5".into(),
-            topic: "t-retry-0".into(),
-            partition: 0,
-            offset: 5,
-            key: None,
-            payload: payload.clone(),
-            headers,
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
+        let delivered = {
+            let mut record = Record::new("t-retry-0", 0, 5).with_id("t-retry-0-0-5");
+            record.payload = payload.clone();
+            record.headers = headers;
+            record
         };
         let (record, _) = kafka_dlq::retry_tier::restore(delivered, 0);
         let retry = record.retry.expect("always says where it was delivered from");

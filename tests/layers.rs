@@ -6,7 +6,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | pure core | `backoff`, `breaker`, `fingerprint`, then `failure` (classification uses backoff) |
+//! | pure core | `stopped`, then `backoff`, `breaker`, `fingerprint`, then `failure` (classification uses backoff) |
 //! | Kafka glue | `kafka`, `metrics` |
 //! | the record | `record`, then `handler` |
 //! | formats | `dlq` (the envelope, Spring's headers, the publisher), then `retry_tier` |
@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 /// Lowest first; a module may import only from modules of an earlier entry.
 const LAYERS: &[&[&str]] = &[
+    &["stopped"],
     &["backoff", "breaker", "fingerprint"],
     &["failure"],
     &["kafka", "metrics"],

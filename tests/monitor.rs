@@ -140,18 +140,9 @@ async fn fake_slack() -> (Slack, String) {
 }
 
 fn dead_letter(source: &str, id: &str, kind: DeadLetterKind, message: &str) -> Out {
-    let record = Record {
-        id: id.into(),
-        topic: source.into(),
-        partition: 0,
-        offset: 1,
-        key: None,
-        payload: Some(br#"{"email":"someone@example.com"}"#.to_vec()),
-        headers: vec![],
-        timestamp: None,
-        timestamp_type: None,
-        retry: None,
-    };
+    let record = Record::new(source, 0, 1)
+        .with_id(id)
+        .with_payload(br#"{"email":"someone@example.com"}"#);
     Out {
         partition: 0,
         key: None,
@@ -690,18 +681,9 @@ async fn a_detached_dead_letter_is_announced_with_its_source_and_error() {
     let monitor = start(config(&brokers, &dlq, web_api(&base)));
     // The detached form, as the consumer writes a record too large for an inline envelope:
     // the original value as the value, the envelope in the kafka_dlq-envelope header.
-    let record = Record {
-        id: "big-1".into(),
-        topic: "parcels".into(),
-        partition: 0,
-        offset: 5,
-        key: None,
-        payload: Some(vec![0xee; 2_000]),
-        headers: vec![],
-        timestamp: None,
-        timestamp_type: None,
-        retry: None,
-    };
+    let record = Record::new("parcels", 0, 5)
+        .with_id("big-1")
+        .with_payload(vec![0xee; 2_000]);
     let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "row too wide", 1, "g");
     produce(
         &brokers,

@@ -235,17 +235,13 @@ fn envelope_out(source: &str, i: usize, replays: Option<u32>) -> Out {
             value: Some(r.to_string().into_bytes()),
         });
     }
-    let record = Record {
-        id: format!("rec-{i}"),
-        topic: source.into(),
-        partition: 0,
-        offset: i as i64,
-        key: Some(format!("k{i}").into_bytes()),
-        payload: Some(format!("{{\"n\":{i}}}").into_bytes()),
-        headers,
-        timestamp: None,
-        timestamp_type: None,
-        retry: None,
+    let record = {
+        let mut record = Record::new(source, 0, i as i64)
+            .with_id(format!("rec-{i}"))
+            .with_key(format!("k{i}").into_bytes())
+            .with_payload(format!("{{\"n\":{i}}}").into_bytes());
+        record.headers = headers;
+        record
     };
     Out {
         partition: 0,
@@ -419,18 +415,9 @@ async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() 
 
 /// The record `value` at `offset` of `source`'s partition 0, with `id`.
 fn source_record(source: &str, offset: i64, id: &str, value: &str) -> Record {
-    Record {
-        id: id.into(),
-        topic: source.into(),
-        partition: 0,
-        offset,
-        key: None,
-        payload: Some(value.as_bytes().to_vec()),
-        headers: vec![],
-        timestamp: None,
-        timestamp_type: None,
-        retry: None,
-    }
+    Record::new(source, 0, offset)
+        .with_id(id)
+        .with_payload(value.as_bytes())
 }
 
 /// `envelope` as a DLQ record.

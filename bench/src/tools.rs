@@ -20,18 +20,10 @@ struct DeadLetters {
 
 impl Shape for DeadLetters {
     fn record(&self, i: u64) -> (i32, String, String) {
-        let record = Record {
-            id: format!("{}-0-{i}", self.source),
-            topic: self.source.clone(),
-            partition: 0,
-            offset: i as i64,
-            key: Some(format!("key-{i}").into_bytes()),
-            payload: Some(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(180)).into_bytes()),
-            headers: vec![],
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
-        };
+        let record = Record::new(self.source.clone(), 0, i as i64)
+            .with_id(format!("{}-0-{i}", self.source))
+            .with_key(format!("key-{i}").into_bytes())
+            .with_payload(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(180)).into_bytes());
         let message = format!("row {i} rejected by the ledger");
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, &message, 1, "bench");
         let value = String::from_utf8(envelope.to_vec()).expect("an envelope is UTF-8");

@@ -17,7 +17,7 @@
 //! iterator ends.
 
 mod retry;
-pub use retry::{retry, Cancelled, Next};
+pub use retry::{retry, Next};
 
 use std::time::Duration;
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::stopped::Stopped;
+
 /// What one try came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next<T> {
@@ -19,12 +21,8 @@ pub enum Next<T> {
     RetryNow,
 }
 
-/// The wait before a try was cut short by the cancellation token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cancelled;
-
 /// Runs `attempt` until it is [`Next::Done`], sleeping as each try says; returns what the last
-/// try was done with, or [`Cancelled`] when `cancel` fires during a wait. A try that is
+/// try was done with, or [`Stopped`] when `cancel` fires during a wait. A try that is
 /// running when `cancel` fires is not cut short: only waits are.
 ///
 /// What a try changes for the next (its backoff schedule, a counter, which form to send)
@@ -33,7 +31,7 @@ pub async fn retry<S, T, F, Fut>(
     cancel: &CancellationToken,
     mut state: S,
     mut attempt: F,
-) -> Result<T, Cancelled>
+) -> Result<T, Stopped>
 where
     F: FnMut(S) -> Fut,
     Fut: Future<Output = (S, Next<T>)>,
@@ -47,7 +45,7 @@ where
             Next::RetryIn(wait) => {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = cancel.cancelled() => return Err(Cancelled),
+                    _ = cancel.cancelled() => return Err(Stopped),
                 }
             }
         }
@@ -89,7 +87,7 @@ mod tests {
             ((), Next::RetryIn(Duration::from_secs(60)))
         })
         .await;
-        assert_eq!(result, Err(Cancelled));
+        assert_eq!(result, Err(Stopped));
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 }

@@ -36,7 +36,7 @@ mod topic;
 
 pub use envelope::{Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource};
 pub use error_message::{truncate_message, MAX_ERROR_MESSAGE_BYTES};
-pub use publisher::{Abandoned, DeadLetterPublisher, DeadLettered};
+pub use publisher::{DeadLetterPublisher, DeadLettered};
 pub use topic::{check_topic_name, DlqTopic, DlqTopicError, TopicNameError};
 
 /// Header of a dead letter in the detached form ([`Encoding::Detached`]): the envelope, JSON,

@@ -14,6 +14,7 @@ use crate::failure::DeadLetterKind;
 use crate::kafka::LogContext;
 use crate::metrics::Metrics;
 use crate::record::Record;
+use crate::stopped::Stopped;
 
 /// Where a dead letter was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,11 +26,6 @@ pub struct DeadLettered {
     /// Its offset.
     pub offset: i64,
 }
-
-/// The dead-letter write was given up because the partition was revoked or the service is
-/// stopping; the source offset was not stored, so the record will be consumed again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Abandoned;
 
 /// Writes dead letters (and records sent to retry topics, see `start_retry`) and waits for
 /// the broker's acknowledgement. Clones share the producer.
@@ -67,7 +63,7 @@ impl DeadLetterPublisher {
 
     /// Writes `record` to its dead-letter topic and returns once the broker acknowledged it.
     /// Failed writes are retried with backoff until they succeed; `cancel` ends the wait
-    /// between two writes with [`Abandoned`].
+    /// between two writes with [`Stopped`].
     pub async fn publish(
         &self,
         record: &Record,
@@ -75,7 +71,7 @@ impl DeadLetterPublisher {
         message: &str,
         attempts: u32,
         cancel: &CancellationToken,
-    ) -> Result<DeadLettered, Abandoned> {
+    ) -> Result<DeadLettered, Stopped> {
         self.start(record, kind, message, attempts, cancel.clone())
             .await
     }
@@ -90,7 +86,7 @@ impl DeadLetterPublisher {
         message: &str,
         attempts: u32,
         cancel: CancellationToken,
-    ) -> impl std::future::Future<Output = Result<DeadLettered, Abandoned>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<DeadLettered, Stopped>> + Send + 'static {
         let topic = self.topic.for_topic(record.source_topic());
         let envelope = Envelope::new(record, kind, message, attempts, &self.group);
         let inline = envelope.to_vec();
@@ -203,7 +199,7 @@ impl Write {
         retry: ExponentialBackoff,
         metrics: Metrics,
         cancel: CancellationToken,
-    ) -> Result<DeadLettered, Abandoned> {
+    ) -> Result<DeadLettered, Stopped> {
         let too_large = &KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         let this = &self;
         let metrics = &metrics;
@@ -273,7 +269,7 @@ impl Write {
             ((form, None, delays), next)
         })
         .await;
-        written.map_err(|_| Abandoned)
+        written
     }
 }
 

@@ -112,17 +112,13 @@ mod tests {
     use chrono::TimeZone;
 
     fn envelope(timestamp: Option<i64>) -> Envelope {
-        let record = Record {
-            id: "orders-3-1234567890123".into(),
-            topic: "orders".into(),
-            partition: 3,
-            offset: 1_234_567_890_123,
-            key: None,
-            payload: Some(b"{}".to_vec()),
-            headers: Vec::new(),
-            timestamp: timestamp.map(|ms| chrono::Utc.timestamp_millis_opt(ms).unwrap()),
-            timestamp_type: timestamp.map(|_| TimestampType::LogAppendTime),
-            retry: None,
+        let record = {
+            let mut record = Record::new("orders", 3, 1_234_567_890_123)
+                .with_id("orders-3-1234567890123")
+                .with_payload(b"{}");
+            record.timestamp = timestamp.map(|ms| chrono::Utc.timestamp_millis_opt(ms).unwrap());
+            record.timestamp_type = timestamp.map(|_| TimestampType::LogAppendTime);
+            record
         };
         Envelope::new(
             &record,

@@ -68,18 +68,7 @@ mod tests {
     use crate::record::Record;
 
     fn entry(source: &str, kind: DeadLetterKind, id: &str) -> DlqEntry {
-        let record = Record {
-            id: id.into(),
-            topic: source.into(),
-            partition: 0,
-            offset: 0,
-            key: None,
-            payload: None,
-            headers: vec![],
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
-        };
+        let record = Record::new(source, 0, 0).with_id(id);
         DlqEntry {
             topic: "x-dlt".into(),
             partition: 0,

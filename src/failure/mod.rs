@@ -30,8 +30,10 @@ pub enum FailureKind {
 
 /// A failure reported by a handler for one record.
 ///
-/// Build one with [`HandlerError::transient`] or [`HandlerError::permanent`]; any
-/// `std::error::Error` converts into a permanent one with `?`.
+/// Build one with [`HandlerError::transient`] or [`HandlerError::permanent`] (both take any
+/// error or message: `.map_err(HandlerError::transient)?`); the errors of reading a record's
+/// bytes convert into a permanent one with `?` (see the `From` impls). It is a
+/// `std::error::Error`, so it goes wherever errors go (`Box<dyn Error>`, `anyhow`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandlerError {
     kind: FailureKind,
@@ -119,11 +121,37 @@ impl fmt::Display for HandlerError {
     }
 }
 
-impl<E: std::error::Error> From<E> for HandlerError {
-    /// Any error is permanent unless the handler says otherwise; its message includes the
-    /// chain of sources.
-    fn from(error: E) -> Self {
-        Self::permanent(error_chain(&error))
+impl std::error::Error for HandlerError {}
+
+/// Errors that `?` turns into a **permanent** failure, its message the error's chain of
+/// sources: what a handler meets when a record's bytes are not what it expects. For any other
+/// error, say which kind it is: `.map_err(HandlerError::transient)?` for a downstream that may
+/// recover, `.map_err(HandlerError::permanent)?` for a record that never will; a boxed error
+/// (`Box<dyn Error + Send + Sync>`) converts as permanent with `?`.
+macro_rules! permanent_from {
+    ($($error:ty),* $(,)?) => {
+        $(
+            impl From<$error> for HandlerError {
+                fn from(error: $error) -> Self {
+                    Self::permanent(error_chain(&error))
+                }
+            }
+        )*
+    };
+}
+
+permanent_from!(
+    serde_json::Error,
+    std::str::Utf8Error,
+    std::string::FromUtf8Error,
+    std::num::ParseIntError,
+    std::num::ParseFloatError,
+    std::io::Error,
+);
+
+impl From<Box<dyn std::error::Error + Send + Sync>> for HandlerError {
+    fn from(error: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Self::permanent(error_chain(error.as_ref()))
     }
 }
 
@@ -314,6 +342,33 @@ mod tests {
         let error: HandlerError = parse.into();
         assert_eq!(error.kind(), FailureKind::Permanent);
         assert!(error.message().contains("key must be a string"), "{error}");
+    }
+
+    #[test]
+    fn a_boxed_error_converts_with_its_chain_and_a_handler_error_is_an_error() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("ledger write failed")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let boxed: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(Outer(std::io::Error::other("disk full")));
+        let error = HandlerError::from(boxed);
+        assert_eq!(error.kind(), FailureKind::Permanent);
+        assert_eq!(error.message(), "ledger write failed: disk full");
+
+        // It goes where errors go: into a box, and back out by downcasting.
+        let as_error: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(HandlerError::transient("503"));
+        let back = as_error.downcast::<HandlerError>().unwrap();
+        assert_eq!(back.kind(), FailureKind::Transient);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub(super) async fn deliver_all(
         let posted = match notifier.deliver(&message, reply_to, &stop).await {
             Ok(ts) => ts,
             Err(DeliveryError::Rejected(_)) => None,
-            Err(DeliveryError::Cancelled) => return,
+            Err(DeliveryError::Stopped) => return,
         };
         let mut incident_changed = false;
         match &pending.alert {
@@ -64,7 +64,7 @@ pub(super) async fn deliver_all(
             Alert::Resolved { previous } => {
                 if let Some(first) = incident.take() {
                     let resolved = Alert::resolved_original(*previous);
-                    if let Err(DeliveryError::Cancelled) =
+                    if let Err(DeliveryError::Stopped) =
                         notifier.update(&first, &resolved, &stop).await
                     {
                         return;

@@ -65,7 +65,7 @@ pub enum DeliveryError {
     /// Slack refused it for good (bad token, unknown channel, …); the text went to the log.
     Rejected(String),
     /// Stopped while retrying.
-    Cancelled,
+    Stopped,
 }
 
 /// Sends alert texts to one [`SlackTarget`], retrying what may succeed later.
@@ -238,7 +238,7 @@ impl Notifier {
             (delays, next)
         })
         .await;
-        delivered.unwrap_or(Err(DeliveryError::Cancelled))
+        delivered.unwrap_or(Err(DeliveryError::Stopped))
     }
 }
 

@@ -42,7 +42,22 @@ impl RecordHeader {
 }
 
 /// One consumed record, owned, as given to a [`Handler`](crate::handler::Handler).
+///
+/// Records come from the consumer ([`Record::from_message`]); to make one yourself (in a
+/// test of your handler), start from [`Record::new`] and set what the test needs:
+/// ```
+/// # use kafka_dlq::Record;
+/// let record = Record::new("parcel-events", 0, 42)
+///     .with_key("P-1")
+///     .with_payload(r#"{"parcel":"P-1"}"#)
+///     .with_header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+/// assert_eq!(record.id, "parcel-events-0-42");
+/// assert_eq!(record.key.as_deref(), Some(&b"P-1"[..]));
+/// ```
+/// The type is `#[non_exhaustive]`: fields may be added without breaking code that builds
+/// records this way. Every field is public, to read and to change.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Record {
     /// The record id: the id header's value, else `<topic>-<partition>-<offset>`.
     pub id: String,
@@ -99,6 +114,59 @@ impl TimestampType {
 }
 
 impl Record {
+    /// A record of `topic` at `partition` and `offset`, with the id the consumer would give it
+    /// (`<topic>-<partition>-<offset>`), no key, no value (a tombstone), no headers, no
+    /// timestamp, not from a retry topic.
+    pub fn new(topic: impl Into<String>, partition: i32, offset: i64) -> Record {
+        let topic = topic.into();
+        Record {
+            id: fallback_id(&topic, partition, offset),
+            topic,
+            partition,
+            offset,
+            key: None,
+            payload: None,
+            headers: Vec::new(),
+            timestamp: None,
+            timestamp_type: None,
+            retry: None,
+        }
+    }
+
+    /// The record with this id instead.
+    pub fn with_id(mut self, id: impl Into<String>) -> Record {
+        self.id = id.into();
+        self
+    }
+
+    /// The record with this key.
+    pub fn with_key(mut self, key: impl Into<Vec<u8>>) -> Record {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The record with this value.
+    pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Record {
+        self.payload = Some(payload.into());
+        self
+    }
+
+    /// The record with one more header, after the others (Kafka allows repeated keys).
+    pub fn with_header(mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Record {
+        self.headers.push(RecordHeader {
+            key: key.into(),
+            value: Some(value.into()),
+        });
+        self
+    }
+
+    /// The record with this timestamp, set by the producer (`CreateTime`).
+    pub fn with_timestamp(mut self, timestamp: DateTime<Utc>) -> Record {
+        self.timestamp = Some(timestamp);
+        self.timestamp_type = Some(TimestampType::CreateTime);
+        self
+    }
+
     /// Copies a message into a record. `id_header` names the header that holds the record id;
     /// a missing, null or non-UTF-8 header falls back to `<topic>-<partition>-<offset>`.
     pub fn from_message<M: Message>(message: &M, id_header: Option<&str>) -> Record

@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::retry_headers;
 use crate::backoff::Next;
-use crate::dlq::{Abandoned, DeadLetterPublisher, DeadLettered};
+use crate::dlq::{DeadLetterPublisher, DeadLettered};
 use crate::failure::DeadLetterKind;
 use crate::record::retry::RetryStage;
 use crate::record::Record;
+use crate::stopped::Stopped;
 
 /// Where a record sent to a retry topic ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,11 +27,14 @@ pub enum RetryWritten {
     DeadLettered(DeadLettered),
 }
 
+/// The retry topic refused the record as too large for it.
+struct TooLarge;
+
 impl DeadLetterPublisher {
     /// Hands `record` (the handler's view of it) to the producer for its retry topic of tier
     /// `tier` (`<topic>-retry-<tier>`), due at `due`, having left the stage `left` (see
     /// [`retry_headers`]); the future waits for the acknowledgement, writing again with backoff
-    /// after a failure, until `cancel` ([`Abandoned`]). A record too large for the retry topic
+    /// after a failure, until `cancel` ([`Stopped`]). A record too large for the retry topic
     /// is dead-lettered instead (retries exhausted, with its history).
     pub fn start_retry(
         &self,
@@ -39,7 +43,7 @@ impl DeadLetterPublisher {
         due: DateTime<Utc>,
         left: RetryStage,
         cancel: CancellationToken,
-    ) -> impl std::future::Future<Output = Result<RetryWritten, Abandoned>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<RetryWritten, Stopped>> + Send + 'static {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 12);
         for h in retry_headers(record, tier, due, left.clone(), &self.group) {
             headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
@@ -64,7 +68,7 @@ impl DeadLetterPublisher {
                         partition: delivery.partition,
                         offset: delivery.offset,
                     })),
-                    Err(error) if error == *too_large => Next::Done(Err(())),
+                    Err(error) if error == *too_large => Next::Done(Err(TooLarge)),
                     Err(error) => {
                         let delay = delays.next().expect("infrastructure backoff never ends");
                         tracing::error!(event = "retry_topic_write_failed", error = %error,
@@ -81,13 +85,13 @@ impl DeadLetterPublisher {
                 ((None, delays), next)
             })
             .await
-            .map_err(|_| Abandoned)?;
+            ?;
             match written {
                 Ok(at) => Ok(RetryWritten::RetryTopic(DeadLettered {
                     topic: destination,
                     ..at
                 })),
-                Err(()) => {
+                Err(TooLarge) => {
                     tracing::error!(
                         event = "retry_record_too_large",
                         tier,

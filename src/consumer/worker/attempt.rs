@@ -14,13 +14,14 @@ use super::exit::{write_exit, Exit};
 use super::local_metrics::TopicMetrics;
 use super::outage::on_breaker_change;
 use super::progress::Progress;
-use super::{Abandoned, Shared};
-use crate::backoff::{retry, Cancelled, Next};
+use super::Shared;
+use crate::backoff::{retry, Next};
 use crate::breaker::{Breaker, CallOutcome, Permit};
 use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
 use crate::record::Record;
+use crate::stopped::Stopped;
 
 /// Calls the handler with `records`, catching a panic as a permanent failure, and tells the
 /// breaker how it went. Also returns when the call ended.
@@ -107,9 +108,9 @@ impl Drop for ProbeGuard<'_> {
 pub(super) async fn permit(
     breaker: &Breaker,
     cancel: &CancellationToken,
-) -> Result<Permit, Abandoned> {
+) -> Result<Permit, Stopped> {
     if cancel.is_cancelled() {
-        return Err(Abandoned);
+        return Err(Stopped);
     }
     // A closed breaker answers at once: no cancellation future to set up for every record.
     if let Some(permit) = breaker.permit().now_or_never() {
@@ -117,7 +118,7 @@ pub(super) async fn permit(
     }
     tokio::select! {
         biased;
-        _ = cancel.cancelled() => Err(Abandoned),
+        _ = cancel.cancelled() => Err(Stopped),
         permit = breaker.permit() => Ok(permit),
     }
 }
@@ -131,7 +132,7 @@ pub(super) async fn settle_record<H: BatchHandler>(
     fetched: Instant,
     settled: &mut Progress,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<(), Stopped> {
     let at = record.delivered_offset();
     if settled
         .writes
@@ -175,7 +176,7 @@ pub(super) async fn settle_failure<H: BatchHandler>(
     fetched: Instant,
     settled: &mut Progress,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<(), Stopped> {
     // Waits may follow: store and count the progress made so far first. A permanent failure
     // goes straight to a pipelined dead-letter write, which waits only when the most writes
     // are in flight.
@@ -275,7 +276,7 @@ async fn settle_one<H: BatchHandler>(
     record: &Record,
     first: HandlerError,
     cancel: &CancellationToken,
-) -> Result<Outcome, Abandoned> {
+) -> Result<Outcome, Stopped> {
     let topic = record.topic.as_str();
     // The state of the retries: the last call's result (the first's to begin with), the
     // calls made, the backoff, the worker's metrics, and the in-backoff gauge held while the
@@ -338,12 +339,12 @@ async fn settle_one<H: BatchHandler>(
         (state, next)
     })
     .await;
-    settled.unwrap_or_else(|Cancelled| {
+    settled.unwrap_or_else(|Stopped| {
         tracing::info!(
             event = "record_abandoned",
             "stopped during backoff; the record will be consumed again"
         );
-        Err(Abandoned)
+        Err(Stopped)
     })
 }
 

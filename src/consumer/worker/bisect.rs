@@ -12,10 +12,11 @@ use tokio_util::sync::CancellationToken;
 use super::attempt::{call, permit, settle_failure, settle_record};
 use super::local_metrics::TopicMetrics;
 use super::progress::Progress;
-use super::{Abandoned, Shared};
+use super::Shared;
 use crate::failure::{FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::record::Record;
+use crate::stopped::Stopped;
 
 /// Settles a batch: one call for all of it; on failure, halves in order, recursively, until
 /// the failing records stand alone and go through [`settle_record`].
@@ -26,7 +27,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
     taken: Instant,
     settled: &mut Progress,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<(), Stopped> {
     let mut todo: VecDeque<Range<usize>> = VecDeque::new();
     todo.push_back(0..batch.len());
     while let Some(range) = todo.pop_front() {
@@ -92,7 +93,7 @@ async fn settle_partial<H: BatchHandler>(
     taken: Instant,
     settled: &mut Progress,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<(), Stopped> {
     let failures = error.failed_records().unwrap_or_default();
     let failure_of = |record: &Record| failures.iter().find(|(o, _)| *o == record.offset);
     let elapsed = taken.elapsed().as_secs_f64();

@@ -75,7 +75,7 @@ pub(super) async fn run<H: BatchHandler>(
                 let key = record.key.clone();
                 busy.remove(&key);
                 if !settled {
-                    // Abandoned (revoked or stopping): it stays unsettled in `progress`, so
+                    // Stopped (revoked or stopping): it stays unsettled in `progress`, so
                     // no stored offset passes it.
                     stopping = true;
                     continue;

@@ -12,11 +12,12 @@ use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
 use super::exit::{begin, exited, Exit, PendingExit};
-use super::{Abandoned, Shared};
+use super::Shared;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
+use crate::stopped::Stopped;
 
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
@@ -76,7 +77,7 @@ struct InFlight {
 impl InFlight {
     /// Logs and counts how the write ended, in the record's span, and gives its budget back;
     /// `Ok` when it was acknowledged.
-    fn ended(self, written: Result<RetryWritten, crate::dlq::Abandoned>) -> Result<(), Abandoned> {
+    fn ended(self, written: Result<RetryWritten, Stopped>) -> Result<(), Stopped> {
         let _span = self.write.span().enter();
         exited(
             &self.metrics,
@@ -110,7 +111,7 @@ pub(super) struct DeadLetterWrites {
 impl DeadLetterWrites {
     /// Starts writing `record` to where it exits (its dead letter, or its next retry topic);
     /// waits first while the most are in flight or the consumer's budget is spent.
-    /// [`Abandoned`] when `cancel` fires while it waits for the budget (other partitions'
+    /// [`Stopped`] when `cancel` fires while it waits for the budget (other partitions'
     /// writes may hold it for as long as the dead-letter topic is down).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start<H: BatchHandler>(
@@ -122,7 +123,7 @@ impl DeadLetterWrites {
         fetched: Instant,
         cancel: &CancellationToken,
         span: tracing::Span,
-    ) -> Result<(), Abandoned> {
+    ) -> Result<(), Stopped> {
         while self.is_full() {
             self.wait_first().await;
         }
@@ -139,7 +140,7 @@ impl DeadLetterWrites {
                 _ = cancel.cancelled() => {
                     tracing::info!(event = "record_abandoned",
                         "stopped while waiting for the dead-letter budget; the record will be consumed again");
-                    return Err(Abandoned);
+                    return Err(Stopped);
                 }
                 _ = self.wait_first(), if !self.in_flight.is_empty() => {}
                 permit = budget.clone().acquire_many_owned(kib) => {
@@ -214,7 +215,7 @@ impl DeadLetterWrites {
 
     /// The oldest write in flight ended with `written`: takes it off, and keeps its offset
     /// when it was acknowledged.
-    fn ended(&mut self, written: Result<RetryWritten, crate::dlq::Abandoned>) {
+    fn ended(&mut self, written: Result<RetryWritten, Stopped>) {
         let first = self.in_flight.pop_front().expect("the oldest write ended");
         let offset = first.offset;
         if first.ended(written).is_ok() {

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{Abandoned, Shared};
+use super::Shared;
 use crate::dlq::DeadLetterPublisher;
 use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
@@ -16,6 +16,7 @@ use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryTiers;
 use crate::retry_tier::RetryWritten;
+use crate::stopped::Stopped;
 
 /// Where a record goes when it leaves its stage (its source topic or a retry topic)
 /// unhandled.
@@ -49,9 +50,8 @@ impl Exit {
 }
 
 /// A write of a record to where it exits, handed to the producer: resolves once the broker
-/// acknowledged it, or with [`crate::dlq::Abandoned`] when `cancel` fired between two tries.
-pub(crate) type PendingExit =
-    Pin<Box<dyn Future<Output = Result<RetryWritten, crate::dlq::Abandoned>> + Send>>;
+/// acknowledged it, or with [`Stopped`] when `cancel` fired between two tries.
+pub(crate) type PendingExit = Pin<Box<dyn Future<Output = Result<RetryWritten, Stopped>> + Send>>;
 
 /// Where records that exit their stage are written: the dead-letter topic and the retry
 /// topics. A trait so that the worker runs against simulated writes in tests (acknowledged
@@ -146,7 +146,7 @@ pub(super) async fn write_exit<H: BatchHandler>(
     exit: Exit,
     message: &str,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<(), Stopped> {
     let written = begin(shared, record, exit, message, cancel.clone()).await;
     exited(&shared.metrics, &record.topic, exit, message, written)
 }
@@ -157,8 +157,8 @@ pub(super) fn exited(
     topic: &str,
     exit: Exit,
     message: &str,
-    written: Result<RetryWritten, crate::dlq::Abandoned>,
-) -> Result<(), Abandoned> {
+    written: Result<RetryWritten, Stopped>,
+) -> Result<(), Stopped> {
     match (exit, written) {
         (Exit::RetryTier { tier, attempts }, Ok(RetryWritten::RetryTopic(to))) => {
             tracing::warn!(event = "record_sent_to_retry_topic", tier, attempts,
@@ -183,7 +183,7 @@ pub(super) fn exited(
                 event = "record_abandoned",
                 "stopped before the write succeeded; the record will be consumed again"
             );
-            Err(Abandoned)
+            Err(Stopped)
         }
     }
 }
@@ -195,8 +195,8 @@ fn dead_lettered(
     kind: DeadLetterKind,
     message: &str,
     attempts: u32,
-    written: Result<crate::dlq::DeadLettered, crate::dlq::Abandoned>,
-) -> Result<(), Abandoned> {
+    written: Result<crate::dlq::DeadLettered, Stopped>,
+) -> Result<(), Stopped> {
     match written {
         Ok(to) => {
             tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
@@ -214,7 +214,7 @@ fn dead_lettered(
                 attempts,
                 "stopped before the dead-letter write succeeded; the record will be consumed again"
             );
-            Err(Abandoned)
+            Err(Stopped)
         }
     }
 }

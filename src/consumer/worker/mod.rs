@@ -79,10 +79,6 @@ pub(super) struct Shared<H> {
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
 }
 
-/// The partition was revoked or the service is stopping: the record was given up unsettled,
-/// its offset not stored, so it will be consumed again.
-pub(super) struct Abandoned;
-
 /// Runs the worker of one partition until `cancel` fires (revocation or shutdown): in offset
 /// order ([`in_order`]; a retry topic's partition always, one record at a time, each when it
 /// is due) or by key ([`by_key`]). A handler call in progress when `cancel`

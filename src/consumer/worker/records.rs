@@ -151,18 +151,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     fn record(offset: i64) -> Record {
-        Record {
-            id: format!("t-0-{offset}"),
-            topic: "t".into(),
-            partition: 0,
-            offset,
-            key: None,
-            payload: None,
-            headers: vec![],
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
-        }
+        Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
     }
 
     #[tokio::test]

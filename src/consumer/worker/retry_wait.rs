@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, TopicPartition};
 use super::progress::Progress;
-use super::{Abandoned, Shared};
+use super::Shared;
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
 use crate::record::Record;
+use crate::stopped::Stopped;
 
 /// How long `record`, delivered from a retry topic and due at its `due`, waits from `now`:
 /// until it is due, at most its tier's `delay` (none for a tier that has no delay here).
@@ -36,14 +37,14 @@ pub(super) fn wait_for(
 }
 
 /// Waits until `record`, delivered from a retry topic, is due (at most its tier's delay); at
-/// once for a record of a source topic or one already due. [`Abandoned`] when `cancel` fires
+/// once for a record of a source topic or one already due. [`Stopped`] when `cancel` fires
 /// first: the record is consumed again by the partition's next owner.
 pub(super) async fn wait_until_due<H: BatchHandler>(
     shared: &Shared<H>,
     record: &Record,
     progress: &mut Progress,
     cancel: &CancellationToken,
-) -> Result<(), Abandoned> {
+) -> Result<(), Stopped> {
     let Some(retry) = &record.retry else {
         return Ok(());
     };
@@ -74,7 +75,7 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
         .meanwhile(shared, async {
             tokio::select! {
                 biased;
-                _ = cancel.cancelled() => Err(Abandoned),
+                _ = cancel.cancelled() => Err(Stopped),
                 _ = tokio::time::sleep_until(until) => Ok(()),
             }
         })

@@ -147,17 +147,12 @@ impl World {
         let offset = self.len(&tp);
         self.plans
             .insert(format!("{SOURCE}-{partition}-{offset}"), plan);
-        let record = Record {
-            id: String::new(),
-            topic: SOURCE.to_string(),
-            partition,
-            offset: 0,
-            key,
-            payload: Some(vec![0; 64]),
-            headers: vec![],
-            timestamp: None,
-            timestamp_type: None,
-            retry: None,
+        let record = {
+            let mut record = Record::new(SOURCE.to_string(), partition, 0)
+                .with_id(String::new())
+                .with_payload(vec![0; 64]);
+            record.key = key;
+            record
         };
         self.append(&tp, record);
     }

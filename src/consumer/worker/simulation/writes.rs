@@ -16,6 +16,7 @@ use crate::failure::DeadLetterKind;
 use crate::record::retry::{RetryDelivery, RetryStage};
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
+use crate::stopped::Stopped;
 
 /// A member's dead-letter and retry-topic writes.
 pub(super) struct SimExits {
@@ -61,7 +62,7 @@ impl SimExits {
                 fails = fails.saturating_sub(1);
                 tokio::select! {
                     biased;
-                    _ = cancel.cancelled() => return Err(crate::dlq::Abandoned),
+                    _ = cancel.cancelled() => return Err(Stopped),
                     _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }
                 at = tokio::time::Instant::now() + delay;
