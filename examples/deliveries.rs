@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use kafka_dlq::{Consumer, ConsumerConfig, Handler, HandlerError, Record};
 
@@ -50,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let topic = args.next().unwrap_or_else(|| "parcel-events".into());
     let config = ConsumerConfig {
         max_retries: 5,
-        backoff_initial_ms: 200,
+        backoff_initial: Duration::from_millis(200),
         ..ConsumerConfig::new(&brokers, "deliveries-example", [topic])
     };
     Consumer::new(config, Deliveries::default())?

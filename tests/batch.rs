@@ -60,7 +60,7 @@ impl BatchHandler for Bulk {
 fn batch_config(brokers: &str, group: &str, topic: &str, batch_size: usize) -> ConsumerConfig {
     ConsumerConfig {
         batch_size,
-        batch_linger_ms: 2_000,
+        batch_linger: Duration::from_millis(2_000),
         max_buffered_records: 1_000,
         max_retries: 2,
         breaker_failure_ratio: 0.0,
@@ -351,12 +351,12 @@ async fn an_outage_opens_the_breaker_instead_of_draining_the_topic_into_the_dlq(
     // retries, the breaker opens after 4 calls from two records.
     let config = ConsumerConfig {
         max_retries: 10,
-        backoff_initial_ms: 20,
-        backoff_max_ms: 50,
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(50),
         breaker_min_calls: 4,
-        breaker_window_ms: 10_000,
-        breaker_probe_initial_ms: 200,
-        breaker_probe_max_ms: 800,
+        breaker_window: Duration::from_millis(10_000),
+        breaker_probe_initial: Duration::from_millis(200),
+        breaker_probe_max: Duration::from_millis(800),
         ..test_config(&brokers, &group, &topic)
     };
     let consumer = kafka_dlq::Consumer::new(config, downstream.clone()).unwrap();
@@ -430,8 +430,8 @@ async fn an_outage_on_a_one_partition_topic_opens_the_breaker_at_the_default_min
     downstream.down.store(true, Ordering::SeqCst);
     // The default breaker (20 calls in 30 s); one partition makes 4 calls per record here.
     let config = ConsumerConfig {
-        breaker_probe_initial_ms: 200,
-        breaker_probe_max_ms: 800,
+        breaker_probe_initial: Duration::from_millis(200),
+        breaker_probe_max: Duration::from_millis(800),
         ..test_config(&brokers, &group, &topic)
     };
     assert_eq!(config.breaker_min_calls, 20);

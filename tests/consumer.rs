@@ -315,8 +315,8 @@ async fn a_partition_in_backoff_does_not_hold_back_the_others() {
     let handler = Scripted::default();
     let config = kafka_dlq::ConsumerConfig {
         max_retries: 10,
-        backoff_initial_ms: 60_000,
-        backoff_max_ms: 60_000,
+        backoff_initial: Duration::from_millis(60_000),
+        backoff_max: Duration::from_millis(60_000),
         ..test_config(&brokers, &group, &topic)
     };
     let running = Running::start(config, handler.clone());
@@ -366,8 +366,8 @@ async fn a_crashed_consumer_leaves_unsettled_records_to_the_next_one() {
 
     let first = Scripted::default();
     let config = kafka_dlq::ConsumerConfig {
-        backoff_initial_ms: 60_000,
-        backoff_max_ms: 60_000,
+        backoff_initial: Duration::from_millis(60_000),
+        backoff_max: Duration::from_millis(60_000),
         ..test_config(&brokers, &group, &topic)
     };
     let running = Running::start(config.clone(), first.clone());
@@ -513,8 +513,8 @@ async fn rebalance_abandons_records_in_backoff_to_the_new_owner_without_dead_let
     // The first member takes both partitions; both failing records wait out a long backoff.
     let first = Scripted::default();
     let config = kafka_dlq::ConsumerConfig {
-        backoff_initial_ms: 60_000,
-        backoff_max_ms: 60_000,
+        backoff_initial: Duration::from_millis(60_000),
+        backoff_max: Duration::from_millis(60_000),
         ..test_config(&brokers, &group, &topic)
     };
     let a = Running::start(config, first.clone());

@@ -74,7 +74,7 @@ fn config(
         }
         Mode::Batches => {
             config.batch_size = 6;
-            config.batch_linger_ms = 20;
+            config.batch_linger = Duration::from_millis(20);
         }
     }
     config

@@ -1,6 +1,7 @@
 //! Hostile input: the envelope decoder, the retry-record reader, the configuration parser and
 //! the sidecar's response handling never panic, whatever they are given; envelopes round-trip any bytes exactly.
 
+use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use kafka_dlq::dlq::{truncate_message, Envelope, MAX_ERROR_MESSAGE_BYTES};
 use kafka_dlq::fingerprint::fingerprint;
@@ -136,8 +137,8 @@ proptest! {
     ) {
         let config = ConsumerConfig {
             dlq_topic: template,
-            backoff_initial_ms: initial,
-            backoff_max_ms: max,
+            backoff_initial: Duration::from_millis(initial),
+            backoff_max: Duration::from_millis(max),
             backoff_multiplier: multiplier,
             backoff_jitter: jitter,
             breaker_failure_ratio: ratio,

@@ -114,8 +114,8 @@ async fn the_stored_offset_never_passes_an_unsettled_record() {
     let config = ConsumerConfig {
         ordering: Ordering::Key,
         max_in_flight: 8,
-        backoff_initial_ms: 60_000,
-        backoff_max_ms: 60_000,
+        backoff_initial: Duration::from_millis(60_000),
+        backoff_max: Duration::from_millis(60_000),
         ..test_config(&brokers, &group, &topic)
     };
     let running = Running::start(config, handler.clone());

@@ -88,7 +88,7 @@ async fn run(name: &str, values: &[String]) -> (Vec<Vec<String>>, Vec<String>, V
     let handler = Reporting::default();
     let config = ConsumerConfig {
         batch_size: values.len(),
-        batch_linger_ms: 2_000,
+        batch_linger: Duration::from_millis(2_000),
         max_retries: 2,
         breaker_failure_ratio: 0.0,
         ..test_config(&brokers, &group, &topic)

@@ -108,8 +108,8 @@ async fn a_record_failing_for_three_seconds_is_handled_from_its_two_second_tier_
         let config = ConsumerConfig {
             retry_topic_delays_ms: "2000".parse().unwrap(),
             max_retries: 3,
-            backoff_initial_ms: 300,
-            backoff_max_ms: 1_000,
+            backoff_initial: Duration::from_millis(300),
+            backoff_max: Duration::from_millis(1_000),
             breaker_failure_ratio: 0.0,
             group_protocol: protocol,
             ..test_config(&brokers, &group, &topic)

@@ -42,9 +42,9 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
         ordering: run.ordering,
         max_in_flight: run.max_in_flight,
         max_retries: 1,
-        backoff_initial_ms: 600_000,
-        backoff_max_ms: 600_000,
-        shutdown_timeout_ms: 2_000,
+        backoff_initial: Duration::from_millis(600_000),
+        backoff_max: Duration::from_millis(600_000),
+        shutdown_timeout: Duration::from_millis(2_000),
         ..ConsumerConfig::new(run.brokers, run.group, [run.topic])
     };
     let (settled, goal) = match run.end {

@@ -11,6 +11,7 @@
 mod sink;
 
 use kafka_dlq::{Consumer, ConsumerConfig};
+use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +23,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sink = sink::SqliteSink::open(path.as_ref())?;
     let config = ConsumerConfig {
         batch_size: 100,
-        batch_linger_ms: 200,
+        batch_linger: Duration::from_millis(200),
         id_header: Some("event-id".into()),
         ..ConsumerConfig::new(&brokers, "sqlite-sink-example", [topic])
     };

@@ -166,7 +166,7 @@ async fn serve<H: BatchHandler>(
     monitor: Option<kafka_dlq::monitor::Monitor>,
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), CliError> {
-    let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
+    let shutdown_timeout = config.shutdown_timeout;
     let consumer = Consumer::new(config, target).map_err(|e| match e {
         kafka_dlq::ConsumerError::Config(c) => CliError::Config(c),
         other => CliError::Runtime(other.into()),

@@ -118,7 +118,8 @@ slack_webhook_url = "https://hooks.slack.com/services/x"
         assert_eq!(config.librdkafka["security.protocol"], "SASL_SSL");
         assert_eq!(config.librdkafka["socket.timeout.ms"], "30000");
         assert_eq!(
-            config.backoff_initial_ms, 1_000,
+            config.backoff_initial,
+            std::time::Duration::from_secs(1),
             "the rest keeps its default"
         );
     }

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use serde::Deserialize;
@@ -17,6 +16,7 @@ use thiserror::Error;
 use crate::backoff::ExponentialBackoff;
 
 mod file;
+mod millis;
 mod raw_options;
 mod settings;
 mod validate;
@@ -165,9 +165,9 @@ impl ConsumerConfig {
     /// The retry policy for transient failures.
     pub fn backoff(&self) -> Result<ExponentialBackoff, ConfigError> {
         ExponentialBackoff::new(
-            Duration::from_millis(self.backoff_initial_ms),
+            self.backoff_initial,
             self.backoff_multiplier,
-            Duration::from_millis(self.backoff_max_ms),
+            self.backoff_max,
             self.backoff_jitter,
             Some(self.max_retries),
         )
@@ -175,10 +175,10 @@ impl ConsumerConfig {
             use crate::backoff::BackoffError::*;
             match e {
                 ZeroInitial(_) => {
-                    ConfigError::new("backoff_initial_ms", self.backoff_initial_ms, e)
+                    ConfigError::new("backoff_initial_ms", self.backoff_initial.as_millis(), e)
                 }
                 MaxBelowInitial { .. } => {
-                    ConfigError::new("backoff_max_ms", self.backoff_max_ms, e)
+                    ConfigError::new("backoff_max_ms", self.backoff_max.as_millis(), e)
                 }
                 BadMultiplier(_) => {
                     ConfigError::new("backoff_multiplier", self.backoff_multiplier, e)
@@ -191,11 +191,11 @@ impl ConsumerConfig {
     /// The outage breaker's policy; `None` when `breaker_failure_ratio` is 0.
     pub fn breaker(&self) -> Option<crate::breaker::BreakerPolicy> {
         (self.breaker_failure_ratio > 0.0).then(|| crate::breaker::BreakerPolicy {
-            window: Duration::from_millis(self.breaker_window_ms),
+            window: self.breaker_window,
             min_calls: self.breaker_min_calls,
             failure_ratio: self.breaker_failure_ratio,
-            probe_initial: Duration::from_millis(self.breaker_probe_initial_ms),
-            probe_max: Duration::from_millis(self.breaker_probe_max_ms),
+            probe_initial: self.breaker_probe_initial,
+            probe_max: self.breaker_probe_max,
         })
     }
 
@@ -203,11 +203,6 @@ impl ConsumerConfig {
     pub fn dlq_topic(&self) -> Result<DlqTopic, ConfigError> {
         DlqTopic::new(&self.dlq_topic)
             .map_err(|r| ConfigError::new("dlq_topic", &self.dlq_topic, r))
-    }
-
-    /// The shutdown deadline.
-    pub fn shutdown_timeout(&self) -> Duration {
-        Duration::from_millis(self.shutdown_timeout_ms)
     }
 
     /// librdkafka settings for the consumer: manual offset store, periodic commit of stored

@@ -1,10 +1,12 @@
 //! Every setting of the consumer, declared once: its field in [`ConsumerConfig`] with its
 //! doc, type and default, and, for the tuning settings, the flag and environment variable of
 //! `kafka-dlq run` ([`ConsumerFlags`], whose help shows the same default). The TOML key is
-//! the field's name, in the file that [`ConsumerConfig::from_file`] and `kafka-dlq --config`
+//! the field's name (with `_ms` for a `Duration`, given in milliseconds there and in its flag
+//! and variable), in the file that [`ConsumerConfig::from_file`] and `kafka-dlq --config`
 //! read.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::{GroupProtocol, Ordering};
 use crate::dlq::DlqFormat;
@@ -26,7 +28,8 @@ macro_rules! settings {
         flags {
             $(
                 $(#[doc = $doc:literal])*
-                $name:ident : $ty:ty = $default:expr, env $env:literal $(, alias $alias:literal)? ;
+                $name:ident : $ty:ty = $default:expr $(, ms $key:literal $flag:literal)?,
+                    env $env:literal $(, alias $alias:literal)? ;
             )*
         }
     ) => {
@@ -53,7 +56,9 @@ macro_rules! settings {
                 $(#[doc = $doc])*
                 #[doc = ""]
                 #[doc = concat!("Default `", stringify!($default), "`; flag `--",
-                    stringify!($name), "` (`_` as `-`), environment `", $env, "`.")]
+                    key!($name $(, $flag)?), "`, environment `", $env, "`",
+                    $(", key `", $key, "` in the file (milliseconds)",)? ".")]
+                $( #[serde(rename = $key, with = "super::millis")] )?
                 pub $name: $ty,
             )*
         }
@@ -77,17 +82,15 @@ macro_rules! settings {
         }
 
         impl ConsumerConfig {
-            /// The names of every setting, as in the config file.
+            /// The names of every setting, as in the config file (`backoff_initial_ms` for the
+            /// field `backoff_initial`).
             pub const KEYS: &'static [&'static str] =
-                &[$( stringify!($fname), )* $( stringify!($name), )*];
+                &[$( stringify!($fname), )* $( key!($name $(, $key)?), )*];
 
-            /// Sets the setting called `key` to `other`'s value of it.
+            /// Sets the setting called `key` (as in the file) to `other`'s value of it.
             pub(super) fn set_from(&mut self, key: &str, other: ConsumerConfig) {
-                match key {
-                    $( stringify!($fname) => self.$fname = other.$fname, )*
-                    $( stringify!($name) => self.$name = other.$name, )*
-                    _ => {}
-                }
+                $( if key == stringify!($fname) { self.$fname = other.$fname; return; } )*
+                $( if key == key!($name $(, $key)?) { self.$name = other.$name; return; } )*
             }
         }
 
@@ -99,9 +102,9 @@ macro_rules! settings {
         pub struct ConsumerFlags {
             $(
                 $(#[doc = $doc])*
-                #[arg(long, env = $env, default_value_t = $default, action = clap::ArgAction::Set
-                    $(, visible_alias = $alias)?)]
-                pub $name: $ty,
+                #[arg(long $(= $flag, id = $key, value_name = "MS")?, env = $env, default_value_t = flag_value!($default $(, $key)?),
+                    action = clap::ArgAction::Set $(, visible_alias = $alias)?)]
+                pub $name: flag_type!($ty $(, $key)?),
             )*
         }
 
@@ -109,9 +112,52 @@ macro_rules! settings {
         impl ConsumerFlags {
             /// Sets each of these settings of `config`.
             pub fn apply(self, config: &mut ConsumerConfig) {
-                $( config.$name = self.$name; )*
+                $( config.$name = setting_value!(self.$name $(, $key)?); )*
             }
         }
+    };
+}
+
+/// A setting's name in the file and in errors: its field's name, or the `ms` key given.
+macro_rules! key {
+    ($name:ident) => {
+        stringify!($name)
+    };
+    ($name:ident, $key:literal) => {
+        $key
+    };
+}
+
+/// The type of a setting's flag: the setting's own, or milliseconds for a `Duration`.
+#[cfg(feature = "cli")]
+macro_rules! flag_type {
+    ($ty:ty) => {
+        $ty
+    };
+    ($ty:ty, $key:literal) => {
+        u64
+    };
+}
+
+/// A setting's value as its flag takes it.
+#[cfg(feature = "cli")]
+macro_rules! flag_value {
+    ($value:expr) => {
+        $value
+    };
+    ($value:expr, $key:literal) => {
+        u64::try_from($value.as_millis()).unwrap_or(u64::MAX)
+    };
+}
+
+/// A flag's value as the setting takes it.
+#[cfg(feature = "cli")]
+macro_rules! setting_value {
+    ($value:expr) => {
+        $value
+    };
+    ($value:expr, $key:literal) => {
+        std::time::Duration::from_millis($value)
     };
 }
 
@@ -176,12 +222,14 @@ settings! {
         /// passed, then `-retry-1`, …, and after the last to the dead-letter topic; its
         /// partition goes on meanwhile (see `kafka_dlq::retry_tier`).
         retry_topic_delays_ms: RetryTiers = RetryTiers::default(), env "KAFKA_DLQ_RETRY_TOPIC_DELAYS_MS", alias "retry-topic-delays";
-        /// First retry delay, in ms.
-        backoff_initial_ms: u64 = 1_000, env "KAFKA_DLQ_BACKOFF_INITIAL_MS";
+        /// First retry delay.
+        backoff_initial: Duration = Duration::from_secs(1), ms "backoff_initial_ms" "backoff-initial-ms",
+            env "KAFKA_DLQ_BACKOFF_INITIAL_MS";
         /// Each retry delay is the previous one times this.
         backoff_multiplier: f64 = 2.0, env "KAFKA_DLQ_BACKOFF_MULTIPLIER";
-        /// Cap on one retry delay, in ms.
-        backoff_max_ms: u64 = 30_000, env "KAFKA_DLQ_BACKOFF_MAX_MS";
+        /// Cap on one retry delay.
+        backoff_max: Duration = Duration::from_secs(30), ms "backoff_max_ms" "backoff-max-ms",
+            env "KAFKA_DLQ_BACKOFF_MAX_MS";
         /// Each delay is multiplied by a random factor in `[1 − jitter, 1 + jitter]` (then
         /// capped), 0.0 to 1.0.
         backoff_jitter: f64 = 0.2, env "KAFKA_DLQ_BACKOFF_JITTER";
@@ -191,8 +239,9 @@ settings! {
         /// the per-partition bound) can go past it. The bound on memory when the handler is
         /// slower than the broker.
         max_buffered_records: usize = 10_000, env "KAFKA_DLQ_MAX_BUFFERED_RECORDS";
-        /// How long shutdown waits for in-flight handlers before committing, in ms.
-        shutdown_timeout_ms: u64 = 30_000, env "KAFKA_DLQ_SHUTDOWN_TIMEOUT_MS";
+        /// How long shutdown waits for in-flight handlers before committing.
+        shutdown_timeout: Duration = Duration::from_secs(30), ms "shutdown_timeout_ms" "shutdown-timeout-ms",
+            env "KAFKA_DLQ_SHUTDOWN_TIMEOUT_MS";
         /// Where a group with no committed offset starts: `earliest` or `latest`.
         auto_offset_reset: String = String::from("earliest"), env "KAFKA_DLQ_AUTO_OFFSET_RESET";
         /// `partition`: records of a partition are handled one after another, in offset
@@ -206,19 +255,23 @@ settings! {
         /// Most records given to a `BatchHandler` call; the sidecar posts a JSON array of
         /// records when it is over 1 (a `Handler` always gets one record at a time).
         batch_size: usize = 1, env "KAFKA_DLQ_BATCH_SIZE";
-        /// How long a batch waits for more records after its first, in ms.
-        batch_linger_ms: u64 = 100, env "KAFKA_DLQ_BATCH_LINGER_MS";
+        /// How long a batch waits for more records after its first.
+        batch_linger: Duration = Duration::from_millis(100), ms "batch_linger_ms" "batch-linger-ms",
+            env "KAFKA_DLQ_BATCH_LINGER_MS";
         /// The outage breaker opens when at least this share of the calls in its window
         /// failed transiently; 0 turns the breaker off.
         breaker_failure_ratio: f64 = 0.5, env "KAFKA_DLQ_BREAKER_FAILURE_RATIO";
         /// Fewer calls than this in the window never open the breaker.
         breaker_min_calls: u32 = 20, env "KAFKA_DLQ_BREAKER_MIN_CALLS";
-        /// The breaker's sliding window, in ms.
-        breaker_window_ms: u64 = 30_000, env "KAFKA_DLQ_BREAKER_WINDOW_MS";
-        /// First wait before probing an open breaker, in ms, doubling per failed probe.
-        breaker_probe_initial_ms: u64 = 1_000, env "KAFKA_DLQ_BREAKER_PROBE_INITIAL_MS";
-        /// Cap on the wait between probes, in ms.
-        breaker_probe_max_ms: u64 = 60_000, env "KAFKA_DLQ_BREAKER_PROBE_MAX_MS";
+        /// The breaker's sliding window.
+        breaker_window: Duration = Duration::from_secs(30), ms "breaker_window_ms" "breaker-window-ms",
+            env "KAFKA_DLQ_BREAKER_WINDOW_MS";
+        /// First wait before probing an open breaker, doubling per failed probe.
+        breaker_probe_initial: Duration = Duration::from_secs(1), ms "breaker_probe_initial_ms" "breaker-probe-initial-ms",
+            env "KAFKA_DLQ_BREAKER_PROBE_INITIAL_MS";
+        /// Cap on the wait between probes.
+        breaker_probe_max: Duration = Duration::from_secs(60), ms "breaker_probe_max_ms" "breaker-probe-max-ms",
+            env "KAFKA_DLQ_BREAKER_PROBE_MAX_MS";
         /// The consumer group protocol: `classic` (with the `cooperative-sticky` assignor)
         /// or `consumer` (KIP-848, Kafka 4.0+).
         group_protocol: GroupProtocol = GroupProtocol::Classic, env "KAFKA_DLQ_GROUP_PROTOCOL";

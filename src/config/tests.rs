@@ -1,6 +1,7 @@
 //! Tests of the configuration's validation and librdkafka settings.
 
 use super::*;
+use std::time::Duration;
 
 fn valid() -> ConsumerConfig {
     ConsumerConfig::new("localhost:9092", "g", ["orders"])
@@ -67,7 +68,7 @@ fn errors_name_the_setting_and_value() {
         ),
         (
             ConsumerConfig {
-                backoff_initial_ms: 0,
+                backoff_initial: Duration::from_millis(0),
                 ..valid()
             },
             "backoff_initial_ms",
@@ -75,7 +76,7 @@ fn errors_name_the_setting_and_value() {
         ),
         (
             ConsumerConfig {
-                backoff_max_ms: 10,
+                backoff_max: Duration::from_millis(10),
                 ..valid()
             },
             "backoff_max_ms",
@@ -131,7 +132,7 @@ fn errors_name_the_setting_and_value() {
         ),
         (
             ConsumerConfig {
-                breaker_probe_max_ms: 10,
+                breaker_probe_max: Duration::from_millis(10),
                 ..valid()
             },
             "breaker_probe_max_ms",

@@ -98,22 +98,23 @@ impl ConsumerConfig {
             ));
         }
         if self.breaker_failure_ratio > 0.0 {
+            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             for (key, value) in [
-                ("breaker_window_ms", self.breaker_window_ms),
-                ("breaker_probe_initial_ms", self.breaker_probe_initial_ms),
+                ("breaker_window_ms", ms(self.breaker_window)),
+                ("breaker_probe_initial_ms", ms(self.breaker_probe_initial)),
                 ("breaker_min_calls", u64::from(self.breaker_min_calls)),
             ] {
                 if value == 0 {
                     return Err(ConfigError::new(key, value, "must be greater than 0"));
                 }
             }
-            if self.breaker_probe_max_ms < self.breaker_probe_initial_ms {
+            if self.breaker_probe_max < self.breaker_probe_initial {
                 return Err(ConfigError::new(
                     "breaker_probe_max_ms",
-                    self.breaker_probe_max_ms,
+                    ms(self.breaker_probe_max),
                     format!(
                         "must be at least breaker_probe_initial_ms ({})",
-                        self.breaker_probe_initial_ms
+                        ms(self.breaker_probe_initial)
                     ),
                 ));
             }

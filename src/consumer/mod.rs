@@ -209,7 +209,7 @@ impl<H: BatchHandler> Consumer<H> {
                 metrics,
                 breaker: crate::breaker::Breaker::new(config.breaker()),
                 batch_size: config.batch_size,
-                batch_linger: std::time::Duration::from_millis(config.batch_linger_ms),
+                batch_linger: config.batch_linger,
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
                 trace_records: config.trace_records,
@@ -381,7 +381,7 @@ impl<H: BatchHandler> Consumer<H> {
     async fn shutdown(self, mut workers: JoinSet<()>) {
         tracing::info!(event = "shutdown_started", workers = workers.len());
         self.stop_workers.cancel();
-        let deadline = self.config.shutdown_timeout();
+        let deadline = self.config.shutdown_timeout;
         let drained = tokio::time::timeout(deadline, async {
             while workers.join_next().await.is_some() {}
         })

@@ -332,10 +332,10 @@ impl Handler for AlwaysOk {
 pub fn test_config(brokers: &str, group: &str, topic: &str) -> kafka_dlq::ConsumerConfig {
     kafka_dlq::ConsumerConfig {
         max_retries: 3,
-        backoff_initial_ms: 20,
-        backoff_max_ms: 100,
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(100),
         backoff_jitter: 0.0,
-        shutdown_timeout_ms: 5_000,
+        shutdown_timeout: Duration::from_millis(5_000),
         ..kafka_dlq::ConsumerConfig::new(brokers, group, [topic])
     }
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
@@ -135,9 +136,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let config = ConsumerConfig {
         id_header: Some("event-id".into()),
         max_retries: 3,
-        backoff_initial_ms: 50,
-        backoff_max_ms: 400,
-        shutdown_timeout_ms: 5_000,
+        backoff_initial: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(400),
+        shutdown_timeout: Duration::from_millis(5_000),
         ..ConsumerConfig::new(&brokers, &group, [topic.as_str()])
     };
     let store = Arc::new(Mutex::new(HashMap::new()));
