@@ -31,9 +31,7 @@ async fn a_failing_dead_letter_write_holds_the_offset_until_it_succeeds() {
     );
     let handler = Scripted::default();
     let mut config = test_config(&brokers, &group, &topic);
-    config
-        .librdkafka
-        .insert("message.timeout.ms".into(), "300".into());
+    config.librdkafka.insert("message.timeout.ms", "300");
     let running = Running::start(config, handler.clone());
     assert!(eventually(WAIT, || handler.attempts("perm-1") == 1).await);
 
@@ -167,9 +165,7 @@ async fn dead_letters_in_flight_are_bounded_by_bytes_while_the_dlq_is_down() {
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
     );
     let mut config = test_config(&brokers, &group, &topic);
-    config
-        .librdkafka
-        .insert("message.timeout.ms".into(), "300".into());
+    config.librdkafka.insert("message.timeout.ms", "300");
     init_logs();
     let handler = Scripted::default();
     let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
@@ -252,7 +248,7 @@ async fn a_reference_the_source_cannot_serve_now_stops_the_replay_without_commit
     let options = ReplayOptions {
         // The mock's coordinator lets the next replay's lock in only once the last one's
         // membership has timed out.
-        librdkafka: [("session.timeout.ms".to_string(), "6000".to_string())].into(),
+        librdkafka: [("session.timeout.ms", "6000")].into_iter().collect(),
         ..ReplayOptions::new(&brokers, &dlq)
     };
     let denied = replay(&options, |_, _, _| {}, &CancellationToken::new()).await;

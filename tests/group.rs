@@ -62,9 +62,7 @@ fn config(
     };
     if protocol == GroupProtocol::Classic {
         // The KIP-848 session is the broker's (6 s in the test broker); the same here.
-        config
-            .librdkafka
-            .insert("session.timeout.ms".into(), "6000".into());
+        config.librdkafka.insert("session.timeout.ms", "6000");
     }
     match mode {
         Mode::InOrder => {}

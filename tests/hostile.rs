@@ -1,13 +1,13 @@
 //! Hostile input: the envelope decoder, the retry-record reader, the configuration parser and
 //! the sidecar's response handling never panic, whatever they are given; envelopes round-trip any bytes exactly.
 
-use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use kafka_dlq::dlq::{truncate_message, Envelope, MAX_ERROR_MESSAGE_BYTES};
 use kafka_dlq::fingerprint::fingerprint;
 use kafka_dlq::sidecar::{classify_response, parse_retry_after};
 use kafka_dlq::{ConsumerConfig, DeadLetterKind, Record, RecordHeader};
 use proptest::prelude::*;
+use std::time::Duration;
 
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..512)

@@ -47,9 +47,7 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
         max_retries: 2,
         ..test_config(&brokers, &group, &topic)
     };
-    config
-        .librdkafka
-        .insert("statistics.interval.ms".into(), "200".into());
+    config.librdkafka.insert("statistics.interval.ms", "200");
     let handler = Scripted::default();
     let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
     let metrics = consumer.metrics();
@@ -168,9 +166,7 @@ async fn a_slow_handler_stops_fetching_instead_of_buffering_without_bound() {
         max_buffered_records: 20,
         ..test_config(&brokers, &group, &topic)
     };
-    config
-        .librdkafka
-        .insert("statistics.interval.ms".into(), "100".into());
+    config.librdkafka.insert("statistics.interval.ms", "100");
     let handler = Scripted::default();
     let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
     let metrics = consumer.metrics();

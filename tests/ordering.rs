@@ -170,12 +170,10 @@ async fn key_ordered_calls_in_flight_at_a_revocation_run_to_their_end() {
             breaker_failure_ratio: 0.0,
             ..test_config(&brokers, &group, &topic)
         };
-        c.librdkafka
-            .insert("session.timeout.ms".into(), "6000".into());
+        c.librdkafka.insert("session.timeout.ms", "6000");
         // A member joining makes the first rejoin at its next heartbeat: soon, while its
         // calls (6 s each) are in flight.
-        c.librdkafka
-            .insert("heartbeat.interval.ms".into(), "500".into());
+        c.librdkafka.insert("heartbeat.interval.ms", "500");
         c
     };
     let first = Finishing::default();

@@ -203,15 +203,16 @@ impl From<ConfigError> for CliError {
 /// Parses `KEY=VALUE` librdkafka options.
 pub fn parse_kafka_options(
     options: &[String],
-) -> Result<std::collections::BTreeMap<String, String>, ConfigError> {
-    options
+) -> Result<kafka_dlq::kafka::ClientOptions, ConfigError> {
+    let pairs: Vec<(String, String)> = options
         .iter()
         .map(|o| {
             o.split_once('=')
                 .map(|(k, v)| (k.trim().to_string(), v.to_string()))
                 .ok_or_else(|| ConfigError::new("kafka_option", o, "expected KEY=VALUE"))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok(pairs.into_iter().collect())
 }
 
 /// Maps a monitor error to the exit code it deserves.

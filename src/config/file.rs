@@ -115,8 +115,8 @@ slack_webhook_url = "https://hooks.slack.com/services/x"
         assert_eq!(config.ordering, Ordering::Key);
         assert_eq!(config.dlq_format, crate::dlq::DlqFormat::Spring);
         assert_eq!(config.retry_topic_delays_ms.delays_ms(), [60_000, 600_000]);
-        assert_eq!(config.librdkafka["security.protocol"], "SASL_SSL");
-        assert_eq!(config.librdkafka["socket.timeout.ms"], "30000");
+        assert_eq!(config.librdkafka.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.librdkafka.get("socket.timeout.ms"), Some("30000"));
         assert_eq!(
             config.backoff_initial,
             std::time::Duration::from_secs(1),

@@ -6,7 +6,6 @@
 //! set, to the consumer and the dead-letter producer alike (SASL, SSL, tuning); their values
 //! never appear in `Debug` output, since they may hold passwords.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use rdkafka::ClientConfig;
@@ -257,22 +256,8 @@ impl ConsumerConfig {
     }
 
     fn apply_raw(&self, config: &mut ClientConfig) {
-        apply_librdkafka(config, &self.librdkafka);
+        self.librdkafka.apply(config);
     }
-}
-
-/// Applies raw librdkafka `options` last, and sets which librdkafka log lines reach `tracing`:
-/// warnings and worse, or everything when the `debug` option is set.
-pub fn apply_librdkafka(config: &mut ClientConfig, options: &BTreeMap<String, String>) {
-    for (key, value) in options {
-        config.set(key, value);
-    }
-    let level = if options.contains_key("debug") {
-        rdkafka::config::RDKafkaLogLevel::Debug
-    } else {
-        rdkafka::config::RDKafkaLogLevel::Warning
-    };
-    config.set_log_level(level);
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ mod tests {
             );
         }
         let config = ConsumerConfig {
-            librdkafka: std::collections::BTreeMap::from([("acks".to_string(), "1".to_string())]),
+            librdkafka: [("acks", "1")].into_iter().collect(),
             ..ConsumerConfig::new("localhost:9092", "g", ["orders"])
         };
         let error = config.validate().unwrap_err();

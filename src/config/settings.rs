@@ -5,24 +5,25 @@
 //! and variable), in the file that [`ConsumerConfig::from_file`] and `kafka-dlq --config`
 //! read.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{GroupProtocol, Ordering};
 use crate::dlq::DlqFormat;
+use crate::kafka::ClientOptions;
 use crate::retry_tier::RetryTiers;
 
 /// Declares [`ConsumerConfig`], its `Default` and `Debug`, and [`ConsumerFlags`].
 ///
 /// `fields` are settings without a flag of their own here (`kafka-dlq run` reads them its own
-/// way), an optional `=> show` giving what `Debug` prints instead of the value; `flags` are
-/// settings with a flag (`--<name>`, `_` as `-`) and an environment variable.
+/// way); `flags` are settings with a flag (`--<name>`, `_` as `-`) and an environment
+/// variable. A `Duration` flag says `ms "<key>" "<flag>"`: its key in the file and its flag,
+/// both ending in `_ms`, in milliseconds.
 macro_rules! settings {
     (
         fields {
             $(
                 $(#[doc = $fdoc:literal])*
-                $fname:ident : $fty:ty = $fdefault:expr $(=> $fshow:path)? ;
+                $fname:ident : $fty:ty = $fdefault:expr ;
             )*
         }
         flags {
@@ -75,7 +76,7 @@ macro_rules! settings {
         impl std::fmt::Debug for ConsumerConfig {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct("ConsumerConfig")
-                    $( .field(stringify!($fname), &shown!(self.$fname $(, $fshow)?)) )*
+                    $( .field(stringify!($fname), &self.$fname) )*
                     $( .field(stringify!($name), &self.$name) )*
                     .finish()
             }
@@ -161,22 +162,6 @@ macro_rules! setting_value {
     };
 }
 
-/// What `Debug` shows of a field: the value, or what `show` makes of it.
-macro_rules! shown {
-    ($value:expr) => {
-        &$value
-    };
-    ($value:expr, $show:path) => {
-        $show(&$value)
-    };
-}
-
-/// The raw librdkafka options as `Debug` shows them: the keys, every value `<redacted>`
-/// (they may hold passwords).
-fn redacted(options: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
-    options.keys().map(|k| (k.as_str(), "<redacted>")).collect()
-}
-
 settings! {
     fields {
         /// Bootstrap servers, comma-separated `host:port`. Required.
@@ -191,7 +176,7 @@ settings! {
         /// Raw librdkafka properties, applied last to the consumer and the dead-letter
         /// producer. Those that would break the guarantees are refused
         /// ([`refuse_raw_option`](super::refuse_raw_option)). `Debug` shows their keys only.
-        librdkafka: BTreeMap<String, String> = BTreeMap::new() => redacted;
+        librdkafka: ClientOptions = ClientOptions::new();
         /// Run every handler call in a `handle` span (fields `topic`, `partition`, `offset`,
         /// `id`, `records`); with the `otel` feature, a record's W3C `traceparent` is its
         /// parent (see `kafka_dlq::telemetry`). Default off: a span per record costs the hot

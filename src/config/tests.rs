@@ -170,8 +170,7 @@ fn classic_protocol_is_cooperative_and_consumer_protocol_sets_no_assignor() {
 #[test]
 fn debug_redacts_raw_options() {
     let mut c = valid();
-    c.librdkafka
-        .insert("sasl.password".into(), "hunter2".into());
+    c.librdkafka.insert("sasl.password", "hunter2");
     let shown = format!("{c:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(shown.contains("sasl.password"));
@@ -180,8 +179,7 @@ fn debug_redacts_raw_options() {
 #[test]
 fn raw_options_apply_last() {
     let mut c = valid();
-    c.librdkafka
-        .insert("message.timeout.ms".into(), "2000".into());
+    c.librdkafka.insert("message.timeout.ms", "2000");
     assert_eq!(
         c.producer_client_config().get("message.timeout.ms"),
         Some("2000")

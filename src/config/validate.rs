@@ -126,7 +126,7 @@ impl ConsumerConfig {
                 "expected `earliest` or `latest`",
             ));
         }
-        for (key, value) in &self.librdkafka {
+        for (key, value) in self.librdkafka.iter() {
             if let Some(reason) = refuse_raw_option(key, value, self.group_protocol) {
                 return Err(ConfigError::new(
                     &format!("librdkafka.{key}"),

@@ -60,12 +60,12 @@ pub fn is_unknown_topic(error: &KafkaError) -> bool {
 /// Blocks on a metadata request.
 pub fn check_exists(
     brokers: &str,
-    librdkafka: &std::collections::BTreeMap<String, String>,
+    librdkafka: &crate::kafka::ClientOptions,
     topic: &str,
 ) -> Result<(), KafkaError> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
-    crate::config::apply_librdkafka(&mut config, librdkafka);
+    librdkafka.apply(&mut config);
     let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
     let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
     match metadata.topics().first() {
@@ -99,7 +99,7 @@ impl DlqReader {
     /// `group` (see [`DlqReader::commit`]), else at the log start. Blocks on metadata requests.
     pub fn open(
         brokers: &str,
-        librdkafka: &std::collections::BTreeMap<String, String>,
+        librdkafka: &crate::kafka::ClientOptions,
         topic: &str,
         group: &str,
         resume: bool,
@@ -110,7 +110,7 @@ impl DlqReader {
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
-        crate::config::apply_librdkafka(&mut config, librdkafka);
+        librdkafka.apply(&mut config);
         // A partition's end is reported, so one whose last offsets hold no record a consumer
         // sees (a transaction's commit or abort marker, aborted records) still ends.
         config.set("enable.partition.eof", "true");

@@ -2,7 +2,6 @@
 //! [`Encoding::Reference`](super::Encoding::Reference)): their value and headers are read back
 //! from the source topic while it still retains the record.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -20,13 +19,13 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// resolved.
 pub(crate) struct SourceReader {
     brokers: String,
-    librdkafka: BTreeMap<String, String>,
+    librdkafka: crate::kafka::ClientOptions,
     source: Option<BaseConsumer<LogContext>>,
 }
 
 impl SourceReader {
     /// A reader of the source topics on `brokers`.
-    pub(crate) fn new(brokers: &str, librdkafka: &BTreeMap<String, String>) -> Self {
+    pub(crate) fn new(brokers: &str, librdkafka: &crate::kafka::ClientOptions) -> Self {
         Self {
             brokers: brokers.to_string(),
             librdkafka: librdkafka.clone(),
@@ -69,7 +68,7 @@ impl SourceReader {
                 .set("group.id", crate::dlq_reader::REPLAY_GROUP)
                 .set("enable.auto.commit", "false")
                 .set("enable.auto.offset.store", "false");
-            crate::config::apply_librdkafka(&mut config, &self.librdkafka);
+            self.librdkafka.apply(&mut config);
             let consumer = config
                 .create_with_context(LogContext)
                 .map_err(|e| unavailable(format!("cannot create a reader: {e}")))?;

@@ -74,5 +74,8 @@ pub(crate) fn warn_gated(event: &'static str, error: &dyn std::fmt::Display, con
 
 impl rdkafka::consumer::ConsumerContext for LogContext {}
 
+mod client_options;
 pub mod headers;
 pub mod log_gate;
+
+pub use client_options::ClientOptions;

@@ -31,7 +31,7 @@ mod thread;
 mod volume;
 mod window;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +76,7 @@ pub struct MonitorConfig {
     /// Where an alert's buttons lead: the runbook, and the operator's own page for a topic.
     pub links: Links,
     /// Raw librdkafka properties, applied last.
-    pub librdkafka: BTreeMap<String, String>,
+    pub librdkafka: crate::kafka::ClientOptions,
 }
 
 impl MonitorConfig {
@@ -92,7 +92,7 @@ impl MonitorConfig {
             include_payloads: false,
             slack: SlackTarget::Log,
             links: Links::default(),
-            librdkafka: BTreeMap::new(),
+            librdkafka: crate::kafka::ClientOptions::new(),
         }
     }
 
@@ -202,7 +202,7 @@ impl Monitor {
             .set("group.id", &c.group_id)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest");
-        crate::config::apply_librdkafka(&mut client, &c.librdkafka);
+        c.librdkafka.apply(&mut client);
         let consumer: Arc<StreamConsumer<LogContext>> = Arc::new(
             client
                 .create_with_context(LogContext)

@@ -26,7 +26,7 @@ impl Volume {
             .set("bootstrap.servers", &c.brokers)
             .set("group.id", REPLAY_GROUP)
             .set("enable.auto.commit", "false");
-        crate::config::apply_librdkafka(&mut client, &c.librdkafka);
+        c.librdkafka.apply(&mut client);
         Ok(Self {
             reader: Arc::new(client.create_with_context(LogContext)?),
             topics: c.dlq_topics.clone(),

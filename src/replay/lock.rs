@@ -84,7 +84,7 @@ impl ReplayLock {
     /// for the join (up to 30 s); run it off the async threads.
     pub fn take(
         brokers: &str,
-        librdkafka: &std::collections::BTreeMap<String, String>,
+        librdkafka: &crate::kafka::ClientOptions,
         topic: &str,
         position_group: &str,
     ) -> Result<ReplayLock, LockError> {
@@ -101,7 +101,7 @@ impl ReplayLock {
             // A member joining makes the holder rejoin at its next heartbeat: keep that short,
             // so a second replay learns at once that the lock is held.
             .set("heartbeat.interval.ms", "500");
-        crate::config::apply_librdkafka(&mut config, librdkafka);
+        librdkafka.apply(&mut config);
         let joined = Arc::new(AtomicBool::new(false));
         let consumer: BaseConsumer<Joined> = config
             .create_with_context(Joined(joined.clone()))

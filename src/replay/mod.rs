@@ -38,7 +38,6 @@
 //! than its dead letter had. A record that would be replayed more than `max_replays` times is
 //! refused and reported, not sent: a record that keeps failing is not replayed forever.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
@@ -67,7 +66,7 @@ pub struct ReplayOptions {
     /// Bootstrap servers.
     pub brokers: String,
     /// Raw librdkafka properties for the reader and the producer.
-    pub librdkafka: BTreeMap<String, String>,
+    pub librdkafka: crate::kafka::ClientOptions,
     /// The dead-letter topic to read.
     pub dlq_topic: String,
     /// Send everything here instead of each record's source topic.
@@ -87,7 +86,7 @@ impl ReplayOptions {
     pub fn new(brokers: &str, dlq_topic: &str) -> Self {
         Self {
             brokers: brokers.into(),
-            librdkafka: BTreeMap::new(),
+            librdkafka: crate::kafka::ClientOptions::new(),
             dlq_topic: dlq_topic.into(),
             to: None,
             filter: Filter::default(),
@@ -237,7 +236,7 @@ pub async fn replay(
         .set("bootstrap.servers", &options.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all");
-    crate::config::apply_librdkafka(&mut producer_config, &options.librdkafka);
+    options.librdkafka.apply(&mut producer_config);
     let producer: FutureProducer<LogContext> = producer_config
         .create_with_context(LogContext)
         .map_err(ReplayError::CreateProducer)?;

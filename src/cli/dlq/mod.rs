@@ -1,6 +1,5 @@
 //! `kafka-dlq dlq list | show | replay`: look into a dead-letter topic and send records back.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
 use anyhow::Context as _;
@@ -54,7 +53,7 @@ impl Source {
             .ok_or_else(|| ConfigError::new("brokers", "", "is required"))
     }
 
-    fn librdkafka(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+    fn librdkafka(&self) -> Result<kafka_dlq::kafka::ClientOptions, ConfigError> {
         super::parse_kafka_options(&self.kafka_options)
     }
 }
