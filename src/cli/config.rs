@@ -25,8 +25,8 @@
 //! slack_webhook_url = "https://hooks.slack.com/services/…"
 //! ```
 //!
-//! A key that no flag has, or a value of the wrong type, is an error naming the file and the
-//! key.
+//! The file is read by the library's one reader ([`ConfigFile`]): a key that no flag has, or
+//! a value of the wrong type, is an error naming the file and the key, in the library and here.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -34,10 +34,8 @@ use std::path::{Path, PathBuf};
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Command};
+use kafka_dlq::config::ConfigFile;
 use kafka_dlq::ConfigError;
-
-/// Sections that name subcommands.
-const SECTIONS: [&str; 3] = ["run", "monitor", "dlq"];
 
 /// Arguments that are not settings.
 const NOT_SETTINGS: [&str; 3] = ["help", "version", "config"];
@@ -64,73 +62,38 @@ pub fn config_path(argv: &[OsString]) -> Option<PathBuf> {
 /// The settings a file gave, by subcommand path (`run`, `monitor`, `dlq list`, …) and arg id.
 pub type FileValues = BTreeMap<String, BTreeMap<String, String>>;
 
-/// Reads `path` and sets its values as the defaults of `command`'s arguments.
+/// Reads `path` with the library's reader ([`ConfigFile::read`], which checks every key) and
+/// sets its values as the defaults of `command`'s arguments.
 pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues), ConfigError> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new("config", &shown, format!("cannot read it: {e}")))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| ConfigError::new("config", &shown, format!("not valid TOML: {e}")))?;
-
-    // Which subcommand (path) gets which values.
+    let file = ConfigFile::read(path)?;
     let leaves = leaf_commands(&command);
-    let mut wanted: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    // Which subcommand (path) gets which values: the top level's for every command that has
+    // the setting, a section's for its commands, which win.
     let mut global: BTreeMap<String, String> = BTreeMap::new();
-    for (key, value) in &table {
-        match (key.as_str(), value) {
-            ("librdkafka", toml::Value::Table(options)) => {
-                let mut pairs = Vec::new();
-                for (k, v) in options {
-                    pairs.push(format!(
-                        "{k}={}",
-                        scalar(&shown, &format!("librdkafka.{k}"), v)?
-                    ));
-                }
-                global.insert("kafka_options".into(), pairs.join(","));
+    let mut wanted: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    if !file.librdkafka().is_empty() {
+        let pairs: Vec<String> = file
+            .librdkafka()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        global.insert("kafka_options".into(), pairs.join(","));
+    }
+    for setting in file.settings() {
+        match &setting.section {
+            None => {
+                global.insert(setting.key.clone(), setting.text.clone());
             }
-            (section, toml::Value::Table(values)) if SECTIONS.contains(&section) => {
-                for (k, v) in values {
-                    let text = scalar(&shown, &format!("{section}.{k}"), v)?;
-                    for leaf in leaves
-                        .iter()
-                        .filter(|l| l.split(' ').next() == Some(section))
-                    {
-                        wanted
-                            .entry(leaf.clone())
-                            .or_default()
-                            .insert(k.clone(), text.clone());
-                    }
-                    if !leaves
-                        .iter()
-                        .filter(|l| l.split(' ').next() == Some(section))
-                        .any(|l| has_arg(&command, l, k))
-                    {
-                        return Err(ConfigError::new(
-                            &format!("{section}.{k}"),
-                            &shown,
-                            format!("`kafka-dlq {section}` has no setting `{k}`"),
-                        ));
-                    }
+            Some(section) => {
+                for leaf in leaves
+                    .iter()
+                    .filter(|l| l.split(' ').next() == Some(section.as_str()))
+                {
+                    wanted
+                        .entry(leaf.clone())
+                        .or_default()
+                        .insert(setting.key.clone(), setting.text.clone());
                 }
-            }
-            (_, toml::Value::Table(_)) => {
-                return Err(ConfigError::new(
-                    key,
-                    &shown,
-                    "unknown section; expected [run], [monitor], [dlq] or [librdkafka]",
-                ))
-            }
-            (_, v) => {
-                let text = scalar(&shown, key, v)?;
-                if !leaves.iter().any(|l| has_arg(&command, l, key)) && !root_has(&command, key) {
-                    return Err(ConfigError::new(
-                        key,
-                        &shown,
-                        "no subcommand has this setting",
-                    ));
-                }
-                global.insert(key.clone(), text);
             }
         }
     }
@@ -161,27 +124,6 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
         applied.insert(leaf.clone(), values);
     }
     Ok((command, applied))
-}
-
-fn scalar(file: &str, key: &str, value: &toml::Value) -> Result<String, ConfigError> {
-    Ok(match value {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::Boolean(b) => b.to_string(),
-        toml::Value::Array(items) => items
-            .iter()
-            .map(|i| scalar(file, key, i))
-            .collect::<Result<Vec<_>, _>>()?
-            .join(","),
-        other => {
-            return Err(ConfigError::new(
-                key,
-                other.type_str(),
-                format!("in {file}: expected a string, number, boolean or list"),
-            ))
-        }
-    })
 }
 
 /// Paths of the subcommands that take settings: `run`, `monitor`, `dlq list`, ….
@@ -305,5 +247,68 @@ pub fn print_effective(
             raw.join(",")
         };
         println!("{id} = {shown}    # {source}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use clap::CommandFactory;
+    use kafka_dlq::config::{COMMAND_SETTINGS, OTHER_SETTINGS};
+    use kafka_dlq::ConsumerConfig;
+
+    use super::*;
+
+    /// The settings (argument ids) of the commands at `paths`, as the command line has them.
+    fn ids(command: &Command, paths: &[String]) -> BTreeSet<String> {
+        paths
+            .iter()
+            .flat_map(|p| find(command, p).unwrap().get_arguments())
+            .filter(|a| !a.is_positional() && !NOT_SETTINGS.contains(&a.get_id().as_str()))
+            .map(|a| a.get_id().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_librarys_table_of_settings_is_the_command_lines() {
+        let command = super::super::Cli::command();
+        let leaves = leaf_commands(&command);
+        let keys: BTreeSet<String> = ConsumerConfig::KEYS.iter().map(|k| k.to_string()).collect();
+        for (section, listed) in COMMAND_SETTINGS {
+            let of_section: Vec<String> = leaves
+                .iter()
+                .filter(|l| l.split(' ').next() == Some(section))
+                .cloned()
+                .collect();
+            let mut flags = ids(&command, &of_section);
+            let listed: BTreeSet<String> = listed.iter().map(|k| k.to_string()).collect();
+            if *section == "run" {
+                flags.retain(|id| !keys.contains(id));
+                assert!(listed.is_disjoint(&keys), "[run] lists consumer settings");
+            }
+            assert_eq!(
+                flags, listed,
+                "[{section}]: the command line's flags, the library's table"
+            );
+        }
+        let mut others = ids(&command, &["demo".to_string()]);
+        others.extend(
+            command
+                .get_arguments()
+                .filter(|a| !NOT_SETTINGS.contains(&a.get_id().as_str()))
+                .map(|a| a.get_id().to_string()),
+        );
+        others.retain(|id| {
+            !keys.contains(id)
+                && !COMMAND_SETTINGS
+                    .iter()
+                    .any(|(_, l)| l.contains(&id.as_str()))
+        });
+        let listed: BTreeSet<String> = OTHER_SETTINGS.iter().map(|k| k.to_string()).collect();
+        assert_eq!(
+            others, listed,
+            "top-level settings of the commands without a section"
+        );
     }
 }

@@ -1,74 +1,287 @@
-//! The configuration file for the library: [`ConsumerConfig::from_file`] reads the TOML file
-//! that `kafka-dlq --config` reads.
+//! The configuration file: one TOML file, read by one reader, [`ConfigFile::read`], for the
+//! library ([`ConsumerConfig::from_file`]) and for every command of `kafka-dlq --config`.
+//!
+//! Top-level keys are settings of every command that has them (`brokers`); a `[run]`,
+//! `[monitor]` or `[dlq]` table holds settings of that command only; `[librdkafka]` holds raw
+//! librdkafka properties for every Kafka client. A key that no command there has, a table
+//! that is no section, or a value that is not a string, number, boolean or list of them is an
+//! error naming the file and the key: a misspelt `max_retires = 5` is never lost.
+
+use std::path::Path;
 
 use super::{ConfigError, ConsumerConfig};
+use crate::kafka::ClientOptions;
 
-impl ConsumerConfig {
-    /// Loads and validates the settings in the TOML file that `kafka-dlq --config` reads (see
-    /// `docs/operating.md`): the top-level keys that are consumer settings ([`ConsumerConfig::KEYS`]),
-    /// then those of `[run]`, which win, and `[librdkafka]` as raw options. The file's other
-    /// keys and tables (the sidecar's, `[monitor]`, `[dlq]`) belong to the command line and are
-    /// left alone. An unreadable file, a value of the wrong type or a bad value is a
-    /// [`ConfigError`] naming the setting (`config` for the file itself).
-    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<ConsumerConfig, ConfigError> {
-        let path = path.as_ref();
-        let shown = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConfigError::new("config", &shown, e))?;
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::new("config", &shown, e.message()))?;
-        let mut settings = toml::Table::new();
-        let mut take = |from: &toml::Table| {
-            for (key, value) in from {
-                if Self::KEYS.contains(&key.as_str()) && key != "librdkafka" && !value.is_table() {
-                    settings.insert(key.clone(), value.clone());
+/// The settings of `kafka-dlq`'s commands that are not the consumer's ([`ConsumerConfig::KEYS`]),
+/// by the section that may hold them; top-level keys may be any of them. (The command line's
+/// own test checks this table against its flags.)
+pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
+    (
+        "run",
+        &[
+            "target_url",
+            "request_timeout_ms",
+            "content_type",
+            "kafka_options",
+            "metrics_addr",
+            "otlp_endpoint",
+            "monitor",
+            "slack_webhook_url",
+            "slack_webhook_url_file",
+            "slack_token",
+            "slack_token_file",
+            "slack_channel",
+            "slack_api_url",
+            "window_ms",
+            "min_interval_ms",
+            "check_interval_ms",
+            "monitor_group_id",
+            "include_payloads",
+            "runbook_url",
+            "topic_link",
+        ],
+    ),
+    (
+        "monitor",
+        &[
+            "brokers",
+            "dlq_topics",
+            "slack_webhook_url",
+            "slack_webhook_url_file",
+            "slack_token",
+            "slack_token_file",
+            "slack_channel",
+            "slack_api_url",
+            "window_ms",
+            "min_interval_ms",
+            "check_interval_ms",
+            "monitor_group_id",
+            "include_payloads",
+            "runbook_url",
+            "topic_link",
+        ],
+    ),
+    (
+        "dlq",
+        &[
+            "brokers",
+            "dlq_topic",
+            "kafka_options",
+            "source_topic",
+            "kind",
+            "since",
+            "until",
+            "id",
+            "json",
+            "limit",
+            "to",
+            "dry_run",
+            "rate",
+            "max_replays",
+        ],
+    ),
+];
+
+/// Top-level settings of the commands without a section: `log_format` of every command,
+/// `events` of `kafka-dlq demo` (its `brokers` and `json` are other commands' too).
+pub const OTHER_SETTINGS: &[&str] = &["log_format", "events"];
+
+/// One setting of a config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSetting {
+    /// `None` at the top level, else the section: `run`, `monitor` or `dlq`.
+    pub section: Option<String>,
+    /// The key, as written.
+    pub key: String,
+    /// The value as a flag would take it: a list joined with commas.
+    pub text: String,
+    value: toml::Value,
+}
+
+/// A config file, read and checked: see the module docs.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    path: String,
+    settings: Vec<FileSetting>,
+    librdkafka: ClientOptions,
+}
+
+impl ConfigFile {
+    /// Reads and checks the file at `path`. Errors name the file as the value and the setting
+    /// as the key (`run.max_retires`, or `config` for the file itself).
+    pub fn read(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
+        let path = path.as_ref().display().to_string();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::new("config", &path, format!("cannot read it: {e}")))?;
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            ConfigError::new("config", &path, format!("not valid TOML: {}", e.message()))
+        })?;
+        let mut file = ConfigFile {
+            path,
+            settings: Vec::new(),
+            librdkafka: ClientOptions::new(),
+        };
+        for (key, value) in table {
+            match (key.as_str(), value) {
+                ("librdkafka", toml::Value::Table(options)) => {
+                    for (k, v) in options {
+                        let text = file.text(&format!("librdkafka.{k}"), &v)?;
+                        file.librdkafka.insert(k, text);
+                    }
+                }
+                (section, toml::Value::Table(values)) if section_keys(section).is_some() => {
+                    for (k, v) in values {
+                        if !is_setting_of(section, &k) {
+                            return Err(ConfigError::new(
+                                &format!("{section}.{k}"),
+                                &file.path,
+                                format!("`kafka-dlq {section}` has no setting `{k}`"),
+                            ));
+                        }
+                        file.push(Some(section), k, v)?;
+                    }
+                }
+                (_, toml::Value::Table(_)) => {
+                    return Err(ConfigError::new(
+                        &key,
+                        &file.path,
+                        "unknown section; expected [run], [monitor], [dlq] or [librdkafka]",
+                    ))
+                }
+                (_, value) => {
+                    let known = ConsumerConfig::KEYS.contains(&key.as_str())
+                        || OTHER_SETTINGS.contains(&key.as_str())
+                        || COMMAND_SETTINGS
+                            .iter()
+                            .any(|(_, keys)| keys.contains(&key.as_str()));
+                    if !known || key == "librdkafka" {
+                        return Err(ConfigError::new(
+                            &key,
+                            &file.path,
+                            "no command has this setting",
+                        ));
+                    }
+                    file.push(None, key, value)?;
                 }
             }
+        }
+        Ok(file)
+    }
+
+    /// The file's path, as errors show it.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Every setting, top-level and in sections, in the file's order of keys.
+    pub fn settings(&self) -> &[FileSetting] {
+        &self.settings
+    }
+
+    /// The `[librdkafka]` table.
+    pub fn librdkafka(&self) -> &ClientOptions {
+        &self.librdkafka
+    }
+
+    fn push(
+        &mut self,
+        section: Option<&str>,
+        key: String,
+        value: toml::Value,
+    ) -> Result<(), ConfigError> {
+        let shown = match section {
+            Some(s) => format!("{s}.{key}"),
+            None => key.clone(),
         };
-        take(&table);
-        if let Some(toml::Value::Table(run)) = table.get("run") {
-            take(run);
-        }
-        if let Some(toml::Value::Table(options)) = table.get("librdkafka") {
-            let mut raw = toml::Table::new();
-            for (key, value) in options {
-                let text = match value {
-                    toml::Value::String(s) => s.clone(),
-                    other => scalar(other),
-                };
-                raw.insert(key.clone(), toml::Value::String(text));
-            }
-            settings.insert("librdkafka".into(), toml::Value::Table(raw));
-        }
-        let mut config = ConsumerConfig::default();
-        for (key, value) in settings {
-            let one = toml::Table::from_iter([(key.clone(), value.clone())]);
+        let text = self.text(&shown, &value)?;
+        self.settings.push(FileSetting {
+            section: section.map(str::to_string),
+            key,
+            text,
+            value,
+        });
+        Ok(())
+    }
+
+    /// A value as a flag would take it.
+    fn text(&self, key: &str, value: &toml::Value) -> Result<String, ConfigError> {
+        Ok(match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|item| match item {
+                    toml::Value::Table(_) | toml::Value::Array(_) => Err(()),
+                    other => self.text(key, other).map_err(|_| ()),
+                })
+                .collect::<Result<Vec<_>, ()>>()
+                .map_err(|()| self.not_a_value(key, value))?
+                .join(","),
+            other => return Err(self.not_a_value(key, other)),
+        })
+    }
+
+    fn not_a_value(&self, key: &str, value: &toml::Value) -> ConfigError {
+        ConfigError::new(
+            key,
+            &self.path,
+            format!(
+                "expected a string, number, boolean or list of them, got {}",
+                value.type_str()
+            ),
+        )
+    }
+}
+
+/// The settings a section may hold, beyond the consumer's for `run`.
+fn section_keys(section: &str) -> Option<&'static [&'static str]> {
+    COMMAND_SETTINGS
+        .iter()
+        .find(|(name, _)| *name == section)
+        .map(|(_, keys)| *keys)
+}
+
+fn is_setting_of(section: &str, key: &str) -> bool {
+    let consumer = section == "run" && ConsumerConfig::KEYS.contains(&key) && key != "librdkafka";
+    consumer || section_keys(section).is_some_and(|keys| keys.contains(&key))
+}
+
+impl ConsumerConfig {
+    /// Loads and validates the consumer's settings from the file that `kafka-dlq --config`
+    /// reads ([`ConfigFile::read`], which rejects a key no command has): its top-level keys
+    /// that are consumer settings ([`ConsumerConfig::KEYS`]), then those of `[run]`, which win,
+    /// and `[librdkafka]` as the raw options. The other commands' settings are left to them.
+    /// A value of the wrong type or a bad value is a [`ConfigError`] naming the setting.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<ConsumerConfig, ConfigError> {
+        let file = ConfigFile::read(path)?;
+        let mut config = ConsumerConfig {
+            librdkafka: file.librdkafka().clone(),
+            ..ConsumerConfig::default()
+        };
+        let consumer = |s: &&FileSetting| ConsumerConfig::KEYS.contains(&s.key.as_str());
+        let top = file.settings().iter().filter(|s| s.section.is_none());
+        let run = file
+            .settings()
+            .iter()
+            .filter(|s| s.section.as_deref() == Some("run"));
+        for setting in top.chain(run).filter(consumer) {
+            let one = toml::Table::from_iter([(setting.key.clone(), setting.value.clone())]);
             let parsed: ConsumerConfig =
                 toml::Value::Table(one)
                     .try_into()
                     .map_err(|e: toml::de::Error| {
                         ConfigError::new(
-                            &key,
-                            scalar(&value),
-                            format!("in {shown}: {}", e.message()),
+                            &setting.key,
+                            &setting.text,
+                            format!("in {}: {}", file.path(), e.message()),
                         )
                     })?;
-            config.set_from(&key, parsed);
+            config.set_from(&setting.key, parsed);
         }
         config.validate()?;
         Ok(config)
-    }
-}
-
-/// A TOML value as text, for raw options and error messages.
-fn scalar(value: &toml::Value) -> String {
-    match value {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::Boolean(b) => b.to_string(),
-        other => format!("<{}>", other.type_str()),
     }
 }
 
@@ -155,5 +368,64 @@ slack_webhook_url = "https://hooks.slack.com/services/x"
             .unwrap_err()
             .to_string();
         assert!(error.contains("config"), "{error}");
+    }
+
+    #[test]
+    fn a_misspelt_key_is_an_error_naming_it_and_the_file() {
+        for (text, key, reason) in [
+            (
+                "max_retires = 5\n",
+                "max_retires",
+                "no command has this setting",
+            ),
+            (
+                "[run]\nmax_retires = 5\n",
+                "run.max_retires",
+                "`kafka-dlq run` has no setting `max_retires`",
+            ),
+            (
+                "[monitor]\nmax_retries = 5\n",
+                "monitor.max_retries",
+                "`kafka-dlq monitor` has no setting `max_retries`",
+            ),
+            ("[replay]\nrate = 5\n", "replay", "unknown section"),
+            (
+                "librdkafka = \"x\"\n",
+                "librdkafka",
+                "no command has this setting",
+            ),
+            (
+                "[run]\ntopics = [[\"a\"]]\n",
+                "run.topics",
+                "expected a string, number, boolean or list",
+            ),
+        ] {
+            let file = write(&format!(
+                "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n{text}"
+            ));
+            let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+            assert_eq!(error.key, key, "{text}: {error}");
+            assert_eq!(error.value, file.path().display().to_string(), "{text}");
+            assert!(error.reason.contains(reason), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_other_commands_settings_are_read_and_left_to_them() {
+        let file = write(
+            "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nlog_format = \"json\"\n\
+             [run]\ntarget_url = \"http://localhost:8080\"\nbackoff_max_ms = 2000\n\
+             [monitor]\ndlq_topics = [\"a-dlt\", \"b-dlt\"]\n[dlq]\nrate = 10\n",
+        );
+        let config = ConsumerConfig::from_file(file.path()).unwrap();
+        assert_eq!(config.backoff_max, std::time::Duration::from_secs(2));
+        let read = ConfigFile::read(file.path()).unwrap();
+        let dlq_topics = read
+            .settings()
+            .iter()
+            .find(|s| s.key == "dlq_topics")
+            .unwrap();
+        assert_eq!(dlq_topics.section.as_deref(), Some("monitor"));
+        assert_eq!(dlq_topics.text, "a-dlt,b-dlt");
     }
 }

@@ -20,6 +20,7 @@ mod raw_options;
 mod settings;
 mod validate;
 use crate::dlq::DlqTopic;
+pub use file::{ConfigFile, FileSetting, COMMAND_SETTINGS, OTHER_SETTINGS};
 pub use raw_options::refuse_raw_option;
 pub use settings::ConsumerConfig;
 #[cfg(feature = "cli")]
@@ -189,7 +190,7 @@ impl ConsumerConfig {
 
     /// The outage breaker's policy; `None` when `breaker_failure_ratio` is 0.
     pub fn breaker(&self) -> Option<crate::breaker::BreakerPolicy> {
-        (self.breaker_failure_ratio > 0.0).then(|| crate::breaker::BreakerPolicy {
+        (self.breaker_failure_ratio > 0.0).then_some(crate::breaker::BreakerPolicy {
             window: self.breaker_window,
             min_calls: self.breaker_min_calls,
             failure_ratio: self.breaker_failure_ratio,
