@@ -78,8 +78,7 @@ fn spawn_sidecar(
     url: &str,
     protocol: &str,
 ) -> tokio::process::Child {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
-    command.arg("run");
+    let mut command = sidecar_command(brokers, group, topic, url);
     if protocol == "classic" {
         command
             .args([
@@ -90,16 +89,6 @@ fn spawn_sidecar(
     }
     command
         .args([
-            "--brokers",
-            brokers,
-            "--group-id",
-            group,
-            "--topics",
-            topic,
-            "--target-url",
-            url,
-        ])
-        .args([
             "--max-retries",
             "3",
             "--retry-topic-delays",
@@ -109,16 +98,10 @@ fn spawn_sidecar(
             "--backoff-max-ms",
             "50",
         ])
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--group-protocol",
-            protocol,
-        ])
+        .args(["--group-protocol", protocol])
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::from(sidecar_log()))
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }
@@ -185,12 +168,10 @@ async fn chaos(protocol: &str) {
     .await;
 
     let target = Target::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
     let app = Router::new()
         .route("/", post(answer))
         .with_state(target.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{}/", serve_on_loopback(app).await);
 
     let mut rng = fastrand::Rng::with_seed(42);
     let spawn = || spawn_sidecar(&brokers, &group, &topic, &url, protocol);
@@ -274,7 +255,6 @@ async fn chaos(protocol: &str) {
     for member in &mut members {
         let _ = tokio::time::timeout(Duration::from_secs(30), member.wait()).await;
     }
-    server.abort();
 
     let handled = target.handled.lock().unwrap().clone();
     let dlq: Vec<String> = read_all(&brokers, &format!("{topic}-dlt"))

@@ -128,14 +128,12 @@ fn texts_in(value: &serde_json::Value, out: &mut String) {
 
 async fn fake_slack() -> (Slack, String) {
     let slack = Slack::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let app = Router::new()
         .route("/api/chat.postMessage", post(answer))
         .route("/api/chat.update", post(answer))
         .route("/hooks/T1/B1/secret", post(answer))
         .with_state(slack.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = serve_on_loopback(app).await;
     (slack, format!("http://{addr}"))
 }
 

@@ -350,25 +350,11 @@ fn sidecar(
 ) -> tokio::process::Child {
     let log = std::env::temp_dir().join(format!("{}.log", unique("tier-sidecar")));
     eprintln!("sidecar log: {}", log.display());
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
+    let mut command = sidecar_command(brokers, group, topic, url);
     command
-        .args([
-            "run",
-            "--brokers",
-            brokers,
-            "--group-id",
-            group,
-            "--topics",
-            topic,
-        ])
-        .args(["--target-url", url, "--group-protocol", protocol])
+        .args(["--group-protocol", protocol])
         .args(["--retry-topic-delays", "5000", "--max-retries", "0"])
-        .args([
-            "--breaker-failure-ratio",
-            "0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
+        .args(["--breaker-failure-ratio", "0"])
         // No periodic commit: the only commits are at rebalance and shutdown, so a kill
         // always falls between the retry-topic write and the commit.
         .args(["--kafka-option", "auto.commit.interval.ms=3600000"]);
@@ -383,7 +369,6 @@ fn sidecar(
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }
@@ -400,12 +385,10 @@ async fn a_crash_between_the_retry_topic_write_and_the_commit_loses_nothing() {
         produce(&brokers, &topic, vec![Out::new(0, "down")]).await;
         let downstream = Downstream::default();
         *downstream.broken.lock().unwrap() = true;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
         let app = Router::new()
             .route("/", post(answer))
             .with_state(downstream.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let url = format!("http://{}/", serve_on_loopback(app).await);
 
         let mut first = sidecar(&brokers, &group, &topic, &url, protocol);
         assert!(

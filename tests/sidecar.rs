@@ -52,12 +52,10 @@ async fn answer(State(target): State<Target>, headers: HeaderMap, body: Bytes) -
 }
 
 async fn serve(target: Target) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let app = Router::new()
         .route("/events", post(answer))
         .with_state(target);
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = serve_on_loopback(app).await;
     format!("http://{addr}/events")
 }
 
@@ -289,35 +287,15 @@ async fn run_in_batch_mode_posts_json_arrays_and_isolates_the_bad_record() {
     )
     .await;
     let target = Target::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/batch", listener.local_addr().unwrap());
     let app = Router::new()
         .route("/batch", post(answer_batch))
         .with_state(target.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{}/batch", serve_on_loopback(app).await);
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .arg("run")
-        .args([
-            "--brokers",
-            &brokers,
-            "--group-id",
-            &group,
-            "--topics",
-            &topic,
-        ])
-        .args([
-            "--target-url",
-            &url,
-            "--batch-size",
-            "10",
-            "--batch-linger-ms",
-            "1000",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args(["--batch-size", "10", "--batch-linger-ms", "1000"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     assert!(
@@ -413,8 +391,6 @@ async fn a_redirect_is_never_a_delivery() {
     .await;
     let target = Target::default();
     let elsewhere = Arc::new(Mutex::new(Vec::<String>::new()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let seen = elsewhere.clone();
     let app = Router::new()
         .route("/events", post(redirect))
@@ -429,7 +405,7 @@ async fn a_redirect_is_never_a_delivery() {
             }),
         )
         .with_state(target.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = serve_on_loopback(app).await;
 
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
         .args(["run", "--group-id", &group, "--topics", &topic])
@@ -578,17 +554,8 @@ async fn answer_lambda(
 
 /// `kafka-dlq run` in batch mode: batches of 10 (1 s linger), 2 retries 10–50 ms apart.
 fn batch_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .arg("run")
-        .args(["--brokers", brokers, "--group-id", group, "--topics", topic])
-        .args([
-            "--target-url",
-            url,
-            "--batch-size",
-            "10",
-            "--batch-linger-ms",
-            "1000",
-        ])
+    sidecar_command(brokers, group, topic, url)
+        .args(["--batch-size", "10", "--batch-linger-ms", "1000"])
         .args([
             "--max-retries",
             "2",
@@ -597,10 +564,8 @@ fn batch_sidecar(brokers: &str, group: &str, topic: &str, url: &str) -> tokio::p
             "--backoff-max-ms",
             "50",
         ])
-        .args(["--metrics-addr", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
 }
@@ -627,12 +592,10 @@ async fn run_in_batch_mode_takes_lambdas_partial_batch_response() {
     )
     .await;
     let target = Target::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/lambda", listener.local_addr().unwrap());
     let app = Router::new()
         .route("/lambda", post(answer_lambda))
         .with_state(target.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{}/lambda", serve_on_loopback(app).await);
 
     let mut child = batch_sidecar(&brokers, &group, &topic, &url);
     assert!(
@@ -748,12 +711,10 @@ async fn run_scripted(
         answers: Arc::new(answers),
         calls: Arc::default(),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/batch", listener.local_addr().unwrap());
     let app = Router::new()
         .route("/batch", post(answer_scripted))
         .with_state(target.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{}/batch", serve_on_loopback(app).await);
     let mut child = batch_sidecar(&brokers, &group, &topic, &url);
     let all = n as i64;
     assert!(
@@ -847,27 +808,11 @@ async fn a_password_in_the_target_url_appears_nowhere() {
     assert!(!err.contains(SECRET), "{err}");
 
     let log_path = std::env::temp_dir().join(format!("{group}.log"));
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .arg("run")
-        .args([
-            "--brokers",
-            &brokers,
-            "--group-id",
-            &group,
-            "--topics",
-            &topic,
-        ])
-        .args(["--target-url", &url, "--max-retries", "0"])
-        .args([
-            "--breaker-failure-ratio",
-            "0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args(["--max-retries", "0", "--breaker-failure-ratio", "0"])
         .env("RUST_LOG", "debug")
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     assert!(
@@ -994,23 +939,12 @@ async fn a_missing_dead_letter_topic_is_created_like_its_source_or_refused_by_na
     let brokers = brokers();
     let url = serve(Target::default()).await;
     let run = |topic: &str, group: &str, create: &str, stderr: Stdio| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
-        command
-            .arg("run")
-            .args([
-                "--brokers",
-                &brokers,
-                "--group-id",
-                group,
-                "--topics",
-                topic,
-            ])
-            .args(["--target-url", &url, "--metrics-addr", "127.0.0.1:0"])
+        sidecar_command(&brokers, group, topic, &url)
             .args(["--create-dlq-topics", create])
             .stdout(Stdio::null())
             .stderr(stderr)
-            .kill_on_drop(true);
-        command.spawn().unwrap()
+            .spawn()
+            .unwrap()
     };
 
     // Off: the consumer refuses to start, naming the topic, in one line.

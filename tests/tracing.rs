@@ -107,8 +107,6 @@ async fn run_exports_the_handler_span_over_otlp_http() {
     type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
     let received: Received = Arc::default();
     let seen = received.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}/v1/traces", listener.local_addr().unwrap());
     let app = axum::Router::new().route(
         "/v1/traces",
         post(move |headers: HeaderMap, body: Bytes| {
@@ -124,11 +122,9 @@ async fn run_exports_the_handler_span_over_otlp_http() {
             }
         }),
     );
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target_url = format!("http://{}/events", target.local_addr().unwrap());
+    let endpoint = format!("http://{}/v1/traces", serve_on_loopback(app).await);
     let target_app = axum::Router::new().route("/events", post(|| async { "ok" }));
-    tokio::spawn(async move { axum::serve(target, target_app).await.unwrap() });
+    let target_url = format!("http://{}/events", serve_on_loopback(target_app).await);
 
     let brokers = brokers();
     let topic = unique("otlp");
@@ -136,21 +132,10 @@ async fn run_exports_the_handler_span_over_otlp_http() {
     create_topic(&brokers, &topic, 1).await;
     create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
     produce(&brokers, &topic, vec![traced(0, "ok-1")]).await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .arg("run")
-        .args([
-            "--brokers",
-            &brokers,
-            "--group-id",
-            &group,
-            "--topics",
-            &topic,
-        ])
-        .args(["--target-url", &target_url, "--metrics-addr", "127.0.0.1:0"])
+    let mut child = sidecar_command(&brokers, &group, &topic, &target_url)
         .args(["--otlp-endpoint", &endpoint])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     assert!(

@@ -55,6 +55,31 @@ pub fn brokers() -> String {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Serves `app` on a free loopback port until the test's runtime ends; returns its address.
+pub async fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// `kafka-dlq run`, the sidecar, consuming `topic` in `group` from `brokers` and delivering
+/// to `url`, its metrics on a free port, killed when its child is dropped; add flags, spawn.
+pub fn sidecar_command(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    url: &str,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"));
+    command
+        .arg("run")
+        .args(["--brokers", brokers, "--group-id", group, "--topics", topic])
+        .args(["--target-url", url, "--metrics-addr", "127.0.0.1:0"])
+        .kill_on_drop(true);
+    command
+}
+
 /// Runs the `kafka-dlq` binary with `args`: exit code, stdout, stderr.
 pub fn cli(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
