@@ -28,7 +28,12 @@
 //! ```
 //!
 //! The modules are named after the concepts: [`consumer`], [`handler`], [`record`],
-//! [`failure`], [`backoff`], [`dlq`], [`config`], [`sidecar`].
+//! [`failure`], [`backoff`], [`dlq`], [`dlq_reader`], [`retry_tier`], [`replay`], [`config`].
+//!
+//! By default the crate is this library alone. Features add the application's parts: `sidecar`
+//! (a handler that delivers records over HTTP), `server` (`/metrics` and the health probes),
+//! `monitor` (the DLQ monitor and its Slack alerts), `cli` (the `kafka-dlq` binary: all of
+//! them) and `otel` (OpenTelemetry spans).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -55,7 +55,7 @@
 //! # Shutdown
 //! When the `shutdown` future given to [`Consumer::run`] completes: polling stops, each worker
 //! finishes its handler call in progress (within
-//! [`shutdown_timeout_ms`](ConsumerConfig::shutdown_timeout_ms); past it, the remaining calls
+//! [`shutdown_timeout`](ConsumerConfig::shutdown_timeout); past it, the remaining calls
 //! are dropped), records waiting or in backoff are left for the next run, stored offsets are
 //! committed, and the consumer leaves the group.
 //!

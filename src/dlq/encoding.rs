@@ -24,12 +24,12 @@ pub enum Encoding {
     None,
     /// The envelope did not fit the broker's size limit, so the dead letter's value is the
     /// original value itself, byte for byte, and this envelope (`payload` `null`) is in its
-    /// [`HEADER_ENVELOPE`](super::HEADER_ENVELOPE) header. [`DlqReader`](super::DlqReader)
+    /// [`HEADER_ENVELOPE`](super::HEADER_ENVELOPE) header. [`DlqReader`](crate::dlq_reader::DlqReader)
     /// puts the value back into the envelope, so readers see one of the other encodings.
     Detached,
     /// The record did not fit the broker's size limit even in the detached form, so the dead
     /// letter is a reference: this envelope with no payload and no source headers (the error,
-    /// the coordinates `source.topic`/`partition`/`offset`, the key). [`DlqReader`](super::DlqReader)
+    /// the coordinates `source.topic`/`partition`/`offset`, the key). [`DlqReader`](crate::dlq_reader::DlqReader)
     /// (super::DlqReader) reads the value and headers back from the source topic while it
     /// still retains the record, so `dlq show` and `dlq replay` work the same; once the
     /// source topic's retention has removed it, the value is gone.

@@ -17,7 +17,7 @@
 //!
 //! A dead letter in the reference form (too large for the DLT otherwise) carries all of them
 //! but the stack trace, which repeats the message. The same module reads these headers back
-//! from a dead letter Spring wrote (see [`super::foreign`]).
+//! from a dead letter Spring wrote (see [`crate::dlq_reader::foreign`]).
 
 use crate::failure::DeadLetterKind;
 

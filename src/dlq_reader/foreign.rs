@@ -2,7 +2,7 @@
 //! the monitor treat them like ours:
 //!
 //! - **Spring Kafka** (`DeadLetterPublishingRecoverer`): the original value, key and headers,
-//!   plus `kafka_dlt-*` headers with binary numbers ([`super::spring`]);
+//!   plus `kafka_dlt-*` headers with binary numbers ([`crate::dlq::spring`]);
 //! - **Kafka Connect** (`errors.deadletterqueue.context.headers.enable=true`): the original
 //!   value, key and headers, plus `__connect.errors.*` headers, all text;
 //! - **Kafka share groups** (KIP-1191, Kafka 4.4): the original value and key, and only

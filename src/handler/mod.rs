@@ -43,7 +43,7 @@ pub trait Handler: Send + Sync + 'static {
 
 /// Handles records of one partition in batches (a bulk INSERT, a bulk API call), in offset
 /// order, up to [`batch_size`](crate::ConsumerConfig::batch_size) records gathered for at most
-/// [`batch_linger_ms`](crate::ConsumerConfig::batch_linger_ms).
+/// [`batch_linger`](crate::ConsumerConfig::batch_linger).
 ///
 /// The batch succeeds or fails as a whole. When it fails, the consumer **isolates the poison by
 /// bisection**: it calls the handler again with each half, in order, recursively; every part

@@ -1,4 +1,4 @@
-//! What an alert says (the dead letters behind one are gathered by [`Window`](super::window::Window)).
+//! What an alert says (the dead letters behind one are gathered by the monitor's window).
 
 use std::collections::BTreeMap;
 
