@@ -17,6 +17,7 @@
 //! Imports are the `crate::` and `super::` paths of code (comments, doc links and strings are
 //! not imports; a file's `#[cfg(test)] mod tests` is left out). Within a folder, its files and
 //! sub-folders must not form a cycle either (its `mod.rs` may use its children and they it).
+//! And the library alone (the default features) needs none of the application's dependencies.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -376,4 +377,49 @@ fn the_checker_sees_imports_through_braces_and_super() {
             .map(String::from)
             .to_vec()
     );
+}
+
+#[test]
+fn the_library_alone_depends_on_nothing_of_the_application() {
+    // What a service gets with `kafka-dlq = "…"`: the default features, which must be none,
+    // and no dependency of the command line, HTTP or Slack unless a feature asks for it.
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let section = |name: &str| -> String {
+        let start = manifest.find(&format!("\n[{name}]\n")).unwrap() + name.len() + 4;
+        let end = manifest[start..]
+            .find("\n[")
+            .map_or(manifest.len(), |e| start + e);
+        manifest[start..end].to_string()
+    };
+    let features = section("features");
+    assert!(
+        features.lines().any(|l| l.trim() == "default = []"),
+        "default features must be the library alone:\n{features}"
+    );
+    let dependencies = section("dependencies");
+    for application in [
+        "clap",
+        "axum",
+        "hyper",
+        "hyper-util",
+        "hyper-rustls",
+        "reqwest",
+        "slack-morphism",
+        "mimalloc",
+        "anyhow",
+        "tracing-subscriber",
+        "url",
+    ] {
+        let line = dependencies
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(application))
+            .unwrap_or_else(|| {
+                panic!("`{application}` is not a dependency any more: update this list")
+            });
+        assert!(
+            line.contains("optional = true"),
+            "`{application}` is the application's; the library must not need it: {line}"
+        );
+    }
 }
