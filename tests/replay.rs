@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use common::*;
 use kafka_dlq::dlq::Envelope;
+use kafka_dlq::replay::audit::{
+    history, DEFAULT_AUDIT_TOPIC, HEADER_REPLAYED_AT, HEADER_REPLAYED_BY, HEADER_REPLAYED_FROM,
+    HEADER_REPLAY_RUN,
+};
 use kafka_dlq::replay::{replay, Outcome, ReplayOptions, HEADER_REPLAY_COUNT};
 use kafka_dlq::{DeadLetterKind, Record, RecordHeader};
 use rdkafka::Message;
@@ -309,6 +313,57 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     ids.sort_by_key(|n| n.parse::<u32>().unwrap());
     let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
     assert_eq!(ids, expected, "every record exactly once");
+
+    // Who, when and from where: on every record, and the two runs on the audit topic.
+    let (first_run, second_run) = (first.run.clone().unwrap(), second.run.clone().unwrap());
+    assert_ne!(first_run, second_run);
+    let text = |m: &rdkafka::message::OwnedMessage, name: &str| {
+        String::from_utf8(header(m, name).unwrap_or_else(|| panic!("no {name}"))).unwrap()
+    };
+    let mut from_first = 0;
+    for m in &sent {
+        let run = text(m, HEADER_REPLAY_RUN);
+        assert!(run == first_run || run == second_run, "{run}");
+        from_first += usize::from(run == first_run);
+        assert_eq!(
+            text(m, HEADER_REPLAYED_BY),
+            format!("{}@{}", options.operator, hostname())
+        );
+        let at = text(m, HEADER_REPLAYED_AT);
+        assert!(chrono::DateTime::parse_from_rfc3339(&at).is_ok(), "{at}");
+        assert!(text(m, HEADER_REPLAYED_FROM).starts_with(&format!("{dlq}/")));
+    }
+    assert_eq!(from_first as u64, first.replayed);
+    let runs = history(
+        &brokers,
+        &options.librdkafka,
+        DEFAULT_AUDIT_TOPIC,
+        Some(&dlq),
+    )
+    .unwrap();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(runs[0].run, first_run);
+    assert!(runs[0].interrupted && !runs[1].interrupted);
+    assert_eq!(runs[0].replayed + runs[1].replayed, 20);
+    assert_eq!(
+        (runs[1].to.as_str(), runs[1].operator.as_str()),
+        (target.as_str(), options.operator.as_str())
+    );
+
+    // The same, as an operator reads it.
+    let (code, out, err) = cli(&["dlq", "history", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("interrupted") && out.contains("done") && out.contains("2 run(s)"),
+        "{out}"
+    );
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -804,4 +859,180 @@ async fn replay_prints_a_producer_controlled_id_with_its_control_characters_esca
             "{out:?}"
         );
     }
+}
+
+/// A dead letter of `group` for the record at `partition`/`offset` of `source`, keyed `key`,
+/// failed with `error`.
+fn dead_letter_of(
+    source: &str,
+    group: &str,
+    partition: i32,
+    offset: i64,
+    key: &str,
+    error: &str,
+) -> Out {
+    let record = Record::new(source, partition, offset)
+        .with_key(key)
+        .with_payload(format!("{{\"offset\":{offset}}}"));
+    let envelope = Envelope::new(&record, DeadLetterKind::RetriesExhausted, error, 4, group);
+    Out {
+        partition: 0,
+        key: record.key.clone(),
+        value: Some(envelope.to_vec()),
+        headers: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_replay_select_by_group_partition_offsets_key_and_error_text() {
+    let brokers = brokers();
+    let source = unique("orders");
+    let dlq = unique("shared-dlt");
+    create_topic(&brokers, &source, 3).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // One DLT that two services, billing and shipping, dead-letter into.
+    produce(
+        &brokers,
+        &dlq,
+        vec![
+            dead_letter_of(
+                &source,
+                "billing",
+                0,
+                10,
+                "customer-1",
+                "ledger answered HTTP 503",
+            ),
+            dead_letter_of(
+                &source,
+                "billing",
+                1,
+                20,
+                "customer-2",
+                "ledger answered HTTP 500",
+            ),
+            dead_letter_of(&source, "billing", 1, 30, "customer-3", "card declined"),
+            dead_letter_of(
+                &source,
+                "shipping",
+                1,
+                20,
+                "customer-2",
+                "carrier answered HTTP 503",
+            ),
+            dead_letter_of(&source, "shipping", 2, 40, "customer-4", "no such address"),
+        ],
+    )
+    .await;
+    let ids = |flags: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "dlq",
+            "list",
+            "--brokers",
+            &brokers,
+            "--dlq-topic",
+            &dlq,
+            "--json",
+        ];
+        args.extend_from_slice(flags);
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 0, "{flags:?}: {err}");
+        out.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let e = &v["envelope"];
+                format!(
+                    "{}/{}@{}",
+                    e["source"]["group"].as_str().unwrap(),
+                    e["source"]["partition"],
+                    e["source"]["offset"]
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        ids(&["--group", "billing"]),
+        ["billing/0@10", "billing/1@20", "billing/1@30"]
+    );
+    assert_eq!(
+        ids(&["--group", "shipping", "--source-partition", "2"]),
+        ["shipping/2@40"]
+    );
+    assert_eq!(
+        ids(&["--source-offsets", "15..31", "--group", "billing"]),
+        ["billing/1@20", "billing/1@30"]
+    );
+    assert_eq!(
+        ids(&["--key", "customer-2"]),
+        ["billing/1@20", "shipping/1@20"]
+    );
+    assert_eq!(
+        ids(&["--error-contains", "HTTP 503"]),
+        ["billing/0@10", "shipping/1@20"]
+    );
+    assert_eq!(
+        ids(&["--error-matches", r"HTTP 50[03]$", "--group", "billing"]),
+        ["billing/0@10", "billing/1@20"]
+    );
+
+    // The table says whose each dead letter is.
+    let (_, table, _) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert!(
+        table.contains("GROUP") && table.contains("shipping"),
+        "{table}"
+    );
+
+    // A bad filter names the setting and the value.
+    let (code, _, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--error-matches",
+        "(open",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("error_matches") && err.contains("(open"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--source-offsets",
+        "9..3",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("source_offsets"), "{err}");
+
+    // Replay with the same filter sends exactly those.
+    let (code, out, err) = cli(&[
+        "dlq",
+        "replay",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--group",
+        "billing",
+        "--error-contains",
+        "HTTP",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("replayed 2 of 5 scanned; filtered out 3"),
+        "{out}"
+    );
+    let mut sent: Vec<String> = read_all(&brokers, &source)
+        .iter()
+        .map(|m| String::from_utf8(m.payload().unwrap().to_vec()).unwrap())
+        .collect();
+    sent.sort();
+    assert_eq!(sent, [r#"{"offset":10}"#, r#"{"offset":20}"#]);
 }

@@ -19,12 +19,93 @@ pub struct Filter {
     pub until: Option<DateTime<Utc>>,
     /// The record id.
     pub id: Option<String>,
+    /// The consumer group that dead-lettered it (`source.group`; for a Spring dead letter, its
+    /// `kafka_dlt-original-consumer-group`): the service whose failure it is.
+    pub group: Option<String>,
+    /// The source partition.
+    pub source_partition: Option<i32>,
+    /// Source offsets from `start` (included) to `end` (excluded).
+    pub source_offsets: Option<std::ops::Range<i64>>,
+    /// The record key as the envelope writes it: its text when it is UTF-8, else its base64.
+    pub key: Option<String>,
+    /// The error message.
+    pub error: Option<ErrorText>,
+}
+
+/// What an error message must hold to match.
+#[derive(Debug, Clone)]
+pub enum ErrorText {
+    /// This text, anywhere in it.
+    Contains(String),
+    /// A match of this regular expression (the `regex-lite` syntax: Perl-like, ASCII classes),
+    /// anywhere in it.
+    Matches(regex_lite::Regex),
+}
+
+impl ErrorText {
+    /// A regular expression, or why it is not one.
+    pub fn regex(pattern: &str) -> Result<ErrorText, regex_lite::Error> {
+        regex_lite::Regex::new(pattern).map(ErrorText::Matches)
+    }
+
+    fn matches(&self, message: &str) -> bool {
+        match self {
+            ErrorText::Contains(text) => message.contains(text.as_str()),
+            ErrorText::Matches(regex) => regex.is_match(message),
+        }
+    }
+}
+
+impl PartialEq for ErrorText {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ErrorText::Contains(a), ErrorText::Contains(b)) => a == b,
+            (ErrorText::Matches(a), ErrorText::Matches(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
 }
 
 impl Filter {
     /// No field is set.
     pub fn is_empty(&self) -> bool {
         *self == Filter::default()
+    }
+
+    /// The fields set, as `name=value` pairs joined by `&`, in a fixed order: what tells one
+    /// filter from another (a filtered replay keeps its position under a group named after it).
+    pub fn key(&self) -> String {
+        let mut parts = Vec::new();
+        let mut add = |name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                parts.push(format!("{name}={v}"));
+            }
+        };
+        add("source_topic", self.source_topic.clone());
+        add("kind", self.kind.map(|k| k.as_str().to_string()));
+        add("since", self.since.map(|t| t.to_rfc3339()));
+        add("until", self.until.map(|t| t.to_rfc3339()));
+        add("id", self.id.clone());
+        add("group", self.group.clone());
+        add(
+            "source_partition",
+            self.source_partition.map(|p| p.to_string()),
+        );
+        add(
+            "source_offsets",
+            self.source_offsets
+                .as_ref()
+                .map(|r| format!("{}..{}", r.start, r.end)),
+        );
+        add("key", self.key.clone());
+        add(
+            "error",
+            self.error.as_ref().map(|e| match e {
+                ErrorText::Contains(t) => format!("contains:{t}"),
+                ErrorText::Matches(r) => format!("matches:{}", r.as_str()),
+            }),
+        );
+        parts.join("&")
     }
 
     /// Whether `entry` is meant.
@@ -50,12 +131,35 @@ impl Filter {
         }
         match entry.content.envelope() {
             Some(e) => {
+                let source = &e.source;
                 self.source_topic
                     .as_ref()
-                    .is_none_or(|t| *t == e.source.topic)
+                    .is_none_or(|t| *t == source.topic)
                     && self.kind.is_none_or(|k| k == e.error.kind)
+                    && self.group.as_ref().is_none_or(|g| *g == source.group)
+                    && self.source_partition.is_none_or(|p| p == source.partition)
+                    && self
+                        .source_offsets
+                        .as_ref()
+                        .is_none_or(|r| r.contains(&source.offset))
+                    && self
+                        .key
+                        .as_ref()
+                        .is_none_or(|k| source.key.as_deref() == Some(k.as_str()))
+                    && self
+                        .error
+                        .as_ref()
+                        .is_none_or(|t| t.matches(&e.error.message))
             }
-            None => self.source_topic.is_none() && self.kind.is_none(),
+            None => {
+                self.source_topic.is_none()
+                    && self.kind.is_none()
+                    && self.group.is_none()
+                    && self.source_partition.is_none()
+                    && self.source_offsets.is_none()
+                    && self.key.is_none()
+                    && self.error.is_none()
+            }
         }
     }
 }
@@ -132,5 +236,86 @@ mod tests {
             ..Filter::default()
         }
         .matches(&g));
+    }
+
+    #[test]
+    fn filters_by_group_partition_offsets_key_and_error_text() {
+        let record = Record::new("orders", 3, 120)
+            .with_id("o-9")
+            .with_key("customer-7");
+        let e = DlqEntry {
+            topic: "orders-dlt".into(),
+            partition: 0,
+            offset: 5,
+            timestamp: None,
+            content: DlqContent::Envelope(Box::new(Envelope::new(
+                &record,
+                DeadLetterKind::RetriesExhausted,
+                "ledger answered HTTP 503 after 30 s",
+                4,
+                "billing",
+            ))),
+            unresolved: None,
+        };
+        let yes = |f: Filter| assert!(f.matches(&e), "{f:?}");
+        let no = |f: Filter| assert!(!f.matches(&e), "{f:?}");
+        let f = Filter::default;
+        yes(Filter {
+            group: Some("billing".into()),
+            ..f()
+        });
+        no(Filter {
+            group: Some("shipping".into()),
+            ..f()
+        });
+        yes(Filter {
+            source_partition: Some(3),
+            ..f()
+        });
+        no(Filter {
+            source_partition: Some(0),
+            ..f()
+        });
+        yes(Filter {
+            source_offsets: Some(100..121),
+            ..f()
+        });
+        no(Filter {
+            source_offsets: Some(100..120),
+            ..f()
+        });
+        yes(Filter {
+            key: Some("customer-7".into()),
+            ..f()
+        });
+        no(Filter {
+            key: Some("customer-8".into()),
+            ..f()
+        });
+        yes(Filter {
+            error: Some(ErrorText::Contains("HTTP 503".into())),
+            ..f()
+        });
+        no(Filter {
+            error: Some(ErrorText::Contains("HTTP 500".into())),
+            ..f()
+        });
+        yes(Filter {
+            error: Some(ErrorText::regex(r"HTTP 5\d\d").unwrap()),
+            ..f()
+        });
+        no(Filter {
+            error: Some(ErrorText::regex(r"^HTTP").unwrap()),
+            ..f()
+        });
+        assert!(ErrorText::regex("(unclosed").is_err());
+
+        let both = Filter {
+            group: Some("billing".into()),
+            source_partition: Some(3),
+            ..f()
+        };
+        assert_eq!(both.key(), "group=billing&source_partition=3");
+        assert_eq!(Filter::default().key(), "");
     }
 }

@@ -20,7 +20,7 @@ mod reader;
 mod reference;
 
 pub use content::DlqContent;
-pub use filter::Filter;
+pub use filter::{ErrorText, Filter};
 pub use position::REPLAY_GROUP;
 pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader};
 pub use reference::Unresolved;

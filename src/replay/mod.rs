@@ -50,6 +50,7 @@ use crate::dlq::EnvelopeDecodeError;
 use crate::dlq_reader::{DlqReader, Filter, Unresolved};
 use crate::kafka::LogContext;
 
+pub mod audit;
 mod in_flight;
 mod lock;
 mod report;
@@ -79,6 +80,11 @@ pub struct ReplayOptions {
     pub rate_per_sec: Option<u32>,
     /// The loop guard: a record already replayed this many times is refused. Default 3.
     pub max_replays: u32,
+    /// Who runs it, for the audit (default: the login name, [`audit::operator_name`]).
+    pub operator: String,
+    /// The topic each run that is not a dry run appends its summary to ([`audit`]); `None`
+    /// for none. Default [`audit::DEFAULT_AUDIT_TOPIC`].
+    pub audit_topic: Option<String>,
 }
 
 impl ReplayOptions {
@@ -93,6 +99,8 @@ impl ReplayOptions {
             dry_run: false,
             rate_per_sec: None,
             max_replays: 3,
+            operator: audit::operator_name(),
+            audit_topic: Some(audit::DEFAULT_AUDIT_TOPIC.to_string()),
         }
     }
 
@@ -102,7 +110,7 @@ impl ReplayOptions {
             return crate::dlq_reader::REPLAY_GROUP.to_string();
         }
         // FNV-1a over the filter and destination: the same replay resumes, another starts anew.
-        let key = format!("{:?}|{:?}", self.filter, self.to);
+        let key = format!("{}|{:?}", self.filter.key(), self.to);
         let mut hash: u64 = 0xcbf29ce484222325;
         for b in key.bytes() {
             hash ^= u64::from(b);
@@ -231,6 +239,45 @@ pub async fn replay(
     .await
     .expect("reader task")
     .map_err(read_error)?;
+    let started = audit::Started::now();
+    let result = send_all(options, &mut reader, &mut progress, cancel, &started).await;
+    if options.dry_run {
+        return result;
+    }
+    let Some(audit_topic) = &options.audit_topic else {
+        return result;
+    };
+    let run = audit::ReplayRun::of(
+        &started,
+        options,
+        result.as_ref().map_err(|e| crate::failure::error_chain(e)),
+    );
+    let appended = audit::append(&options.brokers, &options.librdkafka, audit_topic, &run).await;
+    if let Err(e) = &appended {
+        tracing::warn!(event = "replay_audit_failed", topic = %audit_topic, error = %e,
+            run = %run.run, "the run's summary is not on the audit topic");
+    }
+    result.map(|mut report| {
+        report.run = Some(run.run.clone());
+        report.audit_error = appended
+            .err()
+            .map(|e| format!("audit topic `{audit_topic}`: {e}"));
+        report
+    })
+}
+
+/// The replay itself, once its reader is open: reads, sends and commits, as [`replay`] says.
+async fn send_all(
+    options: &ReplayOptions,
+    reader: &mut DlqReader,
+    mut progress: impl FnMut(u64, u64, &Outcome),
+    cancel: &CancellationToken,
+    started: &audit::Started,
+) -> Result<ReplayReport, ReplayError> {
+    let read_error = |source| ReplayError::Read {
+        topic: options.dlq_topic.clone(),
+        source,
+    };
     let mut producer_config = ClientConfig::new();
     producer_config
         .set("bootstrap.servers", &options.brokers)
@@ -268,7 +315,7 @@ pub async fn replay(
         let entry = match reader.next_entry().await {
             None => break,
             Some(Err(e)) => {
-                replaying.finish_all(&mut sends, &mut reader).await?;
+                replaying.finish_all(&mut sends, reader).await?;
                 return Err(read_error(e));
             }
             Some(Ok(entry)) => entry,
@@ -283,7 +330,7 @@ pub async fn replay(
                 (Some(envelope), Some(Unresolved::Gone(why))) => {
                     if !options.dry_run {
                         if let Err(source) = reader.lose(entry.partition, entry.offset) {
-                            replaying.finish_all(&mut sends, &mut reader).await?;
+                            replaying.finish_all(&mut sends, reader).await?;
                             return Err(ReplayError::TooManyLost {
                                 topic: options.dlq_topic.clone(),
                                 partition: entry.partition,
@@ -298,7 +345,7 @@ pub async fn replay(
                     }
                 }
                 (Some(envelope), Some(unresolved)) => {
-                    replaying.finish_all(&mut sends, &mut reader).await?;
+                    replaying.finish_all(&mut sends, reader).await?;
                     return Err(ReplayError::Unresolved {
                         id: envelope.id.clone(),
                         topic: options.dlq_topic.clone(),
@@ -318,6 +365,19 @@ pub async fn replay(
                         }
                     }
                     Ok((mut headers, key, payload)) => {
+                        headers.retain(|h| !audit::is_audit_header(&h.key));
+                        let audit = started.headers(
+                            &options.operator,
+                            &options.dlq_topic,
+                            entry.partition,
+                            entry.offset,
+                        );
+                        headers.extend(audit.into_iter().map(|(k, v)| {
+                            crate::record::RecordHeader {
+                                key: k.as_bytes().to_vec(),
+                                value: Some(v.into_bytes()),
+                            }
+                        }));
                         let sent = send_one(
                             options,
                             &producer,
@@ -335,7 +395,7 @@ pub async fn replay(
                                 outcome
                             }
                             Err(e) => {
-                                replaying.finish_all(&mut sends, &mut reader).await?;
+                                replaying.finish_all(&mut sends, reader).await?;
                                 return Err(e);
                             }
                         }
@@ -352,14 +412,14 @@ pub async fn replay(
         });
         // Those acknowledged so far, without waiting for the others, then room for the next.
         while sends.oldest_is_done() || sends.len() > WINDOW {
-            replaying.finish_oldest(&mut sends, &mut reader).await?;
+            replaying.finish_oldest(&mut sends, reader).await?;
         }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
-            replaying.commit(&mut sends, &mut reader)?;
+            replaying.commit(&mut sends, reader)?;
             last_commit = tokio::time::Instant::now();
         }
     }
-    replaying.finish_all(&mut sends, &mut reader).await?;
+    replaying.finish_all(&mut sends, reader).await?;
     if !options.dry_run && !report.interrupted {
         reader.commit_ends().map_err(|source| ReplayError::Commit {
             topic: options.dlq_topic.clone(),

@@ -74,6 +74,12 @@ pub struct ReplayReport {
     pub dry_run: bool,
     /// Stopped before the end; run it again to resume.
     pub interrupted: bool,
+    /// The run's id on the audit topic (see [`super::audit`]); `None` for a dry run or no
+    /// audit topic.
+    pub run: Option<String>,
+    /// Why the run's summary could not be written to the audit topic, when it could not (the
+    /// replay itself stands).
+    pub audit_error: Option<String>,
 }
 
 impl ReplayReport {

@@ -93,7 +93,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     };
     let topic = format!("parcel-events{suffix}");
     let dlq = format!("{topic}-dlt");
-    let topics = [(topic.as_str(), 3), (dlq.as_str(), 1)];
+    let audit = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC;
+    let topics = [(topic.as_str(), 3), (dlq.as_str(), 1), (audit, 1)];
     match &mock {
         None => {
             say(&mut out, &format!("Broker: {brokers}"));
@@ -208,6 +209,18 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             report.replayed, report.scanned
         ),
     );
+    say(
+        &mut out,
+        &format!("$ kafka-dlq dlq history --brokers {brokers} --dlq-topic {dlq}"),
+    );
+    let runs = {
+        let (brokers, dlq) = (brokers.clone(), dlq.clone());
+        tokio::task::spawn_blocking(move || {
+            kafka_dlq::replay::audit::history(&brokers, &Default::default(), audit, Some(&dlq))
+        })
+        .await??
+    };
+    super::dlq::print_history(&runs, &mut out);
     wait_committed(&brokers, &group, &topic).await?;
     stop.cancel();
     running.await??;

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use kafka_dlq::dlq_reader::{DlqEntry, DlqReader, Filter};
+use kafka_dlq::dlq_reader::{DlqEntry, DlqReader, ErrorText, Filter};
 use kafka_dlq::replay::{replay, ReplayOptions};
 use kafka_dlq::{ConfigError, DeadLetterKind};
 
@@ -13,7 +13,7 @@ use super::CliError;
 
 mod view;
 use view::entry_json;
-pub use view::print_table;
+pub use view::{print_history, print_table};
 
 /// `kafka-dlq dlq …`
 #[derive(Debug, Subcommand)]
@@ -24,6 +24,8 @@ pub enum DlqCommand {
     Show(ShowArgs),
     /// Send dead letters back to their source topic (or --to), resumably.
     Replay(ReplayArgs),
+    /// List the replay runs on the audit topic: who, when, from where, what, how it ended.
+    History(HistoryArgs),
 }
 
 /// Where the DLQ is.
@@ -77,6 +79,46 @@ pub struct FilterArgs {
     /// Only the dead letter with this record id.
     #[arg(long)]
     id: Option<String>,
+    /// Only dead letters of this consumer group: the service that gave up on them.
+    #[arg(long)]
+    group: Option<String>,
+    /// Only dead letters from this source partition.
+    #[arg(long)]
+    source_partition: Option<i32>,
+    /// Only dead letters from these source offsets: `FROM..TO` (TO excluded), `FROM..` or `..TO`.
+    #[arg(long, value_name = "FROM..TO")]
+    source_offsets: Option<String>,
+    /// Only dead letters with this key (its text; a key that is not UTF-8 as its base64).
+    #[arg(long)]
+    key: Option<String>,
+    /// Only dead letters whose error message contains this text.
+    #[arg(long, conflicts_with = "error_matches")]
+    error_contains: Option<String>,
+    /// Only dead letters whose error message matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    error_matches: Option<String>,
+}
+
+/// `FROM..TO`, `FROM..` or `..TO` as a range of offsets.
+fn parse_offsets(text: &str) -> Result<std::ops::Range<i64>, ConfigError> {
+    let bad = |why: &str| ConfigError::new("source_offsets", text, why);
+    let (from, to) = text
+        .split_once("..")
+        .ok_or_else(|| bad("expected FROM..TO, FROM.. or ..TO"))?;
+    let number = |n: &str, default: i64| {
+        if n.trim().is_empty() {
+            Ok(default)
+        } else {
+            n.trim()
+                .parse::<i64>()
+                .map_err(|e| bad(&format!("not an offset: {e}")))
+        }
+    };
+    let range = number(from, 0)?..number(to, i64::MAX)?;
+    if range.start >= range.end || range.start < 0 {
+        return Err(bad("expected 0 <= FROM < TO"));
+    }
+    Ok(range)
 }
 
 fn parse_time(key: &str, value: &Option<String>) -> Result<Option<DateTime<Utc>>, ConfigError> {
@@ -117,6 +159,25 @@ impl FilterArgs {
             since: parse_time("since", &self.since)?,
             until: parse_time("until", &self.until)?,
             id: self.id.clone(),
+            group: self.group.clone(),
+            source_partition: self.source_partition,
+            source_offsets: self
+                .source_offsets
+                .as_deref()
+                .map(parse_offsets)
+                .transpose()?,
+            key: self.key.clone(),
+            error: match (&self.error_contains, &self.error_matches) {
+                (Some(text), _) => Some(ErrorText::Contains(text.clone())),
+                (None, Some(pattern)) => Some(ErrorText::regex(pattern).map_err(|e| {
+                    ConfigError::new(
+                        "error_matches",
+                        pattern,
+                        format!("not a regular expression: {e}"),
+                    )
+                })?),
+                (None, None) => None,
+            },
         })
     }
 }
@@ -143,6 +204,10 @@ pub struct ShowArgs {
     source: Source,
     /// The record id (or `<dlq topic>-<partition>-<offset>` for a record that is not an envelope).
     id: String,
+    /// Only the dead letter of this consumer group (when several services dead-lettered
+    /// records with that id into one DLT).
+    #[arg(long)]
+    group: Option<String>,
 }
 
 /// Flags of `dlq replay`.
@@ -167,6 +232,38 @@ pub struct ReplayArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Who runs the replay, for the audit: in each record's `kafka_dlq-replayed-by` and the
+    /// run's summary (default: the login name).
+    #[arg(long, env = "KAFKA_DLQ_OPERATOR")]
+    operator: Option<String>,
+    /// The topic each run appends its summary to (`dlq history` reads it).
+    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
+    audit_topic: String,
+}
+
+/// Flags of `dlq history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// Only the runs that read this dead-letter topic.
+    #[arg(long)]
+    dlq_topic: Option<String>,
+    /// A raw librdkafka property KEY=VALUE (SASL, SSL, …), repeatable.
+    #[arg(
+        long = "kafka-option",
+        value_name = "KEY=VALUE",
+        env = "KAFKA_OPTIONS",
+        value_delimiter = ','
+    )]
+    kafka_options: Vec<String>,
+    /// The audit topic replays write to.
+    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
+    audit_topic: String,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Runs a `dlq` subcommand.
@@ -175,7 +272,34 @@ pub async fn run(command: DlqCommand) -> Result<(), CliError> {
         DlqCommand::List(args) => list(args).await,
         DlqCommand::Show(args) => show(args).await,
         DlqCommand::Replay(args) => replay_command(args).await,
+        DlqCommand::History(args) => history(args).await,
     }
+}
+
+async fn history(args: HistoryArgs) -> Result<(), CliError> {
+    let brokers = args
+        .brokers
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| ConfigError::new("brokers", "", "is required"))?;
+    let options = super::parse_kafka_options(&args.kafka_options)?;
+    let (topic, dlq) = (args.audit_topic.clone(), args.dlq_topic.clone());
+    let runs = tokio::task::spawn_blocking(move || {
+        kafka_dlq::replay::audit::history(&brokers, &options, &topic, dlq.as_deref())
+    })
+    .await
+    .expect("history task")
+    .with_context(|| format!("cannot read the audit topic `{}`", args.audit_topic))
+    .map_err(CliError::Runtime)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for run in &runs {
+            let _ = writeln!(out, "{}", serde_json::to_string(run).expect("JSON"));
+        }
+    } else {
+        view::print_history(&runs, &mut out);
+    }
+    Ok(())
 }
 
 /// Reads the DLQ topic from the log start and hands each entry that `filter` matches to
@@ -249,6 +373,7 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
 async fn show(args: ShowArgs) -> Result<(), CliError> {
     let filter = Filter {
         id: Some(args.id.clone()),
+        group: args.group.clone(),
         ..Filter::default()
     };
     let mut out = std::io::stdout().lock();
@@ -281,8 +406,17 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
         dry_run: args.dry_run,
         rate_per_sec: args.rate,
         max_replays: args.max_replays,
+        audit_topic: Some(args.audit_topic.clone()),
         ..ReplayOptions::new(&args.source.brokers()?, &args.source.dlq_topic)
     };
+    let options = ReplayOptions {
+        operator: args
+            .operator
+            .clone()
+            .unwrap_or_else(|| options.operator.clone()),
+        ..options
+    };
+    let begun = std::time::Instant::now();
     let cancel = tokio_util::sync::CancellationToken::new();
     let stopper = {
         let (cancel, signal) = (cancel.clone(), super::shutdown_signal());
@@ -315,17 +449,7 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
                 }
                 if tty && (last_draw.elapsed().as_millis() >= 200 || done == total) {
                     last_draw = std::time::Instant::now();
-                    let width = 30usize;
-                    let filled = if total == 0 {
-                        width
-                    } else {
-                        (done as usize * width) / total as usize
-                    };
-                    eprint!(
-                        "\r[{}{}] {done}/{total}",
-                        "=".repeat(filled),
-                        " ".repeat(width - filled)
-                    );
+                    eprint!("\r{}", view::progress_line(done, total, begun.elapsed()));
                 }
             },
             &cancel,
@@ -364,6 +488,12 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
                 ""
             }
         );
+        if let Some(run) = &report.run {
+            let _ = writeln!(out, "run {run} on the audit topic `{}`", args.audit_topic);
+        }
+    }
+    if let Some(e) = &report.audit_error {
+        eprintln!("warning: the run's summary was not written: {e}");
     }
     Ok(())
 }

@@ -94,8 +94,8 @@ pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
 pub(super) fn print_header(out: &mut impl Write) {
     let _ = writeln!(
         out,
-        "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} ERROR",
-        "DLQ", "ID", "SOURCE", "KIND", "TRY", "DEAD-LETTERED"
+        "{:<12} {:<28} {:<30} {:<16} {:<17} {:>3} {:<24} ERROR",
+        "DLQ", "ID", "SOURCE", "GROUP", "KIND", "TRY", "DEAD-LETTERED"
     );
 }
 
@@ -110,10 +110,11 @@ pub(super) fn print_row(e: &DlqEntry, out: &mut impl Write) {
             );
             let _ = writeln!(
                 out,
-                "{:<12} {:<28} {:<30} {:<17} {:>3} {:<24} {}",
+                "{:<12} {:<28} {:<30} {:<16} {:<17} {:>3} {:<24} {}",
                 at,
                 cut(&env.id, 28),
                 cut(&source, 30),
+                cut(&env.source.group, 16),
                 env.error.kind.as_str(),
                 env.error.attempts,
                 env.timestamp.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
@@ -141,6 +142,82 @@ pub(super) fn print_count(count: usize, out: &mut impl Write) {
     let _ = writeln!(out, "{count} dead letter(s)");
 }
 
+/// The progress of a replay: a bar, done/total, the rate so far and the time left at it.
+pub(super) fn progress_line(done: u64, total: u64, elapsed: std::time::Duration) -> String {
+    let width = 30usize;
+    let filled = if total == 0 {
+        width
+    } else {
+        ((done.min(total) as usize) * width) / total as usize
+    };
+    let seconds = elapsed.as_secs_f64();
+    let rate = if seconds > 0.0 {
+        done as f64 / seconds
+    } else {
+        0.0
+    };
+    let eta = if done >= total {
+        "done".to_string()
+    } else if rate > 0.0 {
+        format!(
+            "ETA {}",
+            duration_text(((total - done) as f64 / rate).ceil() as u64)
+        )
+    } else {
+        "ETA …".to_string()
+    };
+    format!(
+        "[{}{}] {done}/{total}  {rate:.0}/s  {eta}",
+        "=".repeat(filled),
+        " ".repeat(width - filled)
+    )
+}
+
+/// Seconds as `42 s`, `3 min 20 s` or `2 h 5 min`.
+fn duration_text(seconds: u64) -> String {
+    match seconds {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3600 => format!("{} min {} s", s / 60, s % 60),
+        s => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The replay runs as a table.
+pub fn print_history(runs: &[kafka_dlq::replay::audit::ReplayRun], out: &mut impl Write) {
+    let _ = writeln!(
+        out,
+        "{:<24} {:<20} {:<24} {:<24} {:>9} {:>9} {:<12} FILTER",
+        "STARTED", "BY", "DLQ", "TO", "REPLAYED", "SCANNED", "ENDED"
+    );
+    for r in runs {
+        let ended = match (&r.error, r.interrupted) {
+            (Some(_), _) => "failed",
+            (None, true) => "interrupted",
+            (None, false) => "done",
+        };
+        let _ = writeln!(
+            out,
+            "{:<24} {:<20} {:<24} {:<24} {:>9} {:>9} {:<12} {}",
+            r.started.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+            cut(&format!("{}@{}", r.operator, r.host), 20),
+            cut(&r.dlq_topic, 24),
+            cut(&r.to, 24),
+            r.replayed,
+            r.scanned,
+            ended,
+            if r.filter.is_empty() {
+                "(none)".to_string()
+            } else {
+                cut(&r.filter, 60)
+            },
+        );
+        if let Some(e) = &r.error {
+            let _ = writeln!(out, "    error: {}", cut(e, 100));
+        }
+    }
+    let _ = writeln!(out, "{} run(s)", runs.len());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +237,16 @@ mod tests {
         .unwrap();
         assert_eq!(line, "replayed \\u{1b}[2Jx -> t");
         assert_eq!(outcome_line(&Outcome::FilteredOut, "replayed", 3), None);
+    }
+
+    #[test]
+    fn progress_shows_rate_and_time_left() {
+        let line = progress_line(250, 1000, std::time::Duration::from_secs(5));
+        assert!(line.ends_with("250/1000  50/s  ETA 15 s"), "{line}");
+        let line = progress_line(1000, 1000, std::time::Duration::from_secs(20));
+        assert!(line.ends_with("1000/1000  50/s  done"), "{line}");
+        assert!(progress_line(0, 10, std::time::Duration::ZERO).ends_with("ETA …"));
+        assert_eq!(duration_text(200), "3 min 20 s");
+        assert_eq!(duration_text(7500), "2 h 5 min");
     }
 }
