@@ -83,6 +83,90 @@ async fn run_until(config: ConsumerConfig, handler: Seen, done: impl FnMut() -> 
     text
 }
 
+/// A downstream that accepts everything, counting the calls per value.
+#[derive(Clone, Default)]
+struct Accepts {
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Handler for Accepts {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let value = String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default());
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry(value.into_owned())
+            .or_default() += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_with_tiers_on_one_topic_each_retry_only_their_own_failures() {
+    for protocol in [GroupProtocol::Classic, GroupProtocol::Consumer] {
+        let brokers = brokers();
+        let topic = unique("shared-orders");
+        let (billing, shipping) = (unique("billing"), unique("shipping"));
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        let mut records = vec![Out::new(0, "late")];
+        records.extend((0..10).map(|i| Out::new(0, &format!("ok-{i}"))));
+        produce(&brokers, &topic, records).await;
+        // Billing's downstream fails `late` for 3 s: it goes to the shared retry topics
+        // (`<topic>-retry-0`, `-retry-1`); shipping's accepts everything at once.
+        let config = |group: &str| ConsumerConfig {
+            retry_topic_delays_ms: "1000,2000".parse().unwrap(),
+            max_retries: 0,
+            breaker_failure_ratio: 0.0,
+            group_protocol: protocol,
+            ..test_config(&brokers, group, &topic)
+        };
+        let (billing_calls, shipping_calls) = (Seen::default(), Accepts::default());
+        let b = Running::start(config(&billing), billing_calls.clone());
+        let s = Running::start(config(&shipping), shipping_calls.clone());
+        let (retry0, retry1) = (format!("{topic}-retry-0"), format!("{topic}-retry-1"));
+        let done = eventually(WAIT, || {
+            billing_calls.calls_of("late").len() == 3
+                && committed(&brokers, &billing, &retry1, 1).get(&0) == Some(&1)
+                && committed(&brokers, &shipping, &topic, 1).get(&0) == Some(&11)
+                // Shipping has read past billing's retry records too.
+                && committed(&brokers, &shipping, &retry0, 1).get(&0) == Some(&1)
+                && committed(&brokers, &shipping, &retry1, 1).get(&0) == Some(&1)
+        })
+        .await;
+        b.stop().await;
+        s.stop().await;
+        assert!(done, "{protocol}: the scenario did not finish");
+
+        let late = billing_calls.calls_of("late");
+        let tiers: Vec<Option<u32>> = late
+            .iter()
+            .map(|(r, _)| r.retry.as_ref().map(|r| r.tier))
+            .collect();
+        assert_eq!(
+            tiers,
+            [None, Some(0), Some(1)],
+            "{protocol}: billing retries its own failure"
+        );
+        let shipping_calls = shipping_calls.calls.lock().unwrap().clone();
+        assert_eq!(
+            shipping_calls.get("late"),
+            Some(&1),
+            "{protocol}: shipping handles it once, never billing's retries"
+        );
+        assert_eq!(shipping_calls.len(), 11, "{protocol}: {shipping_calls:?}");
+        assert!(
+            shipping_calls.values().all(|n| *n == 1),
+            "{protocol}: {shipping_calls:?}"
+        );
+        assert!(
+            read_all(&brokers, &format!("{topic}-dlt")).is_empty(),
+            "{protocol}: nothing dead-lettered"
+        );
+    }
+}
+
 fn header<'a>(message: &'a rdkafka::message::OwnedMessage, name: &str) -> Option<&'a [u8]> {
     message
         .headers()?

@@ -202,6 +202,7 @@ impl<H: BatchHandler> Consumer<H> {
         Ok(Self {
             shared: Arc::new(Shared {
                 handler,
+                group: config.group_id.clone(),
                 exits: Arc::new(dlq),
                 backoff: config.backoff()?,
                 client: Arc::new(worker::client::KafkaClient(consumer.clone())),

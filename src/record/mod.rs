@@ -334,6 +334,7 @@ mod tests {
         assert_eq!(record.source_topic(), "orders", "a source topic's record");
         record.topic = "payments".into(); // what the retry record's account says
         record.retry = Some(Box::new(retry::RetryDelivery {
+            group: None,
             tier: 0,
             topic: "orders-retry-0".into(),
             partition: 0,

@@ -126,7 +126,12 @@ pub fn restore(delivered: Record, tier: u32) -> (Record, Option<RestoreError>) {
             .map_err(|e| RestoreError::Malformed(e.to_string())),
         None => super::spring::account(&delivered).ok_or(RestoreError::Missing),
     };
+    let group = delivered
+        .header(spring::ORIGINAL_CONSUMER_GROUP)
+        .and_then(|g| std::str::from_utf8(g).ok())
+        .map(str::to_string);
     let delivery = |due, attempts, history| RetryDelivery {
+        group: group.clone(),
         tier,
         topic: delivered.topic.clone(),
         partition: delivered.partition,
@@ -256,6 +261,11 @@ mod tests {
         assert_eq!(restored.source_topic(), "orders");
         let retry = restored.retry.clone().unwrap();
         assert_eq!(
+            retry.group.as_deref(),
+            Some("g1"),
+            "the group that wrote it"
+        );
+        assert_eq!(
             Record {
                 retry: None,
                 ..restored.clone()
@@ -313,7 +323,12 @@ mod tests {
             ("orders-3-42", "orders", 42)
         );
         assert_eq!(restored.headers, [header("app", b"x".to_vec())]);
-        assert_eq!(restored.retry.unwrap().attempts, 1);
+        let retry = restored.retry.unwrap();
+        assert_eq!(retry.attempts, 1);
+        assert_eq!(
+            retry.group, None,
+            "Spring's record did not say; any group handles it"
+        );
     }
 
     #[test]

@@ -237,6 +237,7 @@ mod tests {
             timestamp_type: None,
             retry: tier.map(|tier| {
                 Box::new(RetryDelivery {
+                    group: None,
                     tier,
                     topic: format!("t-retry-{tier}"),
                     partition: 0,

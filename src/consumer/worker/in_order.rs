@@ -47,6 +47,15 @@ pub(super) async fn run<H: BatchHandler>(
         }
         if batch_size == 1 {
             for record in &records {
+                if let Some(retry) = record.retry.as_ref().filter(|r| !r.is_for(&shared.group)) {
+                    // Another service's retry record, on the retry topic they share: not
+                    // this group's to handle, nor to wait for.
+                    tracing::debug!(event = "retry_record_of_another_group", topic = %retry.topic,
+                        partition = retry.partition, offset = retry.offset,
+                        written_by = retry.group.as_deref().unwrap_or_default());
+                    settled.settle(record);
+                    continue;
+                }
                 if cancel.is_cancelled()
                     || (record.retry.is_some()
                         && wait_until_due(&shared, record, &mut settled, &cancel)

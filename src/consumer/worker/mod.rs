@@ -57,6 +57,8 @@ use crate::metrics::Metrics;
 /// What the workers of all partitions share.
 pub(super) struct Shared<H> {
     pub handler: H,
+    /// The consumer group: a retry record another group wrote is passed over.
+    pub group: String,
     /// Where records that exit are written: the dead-letter topic, the retry topics.
     pub exits: Arc<dyn ExitWriter>,
     pub backoff: ExponentialBackoff,

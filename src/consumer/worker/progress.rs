@@ -137,6 +137,7 @@ mod tests {
             timestamp: None,
             timestamp_type: None,
             retry: Some(Box::new(crate::record::retry::RetryDelivery {
+                group: None,
                 tier: 0,
                 topic: "orders-retry-0".into(),
                 partition: 0,

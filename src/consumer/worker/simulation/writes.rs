@@ -18,6 +18,9 @@ use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
 
+/// The group of every simulated member, which writes the retry records.
+pub(super) const GROUP: &str = "simulated";
+
 /// A member's dead-letter and retry-topic writes.
 pub(super) struct SimExits {
     pub world: WorldRef,
@@ -117,6 +120,7 @@ fn acknowledge(
         _ => due,
     };
     copy.retry = Some(Box::new(RetryDelivery {
+        group: Some(GROUP.to_string()),
         tier,
         topic: tp.0.clone(),
         partition,
