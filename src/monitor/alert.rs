@@ -38,6 +38,9 @@ pub struct Increase {
     pub by_source_topic: BTreeMap<String, u64>,
     /// New dead letters by error kind (`permanent`, `retries_exhausted`, `unreadable`).
     pub by_kind: BTreeMap<String, u64>,
+    /// New dead letters by the consumer group (the service) that dead-lettered them
+    /// (`(unknown)` when the dead letter does not say).
+    pub by_group: BTreeMap<String, u64>,
     /// New dead letters that went through retry topics ([`crate::retry_tier`]), by the last
     /// retry topic they were consumed from.
     pub after_retry_topics: BTreeMap<String, u64>,
@@ -90,6 +93,7 @@ impl Alert {
                     join_counts(&i.by_source_topic)
                 ));
                 t.push_str(&format!("*By error kind:* {}\n", join_counts(&i.by_kind)));
+                t.push_str(&format!("*By group:* {}\n", join_counts(&i.by_group)));
                 if !i.after_retry_topics.is_empty() {
                     t.push_str(&format!(
                         "*After retry topics:* {}\n",

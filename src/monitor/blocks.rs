@@ -167,6 +167,7 @@ fn increase_blocks(i: &Increase, brokers: &str) -> Vec<SlackBlock> {
     let mut fields: Vec<SlackBlockText> = vec![
         md!("*Source topics*\n{}", counts(&i.by_source_topic)),
         md!("*Error kinds*\n{}", counts(&i.by_kind)),
+        md!("*Groups*\n{}", counts(&i.by_group)),
     ];
     if !i.after_retry_topics.is_empty() {
         fields.push(md!(
@@ -261,6 +262,7 @@ mod tests {
             total: Some(12),
             by_source_topic: [("orders".to_string(), 3)].into(),
             by_kind: [("permanent".to_string(), 3)].into(),
+            by_group: [("billing".to_string(), 3)].into(),
             after_retry_topics: Default::default(),
             top_errors: vec![ErrorGroup {
                 fingerprint: "permanent: bad row #".into(),
@@ -295,6 +297,7 @@ mod tests {
             ":rotating_light: 3 new dead letters on orders-dlt (12 outstanding)"
         );
         assert_eq!(json[1]["fields"][0]["text"], "*Source topics*\n`orders` 3");
+        assert_eq!(json[1]["fields"][2]["text"], "*Groups*\n`billing` 3");
         let errors = json[2]["text"]["text"].as_str().unwrap();
         assert!(
             errors.contains("3× `permanent: bad row #` :new: _first seen_ — e.g. `orders-0-7`"),

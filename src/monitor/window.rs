@@ -18,6 +18,7 @@ pub struct Window {
     new: u64,
     by_source_topic: BTreeMap<String, u64>,
     by_kind: BTreeMap<String, u64>,
+    by_group: BTreeMap<String, u64>,
     after_retry_topics: BTreeMap<String, u64>,
     groups: BTreeMap<String, (u64, String, Option<String>)>,
     new_fingerprints: Vec<String>,
@@ -69,6 +70,12 @@ impl Window {
         };
         *self.by_source_topic.entry(source).or_default() += 1;
         *self.by_kind.entry(kind.clone()).or_default() += 1;
+        let group = content
+            .envelope()
+            .map(|env| env.source.group.clone())
+            .filter(|g| !g.is_empty())
+            .unwrap_or_else(|| "(unknown)".to_string());
+        *self.by_group.entry(group).or_default() += 1;
         if let Some(last) = id.as_ref().and_then(|(_, env)| env.history.last()) {
             *self
                 .after_retry_topics
@@ -124,6 +131,7 @@ impl Window {
             total,
             by_source_topic: window.by_source_topic,
             by_kind: window.by_kind,
+            by_group: window.by_group,
             after_retry_topics: window.after_retry_topics,
             top_errors,
             new_fingerprints: window.new_fingerprints,
@@ -255,5 +263,26 @@ mod tests {
         assert!(!w.has_new_fingerprint());
         let text = Alert::Increase(w.take(None)).text("b:1");
         assert!(text.contains("pii"), "payloads only when enabled");
+    }
+
+    #[test]
+    fn an_alert_names_the_groups_that_dead_lettered() {
+        let mut seen = Seen::default();
+        let mut w = Window::default();
+        for (group, id) in [("billing", "o-1"), ("billing", "o-2"), ("shipping", "o-3")] {
+            let record = Record::new("orders", 0, 0).with_id(id).with_payload("{}");
+            let env = Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, group);
+            w.add("orders-dlt", &content(&env.to_vec()), &mut seen, false);
+        }
+        let inc = w.take(None);
+        assert_eq!(
+            inc.by_group,
+            [("billing".to_string(), 2), ("shipping".to_string(), 1)].into()
+        );
+        let text = Alert::Increase(inc).text("kafka:9092");
+        assert!(
+            text.contains("*By group:* `billing` 2, `shipping` 1"),
+            "{text}"
+        );
     }
 }
