@@ -28,15 +28,12 @@ pub enum DlqCommand {
     History(HistoryArgs),
 }
 
-/// Where the DLQ is.
+/// The cluster the tools talk to.
 #[derive(Debug, Args)]
-pub struct Source {
+pub struct Cluster {
     /// Bootstrap servers, comma-separated host:port.
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
-    /// The dead-letter topic.
-    #[arg(long)]
-    dlq_topic: String,
     /// A raw librdkafka property KEY=VALUE (SASL, SSL, …), repeatable.
     #[arg(
         long = "kafka-option",
@@ -47,7 +44,7 @@ pub struct Source {
     kafka_options: Vec<String>,
 }
 
-impl Source {
+impl Cluster {
     fn brokers(&self) -> Result<String, ConfigError> {
         self.brokers
             .clone()
@@ -57,6 +54,26 @@ impl Source {
 
     fn librdkafka(&self) -> Result<kafka_dlq::kafka::ClientOptions, ConfigError> {
         super::parse_kafka_options(&self.kafka_options)
+    }
+}
+
+/// Where the DLQ is.
+#[derive(Debug, Args)]
+pub struct Source {
+    #[command(flatten)]
+    cluster: Cluster,
+    /// The dead-letter topic.
+    #[arg(long)]
+    dlq_topic: String,
+}
+
+impl Source {
+    fn brokers(&self) -> Result<String, ConfigError> {
+        self.cluster.brokers()
+    }
+
+    fn librdkafka(&self) -> Result<kafka_dlq::kafka::ClientOptions, ConfigError> {
+        self.cluster.librdkafka()
     }
 }
 
@@ -244,20 +261,11 @@ pub struct ReplayArgs {
 /// Flags of `dlq history`.
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    /// Bootstrap servers, comma-separated host:port.
-    #[arg(long, env = "KAFKA_BROKERS")]
-    brokers: Option<String>,
+    #[command(flatten)]
+    cluster: Cluster,
     /// Only the runs that read this dead-letter topic.
     #[arg(long)]
     dlq_topic: Option<String>,
-    /// A raw librdkafka property KEY=VALUE (SASL, SSL, …), repeatable.
-    #[arg(
-        long = "kafka-option",
-        value_name = "KEY=VALUE",
-        env = "KAFKA_OPTIONS",
-        value_delimiter = ','
-    )]
-    kafka_options: Vec<String>,
     /// The audit topic replays write to.
     #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
     audit_topic: String,
@@ -277,12 +285,7 @@ pub async fn run(command: DlqCommand) -> Result<(), CliError> {
 }
 
 async fn history(args: HistoryArgs) -> Result<(), CliError> {
-    let brokers = args
-        .brokers
-        .clone()
-        .filter(|b| !b.trim().is_empty())
-        .ok_or_else(|| ConfigError::new("brokers", "", "is required"))?;
-    let options = super::parse_kafka_options(&args.kafka_options)?;
+    let (brokers, options) = (args.cluster.brokers()?, args.cluster.librdkafka()?);
     let (topic, dlq) = (args.audit_topic.clone(), args.dlq_topic.clone());
     let runs = tokio::task::spawn_blocking(move || {
         kafka_dlq::replay::audit::history(&brokers, &options, &topic, dlq.as_deref())
