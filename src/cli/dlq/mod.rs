@@ -11,7 +11,9 @@ use kafka_dlq::{ConfigError, DeadLetterKind};
 
 use super::CliError;
 
+mod history;
 mod view;
+pub use history::HistoryArgs;
 use view::entry_json;
 pub use view::{print_history, print_table};
 
@@ -258,51 +260,14 @@ pub struct ReplayArgs {
     audit_topic: String,
 }
 
-/// Flags of `dlq history`.
-#[derive(Debug, Args)]
-pub struct HistoryArgs {
-    #[command(flatten)]
-    cluster: Cluster,
-    /// Only the runs that read this dead-letter topic.
-    #[arg(long)]
-    dlq_topic: Option<String>,
-    /// The audit topic replays write to.
-    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
-    audit_topic: String,
-    /// One JSON object per line instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
 /// Runs a `dlq` subcommand.
 pub async fn run(command: DlqCommand) -> Result<(), CliError> {
     match command {
         DlqCommand::List(args) => list(args).await,
         DlqCommand::Show(args) => show(args).await,
         DlqCommand::Replay(args) => replay_command(args).await,
-        DlqCommand::History(args) => history(args).await,
+        DlqCommand::History(args) => history::run(args).await,
     }
-}
-
-async fn history(args: HistoryArgs) -> Result<(), CliError> {
-    let (brokers, options) = (args.cluster.brokers()?, args.cluster.librdkafka()?);
-    let (topic, dlq) = (args.audit_topic.clone(), args.dlq_topic.clone());
-    let runs = tokio::task::spawn_blocking(move || {
-        kafka_dlq::replay::audit::history(&brokers, &options, &topic, dlq.as_deref())
-    })
-    .await
-    .expect("history task")
-    .with_context(|| format!("cannot read the audit topic `{}`", args.audit_topic))
-    .map_err(CliError::Runtime)?;
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        for run in &runs {
-            let _ = writeln!(out, "{}", serde_json::to_string(run).expect("JSON"));
-        }
-    } else {
-        view::print_history(&runs, &mut out);
-    }
-    Ok(())
 }
 
 /// Reads the DLQ topic from the log start and hands each entry that `filter` matches to

@@ -1,0 +1,47 @@
+//! `kafka-dlq dlq history`: the replay runs on the audit topic (see `kafka_dlq::replay::audit`).
+
+use std::io::Write;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use super::{view, Cluster};
+use crate::cli::CliError;
+
+/// Flags of `dlq history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    cluster: Cluster,
+    /// Only the runs that read this dead-letter topic.
+    #[arg(long)]
+    dlq_topic: Option<String>,
+    /// The audit topic replays write to.
+    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
+    audit_topic: String,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Lists the replay runs on the audit topic, oldest first.
+pub(super) async fn run(args: HistoryArgs) -> Result<(), CliError> {
+    let (brokers, options) = (args.cluster.brokers()?, args.cluster.librdkafka()?);
+    let (topic, dlq) = (args.audit_topic.clone(), args.dlq_topic.clone());
+    let runs = tokio::task::spawn_blocking(move || {
+        kafka_dlq::replay::audit::history(&brokers, &options, &topic, dlq.as_deref())
+    })
+    .await
+    .expect("history task")
+    .with_context(|| format!("cannot read the audit topic `{}`", args.audit_topic))
+    .map_err(CliError::Runtime)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for run in &runs {
+            let _ = writeln!(out, "{}", serde_json::to_string(run).expect("JSON"));
+        }
+    } else {
+        view::print_history(&runs, &mut out);
+    }
+    Ok(())
+}
