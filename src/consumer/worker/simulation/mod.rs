@@ -9,10 +9,12 @@
 //! times, permanently, panic), and the steps: revocations and assignments to either of two
 //! members at any point, outages of the downstream (the breaker opens and closes across
 //! rebalances) and of the dead-letter topic (writes acknowledged late, failing, out of order),
-//! new records, commits, time. After every step it checks:
+//! retry records of another group on the shared retry topics (due far ahead), new records,
+//! commits, time. After every step it checks:
 //! - no stored or committed position passes a record that is neither handled nor
 //!   acknowledged by its dead-letter or retry topic (checked at every store and commit);
-//! - first calls come in offset order per partition (per key in key order);
+//! - first calls come in offset order per partition (per key in key order), and no handler
+//!   is called for another group's retry record;
 //! - every partition a member owns is fetched unless the breaker or a retry wait holds it
 //!   now (a retry wait at most its tier's delay);
 //! - a revoked or stopped worker ends within its bound;
@@ -57,14 +59,14 @@ fn env(name: &str) -> Option<u64> {
 }
 
 /// Runs `seeds`, stopping at the first schedule that breaks a guarantee.
-fn run_all(seeds: impl Iterator<Item = u64>) {
+fn run_all(seeds: impl Iterator<Item = (u64, bool)>) {
     quiet_simulated_panics();
     let (mut schedules, mut records, mut dead_letters) = (0, 0, 0);
     // The worker's log lines are not what is checked, and a global subscriber another test
     // installed would make each schedule many times slower.
     let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
-    for seed in seeds {
-        match schedule::run(seed) {
+    for (seed, other_group) in seeds {
+        match schedule::run(seed, other_group) {
             Ok(report) => {
                 schedules += 1;
                 records += report.records;
@@ -83,45 +85,82 @@ fn run_all(seeds: impl Iterator<Item = u64>) {
 #[test]
 fn every_schedule_keeps_the_guarantees() {
     if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
-        return run_all(std::iter::once(seed));
+        return run_all(std::iter::once((seed, false)));
     }
     let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
     let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000);
-    run_all(first..first + n);
+    run_all((first..first + n).map(|seed| (seed, false)));
+}
+
+/// The same schedules with another service on the topic, whose retry records (some due in
+/// 2099) share the retry topics: no handler is called for them and no partition waits for
+/// them. A quarter as many; the same variables choose them.
+#[test]
+fn another_groups_retry_records_are_passed_over_in_every_schedule() {
+    if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
+        return run_all(std::iter::once((seed, true)));
+    }
+    let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
+    let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000) / 4;
+    run_all((first..first + n).map(|seed| (seed, true)));
 }
 
 /// Schedules that found bugs before they were fixed; each fails on the code before its fix.
 #[test]
 fn schedules_that_found_bugs_keep_the_guarantees() {
-    run_all(REGRESSIONS.iter().map(|(seed, _)| *seed));
+    run_all(
+        REGRESSIONS
+            .iter()
+            .map(|(seed, other_group, _)| (*seed, *other_group)),
+    );
 }
 
-/// Seeds and what each found (on the code before its fix).
-const REGRESSIONS: &[(u64, &str)] = &[
+/// Seeds, whether another group's retry records were in the schedule, and what each found
+/// (on the code before its fix).
+const REGRESSIONS: &[(u64, bool, &str)] = &[
+    (
+        3,
+        true,
+        "another group's retry record, due in 2099, was handled from the shared retry topic (#24)",
+    ),
     (
         173,
+        false,
         "key order: a take dropped in select! when the budget ran out lost records (#22.1)",
     ),
-    (412, "key order: records lost by a dropped take (#22.1)"),
-    (870, "key order: records lost by a dropped take (#22.1)"),
+    (
+        412,
+        false,
+        "key order: records lost by a dropped take (#22.1)",
+    ),
+    (
+        870,
+        false,
+        "key order: records lost by a dropped take (#22.1)",
+    ),
     (
         8,
+        false,
         "a partition revoked while the breaker was open came back paused (#22.2)",
     ),
     (
         21,
+        false,
         "a partition revoked while the breaker was open stalled for good (#22.2)",
     ),
     (
         105,
+        false,
         "a partition revoked while the breaker was open stalled for good (#22.2)",
     ),
     (
         7,
+        false,
         "a retry record due far ahead held its partition past its tier's delay (#22.5)",
     ),
     (
         3,
+        false,
         "a retry record claiming another source topic was routed to it (#22.7)",
     ),
 ];

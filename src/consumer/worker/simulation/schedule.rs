@@ -55,6 +55,7 @@ struct Stopping {
 
 struct Run {
     seed: u64,
+    other_group: bool,
     rng: fastrand::Rng,
     world: WorldRef,
     members: Vec<Arc<Shared<SimHandler>>>,
@@ -70,21 +71,23 @@ struct Run {
     mode: Mode,
 }
 
-/// Runs the schedule of `seed`; `Err` names the first broken guarantee.
-pub(super) fn run(seed: u64) -> Result<Report, String> {
+/// Runs the schedule of `seed`, with another service's retry records on the shared retry
+/// topics when `other_group` (drawn from a generator of their own, so that the schedules
+/// without them stay exactly as they were); `Err` names the first broken guarantee.
+pub(super) fn run(seed: u64, other_group: bool) -> Result<Report, String> {
     fastrand::seed(seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a runtime");
-    let result = runtime.block_on(schedule(seed));
+    let result = runtime.block_on(schedule(seed, other_group));
     // A handler call still running is dropped with the runtime.
     drop(runtime);
     result
 }
 
-async fn schedule(seed: u64) -> Result<Report, String> {
+async fn schedule(seed: u64, other_group: bool) -> Result<Report, String> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mode = match rng.u8(0..3) {
         0 => Mode::InOrder,
@@ -103,7 +106,9 @@ async fn schedule(seed: u64) -> Result<Report, String> {
     };
     let queue_capacity = [1, 3, 16, 64, 300][rng.usize(0..5)];
     let key_order = matches!(mode, Mode::ByKey { .. });
-    let world = WorldRef::new(World::new(seed, MEMBERS, queue_capacity, key_order));
+    let mut world = World::new(seed, MEMBERS, queue_capacity, key_order);
+    world.other_group = other_group.then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
+    let world = WorldRef::new(world);
     let max_retries = rng.u32(0..=3);
     let backoff = ExponentialBackoff::new(
         Duration::from_millis(5),
@@ -125,6 +130,7 @@ async fn schedule(seed: u64) -> Result<Report, String> {
         .collect();
     let mut run = Run {
         seed,
+        other_group,
         keys: rng.u8(1..=4),
         rng,
         world,
@@ -167,10 +173,15 @@ async fn schedule(seed: u64) -> Result<Report, String> {
 impl Run {
     fn context(&self) -> String {
         format!(
-            "seed {} ({:?}, tiers {:?}); replay with KAFKA_DLQ_SIMULATION_SEED={}",
+            "seed {} ({:?}, tiers {:?}{}); replay with KAFKA_DLQ_SIMULATION_SEED={}",
             self.seed,
             self.mode,
             self.tiers.delays_ms(),
+            if self.other_group {
+                ", another group's retry records"
+            } else {
+                ""
+            },
             self.seed
         )
     }

@@ -26,6 +26,8 @@ pub(super) struct Partition {
     pub handled: BTreeSet<i64>,
     /// Records whose dead letter or retry record was acknowledged.
     pub exited: BTreeSet<i64>,
+    /// Retry records another group wrote: never this group's to handle, settled as they are.
+    pub foreign: BTreeSet<i64>,
     /// No record before this offset is unsettled (settled records only accumulate).
     settled_below: i64,
     /// Per key (one group for all without key order): its offsets in log order, and how many
@@ -35,7 +37,9 @@ pub(super) struct Partition {
 
 impl Partition {
     pub fn is_settled(&self, offset: i64) -> bool {
-        self.handled.contains(&offset) || self.exited.contains(&offset)
+        self.handled.contains(&offset)
+            || self.exited.contains(&offset)
+            || self.foreign.contains(&offset)
     }
 
     /// The first offset neither handled nor acknowledged where it exits.
@@ -86,6 +90,9 @@ pub(super) struct World {
     pub queue_capacity: usize,
     pub violations: Vec<String>,
     pub rng: fastrand::Rng,
+    /// When another service's retry records share the retry topics: the generator that
+    /// decides which of this group's retry writes one follows.
+    pub other_group: Option<fastrand::Rng>,
     /// Upper bound of an exit write's acknowledgement delay.
     pub max_ack: Duration,
 }
@@ -121,6 +128,7 @@ impl World {
             queue_capacity,
             violations: Vec::new(),
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
+            other_group: None,
             max_ack: Duration::from_millis(300),
         }
     }
@@ -170,8 +178,17 @@ impl World {
                 record.id = format!("{}-{}-{offset}", tp.0, tp.1);
             }
         }
-        let key = record.key.clone().filter(|_| key_order);
-        partition.order.entry(key).or_default().0.push(offset);
+        let foreign = record
+            .retry
+            .as_ref()
+            .is_some_and(|r| r.group.as_deref() != Some(super::writes::GROUP));
+        if foreign {
+            // Never called: no place in the order of first calls.
+            partition.foreign.insert(offset);
+        } else {
+            let key = record.key.clone().filter(|_| key_order);
+            partition.order.entry(key).or_default().0.push(offset);
+        }
         partition.log.push(record);
         for member in 0..self.members.len() {
             self.fetch(member, tp);
@@ -285,6 +302,22 @@ impl World {
     /// partition; per key in key order). Returns the record's plan and which call this is.
     pub fn called(&mut self, record: &Record) -> (Plan, u32) {
         let (tp, offset) = delivered(record);
+        if let Some(group) = record
+            .retry
+            .as_ref()
+            .and_then(|r| r.group.as_deref())
+            .filter(|g| *g != super::writes::GROUP)
+        {
+            self.violations.push(format!(
+                "the handler was called for {}-{} offset {offset}, a retry record of the group `{group}`",
+                tp.0, tp.1
+            ));
+            let plan = Plan {
+                wait: super::plan::Wait::None,
+                outcome: super::plan::Outcome::Ok,
+            };
+            return (plan, 1);
+        }
         let key_order = self.key_order;
         let partition = self.partitions.get_mut(&tp).expect("a record of its log");
         let key = partition.log[offset as usize]

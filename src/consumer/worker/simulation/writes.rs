@@ -21,6 +21,9 @@ use crate::stopped::Stopped;
 /// The group of every simulated member, which writes the retry records.
 pub(super) const GROUP: &str = "simulated";
 
+/// Another service reading the same topic, whose retry records share the retry topics.
+const OTHER_GROUP: &str = "other-service";
+
 /// A member's dead-letter and retry-topic writes.
 pub(super) struct SimExits {
     pub world: WorldRef,
@@ -129,7 +132,22 @@ fn acknowledge(
         attempts,
         history,
     }));
-    w.append(&tp, copy);
+    // Another service (group) on the same topic writes its retry records to the same retry
+    // topics, some due far ahead: this group must pass them over, not handle nor wait for them.
+    if w.other_group.as_mut().is_some_and(|rng| rng.u8(0..3) == 0) {
+        let mut other = copy.clone();
+        other.id = format!("{}-of-{OTHER_GROUP}", copy.id);
+        if let Some(retry) = other.retry.as_mut() {
+            retry.group = Some(OTHER_GROUP.to_string());
+            retry.due = DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+                .expect("a valid date")
+                .to_utc();
+        }
+        w.append(&tp, copy);
+        w.append(&tp, other);
+    } else {
+        w.append(&tp, copy);
+    }
     RetryWritten::RetryTopic(written)
 }
 
