@@ -38,7 +38,7 @@ pub(super) fn member(
     budget_kib: usize,
 ) -> Arc<Shared<SimHandler>> {
     Arc::new(Shared {
-        group: super::writes::GROUP.to_string(),
+        group: super::world::GROUP.to_string(),
         handler: SimHandler {
             world: world.clone(),
         },

@@ -18,6 +18,12 @@ use crate::record::Record;
 /// The source topic every schedule reads.
 pub(super) const SOURCE: &str = "t";
 
+/// The group of every simulated member, which writes the retry records.
+pub(super) const GROUP: &str = "simulated";
+
+/// Another service reading the same topic, whose retry records share the retry topics.
+pub(super) const OTHER_GROUP: &str = "other-service";
+
 /// One partition: its log and what became of its records, where they were delivered.
 #[derive(Default)]
 pub(super) struct Partition {
@@ -181,7 +187,7 @@ impl World {
         let foreign = record
             .retry
             .as_ref()
-            .is_some_and(|r| r.group.as_deref() != Some(super::writes::GROUP));
+            .is_some_and(|r| r.group.as_deref() != Some(GROUP));
         if foreign {
             // Never called: no place in the order of first calls.
             partition.foreign.insert(offset);
@@ -306,7 +312,7 @@ impl World {
             .retry
             .as_ref()
             .and_then(|r| r.group.as_deref())
-            .filter(|g| *g != super::writes::GROUP)
+            .filter(|g| *g != GROUP)
         {
             self.violations.push(format!(
                 "the handler was called for {}-{} offset {offset}, a retry record of the group `{group}`",

@@ -10,19 +10,13 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::super::exit::{ExitWriter, PendingExit};
-use super::world::{World, WorldRef, SOURCE};
+use super::world::{World, WorldRef, GROUP, OTHER_GROUP, SOURCE};
 use crate::dlq::DeadLettered;
 use crate::failure::DeadLetterKind;
 use crate::record::retry::{RetryDelivery, RetryStage};
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
-
-/// The group of every simulated member, which writes the retry records.
-pub(super) const GROUP: &str = "simulated";
-
-/// Another service reading the same topic, whose retry records share the retry topics.
-const OTHER_GROUP: &str = "other-service";
 
 /// A member's dead-letter and retry-topic writes.
 pub(super) struct SimExits {
