@@ -1,4 +1,16 @@
-//! Error fingerprints: messages that differ only in ids, numbers or values group together.
+//! Fingerprints: error messages that differ only in ids, numbers or values group together; and
+//! a stable hash of a text, for names derived from it.
+
+/// The 64-bit FNV-1a hash of `text`: the same in every process, platform and version, so a
+/// name derived from it (a replay's position group, a redrive topic) is found again.
+pub fn stable_hash(text: &str) -> u64 {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for b in text.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x100000001b3);
+    }
+    hash
+}
 
 /// Normalises an error message so that messages differing only in ids, numbers or values
 /// group together: every word containing a digit becomes `#`, white space is folded, and the
@@ -42,6 +54,12 @@ pub fn fingerprint(kind: &str, message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stable_hash_is_fnv_1a() {
+        assert_eq!(stable_hash(""), 0xcbf29ce484222325);
+        assert_eq!(stable_hash("a"), 0xaf63dc4c8601ec8c);
+    }
 
     #[test]
     fn fingerprints_group_messages_that_differ_in_values() {

@@ -90,7 +90,7 @@ proptest! {
             record.headers = headers;
             record
         };
-        let (record, _) = kafka_dlq::retry_tier::restore(delivered, 0);
+        let (record, _) = kafka_dlq::retry_tier::restore(delivered, Some(0));
         let retry = record.retry.expect("always says where it was delivered from");
         prop_assert_eq!((retry.topic.as_str(), retry.offset), ("t-retry-0", 5));
         prop_assert_eq!(record.payload, payload);

@@ -75,7 +75,7 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
     assert_eq!(get(&format!("{base}/readyz")).await.0, 200);
 
     let dead_lettered = format!(
-        "kafka_dlq_records_dead_lettered_total{{kind=\"retries_exhausted\",topic=\"{topic}\"}}"
+        "kafka_dlq_records_dead_lettered_total{{kind=\"retries_exhausted\",topic=\"{topic}\",group=\"{group}\"}}"
     );
     assert!(
         eventually(WAIT, || sample(&metrics.render(), &dead_lettered)
@@ -84,10 +84,10 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
         "{}",
         metrics.render()
     );
-    let t = |name: &str| format!("{name}{{topic=\"{topic}\"}}");
+    let t = |name: &str| format!("{name}{{topic=\"{topic}\",group=\"{group}\"}}");
     // The two partitions are independent: the other one may still be finishing.
     let permanent =
-        format!("kafka_dlq_records_dead_lettered_total{{kind=\"permanent\",topic=\"{topic}\"}}");
+        format!("kafka_dlq_records_dead_lettered_total{{kind=\"permanent\",topic=\"{topic}\",group=\"{group}\"}}");
     assert!(
         eventually(WAIT, || {
             let text = metrics.render();
@@ -116,7 +116,7 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
         sample(
             &text,
             &format!(
-                "kafka_dlq_records_dead_lettered_total{{kind=\"permanent\",topic=\"{topic}\"}}"
+                "kafka_dlq_records_dead_lettered_total{{kind=\"permanent\",topic=\"{topic}\",group=\"{group}\"}}"
             )
         ),
         Some(1.0)
@@ -133,7 +133,7 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
             let text = metrics.render();
             sample(
                 &text,
-                &format!("kafka_dlq_consumer_lag{{partition=\"1\",topic=\"{topic}\"}}"),
+                &format!("kafka_dlq_consumer_lag{{partition=\"1\",topic=\"{topic}\",group=\"{group}\"}}"),
             ) == Some(0.0)
         })
         .await,

@@ -142,7 +142,7 @@ async fn two_services_with_tiers_on_one_topic_each_retry_only_their_own_failures
         let late = billing_calls.calls_of("late");
         let tiers: Vec<Option<u32>> = late
             .iter()
-            .map(|(r, _)| r.retry.as_ref().map(|r| r.tier))
+            .map(|(r, _)| r.retry.as_ref().and_then(|r| r.tier))
             .collect();
         assert_eq!(
             tiers,
@@ -233,7 +233,7 @@ async fn a_record_failing_for_three_seconds_is_handled_from_its_two_second_tier_
             .expect("delivered from a retry topic");
         assert_eq!(
             (retry.tier, retry.topic.as_str()),
-            (0, retry_topic.as_str())
+            (Some(0), retry_topic.as_str())
         );
         assert_eq!(retry.attempts, 4);
         assert_eq!(retry.history.len(), 1);
@@ -252,7 +252,7 @@ async fn a_record_failing_for_three_seconds_is_handled_from_its_two_second_tier_
         assert!(read_all(&brokers, &format!("{topic}-dlt")).is_empty());
         assert!(
             metrics.contains(&format!(
-                "kafka_dlq_retry_topic_records_total{{tier=\"0\",topic=\"{topic}\"}} 1"
+                "kafka_dlq_retry_topic_records_total{{tier=\"0\",topic=\"{topic}\",group=\"{group}\"}} 1"
             )),
             "{metrics}"
         );
@@ -290,7 +290,7 @@ async fn a_record_that_always_fails_is_dead_lettered_after_every_tier_with_its_h
         .all(|(r, _)| r.offset == 1 && r.topic == topic && r.partition == 1));
     let tiers: Vec<Option<u32>> = calls
         .iter()
-        .map(|(r, _)| r.retry.as_ref().map(|r| r.tier))
+        .map(|(r, _)| r.retry.as_ref().and_then(|r| r.tier))
         .collect();
     assert_eq!(tiers, [None, None, Some(0), Some(0), Some(1), Some(1)]);
     assert!(calls

@@ -172,7 +172,7 @@ impl<H: BatchHandler> Consumer<H> {
     pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, ConsumerError> {
         config.validate()?;
         let partitions: Partitions = Arc::new(Mutex::new(HashMap::new()));
-        let metrics = Metrics::new();
+        let metrics = Metrics::for_group(&config.group_id);
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
         let stop_workers = CancellationToken::new();
         let queues = Arc::new(Mutex::new(HashMap::new()));
@@ -242,11 +242,14 @@ impl<H: BatchHandler> Consumer<H> {
     /// an error only when subscribing fails or the client hits a fatal error (after the same
     /// drain and commit); broker trouble is retried, not returned.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
-        // The source topics, then their retry topics (none without retry tiers).
+        // The source topics, then their retry topics (none without retry tiers) and this
+        // group's redrive topics.
         let mut topics = self.config.topics.clone();
-        for source in &self.config.topics {
-            topics.extend(self.config.retry_topic_delays_ms.topics(source));
-        }
+        topics.extend(
+            retry_topics::follow_up_topics(&self.config)
+                .into_iter()
+                .map(|(topic, _)| topic),
+        );
         if let Some((topic, records)) = retry_topics::stranded(&self.config).await {
             return Err(ConsumerError::StrandedRetryRecords { topic, records });
         }
@@ -275,14 +278,13 @@ impl<H: BatchHandler> Consumer<H> {
                 Some(assigned) = self.assigned.recv() => {
                     let cancel = assigned.cancel.clone();
                     let tiers = &self.shared.retry_tiers;
-                    let tier = tiers
-                        .tier_of(&assigned.topic, &self.config.topics)
-                        .map(|(_, tier)| tier);
+                    let stage =
+                        tiers.stage_of(&assigned.topic, &self.config.topics, &self.config.group_id);
                     let input = PartitionInput::new(
                         assigned,
                         self.config.id_header.clone(),
                         &self.shared.metrics,
-                        tier,
+                        stage,
                         tiers.len(),
                     );
                     let name = format!("{}-{}", input.topic, input.partition);

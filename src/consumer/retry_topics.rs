@@ -1,41 +1,34 @@
-//! The retry topics of [`crate::retry_tier`], created when the consumer starts if they are
+//! The retry topics of [`crate::retry_tier`] and the group's redrive topics
+//! ([`crate::record::retry::redrive_topic`]), created when the consumer starts if they are
 //! missing: as many partitions as their source topic, the broker's default replication.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ConsumerConfig;
-use crate::kafka::LogContext;
+use crate::kafka::topics::{Topics, TopicsError};
 
-/// Why the retry topics could not be checked or created (this time).
-#[derive(Debug, thiserror::Error)]
-enum EnsureError {
-    #[error("could not create the admin client: {0}")]
-    Client(#[source] rdkafka::error::KafkaError),
-    #[error("could not read the cluster's topics: {0}")]
-    Metadata(#[source] rdkafka::error::KafkaError),
-    #[error("could not create {topic}: {code}")]
-    Create {
-        topic: String,
-        code: RDKafkaErrorCode,
-    },
-    #[error("could not create the retry topics: {0}")]
-    Request(#[source] rdkafka::error::KafkaError),
+/// The topics besides its sources that the consumer reads: each source's retry tiers' topics
+/// (none without retry tiers) and its redrive topic for this group, each with its source.
+pub(super) fn follow_up_topics(config: &ConsumerConfig) -> Vec<(String, &str)> {
+    let mut topics = Vec::new();
+    for source in &config.topics {
+        for topic in config.retry_topic_delays_ms.topics(source) {
+            topics.push((topic, source.as_str()));
+        }
+        let redrive = crate::record::retry::redrive_topic(source, &config.group_id);
+        topics.push((redrive, source.as_str()));
+    }
+    topics
 }
 
-/// Creates the missing retry topics of `config`'s topics. When that fails (a broker down, no
-/// permission), logs why and tries again in the background, 1 s doubling to 60 s, until it
-/// succeeds or `cancel` fires; meanwhile records bound for a missing retry topic wait (their
-/// writes are retried), and the consumer picks a topic created later up at its next metadata
-/// refresh.
+/// Creates the missing retry and redrive topics of `config`'s topics. When that fails (a
+/// broker down, no permission), logs why and tries again in the background, 1 s doubling to
+/// 60 s, until it succeeds or `cancel` fires; meanwhile records bound for a missing retry topic
+/// wait (their writes are retried), and the consumer picks a topic created later up at its next
+/// metadata refresh.
 pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) {
-    if config.retry_topic_delays_ms.is_empty() {
-        return;
-    }
     let Err(error) = try_ensure(config).await else {
         return;
     };
@@ -59,56 +52,12 @@ pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) 
     });
 }
 
-/// One attempt: reads the cluster's topics and creates the retry topics that are missing.
-async fn try_ensure(config: &ConsumerConfig) -> Result<(), EnsureError> {
-    let admin: AdminClient<LogContext> = config
-        .producer_client_config()
-        .create_with_context(LogContext)
-        .map_err(EnsureError::Client)?;
-    // fetch_metadata blocks: off the async threads.
-    let (admin, metadata) = tokio::task::spawn_blocking(move || {
-        let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(10));
-        (admin, metadata)
-    })
-    .await
-    .expect("metadata fetch does not panic");
-    let metadata = metadata.map_err(EnsureError::Metadata)?;
-    let partitions: HashMap<&str, i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none())
-        .map(|t| (t.name(), t.partitions().len() as i32))
-        .collect();
-    let mut missing = Vec::new();
-    for source in &config.topics {
-        // A source topic that does not exist yet: the broker's default partition count.
-        let count = partitions.get(source.as_str()).copied().unwrap_or(-1);
-        for topic in config.retry_topic_delays_ms.topics(source) {
-            if !partitions.contains_key(topic.as_str()) {
-                missing.push((topic, count));
-            }
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let new: Vec<NewTopic> = missing
-        .iter()
-        .map(|(topic, count)| NewTopic::new(topic, *count, TopicReplication::Fixed(-1)))
-        .collect();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = admin
-        .create_topics(&new, &options)
-        .await
-        .map_err(EnsureError::Request)?;
-    for result in results {
-        match result {
-            Ok(topic) => tracing::info!(event = "retry_topic_created", %topic),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => return Err(EnsureError::Create { topic, code }),
-        }
-    }
-    Ok(())
+/// One attempt: reads the cluster's topics and creates the retry and redrive topics that are
+/// missing.
+async fn try_ensure(config: &ConsumerConfig) -> Result<(), TopicsError> {
+    let topics = Topics::read(&config.producer_client_config()).await?;
+    let missing = topics.missing(follow_up_topics(config));
+    topics.create(&missing, "retry_topic_created").await
 }
 
 /// Records waiting in a retry topic that no configured tier reads: `<source>-retry-<n>` with

@@ -77,5 +77,6 @@ impl rdkafka::consumer::ConsumerContext for LogContext {}
 mod client_options;
 pub mod headers;
 pub mod log_gate;
+pub mod topics;
 
 pub use client_options::ClientOptions;

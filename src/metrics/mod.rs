@@ -1,7 +1,8 @@
 //! Prometheus metrics and health of one consumer.
 //!
 //! Every metric has fixed labels (topic, partition, kind), so cardinality is bounded by the
-//! topics and partitions consumed; every per-topic series exists, at 0, from the topic's first
+//! topics and partitions consumed, and a consumer's series all carry `group`, its consumer
+//! group ([`Metrics::for_group`]); every per-topic series exists, at 0, from the topic's first
 //! assignment. [`Metrics::render`] gives the Prometheus text format; a
 //! library user can also register [`Metrics::registry`] in their own exporter. Alerts
 //! (`alerting/` in the repository) read these, never the hot path.
@@ -88,9 +89,24 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers every metric at zero.
+    /// Creates and registers every metric at zero, without a `group` label (for tests and
+    /// for a library user who labels the process in their own exporter).
     pub fn new() -> Self {
-        let registry = Registry::new();
+        Self::in_registry(Registry::new())
+    }
+
+    /// Creates and registers every metric at zero, each series labelled `group="<group>"`: the
+    /// consumer group (the service) whose records they count, so that the dead letters of
+    /// several services on one topic and one dashboard are told apart. [`crate::Consumer`]
+    /// uses it.
+    pub fn for_group(group: &str) -> Self {
+        let labels = std::collections::HashMap::from([("group".to_string(), group.to_string())]);
+        let registry =
+            Registry::new_custom(None, Some(labels)).expect("`group` is a valid label name");
+        Self::in_registry(registry)
+    }
+
+    fn in_registry(registry: Registry) -> Self {
         let counter = |name: &str, help: &str, labels: &[&str]| {
             let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
             registry

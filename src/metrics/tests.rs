@@ -20,6 +20,23 @@ fn renders_every_metric_family() {
 }
 
 #[test]
+fn a_consumers_series_name_its_group() {
+    let m = Metrics::for_group("billing");
+    m.dead_lettered
+        .with_label_values(&["orders", "permanent"])
+        .inc();
+    let text = m.render();
+    assert!(
+        text.contains(
+            "kafka_dlq_records_dead_lettered_total{kind=\"permanent\",topic=\"orders\",group=\"billing\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("kafka_dlq_partitions_assigned{group=\"billing\"} 0"), "{text}");
+    assert_eq!(m.total("kafka_dlq_records_dead_lettered_total"), 1.0);
+}
+
+#[test]
 fn a_dead_worker_makes_the_consumer_unhealthy_naming_its_partition() {
     let m = Metrics::new();
     assert_eq!(m.health(), Ok(()));

@@ -335,7 +335,7 @@ mod tests {
         record.topic = "payments".into(); // what the retry record's account says
         record.retry = Some(Box::new(retry::RetryDelivery {
             group: None,
-            tier: 0,
+            tier: Some(0),
             topic: "orders-retry-0".into(),
             partition: 0,
             offset: 7,

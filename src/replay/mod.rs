@@ -111,11 +111,7 @@ impl ReplayOptions {
         }
         // FNV-1a over the filter and destination: the same replay resumes, another starts anew.
         let key = format!("{}|{:?}", self.filter.key(), self.to);
-        let mut hash: u64 = 0xcbf29ce484222325;
-        for b in key.bytes() {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x100000001b3);
-        }
+        let hash = crate::fingerprint::stable_hash(&key);
         format!("{}-{hash:016x}", crate::dlq_reader::REPLAY_GROUP)
     }
 }

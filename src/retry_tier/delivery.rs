@@ -116,11 +116,12 @@ pub enum RestoreError {
     Malformed(String),
 }
 
-/// The record a handler gets for `delivered`, consumed from retry tier `tier`: the original
+/// The record a handler gets for `delivered`, consumed from retry tier `tier` (`None`: from
+/// a redrive topic): the original
 /// record (topic, partition, offset, id, timestamp, headers less the retry ones) with
 /// [`Record::retry`] set. When its account cannot be read, `delivered` itself with `retry` set
 /// (due now, no history), and the reason.
-pub fn restore(delivered: Record, tier: u32) -> (Record, Option<RestoreError>) {
+pub fn restore(delivered: Record, tier: Option<u32>) -> (Record, Option<RestoreError>) {
     let account = match delivered.header(HEADER_RETRY) {
         Some(json) => serde_json::from_slice::<RetryHeader>(json)
             .map_err(|e| RestoreError::Malformed(e.to_string())),
@@ -256,7 +257,7 @@ mod tests {
             "an earlier kafka_dlt- header is dropped"
         );
 
-        let (restored, error) = restore(delivered(&record, 0, headers, 7), 0);
+        let (restored, error) = restore(delivered(&record, 0, headers, 7), Some(0));
         assert_eq!(error, None);
         assert_eq!(restored.source_topic(), "orders");
         let retry = restored.retry.clone().unwrap();
@@ -278,14 +279,14 @@ mod tests {
         );
         assert_eq!(
             (retry.tier, retry.topic.as_str(), retry.offset, retry.due),
-            (0, "orders-retry-0", 7, due)
+            (Some(0), "orders-retry-0", 7, due)
         );
         assert_eq!(retry.attempts, 3);
         assert_eq!(retry.history, [stage("orders", 3, "db down")]);
 
         // On to the next tier: the history grows, the original stays.
         let headers = retry_headers(&restored, 1, due, stage("orders-retry-0", 2, "still"), "g1");
-        let (again, _) = restore(delivered(&restored, 1, headers, 0), 1);
+        let (again, _) = restore(delivered(&restored, 1, headers, 0), Some(1));
         let retry = again.retry.unwrap();
         assert_eq!((again.topic.as_str(), again.offset), ("orders", 42));
         assert_eq!(retry.attempts, 5);
@@ -312,7 +313,7 @@ mod tests {
             header(SPRING_BACKOFF_TIMESTAMP, big_integer(1_800_000_002_000)),
         ];
         headers.push(header("app", b"x".to_vec()));
-        let (restored, error) = restore(delivered(&original(), 0, headers, 9), 0);
+        let (restored, error) = restore(delivered(&original(), 0, headers, 9), Some(0));
         assert_eq!(error, None);
         assert_eq!(
             (
@@ -334,7 +335,7 @@ mod tests {
     #[test]
     fn an_unreadable_retry_record_is_handled_as_it_is() {
         let headers = vec![header(HEADER_RETRY, b"{not json".to_vec())];
-        let (restored, error) = restore(delivered(&original(), 1, headers.clone(), 4), 1);
+        let (restored, error) = restore(delivered(&original(), 1, headers.clone(), 4), Some(1));
         assert!(
             matches!(error, Some(RestoreError::Malformed(_))),
             "{error:?}"
@@ -344,7 +345,7 @@ mod tests {
             ("orders-retry-1", 4)
         );
         assert_eq!(restored.retry.unwrap().offset, 4);
-        let (_, error) = restore(delivered(&original(), 1, vec![], 4), 1);
+        let (_, error) = restore(delivered(&original(), 1, vec![], 4), Some(1));
         assert_eq!(error, Some(RestoreError::Missing));
     }
 }

@@ -42,7 +42,7 @@ mod write;
 use std::fmt;
 use std::time::Duration;
 
-use crate::record::retry::{parse_topic, topic_name};
+use crate::record::retry::{parse_topic, redrive_topic, topic_name, Stage};
 
 pub use delivery::{restore, retry_headers, RestoreError, HEADER_RETRY};
 pub use spring::{SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP};
@@ -108,6 +108,20 @@ impl RetryTiers {
         let source = sources.iter().find(|s| s.as_str() == source)?;
         ((tier as usize) < self.0.len()).then_some((source.as_str(), tier))
     }
+
+    /// What `topic` is to a consumer of `sources` in `group`: one of their retry tiers' topics,
+    /// the group's redrive topic of one of them ([`redrive_topic`]), or else a source topic.
+    pub(crate) fn stage_of(&self, topic: &str, sources: &[String], group: &str) -> Stage {
+        if let Some((_, tier)) = self.tier_of(topic, sources) {
+            return Stage::Tier(tier);
+        }
+        match sources.iter().find(|s| redrive_topic(s, group) == topic) {
+            Some(source) => Stage::Redrive {
+                source: source.clone(),
+            },
+            None => Stage::Source,
+        }
+    }
 }
 
 impl fmt::Display for RetryTiers {
@@ -167,6 +181,22 @@ mod tests {
         assert_eq!(tiers.tier_of("orders-retry-01", &sources), None);
         assert_eq!(tiers.tier_of("orders", &sources), None);
         assert_eq!(tiers.tier_of("other-retry-0", &sources), None);
+    }
+
+    #[test]
+    fn a_partition_is_of_a_source_a_tier_or_the_groups_redrive_topic() {
+        let tiers = RetryTiers::new([1]);
+        let sources = vec!["orders".to_string()];
+        let stage = |topic: &str| tiers.stage_of(topic, &sources, "billing");
+        assert_eq!(stage("orders"), Stage::Source);
+        assert_eq!(stage("orders-retry-0"), Stage::Tier(0));
+        assert_eq!(
+            stage("orders-redrive-billing"),
+            Stage::Redrive {
+                source: "orders".into()
+            }
+        );
+        assert_eq!(stage("orders-redrive-shipping"), Stage::Source);
     }
 
     #[test]

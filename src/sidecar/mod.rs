@@ -14,7 +14,7 @@
 //! | `X-Kafka-Key-Base64` | the key in standard base64, otherwise |
 //! | `traceparent`, `tracestate` | the record's W3C trace context, when it has a valid one |
 //! | `X-Kafka-Retry-Tier` | with retry topics, for a record delivered from one: its tier (decimal, 0 for `<topic>-retry-0`); topic, partition, offset and id stay the original's |
-//! | `X-Kafka-Retry-Attempts` | with it: the handler calls before this delivery, in every stage (decimal) |
+//! | `X-Kafka-Retry-Attempts` | for a record delivered from a retry topic or, after `dlq replay`, from the group's redrive topic (then without `X-Kafka-Retry-Tier`): the handler calls before this delivery, in every stage (decimal) |
 //!
 //! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
 //! connection errors and timeouts are transient (a `Retry-After` header, in seconds or as an
@@ -27,7 +27,8 @@
 //! N records of one partition as a JSON array, in offset order:
 //! `[{"id": "...", "offset": 41, "key": "..." | null, "payload": ..., "payload_encoding": "json", "traceparent": "..."}, …]`
 //! (`traceparent` and `tracestate` only for records that have them; `retry_tier` and
-//! `retry_attempts` only for a record from a retry topic, which always comes alone)
+//! `retry_attempts` only for a record from a retry topic, `retry_attempts` alone for one from
+//! the redrive topic; either always comes alone)
 //! (`payload` embedded as JSON when it is JSON, else a string, else base64, as in the
 //! dead-letter envelope), with `X-Kafka-Topic`, `X-Kafka-Partition`, `X-Kafka-First-Offset`
 //! and `X-Kafka-Last-Offset` headers. The answer is classified as above, for the whole batch;
@@ -140,9 +141,10 @@ impl Handler for HttpTarget {
             }
         }
         if let Some(retry) = &record.retry {
-            request = request
-                .header("X-Kafka-Retry-Tier", retry.tier.to_string())
-                .header("X-Kafka-Retry-Attempts", retry.attempts.to_string());
+            if let Some(tier) = retry.tier {
+                request = request.header("X-Kafka-Retry-Tier", tier.to_string());
+            }
+            request = request.header("X-Kafka-Retry-Attempts", retry.attempts.to_string());
         }
         if let Some(key) = record.key.as_deref() {
             let printable = std::str::from_utf8(key)
@@ -267,7 +269,7 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
                     payload_encoding,
                     traceparent: trace.as_ref().map(|t| t.traceparent.clone()),
                     tracestate: trace.and_then(|t| t.tracestate),
-                    retry_tier: r.retry.as_ref().map(|retry| retry.tier),
+                    retry_tier: r.retry.as_ref().and_then(|retry| retry.tier),
                     retry_attempts: r.retry.as_ref().map(|retry| retry.attempts),
                 }
             })

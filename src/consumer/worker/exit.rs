@@ -39,7 +39,7 @@ impl Exit {
         attempts: u32,
     ) -> Exit {
         let retry = record.retry.as_ref();
-        match (kind, tiers.next(retry.map(|r| r.tier))) {
+        match (kind, tiers.next(retry.and_then(|r| r.tier))) {
             (DeadLetterKind::RetriesExhausted, Some(tier)) => Exit::RetryTier { tier, attempts },
             _ => Exit::DeadLetter {
                 kind,
@@ -238,7 +238,7 @@ mod tests {
             retry: tier.map(|tier| {
                 Box::new(RetryDelivery {
                     group: None,
-                    tier,
+                    tier: Some(tier),
                     topic: format!("t-retry-{tier}"),
                     partition: 0,
                     offset: 0,
@@ -282,6 +282,28 @@ mod tests {
                 kind: exhausted,
                 attempts: 11
             }
+        );
+    }
+
+    #[test]
+    fn a_redriven_record_starts_its_stages_again() {
+        let tiers = RetryTiers::new([1_000]);
+        let mut redriven = record(Some(0));
+        redriven.retry.as_mut().unwrap().tier = None;
+        assert_eq!(
+            Exit::after(&tiers, &redriven, DeadLetterKind::RetriesExhausted, 2),
+            Exit::RetryTier {
+                tier: 0,
+                attempts: 2
+            }
+        );
+        assert_eq!(
+            Exit::after(&RetryTiers::default(), &redriven, DeadLetterKind::Permanent, 1),
+            Exit::DeadLetter {
+                kind: DeadLetterKind::Permanent,
+                attempts: 5
+            },
+            "with the calls before the replay"
         );
     }
 

@@ -25,7 +25,7 @@ pub(super) async fn run<H: BatchHandler>(
     // A record handler takes what is ready in chunks and handles the records one by one,
     // storing the offset once per chunk; a batch handler takes one batch at a time.
     // A retry topic's records go one at a time whatever the batch size.
-    let batch_size = if input.tier.is_some() {
+    let batch_size = if input.stage.is_retry() {
         1
     } else {
         shared.batch_size

@@ -9,6 +9,7 @@ use super::source::{QueueSource, RecordSource};
 use crate::consumer::context::Assigned;
 use crate::consumer::context::SharedQueue;
 use crate::metrics::Metrics;
+use crate::record::retry::Stage;
 use crate::record::Record;
 
 /// Where a partition's worker takes its records from: the partition's own librdkafka queue,
@@ -19,9 +20,9 @@ pub(crate) struct PartitionInput {
     pub(crate) topic: String,
     pub(crate) partition: i32,
     feed: Feed,
-    /// `Some(n)` when the partition is of retry tier `n`'s topic: its records are restored to
-    /// the originals they carry ([`crate::retry_tier::restore`]).
-    pub(super) tier: Option<u32>,
+    /// Of a source, a retry tier's or the redrive topic: the records of the last two are
+    /// restored to the originals they carry ([`crate::retry_tier::restore`]).
+    pub(super) stage: Stage,
     consumed: prometheus::IntCounter,
     pub(super) metrics: TopicHandles,
 }
@@ -44,13 +45,13 @@ enum Feed {
 }
 
 impl PartitionInput {
-    /// The input of a newly assigned partition: of retry tier `tier`'s topic, or (`None`) of a
-    /// source topic with `tiers` retry tiers.
+    /// The input of a newly assigned partition at `stage` (`tiers`: how many retry tiers a
+    /// source topic has).
     pub(crate) fn new(
         assigned: Assigned,
         id_header: Option<String>,
         metrics: &Metrics,
-        tier: Option<u32>,
+        stage: Stage,
         tiers: usize,
     ) -> Self {
         let feed = Feed::Queue {
@@ -63,7 +64,7 @@ impl PartitionInput {
             assigned.partition,
             feed,
             metrics,
-            tier,
+            stage,
             tiers,
         )
     }
@@ -77,11 +78,11 @@ impl PartitionInput {
         source: Box<dyn RecordSource>,
         reader: std::sync::Arc<tokio::sync::Mutex<()>>,
         metrics: &Metrics,
-        tier: Option<u32>,
+        stage: Stage,
         tiers: usize,
     ) -> Self {
         let feed = Feed::Other { source, reader };
-        Self::with_feed(topic, partition, feed, metrics, tier, tiers)
+        Self::with_feed(topic, partition, feed, metrics, stage, tiers)
     }
 
     fn with_feed(
@@ -89,17 +90,17 @@ impl PartitionInput {
         partition: i32,
         feed: Feed,
         metrics: &Metrics,
-        tier: Option<u32>,
+        stage: Stage,
         tiers: usize,
     ) -> Self {
-        let tiers = if tier.is_some() { 0 } else { tiers };
+        let tiers = if stage.is_retry() { 0 } else { tiers };
         Self {
             consumed: metrics.consumed.with_label_values(&[&topic]),
             metrics: TopicHandles::new(metrics, &topic, tiers),
             topic,
             partition,
             feed,
-            tier,
+            stage,
         }
     }
 
@@ -135,7 +136,7 @@ impl PartitionInput {
             source,
             &self.topic,
             self.partition,
-            self.tier,
+            &self.stage,
             &self.consumed,
         )
     }

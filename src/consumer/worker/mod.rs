@@ -101,8 +101,9 @@ pub(super) async fn run_worker<H: BatchHandler>(
         },
         None => None,
     };
-    // A retry topic's records are due one after another: always one at a time, in order.
-    if input.tier.is_some() {
+    // A retry or redrive topic's records are due one after another: always one at a time, in
+    // order.
+    if input.stage.is_retry() {
         if shared.retry_from_beginning {
             tokio::select! {
                 biased;

@@ -138,7 +138,7 @@ mod tests {
             timestamp_type: None,
             retry: Some(Box::new(crate::record::retry::RetryDelivery {
                 group: None,
-                tier: 0,
+                tier: Some(0),
                 topic: "orders-retry-0".into(),
                 partition: 0,
                 offset: delivered,

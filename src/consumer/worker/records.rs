@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::source::RecordSource;
+use crate::record::retry::Stage;
 use crate::record::Record;
 
 /// A worker's reader of its partition's records; see [`super::input::PartitionInput::records`].
@@ -22,18 +23,18 @@ pub(crate) struct Records<'a> {
     source: Box<dyn RecordSource + 'a>,
     topic: &'a str,
     partition: i32,
-    tier: Option<u32>,
+    stage: &'a Stage,
     consumed: &'a prometheus::IntCounter,
 }
 
 impl<'a> Records<'a> {
-    /// A reader of `source`, the partition `topic`/`partition`, of retry tier `tier`'s topic
-    /// or (`None`) of a source topic; counts what it hands over in `consumed`.
+    /// A reader of `source`, the partition `topic`/`partition` at `stage`; counts what it
+    /// hands over in `consumed`.
     pub(crate) fn new(
         source: Box<dyn RecordSource + 'a>,
         topic: &'a str,
         partition: i32,
-        tier: Option<u32>,
+        stage: &'a Stage,
         consumed: &'a prometheus::IntCounter,
     ) -> Self {
         Self {
@@ -43,26 +44,34 @@ impl<'a> Records<'a> {
             source,
             topic,
             partition,
-            tier,
+            stage,
             consumed,
         }
     }
 
-    /// `record` as the worker settles it: from a retry topic, the original it carries.
+    /// `record` as the worker settles it: from a retry or redrive topic, the original it
+    /// carries. A redrive topic's record always counts as its source topic's (the one that
+    /// redrive topic belongs to), whatever topic it claims.
     fn restored(&self, record: Record) -> Record {
-        match self.tier {
-            None => record,
-            Some(_) if record.retry.is_some() => record,
-            Some(tier) => {
-                let (record, error) = crate::retry_tier::restore(record, tier);
-                if let Some(error) = error {
-                    tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
-                        partition = self.partition, offset = record.delivered_offset(),
-                        %error, "handled as it is, at once");
-                }
-                record
+        if !self.stage.is_retry() || record.retry.is_some() {
+            return record;
+        }
+        let (mut record, error) = crate::retry_tier::restore(record, self.stage.tier());
+        if let Some(error) = error {
+            tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
+                partition = self.partition, offset = record.delivered_offset(),
+                %error, "handled as it is, at once");
+        }
+        if let Stage::Redrive { source } = self.stage {
+            if record.topic != *source {
+                tracing::warn!(event = "redrive_record_claims_another_topic", topic = %self.topic,
+                    partition = self.partition, offset = record.delivered_offset(),
+                    claimed = %record.topic, %source,
+                    "handled as a record of the source topic this redrive topic belongs to");
+                record.topic = source.clone();
             }
         }
+        record
     }
 
     /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
@@ -165,7 +174,7 @@ mod tests {
             strays: &mut strays,
             id_header: None,
         };
-        let mut records = Records::new(Box::new(source), "t", 0, None, &consumed);
+        let mut records = Records::new(Box::new(source), "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
         tx.send(record(7)).await.unwrap();
         assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
@@ -200,7 +209,7 @@ mod tests {
     #[tokio::test]
     async fn a_take_dropped_when_the_budget_runs_out_loses_no_record() {
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let mut records = Records::new(Box::new(Endless(0)), "t", 0, None, &consumed);
+        let mut records = Records::new(Box::new(Endless(0)), "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
         let mut handed = Vec::new();
         // A take of 1,000 runs out of tokio's budget (128 a poll) before its end; a

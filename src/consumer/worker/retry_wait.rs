@@ -48,7 +48,8 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
     let Some(retry) = &record.retry else {
         return Ok(());
     };
-    let delay = shared.retry_tiers.delay(retry.tier);
+    // A redrive topic's records are due at once: no wait whatever they say.
+    let delay = retry.tier.and_then(|tier| shared.retry_tiers.delay(tier));
     let Some((wait, clamped)) = wait_for(retry.due, shared.client.now(), delay) else {
         return Ok(());
     };

@@ -88,7 +88,7 @@ pub(super) fn start_worker(
 ) -> (CancellationToken, JoinHandle<()>) {
     world.lock().assign(member, tp);
     let tiers = &shared.retry_tiers;
-    let tier = tiers.tier_of(&tp.0, &[SOURCE.to_string()]).map(|(_, t)| t);
+    let stage = tiers.stage_of(&tp.0, &[SOURCE.to_string()], &shared.group);
     let source = SimSource {
         world: world.clone(),
         member,
@@ -100,7 +100,7 @@ pub(super) fn start_worker(
         Box::new(source),
         reader,
         &shared.metrics,
-        tier,
+        stage,
         tiers.len(),
     );
     let cancel = CancellationToken::new();

@@ -118,7 +118,7 @@ fn acknowledge(
     };
     copy.retry = Some(Box::new(RetryDelivery {
         group: Some(GROUP.to_string()),
-        tier,
+        tier: Some(tier),
         topic: tp.0.clone(),
         partition,
         offset: 0,
