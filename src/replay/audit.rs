@@ -53,7 +53,7 @@ pub struct ReplayRun {
     pub dlq_topic: String,
     /// Its filter (`name=value&…`, empty for none).
     pub filter: String,
-    /// Where it sent records: a topic, or `source` for each record's source topic.
+    /// Where it sent records: a topic; `group` for the redrive topic of each dead letter's group, `source` for each one's source topic.
     pub to: String,
     /// When it started.
     pub started: DateTime<Utc>,
@@ -94,7 +94,11 @@ impl ReplayRun {
             host: started.host.clone(),
             dlq_topic: options.dlq_topic.clone(),
             filter: options.filter.key(),
-            to: options.to.clone().unwrap_or_else(|| "source".to_string()),
+            to: match &options.destination {
+                super::Destination::Group => "group".to_string(),
+                super::Destination::Source => "source".to_string(),
+                super::Destination::Topic(topic) => topic.clone(),
+            },
             started: started.at,
             ended: Utc::now().trunc_subsecs(3),
             scanned: r.scanned,
@@ -341,7 +345,7 @@ mod tests {
         );
         assert_eq!(
             (run.filter.as_str(), run.to.as_str()),
-            ("group=billing", "source")
+            ("group=billing", "group")
         );
         assert_eq!((run.scanned, run.replayed, run.passed_over), (10, 7, 1));
         assert!(run.interrupted && run.error.is_none());

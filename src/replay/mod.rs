@@ -1,8 +1,11 @@
 //! Sending dead letters back once the bug is fixed.
 //!
 //! [`replay`] reads a dead-letter topic and produces each matching envelope's original record —
-//! its key, headers and payload bytes exactly — to its source topic (`source.topic`) or to a
-//! topic of the operator's choice, through an idempotent producer with `acks=all`.
+//! its key, headers and payload bytes exactly — through an idempotent producer with
+//! `acks=all`, to where [`Destination`] says: by default the redrive topic of the group that
+//! dead-lettered it, which only that group reads (several services on one topic: a replay
+//! reaches only the one that failed); or explicitly its source topic, where every group reading
+//! it handles it again; or a topic of the operator's choice.
 //!
 //! **Resumable.** Up to 1,000 sends are in flight at once; a DLQ record is dealt with when it
 //! and every record read before it are sent and acknowledged (or passed over). Every 200 ms,
@@ -51,10 +54,15 @@ use crate::dlq_reader::{DlqReader, Filter, Unresolved};
 use crate::kafka::LogContext;
 
 pub mod audit;
+mod destination;
 mod in_flight;
 mod lock;
+mod readers;
 mod report;
+pub use destination::Destination;
+use destination::RedriveTopics;
 use in_flight::{Dealt, InFlight, WINDOW};
+pub use readers::{groups_reading, MAX_GROUPS_ASKED};
 pub use lock::{LockError, ReplayLock};
 pub use report::{Outcome, ReplayReport, REPORT_SAMPLE};
 
@@ -70,8 +78,9 @@ pub struct ReplayOptions {
     pub librdkafka: crate::kafka::ClientOptions,
     /// The dead-letter topic to read.
     pub dlq_topic: String,
-    /// Send everything here instead of each record's source topic.
-    pub to: Option<String>,
+    /// Where each dead letter goes: its group's redrive topic (the default), its source
+    /// topic, or one topic.
+    pub destination: Destination,
     /// Which dead letters.
     pub filter: Filter,
     /// Report what would be sent; send and commit nothing.
@@ -94,7 +103,7 @@ impl ReplayOptions {
             brokers: brokers.into(),
             librdkafka: crate::kafka::ClientOptions::new(),
             dlq_topic: dlq_topic.into(),
-            to: None,
+            destination: Destination::Group,
             filter: Filter::default(),
             dry_run: false,
             rate_per_sec: None,
@@ -104,13 +113,19 @@ impl ReplayOptions {
         }
     }
 
-    /// The consumer group holding this replay's position.
+    /// The consumer group holding this replay's position: [`crate::dlq_reader::REPLAY_GROUP`]
+    /// for a replay without filters that puts each dead letter back (to its group or its
+    /// source: either way it is replayed once), another for each filter or `--to` topic.
     pub fn position_group(&self) -> String {
-        if self.filter.is_empty() && self.to.is_none() {
+        let to = match &self.destination {
+            Destination::Topic(topic) => Some(topic),
+            Destination::Group | Destination::Source => None,
+        };
+        if self.filter.is_empty() && to.is_none() {
             return crate::dlq_reader::REPLAY_GROUP.to_string();
         }
-        // FNV-1a over the filter and destination: the same replay resumes, another starts anew.
-        let key = format!("{}|{:?}", self.filter.key(), self.to);
+        // A hash of the filter and destination: the same replay resumes, another starts anew.
+        let key = format!("{}|{:?}", self.filter.key(), to);
         let hash = crate::fingerprint::stable_hash(&key);
         format!("{}-{hash:016x}", crate::dlq_reader::REPLAY_GROUP)
     }
@@ -177,6 +192,30 @@ pub enum ReplayError {
         /// The cause.
         #[source]
         source: crate::dlq_reader::position::TooManyLost,
+    },
+    /// A dead letter names no consumer group (a foreign dead-letter topic, an envelope
+    /// without `source.group`), so it has no group's redrive topic to go to. Nothing was
+    /// committed past it.
+    #[error("dead letter `{id}` ({topic}/{partition}@{offset}) names no consumer group, so it cannot go to its group's redrive topic; replay it with --to-source (every group reading its source topic handles it again) or --to TOPIC; nothing was committed past it")]
+    NoGroup {
+        /// The record id.
+        id: String,
+        /// The DLQ topic.
+        topic: String,
+        /// The dead letter's DLQ partition.
+        partition: i32,
+        /// Its DLQ offset.
+        offset: i64,
+    },
+    /// A redrive topic was missing and could not be created, or the cluster's topics could
+    /// not be read to tell. Nothing was committed past the record bound for it.
+    #[error("cannot make sure of the redrive topic `{topic}`: {source}; nothing was committed past its first record")]
+    RedriveTopic {
+        /// The redrive topic (or, when the cluster could not be read, the DLQ topic).
+        topic: String,
+        /// The cause.
+        #[source]
+        source: crate::kafka::topics::TopicsError,
     },
     /// Committing the replay position failed.
     #[error("cannot commit the replay position of `{topic}`: {source}")]
@@ -284,6 +323,17 @@ async fn send_all(
         .create_with_context(LogContext)
         .map_err(ReplayError::CreateProducer)?;
 
+    let mut redrive = match options.destination {
+        Destination::Group if !options.dry_run => Some(
+            RedriveTopics::read(&producer_config)
+                .await
+                .map_err(|source| ReplayError::RedriveTopic {
+                    topic: options.dlq_topic.clone(),
+                    source,
+                })?,
+        ),
+        _ => None,
+    };
     let total = reader.remaining();
     let mut report = ReplayReport {
         dry_run: options.dry_run,
@@ -360,7 +410,26 @@ async fn send_all(
                             why: e.to_string(),
                         }
                     }
-                    Ok((mut headers, key, payload)) => {
+                    Ok((mut headers, key, payload)) => 'send: {
+                        let Some(to) = options.destination.topic_of(envelope) else {
+                            replaying.finish_all(&mut sends, reader).await?;
+                            return Err(ReplayError::NoGroup {
+                                id: envelope.id.clone(),
+                                topic: options.dlq_topic.clone(),
+                                partition: entry.partition,
+                                offset: entry.offset,
+                            });
+                        };
+                        if options.destination == Destination::Source {
+                            replaying.warn_readers(&to).await;
+                        }
+                        if let Some(redrive) = &mut redrive {
+                            if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await
+                            {
+                                replaying.finish_all(&mut sends, reader).await?;
+                                return Err(ReplayError::RedriveTopic { topic: to, source });
+                            }
+                        }
                         headers.retain(|h| !audit::is_audit_header(&h.key));
                         let audit = started.headers(
                             &options.operator,
@@ -374,13 +443,19 @@ async fn send_all(
                                 value: Some(v.into_bytes()),
                             }
                         }));
+                        if options.destination == Destination::Group {
+                            headers = redrive_headers(envelope, headers);
+                        }
                         let sent = send_one(
                             options,
                             &producer,
                             envelope,
-                            &mut headers,
-                            key,
-                            payload,
+                            Outgoing {
+                                to,
+                                headers,
+                                key,
+                                payload,
+                            },
                             pause,
                             &mut next_send,
                         )
@@ -388,7 +463,7 @@ async fn send_all(
                         match sent {
                             Ok((outcome, sent)) => {
                                 delivery = sent;
-                                outcome
+                                break 'send outcome;
                             }
                             Err(e) => {
                                 replaying.finish_all(&mut sends, reader).await?;
@@ -438,6 +513,33 @@ struct Replaying<'a, F> {
 }
 
 impl<F: FnMut(u64, u64, &Outcome)> Replaying<'_, F> {
+    /// The first time the replay sends to the source topic `topic`: finds the groups that read
+    /// it, logs them (`replay_to_source`) and keeps them in the report.
+    async fn warn_readers(&mut self, topic: &str) {
+        if self.report.source_readers.contains_key(topic) {
+            return;
+        }
+        let (brokers, raw, t) = (
+            self.options.brokers.clone(),
+            self.options.librdkafka.clone(),
+            topic.to_string(),
+        );
+        let found = tokio::task::spawn_blocking(move || groups_reading(&brokers, &raw, &t))
+            .await
+            .expect("group listing task");
+        match &found {
+            Ok(groups) => tracing::warn!(event = "replay_to_source", %topic,
+                groups = %groups.join(", "),
+                "every group reading the source topic handles these records again: {}",
+                if groups.is_empty() { "none found".to_string() } else { groups.join(", ") }),
+            Err(error) => tracing::warn!(event = "replay_to_source", %topic, %error,
+                "every group reading the source topic handles these records again (could not list them)"),
+        }
+        self.report
+            .source_readers
+            .insert(topic.to_string(), found.unwrap_or_default());
+    }
+
     /// Finishes the oldest dead letter in flight: counts and reports it.
     async fn finish_oldest(
         &mut self,
@@ -510,19 +612,46 @@ fn decoded(envelope: &crate::dlq::Envelope) -> Result<Decoded, EnvelopeDecodeErr
     ))
 }
 
+/// The headers of the record that goes to the group's redrive topic for `envelope`: the
+/// original's `headers` (with the replay's own) and the retry account that lets the group's
+/// consumer hand its handler the original record ([`crate::retry_tier::redrive_headers`]).
+fn redrive_headers(
+    envelope: &crate::dlq::Envelope,
+    headers: Vec<crate::record::RecordHeader>,
+) -> Vec<crate::record::RecordHeader> {
+    let source = &envelope.source;
+    let mut original = crate::record::Record::new(&source.topic, source.partition, source.offset)
+        .with_id(&envelope.id);
+    original.timestamp = source.timestamp;
+    original.timestamp_type = source.timestamp_type;
+    original.headers = headers;
+    crate::retry_tier::redrive_headers(&original, envelope)
+}
+
+/// One record a replay sends: where, and what.
+struct Outgoing {
+    to: String,
+    headers: Vec<crate::record::RecordHeader>,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+}
+
 /// Sends one decoded dead letter (or, in a dry run, does not), unless the loop guard refuses
 /// it; says which, with the send's acknowledgement to await.
-#[allow(clippy::too_many_arguments)]
 async fn send_one(
     options: &ReplayOptions,
     producer: &FutureProducer<LogContext>,
     envelope: &crate::dlq::Envelope,
-    headers: &mut Vec<crate::record::RecordHeader>,
-    key: Option<Vec<u8>>,
-    payload: Option<Vec<u8>>,
+    outgoing: Outgoing,
     pause: Option<Duration>,
     next_send: &mut tokio::time::Instant,
 ) -> Result<(Outcome, Option<DeliveryFuture>), ReplayError> {
+    let Outgoing {
+        to: destination,
+        mut headers,
+        key,
+        payload,
+    } = outgoing;
     let replays = headers
         .iter()
         .rev()
@@ -531,10 +660,6 @@ async fn send_one(
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(0);
-    let destination = options
-        .to
-        .clone()
-        .unwrap_or_else(|| envelope.source.topic.clone());
     if replays >= options.max_replays {
         tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
             max_replays = options.max_replays,

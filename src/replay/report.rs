@@ -80,6 +80,10 @@ pub struct ReplayReport {
     /// Why the run's summary could not be written to the audit topic, when it could not (the
     /// replay itself stands).
     pub audit_error: Option<String>,
+    /// With [`super::Destination::Source`]: each source topic sent to, with the consumer
+    /// groups that read it ([`super::groups_reading`]) — every one of them handles the records
+    /// again.
+    pub source_readers: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl ReplayReport {

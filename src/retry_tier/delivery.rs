@@ -49,6 +49,45 @@ pub fn retry_headers(
     let mut history = before.map_or_else(Vec::new, |r| r.history.clone());
     let error = truncate_message(&left.error);
     history.push(RetryStage { error, ..left });
+    account_headers(record, tier, due, attempts, history, group)
+}
+
+/// The headers of a dead letter that `dlq replay` puts back on its group's redrive topic
+/// ([`crate::record::retry::redrive_topic`]): `record` is the original as the envelope gives
+/// it (coordinates, id, timestamp, headers), `envelope` the dead letter. Due now, with the dead
+/// letter's handler calls and its history (for one dead-lettered from its source topic, that
+/// stage), so that the group's consumer hands its handler the original record with
+/// [`Record::retry`] saying what went before.
+pub fn redrive_headers(record: &Record, envelope: &Envelope) -> Vec<RecordHeader> {
+    let mut history = envelope.history.clone();
+    if history.is_empty() {
+        history.push(RetryStage {
+            topic: envelope.source.topic.clone(),
+            attempts: envelope.error.attempts,
+            error: envelope.error.message.clone(),
+            at: envelope.timestamp,
+        });
+    }
+    account_headers(
+        record,
+        0,
+        Utc::now(),
+        envelope.error.attempts,
+        history,
+        &envelope.source.group,
+    )
+}
+
+/// The headers of `record` as a retry record (see the module docs): due at `due`, after
+/// `attempts` handler calls in the stages `history`, written by `group`.
+fn account_headers(
+    record: &Record,
+    tier: u32,
+    due: DateTime<Utc>,
+    attempts: u32,
+    history: Vec<RetryStage>,
+    group: &str,
+) -> Vec<RecordHeader> {
     let mut headers: Vec<RecordHeader> = record
         .headers
         .iter()
@@ -225,6 +264,34 @@ mod tests {
             retry: None,
             ..record.clone()
         }
+    }
+
+    #[test]
+    fn a_redriven_dead_letter_restores_the_original_with_its_calls_and_group() {
+        let record = original();
+        let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "bad sku", 1, "billing");
+        let headers = redrive_headers(&record, &envelope);
+        let mut redriven = delivered(&record, 0, headers, 5);
+        redriven.topic = "orders-redrive-billing".into();
+        let (restored, error) = restore(redriven, None);
+        assert_eq!(error, None);
+        assert_eq!(
+            (restored.id.as_str(), restored.topic.as_str(), restored.offset),
+            ("orders-3-42", "orders", 42)
+        );
+        assert_eq!(restored.headers, vec![header("trace", b"t1".to_vec())]);
+        let retry = restored.retry.as_deref().unwrap();
+        assert_eq!(retry.tier, None);
+        assert_eq!(retry.topic, "orders-redrive-billing");
+        assert_eq!(retry.offset, 5);
+        assert_eq!(retry.attempts, 1);
+        assert_eq!(retry.group.as_deref(), Some("billing"));
+        assert!(retry.is_for("billing") && !retry.is_for("shipping"));
+        assert_eq!(retry.history.len(), 1);
+        assert_eq!(
+            (retry.history[0].topic.as_str(), retry.history[0].error.as_str()),
+            ("orders", "bad sku")
+        );
     }
 
     #[test]

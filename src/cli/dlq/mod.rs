@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use kafka_dlq::dlq_reader::{DlqEntry, DlqReader, ErrorText, Filter};
-use kafka_dlq::replay::{replay, ReplayOptions};
+use kafka_dlq::replay::{replay, Destination, ReplayOptions};
 use kafka_dlq::{ConfigError, DeadLetterKind};
 
 use super::CliError;
@@ -236,9 +236,14 @@ pub struct ReplayArgs {
     source: Source,
     #[command(flatten)]
     filter: FilterArgs,
-    /// Send to this topic instead of each record's source topic.
-    #[arg(long)]
+    /// Send everything to this topic instead of each dead letter's group.
+    #[arg(long, conflicts_with = "to_source")]
     to: Option<String>,
+    /// Send each dead letter back to its source topic, where every consumer group reading it
+    /// handles it again (they are named before the first send), instead of to the redrive
+    /// topic of the group that dead-lettered it (`<source>-redrive-<group>`, the default).
+    #[arg(long)]
+    to_source: bool,
     /// Show what would be sent; send and commit nothing.
     #[arg(long)]
     dry_run: bool,
@@ -369,7 +374,11 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
     }
     let options = ReplayOptions {
         librdkafka: args.source.librdkafka()?,
-        to: args.to.clone(),
+        destination: match (&args.to, args.to_source) {
+            (Some(topic), _) => Destination::Topic(topic.clone()),
+            (None, true) => Destination::Source,
+            (None, false) => Destination::Group,
+        },
         filter: args.filter.filter()?,
         dry_run: args.dry_run,
         rate_per_sec: args.rate,
@@ -459,6 +468,16 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
         if let Some(run) = &report.run {
             let _ = writeln!(out, "run {run} on the audit topic `{}`", args.audit_topic);
         }
+    }
+    for (topic, groups) in &report.source_readers {
+        eprintln!(
+            "warning: sent back to `{topic}`, where every group reading it handles the records again: {}",
+            if groups.is_empty() {
+                "no group has committed offsets there".to_string()
+            } else {
+                groups.join(", ")
+            }
+        );
     }
     if let Some(e) = &report.audit_error {
         eprintln!("warning: the run's summary was not written: {e}");
