@@ -133,7 +133,9 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
             let text = metrics.render();
             sample(
                 &text,
-                &format!("kafka_dlq_consumer_lag{{partition=\"1\",topic=\"{topic}\",group=\"{group}\"}}"),
+                &format!(
+                    "kafka_dlq_consumer_lag{{partition=\"1\",topic=\"{topic}\",group=\"{group}\"}}"
+                ),
             ) == Some(0.0)
         })
         .await,

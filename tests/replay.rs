@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use common::*;
 use kafka_dlq::dlq::Envelope;
+use kafka_dlq::record::retry::redrive_topic;
 use kafka_dlq::replay::audit::{
     history, DEFAULT_AUDIT_TOPIC, HEADER_REPLAYED_AT, HEADER_REPLAYED_BY, HEADER_REPLAYED_FROM,
     HEADER_REPLAY_RUN,
 };
-use kafka_dlq::replay::{replay, Outcome, ReplayOptions, HEADER_REPLAY_COUNT};
+use kafka_dlq::replay::{replay, Destination, Outcome, ReplayOptions, HEADER_REPLAY_COUNT};
 use kafka_dlq::{DeadLetterKind, Record, RecordHeader};
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
@@ -197,22 +198,38 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
         "{:?}",
         fixed.calls()
     );
+    // Through the group's redrive topic, handled as the original records.
+    let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
     assert!(
-        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
-            == Some(&5))
+        eventually(WAIT, || committed(&brokers, &group, &redrive, 1).get(&0)
+            == Some(&2))
         .await
     );
     running.stop().await;
+    let calls = fixed.calls();
+    assert_eq!(
+        calls
+            .iter()
+            .map(|c| (c.value.as_str(), c.offset))
+            .collect::<Vec<_>>(),
+        [("perm-2", 1), ("always-3", 2)],
+        "the original offsets"
+    );
+    assert_eq!(
+        read_all(&brokers, &topic).len(),
+        3,
+        "nothing back on the source topic"
+    );
 
     // Byte for byte: key, headers, payload; plus the replay count.
-    let all = read_all(&brokers, &topic);
-    let replayed = &all[3];
+    let all = read_all(&brokers, &redrive);
+    let replayed = &all[0];
     assert_eq!(replayed.payload(), Some(&b"perm-2"[..]));
     assert_eq!(replayed.key(), Some(&[0xff, 0x01][..]));
     assert_eq!(header(replayed, "trace"), Some(b"t-2".to_vec()));
     assert_eq!(header(replayed, "bin"), Some(vec![0x80]));
     assert_eq!(header(replayed, HEADER_REPLAY_COUNT), Some(b"1".to_vec()));
-    assert_eq!(all[4].payload(), Some(&b"always-3"[..]));
+    assert_eq!(all[1].payload(), Some(&b"always-3"[..]));
 
     // The DLQ accounting: nothing outstanding, and a second run sends nothing.
     let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
@@ -275,7 +292,7 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     // 10 a second: the first acknowledgement (a loopback round trip) is in long before the
     // 20th send is due, so the interruption lands while the replay still has records to send.
     let options = ReplayOptions {
-        to: Some(target.clone()),
+        destination: Destination::Topic(target.clone()),
         rate_per_sec: Some(10),
         ..ReplayOptions::new(&brokers, &dlq)
     };
@@ -445,7 +462,7 @@ async fn a_filtered_replay_sends_only_what_matches_and_keeps_its_own_position() 
     records.push(envelope_out("orders", 2, None));
     produce(&brokers, &dlq, records).await;
     let options = ReplayOptions {
-        to: Some(target.clone()),
+        destination: Destination::Topic(target.clone()),
         filter: kafka_dlq::dlq_reader::Filter {
             source_topic: Some("orders".into()),
             ..Default::default()
@@ -528,8 +545,9 @@ async fn a_second_replay_of_the_same_dlq_refuses_while_the_first_runs() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let redrive = redrive_topic(&topic, "g");
     assert!(
-        eventually(WAIT, || !read_all(&brokers, &topic).is_empty()).await,
+        eventually(WAIT, || !read_all(&brokers, &redrive).is_empty()).await,
         "the first replay is sending"
     );
     let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
@@ -541,7 +559,7 @@ async fn a_second_replay_of_the_same_dlq_refuses_while_the_first_runs() {
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    let sent: Vec<Vec<u8>> = read_all(&brokers, &topic)
+    let sent: Vec<Vec<u8>> = read_all(&brokers, &redrive)
         .iter()
         .map(|m| m.payload().unwrap().to_vec())
         .collect();
@@ -613,7 +631,7 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
         out.contains("replayed 1 of 2 scanned") && out.contains("undecodable 1"),
         "{out}"
     );
-    let sent = read_all(&brokers, &topic);
+    let sent = read_all(&brokers, &redrive_topic(&topic, "g"));
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].payload(), Some(&b"good"[..]));
 }
@@ -700,7 +718,30 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(shown.contains("rejected"), "{shown}");
+    // Spring's dead letters without a group have no group to go back to: the replay stops at
+    // the first, naming it, and sends nothing.
     let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!("`{topic}-0-0`")) && err.contains("--to-source"),
+        "{err}"
+    );
+    assert_eq!(
+        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
+        None,
+        "nothing committed past it"
+    );
+    assert!(read_all(&brokers, &topic).is_empty(), "nothing sent");
+    // So back to their source topic.
+    let (code, out, err) = cli(&[
+        "dlq",
+        "replay",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--to-source",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 3 of 3 scanned"), "{out}");
     // Each tool ends at the partition's end instead of waiting 30 s for a record that is not
@@ -766,15 +807,11 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
         out.contains("replayed 1 of 2 scanned") && out.contains("lost 1"),
         "{out}"
     );
-    let source: Vec<Vec<u8>> = read_all(&brokers, &topic)
+    let sent: Vec<Vec<u8>> = read_all(&brokers, &redrive_topic(&topic, "g"))
         .iter()
         .map(|m| m.payload().unwrap().to_vec())
         .collect();
-    assert_eq!(
-        source,
-        vec![b"small".to_vec(), b"small".to_vec()],
-        "only the one it could send"
-    );
+    assert_eq!(sent, vec![b"small".to_vec()], "only the one it could send");
     assert_eq!(
         outstanding(&brokers, &dlq),
         1,
@@ -1029,10 +1066,12 @@ async fn list_and_replay_select_by_group_partition_offsets_key_and_error_text() 
         out.contains("replayed 2 of 5 scanned; filtered out 3"),
         "{out}"
     );
-    let mut sent: Vec<String> = read_all(&brokers, &source)
+    // To billing's redrive topic: shipping's never sees them.
+    let mut sent: Vec<String> = read_all(&brokers, &redrive_topic(&source, "billing"))
         .iter()
         .map(|m| String::from_utf8(m.payload().unwrap().to_vec()).unwrap())
         .collect();
     sent.sort();
     assert_eq!(sent, [r#"{"offset":10}"#, r#"{"offset":20}"#]);
+    assert!(read_all(&brokers, &redrive_topic(&source, "shipping")).is_empty());
 }

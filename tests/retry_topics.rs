@@ -392,6 +392,7 @@ async fn a_record_that_always_fails_is_dead_lettered_after_every_tier_with_its_h
         &brokers,
         "--dlq-topic",
         &tier1,
+        "--to-source",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let source = read_all(&brokers, &topic);

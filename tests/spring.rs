@@ -262,6 +262,8 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
         "--dlq-topic",
         &dlt,
         "--json",
+        // A Spring application does not read kafka-dlq's redrive topics.
+        "--to-source",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();

@@ -208,7 +208,30 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 );
                 args.records = cap;
             }
-            Some(mock::MockChild::start(&topics).await?)
+            // Each kafka-dlq consumer reads its group's redrive topic and creates it when
+            // missing; the mock cluster does not create topics on request, so they are made
+            // here, one per scenario and pass (the groups of `run_one`).
+            let mut redrives = Vec::new();
+            for pass in 0..passes {
+                for scenario in scenarios.iter().filter(|s| s.runner.is_ours()) {
+                    if pass > 0 && matches!(scenario.data, Data::Slow | Data::Readme) {
+                        continue;
+                    }
+                    let (on, partitions) = if scenario.data == Data::Readme {
+                        (&readme_topic, 1)
+                    } else {
+                        (&topic, args.partitions)
+                    };
+                    let group = format!("{on}-{}-{pass}", scenario.name);
+                    redrives.push((
+                        kafka_dlq::record::retry::redrive_topic(on, &group),
+                        partitions,
+                    ));
+                }
+            }
+            let mut all = topics.clone();
+            all.extend(redrives.iter().map(|(t, p)| (t.as_str(), *p)));
+            Some(mock::MockChild::start(&all).await?)
         }
     };
     let brokers = match (&args.brokers, &mock) {

@@ -23,6 +23,11 @@ impl Runner {
     pub fn is_peer(self) -> bool {
         matches!(self, Runner::Spring(_) | Runner::ParallelConsumer(_))
     }
+
+    /// Whether kafka-dlq runs it.
+    pub fn is_ours(self) -> bool {
+        matches!(self, Runner::Ours(..))
+    }
 }
 
 /// Which records a scenario consumes, and when it ends.

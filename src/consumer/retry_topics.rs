@@ -23,14 +23,21 @@ pub(super) fn follow_up_topics(config: &ConsumerConfig) -> Vec<(String, &str)> {
     topics
 }
 
+/// How long the consumer's start waits for its retry and redrive topics.
+const FIRST_ATTEMPT: Duration = Duration::from_secs(10);
+
 /// Creates the missing retry and redrive topics of `config`'s topics. When that fails (a
 /// broker down, no permission), logs why and tries again in the background, 1 s doubling to
 /// 60 s, until it succeeds or `cancel` fires; meanwhile records bound for a missing retry topic
 /// wait (their writes are retried), and the consumer picks a topic created later up at its next
 /// metadata refresh.
 pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) {
-    let Err(error) = try_ensure(config).await else {
-        return;
+    // The first attempt holds the start for at most FIRST_ATTEMPT: a cluster that answers
+    // CreateTopics late (a controller election) does not hold the consumer up.
+    let error = match tokio::time::timeout(FIRST_ATTEMPT, try_ensure(config)).await {
+        Ok(Ok(())) => return,
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("no answer within {} s", FIRST_ATTEMPT.as_secs()),
     };
     tracing::error!(event = "retry_topics_not_created", %error,
         "trying again in the background; records bound for a missing retry topic wait until it exists");

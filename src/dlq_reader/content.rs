@@ -111,8 +111,10 @@ where
     let headers = message.headers()?;
     crate::kafka::headers::find(headers, crate::retry_tier::HEADER_RETRY.as_bytes())??;
     let tier = crate::record::retry::parse_topic(message.topic()).map_or(0, |(_, tier)| tier);
-    let (original, error) =
-        crate::retry_tier::restore(crate::record::Record::from_message(message, None), Some(tier));
+    let (original, error) = crate::retry_tier::restore(
+        crate::record::Record::from_message(message, None),
+        Some(tier),
+    );
     if error.is_some() {
         return None;
     }

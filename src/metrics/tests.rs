@@ -32,7 +32,10 @@ fn a_consumers_series_name_its_group() {
         ),
         "{text}"
     );
-    assert!(text.contains("kafka_dlq_partitions_assigned{group=\"billing\"} 0"), "{text}");
+    assert!(
+        text.contains("kafka_dlq_partitions_assigned{group=\"billing\"} 0"),
+        "{text}"
+    );
     assert_eq!(m.total("kafka_dlq_records_dead_lettered_total"), 1.0);
 }
 

@@ -66,9 +66,10 @@ impl RedriveTopics {
         if self.ready.contains(topic) {
             return Ok(());
         }
-        let missing: BTreeMap<String, i32> =
-            self.cluster.missing([(topic.to_string(), source)]);
-        self.cluster.create(&missing, "redrive_topic_created").await?;
+        let missing: BTreeMap<String, i32> = self.cluster.missing([(topic.to_string(), source)]);
+        self.cluster
+            .create(&missing, "redrive_topic_created")
+            .await?;
         self.ready.insert(topic.to_string());
         Ok(())
     }

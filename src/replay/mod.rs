@@ -14,7 +14,8 @@
 //! filters, `kafka-dlq-replay-<hash>` for one with filters or `--to`. Running the same replay
 //! again after an interruption (Ctrl-C: the sends in flight are finished first) starts after
 //! the last record dealt with, so nothing is sent twice; a hard kill can resend what was
-//! acknowledged since the last commit (at most 200 ms of it), and a failed send stops the
+//! acknowledged since the last commit (at most 200 ms of it; at most 10 ms of it while a
+//! `--rate` replay waits for its next slot, a wait spent committing), and a failed send stops the
 //! replay before it (the sends already in flight after it may go out again on the next run).
 //! The monitor counts what the unfiltered replay has passed as no longer outstanding.
 //!
@@ -62,8 +63,8 @@ mod report;
 pub use destination::Destination;
 use destination::RedriveTopics;
 use in_flight::{Dealt, InFlight, WINDOW};
-pub use readers::{groups_reading, MAX_GROUPS_ASKED};
 pub use lock::{LockError, ReplayLock};
+pub use readers::{groups_reading, MAX_GROUPS_ASKED};
 pub use report::{Outcome, ReplayReport, REPORT_SAMPLE};
 
 /// The header counting how often a record was replayed.
@@ -354,6 +355,11 @@ async fn send_all(
         progress: &mut progress,
     };
     loop {
+        if pause.is_some() && !options.dry_run {
+            replaying
+                .finish_while_waiting(&mut sends, reader, next_send, cancel)
+                .await?;
+        }
         if cancel.is_cancelled() {
             replaying.report.interrupted = true;
             break;
@@ -424,8 +430,7 @@ async fn send_all(
                             replaying.warn_readers(&to).await;
                         }
                         if let Some(redrive) = &mut redrive {
-                            if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await
-                            {
+                            if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await {
                                 replaying.finish_all(&mut sends, reader).await?;
                                 return Err(ReplayError::RedriveTopic { topic: to, source });
                             }
@@ -564,6 +569,30 @@ impl<F: FnMut(u64, u64, &Outcome)> Replaying<'_, F> {
                 })
             }
         }
+    }
+
+    /// Until `until` (the rate's next slot) or `cancel`: finishes the sends acknowledged
+    /// meanwhile and commits their position every 10 ms, so that a hard kill while a `--rate`
+    /// replay waits resends at most what was acknowledged in the last 10 ms.
+    async fn finish_while_waiting(
+        &mut self,
+        sends: &mut InFlight,
+        reader: &mut DlqReader,
+        until: tokio::time::Instant,
+        cancel: &CancellationToken,
+    ) -> Result<(), ReplayError> {
+        while tokio::time::Instant::now() < until && !cancel.is_cancelled() {
+            while sends.oldest_is_done() {
+                self.finish_oldest(sends, reader).await?;
+            }
+            self.commit(sends, reader)?;
+            let step = until.saturating_duration_since(tokio::time::Instant::now());
+            tokio::select! {
+                _ = tokio::time::sleep(step.min(Duration::from_millis(10))) => {}
+                _ = cancel.cancelled() => {}
+            }
+        }
+        Ok(())
     }
 
     /// Finishes every dead letter in flight and commits the position.

@@ -276,7 +276,11 @@ mod tests {
         let (restored, error) = restore(redriven, None);
         assert_eq!(error, None);
         assert_eq!(
-            (restored.id.as_str(), restored.topic.as_str(), restored.offset),
+            (
+                restored.id.as_str(),
+                restored.topic.as_str(),
+                restored.offset
+            ),
             ("orders-3-42", "orders", 42)
         );
         assert_eq!(restored.headers, vec![header("trace", b"t1".to_vec())]);
@@ -289,7 +293,10 @@ mod tests {
         assert!(retry.is_for("billing") && !retry.is_for("shipping"));
         assert_eq!(retry.history.len(), 1);
         assert_eq!(
-            (retry.history[0].topic.as_str(), retry.history[0].error.as_str()),
+            (
+                retry.history[0].topic.as_str(),
+                retry.history[0].error.as_str()
+            ),
             ("orders", "bad sku")
         );
     }

@@ -93,8 +93,16 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     };
     let topic = format!("parcel-events{suffix}");
     let dlq = format!("{topic}-dlt");
+    let group = format!("parcel-tracking{suffix}");
+    // Where a replay puts this service's dead letters back: read by this group alone.
+    let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
     let audit = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC;
-    let topics = [(topic.as_str(), 3), (dlq.as_str(), 1), (audit, 1)];
+    let topics = [
+        (topic.as_str(), 3),
+        (dlq.as_str(), 1),
+        (redrive.as_str(), 3),
+        (audit, 1),
+    ];
     match &mock {
         None => {
             say(&mut out, &format!("Broker: {brokers}"));
@@ -133,7 +141,6 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     })?;
     let monitor = tokio::spawn(monitor.run(stop_monitor.clone().cancelled_owned()));
 
-    let group = format!("parcel-tracking{suffix}");
     let config = ConsumerConfig {
         id_header: Some("event-id".into()),
         max_retries: 3,
@@ -205,7 +212,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     say(
         &mut out,
         &format!(
-            "replayed {} of {} dead letters to `{topic}`",
+            "replayed {} of {} dead letters to `{redrive}`, which only {group} reads (other services on `{topic}` never see them)",
             report.replayed, report.scanned
         ),
     );
@@ -221,7 +228,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         .await??
     };
     super::dlq::print_history(&runs, &mut out);
-    wait_committed(&brokers, &group, &topic).await?;
+    wait_committed(&brokers, &group, &redrive).await?;
     stop.cancel();
     running.await??;
     let dead_after_fix = metrics.total("kafka_dlq_records_dead_lettered_total") - dead_v1;

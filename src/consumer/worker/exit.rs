@@ -298,7 +298,12 @@ mod tests {
             }
         );
         assert_eq!(
-            Exit::after(&RetryTiers::default(), &redriven, DeadLetterKind::Permanent, 1),
+            Exit::after(
+                &RetryTiers::default(),
+                &redriven,
+                DeadLetterKind::Permanent,
+                1
+            ),
             Exit::DeadLetter {
                 kind: DeadLetterKind::Permanent,
                 attempts: 5
