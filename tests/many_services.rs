@@ -223,7 +223,9 @@ async fn each_service_on_one_topic_sees_only_its_own_retries_and_replays() {
                     && done(&shipping, &format!("{topic}-retry-0"), 4)
             })
             .await,
-            "{protocol}: the groups did not catch up"
+            "{protocol}: the groups did not catch up: billing {:?}, shipping {:?}",
+            billing_down.calls.lock().unwrap(),
+            shipping_down.calls.lock().unwrap()
         );
         for i in 0..4 {
             assert_eq!(
