@@ -41,7 +41,9 @@ pub struct EnvelopeHeader {
 /// Where the record came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeSource {
-    /// The source topic.
+    /// The source topic: the topic the consumer read it from, or for a record delivered from
+    /// a retry or redrive topic, the source topic that topic belongs to — never a topic the
+    /// retry record merely claims, so that a replay sends it back where this group reads.
     pub topic: String,
     /// The source partition.
     pub partition: i32,
@@ -140,7 +142,7 @@ impl Envelope {
             },
             timestamp: Utc::now().trunc_subsecs(3),
             source: EnvelopeSource {
-                topic: record.topic.clone(),
+                topic: record.source_topic().to_string(),
                 partition: record.partition,
                 offset: record.offset,
                 key,
@@ -342,6 +344,24 @@ mod tests {
         assert_eq!(parsed.payload_bytes().unwrap().as_deref(), payload);
         let enc = parsed.payload_encoding;
         (parsed, enc)
+    }
+
+    #[test]
+    fn a_dead_letter_names_the_topic_it_was_read_from_not_what_its_retry_record_claims() {
+        let mut claimed = record(Some(b"x"), None);
+        claimed.topic = "payments".into();
+        claimed.retry = Some(Box::new(crate::record::retry::RetryDelivery {
+            tier: Some(0),
+            topic: "orders-retry-0".into(),
+            partition: 0,
+            offset: 3,
+            due: Utc::now(),
+            attempts: 1,
+            history: vec![],
+            group: Some("g".into()),
+        }));
+        let envelope = Envelope::new(&claimed, DeadLetterKind::Permanent, "x", 1, "g");
+        assert_eq!(envelope.source.topic, "orders");
     }
 
     #[test]

@@ -53,15 +53,20 @@ impl<'a> Records<'a> {
     /// carries. A redrive topic's record always counts as its source topic's (the one that
     /// redrive topic belongs to), whatever topic it claims.
     fn restored(&self, record: Record) -> Record {
-        if !self.stage.is_retry() || record.retry.is_some() {
+        if !self.stage.is_retry() {
             return record;
         }
-        let (mut record, error) = crate::retry_tier::restore(record, self.stage.tier());
-        if let Some(error) = error {
-            tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
-                partition = self.partition, offset = record.delivered_offset(),
-                %error, "handled as it is, at once");
-        }
+        let mut record = if record.retry.is_some() {
+            record
+        } else {
+            let (record, error) = crate::retry_tier::restore(record, self.stage.tier());
+            if let Some(error) = error {
+                tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
+                    partition = self.partition, offset = record.delivered_offset(),
+                    %error, "handled as it is, at once");
+            }
+            record
+        };
         if let Stage::Redrive { source } = self.stage {
             if record.topic != *source {
                 tracing::warn!(event = "redrive_record_claims_another_topic", topic = %self.topic,

@@ -9,7 +9,8 @@
 //! times, permanently, panic), and the steps: revocations and assignments to either of two
 //! members at any point, outages of the downstream (the breaker opens and closes across
 //! rebalances) and of the dead-letter topic (writes acknowledged late, failing, out of order),
-//! retry records of another group on the shared retry topics (due far ahead), new records,
+//! retry records of another group on the shared retry topics (due far ahead), dead letters
+//! replayed to the group's redrive topic (some claiming a due time in 2099), new records,
 //! commits, time. After every step it checks:
 //! - no stored or committed position passes a record that is neither handled nor
 //!   acknowledged by its dead-letter or retry topic (checked at every store and commit);
@@ -36,6 +37,8 @@ mod schedule;
 mod world;
 mod writes;
 
+use schedule::Variant;
+
 /// Keeps the simulated handlers' panics out of the test output (every other panic is
 /// reported as usual).
 pub(super) fn quiet_simulated_panics() {
@@ -59,14 +62,14 @@ fn env(name: &str) -> Option<u64> {
 }
 
 /// Runs `seeds`, stopping at the first schedule that breaks a guarantee.
-fn run_all(seeds: impl Iterator<Item = (u64, bool)>) {
+fn run_all(seeds: impl Iterator<Item = (u64, Variant)>) {
     quiet_simulated_panics();
     let (mut schedules, mut records, mut dead_letters) = (0, 0, 0);
     // The worker's log lines are not what is checked, and a global subscriber another test
     // installed would make each schedule many times slower.
     let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
-    for (seed, other_group) in seeds {
-        match schedule::run(seed, other_group) {
+    for (seed, variant) in seeds {
+        match schedule::run(seed, variant) {
             Ok(report) => {
                 schedules += 1;
                 records += report.records;
@@ -85,11 +88,11 @@ fn run_all(seeds: impl Iterator<Item = (u64, bool)>) {
 #[test]
 fn every_schedule_keeps_the_guarantees() {
     if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
-        return run_all(std::iter::once((seed, false)));
+        return run_all(std::iter::once((seed, Variant::Plain)));
     }
     let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
     let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000);
-    run_all((first..first + n).map(|seed| (seed, false)));
+    run_all((first..first + n).map(|seed| (seed, Variant::Plain)));
 }
 
 /// The same schedules with another service on the topic, whose retry records (some due in
@@ -98,11 +101,25 @@ fn every_schedule_keeps_the_guarantees() {
 #[test]
 fn another_groups_retry_records_are_passed_over_in_every_schedule() {
     if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
-        return run_all(std::iter::once((seed, true)));
+        return run_all(std::iter::once((seed, Variant::OtherGroup)));
     }
     let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
     let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000) / 4;
-    run_all((first..first + n).map(|seed| (seed, true)));
+    run_all((first..first + n).map(|seed| (seed, Variant::OtherGroup)));
+}
+
+/// The same schedules with `dlq replay` now and then putting dead letters back on the
+/// group's redrive topic (some claiming to be due in 2099): each is handled again as its
+/// original record, at once, in order, and settles. A quarter as many; the same variables
+/// choose them.
+#[test]
+fn replayed_dead_letters_are_handled_from_the_redrive_topic_in_every_schedule() {
+    if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
+        return run_all(std::iter::once((seed, Variant::Redrive)));
+    }
+    let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
+    let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000) / 4;
+    run_all((first..first + n).map(|seed| (seed, Variant::Redrive)));
 }
 
 /// Schedules that found bugs before they were fixed; each fails on the code before its fix.
@@ -111,56 +128,60 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
     run_all(
         REGRESSIONS
             .iter()
-            .map(|(seed, other_group, _)| (*seed, *other_group)),
+            .map(|(seed, variant, _)| (*seed, *variant)),
     );
 }
 
-/// Seeds, whether another group's retry records were in the schedule, and what each found
-/// (on the code before its fix).
-const REGRESSIONS: &[(u64, bool, &str)] = &[
+/// Seeds, their variant, and what each found (on the code before its fix).
+const REGRESSIONS: &[(u64, Variant, &str)] = &[
+    (
+        24,
+        Variant::Redrive,
+        "a replayed dead letter of a retry record claiming another source topic was routed by that claim (#24)",
+    ),
     (
         3,
-        true,
+        Variant::OtherGroup,
         "another group's retry record, due in 2099, was handled from the shared retry topic (#24)",
     ),
     (
         173,
-        false,
+        Variant::Plain,
         "key order: a take dropped in select! when the budget ran out lost records (#22.1)",
     ),
     (
         412,
-        false,
+        Variant::Plain,
         "key order: records lost by a dropped take (#22.1)",
     ),
     (
         870,
-        false,
+        Variant::Plain,
         "key order: records lost by a dropped take (#22.1)",
     ),
     (
         8,
-        false,
+        Variant::Plain,
         "a partition revoked while the breaker was open came back paused (#22.2)",
     ),
     (
         21,
-        false,
+        Variant::Plain,
         "a partition revoked while the breaker was open stalled for good (#22.2)",
     ),
     (
         105,
-        false,
+        Variant::Plain,
         "a partition revoked while the breaker was open stalled for good (#22.2)",
     ),
     (
         7,
-        false,
+        Variant::Plain,
         "a retry record due far ahead held its partition past its tier's delay (#22.5)",
     ),
     (
         3,
-        false,
+        Variant::Plain,
         "a retry record claiming another source topic was routed to it (#22.7)",
     ),
 ];

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::DateTime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -16,8 +17,10 @@ use super::super::Shared;
 use super::handler::SimHandler;
 use super::member::{member, start_worker, Mode};
 use super::plan::{Outcome, Plan, Wait};
-use super::world::{World, WorldRef, SOURCE};
+use super::world::{World, WorldRef, GROUP, SOURCE};
 use crate::backoff::ExponentialBackoff;
+use crate::record::retry::{redrive_topic, RetryDelivery};
+use crate::record::Record;
 use crate::retry_tier::RetryTiers;
 
 /// What a schedule ran, for the test's summary.
@@ -53,9 +56,24 @@ struct Stopping {
     since: tokio::time::Instant,
 }
 
+/// What a schedule adds to the plain one, each drawn from a generator of its own so that the
+/// plain schedules stay exactly as they were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Variant {
+    /// Nothing.
+    Plain,
+    /// Another service's retry records on the shared retry topics.
+    OtherGroup,
+    /// `dlq replay` putting dead letters back on the group's redrive topic now and then,
+    /// some claiming to be due in 2099.
+    Redrive,
+}
+
 struct Run {
     seed: u64,
-    other_group: bool,
+    variant: Variant,
+    /// With [`Variant::Redrive`]: when to replay and what.
+    replays: Option<fastrand::Rng>,
     rng: fastrand::Rng,
     world: WorldRef,
     members: Vec<Arc<Shared<SimHandler>>>,
@@ -71,23 +89,21 @@ struct Run {
     mode: Mode,
 }
 
-/// Runs the schedule of `seed`, with another service's retry records on the shared retry
-/// topics when `other_group` (drawn from a generator of their own, so that the schedules
-/// without them stay exactly as they were); `Err` names the first broken guarantee.
-pub(super) fn run(seed: u64, other_group: bool) -> Result<Report, String> {
+/// Runs the schedule of `seed` with `variant`; `Err` names the first broken guarantee.
+pub(super) fn run(seed: u64, variant: Variant) -> Result<Report, String> {
     fastrand::seed(seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a runtime");
-    let result = runtime.block_on(schedule(seed, other_group));
+    let result = runtime.block_on(schedule(seed, variant));
     // A handler call still running is dropped with the runtime.
     drop(runtime);
     result
 }
 
-async fn schedule(seed: u64, other_group: bool) -> Result<Report, String> {
+async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mode = match rng.u8(0..3) {
         0 => Mode::InOrder,
@@ -107,7 +123,10 @@ async fn schedule(seed: u64, other_group: bool) -> Result<Report, String> {
     let queue_capacity = [1, 3, 16, 64, 300][rng.usize(0..5)];
     let key_order = matches!(mode, Mode::ByKey { .. });
     let mut world = World::new(seed, MEMBERS, queue_capacity, key_order);
-    world.other_group = other_group.then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
+    world.other_group =
+        (variant == Variant::OtherGroup).then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
+    let redrive = variant == Variant::Redrive;
+    world.dead_lettered = redrive.then(Vec::new);
     let world = WorldRef::new(world);
     let max_retries = rng.u32(0..=3);
     let backoff = ExponentialBackoff::new(
@@ -125,12 +144,16 @@ async fn schedule(seed: u64, other_group: bool) -> Result<Report, String> {
     for topic in tiers.topics(SOURCE) {
         partitions.push((topic, 0));
     }
+    if redrive {
+        partitions.push((redrive_topic(SOURCE, GROUP), 0));
+    }
     let members = (0..MEMBERS)
         .map(|m| member(&world, m, mode, &tiers, &backoff, budget_kib))
         .collect();
     let mut run = Run {
         seed,
-        other_group,
+        variant,
+        replays: redrive.then(|| fastrand::Rng::with_seed(seed ^ 0x4ed1)),
         keys: rng.u8(1..=4),
         rng,
         world,
@@ -177,10 +200,10 @@ impl Run {
             self.seed,
             self.mode,
             self.tiers.delays_ms(),
-            if self.other_group {
-                ", another group's retry records"
-            } else {
-                ""
+            match self.variant {
+                Variant::Plain => "",
+                Variant::OtherGroup => ", another group's retry records",
+                Variant::Redrive => ", replays to the redrive topic",
             },
             self.seed
         )
@@ -279,8 +302,49 @@ impl Run {
                 }
             }
         }
+        if self.replays.as_mut().is_some_and(|rng| rng.u8(0..8) == 0) {
+            self.replay();
+        }
         // Let what the step set off run a little.
         tokio::time::sleep(Duration::from_millis(self.rng.u64(0..5))).await;
+    }
+
+    /// `dlq replay` of some of the dead letters acknowledged so far: each goes to the group's
+    /// redrive topic as the original record with its calls and stages so far, due now, a
+    /// little earlier, or (a foreign or broken writer) in 2099 — never waited for.
+    fn replay(&mut self) {
+        let rng = self.replays.as_mut().expect("a redrive schedule");
+        let tp = (redrive_topic(SOURCE, GROUP), 0);
+        let mut world = self.world.lock();
+        let now = world.now();
+        let letters = world.dead_lettered.as_mut().expect("a redrive schedule");
+        let n = rng.usize(0..=letters.len().min(20));
+        let chosen: Vec<Record> = letters.drain(..n).collect();
+        for original in chosen {
+            let due = match rng.u8(0..4) {
+                0 => DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+                    .expect("a valid date")
+                    .to_utc(),
+                1 => now - chrono::Duration::seconds(5),
+                _ => now,
+            };
+            let before = original.retry.as_deref();
+            let mut redriven = Record {
+                retry: None,
+                ..original.clone()
+            };
+            redriven.retry = Some(Box::new(RetryDelivery {
+                tier: None,
+                topic: tp.0.clone(),
+                partition: 0,
+                offset: 0,
+                due,
+                attempts: before.map_or(0, |r| r.attempts),
+                history: before.map_or_else(Vec::new, |r| r.history.clone()),
+                group: Some(GROUP.to_string()),
+            }));
+            world.append(&tp, redriven);
+        }
     }
 
     /// The guarantees after a step: positions (checked as they are stored and committed),

@@ -101,6 +101,9 @@ pub(super) struct World {
     pub other_group: Option<fastrand::Rng>,
     /// Upper bound of an exit write's acknowledgement delay.
     pub max_ack: Duration,
+    /// When `dlq replay` puts dead letters back on the group's redrive topic: the records
+    /// whose dead letter was acknowledged and not replayed yet.
+    pub dead_lettered: Option<Vec<Record>>,
 }
 
 /// The wall clock at the simulation's start.
@@ -136,6 +139,7 @@ impl World {
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             other_group: None,
             max_ack: Duration::from_millis(300),
+            dead_lettered: None,
         }
     }
 

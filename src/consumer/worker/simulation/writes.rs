@@ -87,6 +87,9 @@ fn acknowledge(
     };
     let Some((tier, due, left)) = retry else {
         w.dead_letters += 1;
+        if let Some(letters) = &mut w.dead_lettered {
+            letters.push(record.clone());
+        }
         return RetryWritten::DeadLettered(written);
     };
     // Routed as the real writers route it.
