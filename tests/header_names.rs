@@ -105,15 +105,7 @@ async fn a_header_name_that_is_not_utf8_reaches_the_handler_and_the_dlq_and_the_
         shown["envelope"]["source"]["headers"][0]["key_encoding"],
         "base64"
     );
-    let (code, out, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &dlq,
-        "--to-source",
-    ]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 1 of 1 scanned"), "{out}");
     let source = read_all(&brokers, &topic);

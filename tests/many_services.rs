@@ -279,19 +279,17 @@ async fn each_service_on_one_topic_sees_only_its_own_retries_and_replays() {
         assert_eq!(sent, 4, "{protocol}: {history}");
 
         // `--to-source` reaches every group reading the topic, and names them first.
-        let (code, out, err) = cli(&[
-            "dlq",
-            "replay",
-            "--brokers",
+        let (code, out, err) = replay_cli(
             &brokers,
-            "--dlq-topic",
             &dlt,
-            "--to-source",
-            "--error-contains",
-            "400",
-            "--source-partition",
-            "0",
-        ]);
+            &[
+                "--to-source",
+                "--error-contains",
+                "400",
+                "--source-partition",
+                "0",
+            ],
+        );
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains("replayed 2 of 4"), "{protocol}: {out}");
         assert!(

@@ -82,15 +82,7 @@ async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_re
         shown["envelope"]["payload_encoding"], "base64",
         "resolved: {shown}"
     );
-    let (code, out, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &dlq,
-        "--to-source",
-    ]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 1 of 1 scanned"), "{out}");
     let source = read_all(&brokers, &topic);

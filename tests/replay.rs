@@ -166,15 +166,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
     assert!(err.contains("no-such-id"), "{err}");
 
     // A dry run sends nothing.
-    let (code, dry, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &dlq,
-        "--dry-run",
-    ]);
+    let (code, dry, err) = replay_cli(&brokers, &dlq, &["--dry-run"]);
     assert_eq!(code, 0, "{err}");
     assert!(dry.contains("would replay 2 of 3 scanned"), "{dry}");
     assert!(dry.contains("not envelopes 1"), "{dry}");
@@ -190,7 +182,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
         test_config(&brokers, &group, &topic),
         AlwaysOk(fixed.clone()),
     );
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 2 of 3 scanned"), "{out}");
     assert!(
@@ -241,7 +233,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
         kafka_dlq::monitor::outstanding(&reader, std::slice::from_ref(&dlq)),
         Some(0)
     );
-    let (_, again, _) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (_, again, _) = replay_cli(&brokers, &dlq, &[]);
     assert!(again.contains("replayed 0 of 0 scanned"), "{again}");
 }
 
@@ -550,7 +542,7 @@ async fn a_second_replay_of_the_same_dlq_refuses_while_the_first_runs() {
         eventually(WAIT, || !read_all(&brokers, &redrive).is_empty()).await,
         "the first replay is sending"
     );
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_ne!(code, 0, "the second replay refuses: {out}");
     assert!(err.contains("another replay"), "{err}");
     let first = first.wait_with_output().unwrap();
@@ -568,7 +560,7 @@ async fn a_second_replay_of_the_same_dlq_refuses_while_the_first_runs() {
     assert_eq!(distinct.len(), 12);
 
     // Once it is over, the lock is free again (and the position is at the end).
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
 }
@@ -586,19 +578,11 @@ async fn a_dry_run_lists_from_where_a_real_run_resumes() {
         vec![letter(&topic, 0, "a"), letter(&topic, 1, "b")],
     )
     .await;
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 2 of 2 scanned"), "{out}");
     produce(&brokers, &dlq, vec![letter(&topic, 2, "c")]).await;
-    let (code, dry, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &dlq,
-        "--dry-run",
-    ]);
+    let (code, dry, err) = replay_cli(&brokers, &dlq, &["--dry-run"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         dry.contains("would replay 1 of 1 scanned") && dry.contains(&format!("{topic}-0-2")),
@@ -624,7 +608,7 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
         headers: vec![],
     };
     produce(&brokers, &dlq, vec![broken, letter(&topic, 1, "good")]).await;
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("skipped {topic}-0-0")), "{out}");
     assert!(
@@ -720,7 +704,7 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
     assert!(shown.contains("rejected"), "{shown}");
     // Spring's dead letters without a group have no group to go back to: the replay stops at
     // the first, naming it, and sends nothing.
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         err.contains(&format!("`{topic}-0-0`")) && err.contains("--to-source"),
@@ -733,15 +717,7 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
     );
     assert!(read_all(&brokers, &topic).is_empty(), "nothing sent");
     // So back to their source topic.
-    let (code, out, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &dlq,
-        "--to-source",
-    ]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 3 of 3 scanned"), "{out}");
     // Each tool ends at the partition's end instead of waiting 30 s for a record that is not
@@ -797,7 +773,7 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
         .await
         .expect("delete records");
 
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!("lost {topic}-0-0")) && out.contains("retention deleted offset 0"),
@@ -818,7 +794,7 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
         "the lost one is never counted as resolved"
     );
     // Running it again sends nothing twice and keeps it outstanding.
-    let (code, out, err) = cli(&["dlq", "replay", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
     assert_eq!(outstanding(&brokers, &dlq), 1);
@@ -1049,18 +1025,11 @@ async fn list_and_replay_select_by_group_partition_offsets_key_and_error_text() 
     assert!(err.contains("source_offsets"), "{err}");
 
     // Replay with the same filter sends exactly those.
-    let (code, out, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
+    let (code, out, err) = replay_cli(
         &brokers,
-        "--dlq-topic",
         &dlq,
-        "--group",
-        "billing",
-        "--error-contains",
-        "HTTP",
-    ]);
+        &["--group", "billing", "--error-contains", "HTTP"],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("replayed 2 of 5 scanned; filtered out 3"),

@@ -385,15 +385,7 @@ async fn a_record_that_always_fails_is_dead_lettered_after_every_tier_with_its_h
     assert_eq!(waiting["envelope"]["source"]["offset"], 1);
     assert_eq!(waiting["envelope"]["history"].as_array().unwrap().len(), 2);
     // Replayed from the retry topic: back on its source topic as it was first written.
-    let (code, out, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &tier1,
-        "--to-source",
-    ]);
+    let (code, out, err) = replay_cli(&brokers, &tier1, &["--to-source"]);
     assert_eq!(code, 0, "{out}{err}");
     let source = read_all(&brokers, &topic);
     let replayed = source

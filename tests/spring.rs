@@ -254,17 +254,8 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
         "{table}"
     );
 
-    let (code, out, err) = cli(&[
-        "dlq",
-        "replay",
-        "--brokers",
-        &brokers,
-        "--dlq-topic",
-        &dlt,
-        "--json",
-        // A Spring application does not read kafka-dlq's redrive topics.
-        "--to-source",
-    ]);
+    // A Spring application does not read kafka-dlq's redrive topics: back to the source.
+    let (code, out, err) = replay_cli(&brokers, &dlt, &["--json", "--to-source"]);
     assert_eq!(code, 0, "{out}{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(report["replayed"], 3, "{report}");

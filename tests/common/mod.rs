@@ -93,6 +93,14 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `kafka-dlq dlq replay --brokers <brokers> --dlq-topic <dlq> <extra…>`: exit code,
+/// stdout, stderr.
+pub fn replay_cli(brokers: &str, dlq: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["dlq", "replay", "--brokers", brokers, "--dlq-topic", dlq];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
 /// A name no other test uses.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:016x}", fastrand::u64(..))

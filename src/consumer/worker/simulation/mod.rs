@@ -85,41 +85,37 @@ fn run_all(seeds: impl Iterator<Item = (u64, Variant)>) {
     println!("{schedules} schedules, {records} records, {dead_letters} dead letters: every guarantee held");
 }
 
-#[test]
-fn every_schedule_keeps_the_guarantees() {
+/// The schedules of `variant`: the one of `KAFKA_DLQ_SIMULATION_SEED`, or
+/// `KAFKA_DLQ_SIMULATION_SCHEDULES` (default 2,000) divided by `fraction`, from
+/// `KAFKA_DLQ_SIMULATION_FIRST_SEED` (default 0).
+fn run_variant(variant: Variant, fraction: u64) {
     if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
-        return run_all(std::iter::once((seed, Variant::Plain)));
+        return run_all(std::iter::once((seed, variant)));
     }
     let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
-    let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000);
-    run_all((first..first + n).map(|seed| (seed, Variant::Plain)));
+    let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000) / fraction;
+    run_all((first..first + n).map(|seed| (seed, variant)));
+}
+
+#[test]
+fn every_schedule_keeps_the_guarantees() {
+    run_variant(Variant::Plain, 1);
 }
 
 /// The same schedules with another service on the topic, whose retry records (some due in
 /// 2099) share the retry topics: no handler is called for them and no partition waits for
-/// them. A quarter as many; the same variables choose them.
+/// them. A quarter as many.
 #[test]
 fn another_groups_retry_records_are_passed_over_in_every_schedule() {
-    if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
-        return run_all(std::iter::once((seed, Variant::OtherGroup)));
-    }
-    let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
-    let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000) / 4;
-    run_all((first..first + n).map(|seed| (seed, Variant::OtherGroup)));
+    run_variant(Variant::OtherGroup, 4);
 }
 
 /// The same schedules with `dlq replay` now and then putting dead letters back on the
 /// group's redrive topic (some claiming to be due in 2099): each is handled again as its
-/// original record, at once, in order, and settles. A quarter as many; the same variables
-/// choose them.
+/// original record, at once, in order, and settles. A quarter as many.
 #[test]
 fn replayed_dead_letters_are_handled_from_the_redrive_topic_in_every_schedule() {
-    if let Some(seed) = env("KAFKA_DLQ_SIMULATION_SEED") {
-        return run_all(std::iter::once((seed, Variant::Redrive)));
-    }
-    let first = env("KAFKA_DLQ_SIMULATION_FIRST_SEED").unwrap_or(0);
-    let n = env("KAFKA_DLQ_SIMULATION_SCHEDULES").unwrap_or(2_000) / 4;
-    run_all((first..first + n).map(|seed| (seed, Variant::Redrive)));
+    run_variant(Variant::Redrive, 4);
 }
 
 /// Schedules that found bugs before they were fixed; each fails on the code before its fix.
