@@ -38,8 +38,8 @@ impl Seen {
     }
 }
 
-/// `late` fails transiently until 3 s after its first call; `always` always fails
-/// transiently; anything else succeeds.
+/// `late` fails transiently until 3 s after its first call, `soon` until 2 s after it;
+/// `always` always fails transiently; anything else succeeds.
 impl Handler for Seen {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
         let value = record.payload.as_deref().unwrap_or_default();
@@ -54,6 +54,9 @@ impl Handler for Seen {
         };
         match value {
             b"late" if first.elapsed() < Duration::from_secs(3) => {
+                Err(HandlerError::transient("inventory service unavailable"))
+            }
+            b"soon" if first.elapsed() < Duration::from_secs(2) => {
                 Err(HandlerError::transient("inventory service unavailable"))
             }
             b"always" => Err(HandlerError::transient("inventory service unavailable")),
@@ -110,11 +113,13 @@ async fn two_services_with_tiers_on_one_topic_each_retry_only_their_own_failures
         let (billing, shipping) = (unique("billing"), unique("shipping"));
         create_topic(&brokers, &topic, 1).await;
         create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
-        let mut records = vec![Out::new(0, "late")];
+        let mut records = vec![Out::new(0, "soon")];
         records.extend((0..10).map(|i| Out::new(0, &format!("ok-{i}"))));
         produce(&brokers, &topic, records).await;
-        // Billing's downstream fails `late` for 3 s: it goes to the shared retry topics
-        // (`<topic>-retry-0`, `-retry-1`); shipping's accepts everything at once.
+        // Billing's downstream fails `soon` for 2 s. Its calls come at once, 1 s later from
+        // tier 0 and 2 s after that from tier 1, a second's margin from either side of the 2 s:
+        // it goes through the shared retry topics (`<topic>-retry-0`, `-retry-1`). Shipping's
+        // downstream accepts everything at once.
         let config = |group: &str| ConsumerConfig {
             retry_topic_delays_ms: "1000,2000".parse().unwrap(),
             max_retries: 0,
@@ -127,7 +132,7 @@ async fn two_services_with_tiers_on_one_topic_each_retry_only_their_own_failures
         let s = Running::start(config(&shipping), shipping_calls.clone());
         let (retry0, retry1) = (format!("{topic}-retry-0"), format!("{topic}-retry-1"));
         let done = eventually(WAIT, || {
-            billing_calls.calls_of("late").len() == 3
+            billing_calls.calls_of("soon").len() == 3
                 && committed(&brokers, &billing, &retry1, 1).get(&0) == Some(&1)
                 && committed(&brokers, &shipping, &topic, 1).get(&0) == Some(&11)
                 // Shipping has read past billing's retry records too.
@@ -139,8 +144,8 @@ async fn two_services_with_tiers_on_one_topic_each_retry_only_their_own_failures
         s.stop().await;
         assert!(done, "{protocol}: the scenario did not finish");
 
-        let late = billing_calls.calls_of("late");
-        let tiers: Vec<Option<u32>> = late
+        let soon = billing_calls.calls_of("soon");
+        let tiers: Vec<Option<u32>> = soon
             .iter()
             .map(|(r, _)| r.retry.as_ref().and_then(|r| r.tier))
             .collect();
@@ -151,7 +156,7 @@ async fn two_services_with_tiers_on_one_topic_each_retry_only_their_own_failures
         );
         let shipping_calls = shipping_calls.calls.lock().unwrap().clone();
         assert_eq!(
-            shipping_calls.get("late"),
+            shipping_calls.get("soon"),
             Some(&1),
             "{protocol}: shipping handles it once, never billing's retries"
         );
