@@ -44,190 +44,30 @@
 
 use std::time::Duration;
 
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
-use crate::dlq::EnvelopeDecodeError;
-use crate::dlq_reader::{DlqReader, Filter, Unresolved};
-use crate::kafka::LogContext;
+use crate::dlq_reader::{DlqReader, Unresolved};
 
 pub mod audit;
 mod destination;
+mod error;
 mod in_flight;
 mod lock;
+mod options;
 mod readers;
 mod report;
+mod send;
 pub use destination::Destination;
-use destination::RedriveTopics;
+pub use error::ReplayError;
 use in_flight::{Dealt, InFlight, WINDOW};
 pub use lock::{LockError, ReplayLock};
+pub use options::ReplayOptions;
 pub use readers::{groups_reading, MAX_GROUPS_ASKED};
 pub use report::{Outcome, ReplayReport, REPORT_SAMPLE};
+use send::Sender;
 
 /// The header counting how often a record was replayed.
 pub const HEADER_REPLAY_COUNT: &str = "kafka_dlq-replay-count";
-
-/// What to replay and how.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReplayOptions {
-    /// Bootstrap servers.
-    pub brokers: String,
-    /// Raw librdkafka properties for the reader and the producer.
-    pub librdkafka: crate::kafka::ClientOptions,
-    /// The dead-letter topic to read.
-    pub dlq_topic: String,
-    /// Where each dead letter goes: its group's redrive topic (the default), its source
-    /// topic, or one topic.
-    pub destination: Destination,
-    /// Which dead letters.
-    pub filter: Filter,
-    /// Report what would be sent; send and commit nothing.
-    pub dry_run: bool,
-    /// At most this many records per second (`None`: as fast as the broker takes them).
-    pub rate_per_sec: Option<u32>,
-    /// The loop guard: a record already replayed this many times is refused. Default 3.
-    pub max_replays: u32,
-    /// Who runs it, for the audit (default: the login name, [`audit::operator_name`]).
-    pub operator: String,
-    /// The topic each run that is not a dry run appends its summary to ([`audit`]); `None`
-    /// for none. Default [`audit::DEFAULT_AUDIT_TOPIC`].
-    pub audit_topic: Option<String>,
-}
-
-impl ReplayOptions {
-    /// Replays everything on `dlq_topic` to its source topics, with the defaults.
-    pub fn new(brokers: &str, dlq_topic: &str) -> Self {
-        Self {
-            brokers: brokers.into(),
-            librdkafka: crate::kafka::ClientOptions::new(),
-            dlq_topic: dlq_topic.into(),
-            destination: Destination::Group,
-            filter: Filter::default(),
-            dry_run: false,
-            rate_per_sec: None,
-            max_replays: 3,
-            operator: audit::operator_name(),
-            audit_topic: Some(audit::DEFAULT_AUDIT_TOPIC.to_string()),
-        }
-    }
-
-    /// The consumer group holding this replay's position: [`crate::dlq_reader::REPLAY_GROUP`]
-    /// for a replay without filters that puts each dead letter back (to its group or its
-    /// source: either way it is replayed once), another for each filter or `--to` topic.
-    pub fn position_group(&self) -> String {
-        let to = match &self.destination {
-            Destination::Topic(topic) => Some(topic),
-            Destination::Group | Destination::Source => None,
-        };
-        if self.filter.is_empty() && to.is_none() {
-            return crate::dlq_reader::REPLAY_GROUP.to_string();
-        }
-        // A hash of the filter and destination: the same replay resumes, another starts anew.
-        let key = format!("{}|{:?}", self.filter.key(), to);
-        let hash = crate::fingerprint::stable_hash(&key);
-        format!("{}-{hash:016x}", crate::dlq_reader::REPLAY_GROUP)
-    }
-}
-
-/// Why a replay stopped with an error. Its position stays before the record concerned, so
-/// running it again retries that record.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReplayError {
-    /// The DLQ topic could not be opened or read.
-    #[error("cannot read dead-letter topic `{topic}`: {source}")]
-    Read {
-        /// The DLQ topic.
-        topic: String,
-        /// The cause.
-        #[source]
-        source: KafkaError,
-    },
-    /// Another replay with the same position is running, or the lock could not be taken.
-    #[error(transparent)]
-    Locked(#[from] LockError),
-    /// The producer could not be created.
-    #[error("cannot create the replay producer: {0}")]
-    CreateProducer(#[source] KafkaError),
-    /// Sending a record failed.
-    #[error("cannot send `{id}` to `{topic}`: {source}")]
-    Send {
-        /// The record id.
-        id: String,
-        /// The destination topic.
-        topic: String,
-        /// The cause.
-        #[source]
-        source: KafkaError,
-    },
-    /// A reference's source record could not be read now (a timeout, denied, a broker
-    /// outage). Nothing was committed past it; run the replay again once the source is
-    /// readable.
-    #[error("cannot resolve `{id}` (dead letter {topic}/{partition}@{offset}): {source}; nothing was committed past it, run the replay again once the source topic is readable")]
-    Unresolved {
-        /// The record id.
-        id: String,
-        /// The DLQ topic.
-        topic: String,
-        /// The dead letter's DLQ partition.
-        partition: i32,
-        /// Its DLQ offset.
-        offset: i64,
-        /// Why.
-        #[source]
-        source: crate::dlq_reader::Unresolved,
-    },
-    /// A DLQ partition holds more lost references than its replay position can carry
-    /// ([`crate::dlq_reader::position::MAX_LOST`]); nothing was committed past the last one.
-    #[error("dead letter {topic}/{partition}@{offset}: {source}")]
-    TooManyLost {
-        /// The DLQ topic.
-        topic: String,
-        /// The partition.
-        partition: i32,
-        /// The offset of the one that did not fit.
-        offset: i64,
-        /// The cause.
-        #[source]
-        source: crate::dlq_reader::position::TooManyLost,
-    },
-    /// A dead letter names no consumer group (a foreign dead-letter topic, an envelope
-    /// without `source.group`), so it has no group's redrive topic to go to. Nothing was
-    /// committed past it.
-    #[error("dead letter `{id}` ({topic}/{partition}@{offset}) names no consumer group, so it cannot go to its group's redrive topic; replay it with --to-source (every group reading its source topic handles it again) or --to TOPIC; nothing was committed past it")]
-    NoGroup {
-        /// The record id.
-        id: String,
-        /// The DLQ topic.
-        topic: String,
-        /// The dead letter's DLQ partition.
-        partition: i32,
-        /// Its DLQ offset.
-        offset: i64,
-    },
-    /// A redrive topic was missing and could not be created, or the cluster's topics could
-    /// not be read to tell. Nothing was committed past the record bound for it.
-    #[error("cannot make sure of the redrive topic `{topic}`: {source}; nothing was committed past its first record")]
-    RedriveTopic {
-        /// The redrive topic (or, when the cluster could not be read, the DLQ topic).
-        topic: String,
-        /// The cause.
-        #[source]
-        source: crate::kafka::topics::TopicsError,
-    },
-    /// Committing the replay position failed.
-    #[error("cannot commit the replay position of `{topic}`: {source}")]
-    Commit {
-        /// The DLQ topic.
-        topic: String,
-        /// The cause.
-        #[source]
-        source: KafkaError,
-    },
-}
 
 /// Replays as [`ReplayOptions`] says; calls `progress(done, total, outcome)` after each DLQ
 /// record, as it is dealt with, and stops early (with `interrupted`) when `cancel` fires. See
@@ -314,37 +154,12 @@ async fn send_all(
         topic: options.dlq_topic.clone(),
         source,
     };
-    let mut producer_config = ClientConfig::new();
-    producer_config
-        .set("bootstrap.servers", &options.brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all");
-    options.librdkafka.apply(&mut producer_config);
-    let producer: FutureProducer<LogContext> = producer_config
-        .create_with_context(LogContext)
-        .map_err(ReplayError::CreateProducer)?;
-
-    let mut redrive = match options.destination {
-        Destination::Group if !options.dry_run => Some(
-            RedriveTopics::read(&producer_config)
-                .await
-                .map_err(|source| ReplayError::RedriveTopic {
-                    topic: options.dlq_topic.clone(),
-                    source,
-                })?,
-        ),
-        _ => None,
-    };
+    let mut sender = Sender::new(options, started).await?;
     let total = reader.remaining();
     let mut report = ReplayReport {
         dry_run: options.dry_run,
         ..ReplayReport::default()
     };
-    let pause = options
-        .rate_per_sec
-        .filter(|r| *r > 0)
-        .map(|r| Duration::from_secs_f64(1.0 / f64::from(r)));
-    let mut next_send = tokio::time::Instant::now();
     let mut sends = InFlight::default();
     let mut last_commit = tokio::time::Instant::now();
     let mut replaying = Replaying {
@@ -355,7 +170,7 @@ async fn send_all(
         progress: &mut progress,
     };
     loop {
-        if pause.is_some() && !options.dry_run {
+        if let Some(next_send) = sender.next_slot() {
             replaying
                 .finish_while_waiting(&mut sends, reader, next_send, cancel)
                 .await?;
@@ -373,110 +188,52 @@ async fn send_all(
             Some(Ok(entry)) => entry,
         };
         replaying.report.scanned += 1;
-        let mut delivery = None;
-        let outcome = if !options.filter.matches(&entry) {
-            Outcome::FilteredOut
+        let dealt = if !options.filter.matches(&entry) {
+            Ok((Outcome::FilteredOut, None))
         } else {
             match (entry.content.envelope(), &entry.unresolved) {
-                (None, _) => Outcome::NotAnEnvelope { id: entry.id() },
+                (None, _) => Ok((Outcome::NotAnEnvelope { id: entry.id() }, None)),
                 (Some(envelope), Some(Unresolved::Gone(why))) => {
-                    if !options.dry_run {
-                        if let Err(source) = reader.lose(entry.partition, entry.offset) {
-                            replaying.finish_all(&mut sends, reader).await?;
-                            return Err(ReplayError::TooManyLost {
-                                topic: options.dlq_topic.clone(),
-                                partition: entry.partition,
-                                offset: entry.offset,
-                                source,
-                            });
-                        }
-                    }
-                    Outcome::Lost {
-                        id: envelope.id.clone(),
-                        why: why.clone(),
-                    }
-                }
-                (Some(envelope), Some(unresolved)) => {
-                    replaying.finish_all(&mut sends, reader).await?;
-                    return Err(ReplayError::Unresolved {
-                        id: envelope.id.clone(),
+                    let kept = if options.dry_run {
+                        Ok(())
+                    } else {
+                        reader.lose(entry.partition, entry.offset)
+                    };
+                    kept.map(|()| {
+                        let id = envelope.id.clone();
+                        (
+                            Outcome::Lost {
+                                id,
+                                why: why.clone(),
+                            },
+                            None,
+                        )
+                    })
+                    .map_err(|source| ReplayError::TooManyLost {
                         topic: options.dlq_topic.clone(),
                         partition: entry.partition,
                         offset: entry.offset,
-                        source: unresolved.clone(),
-                    });
+                        source,
+                    })
                 }
-                (Some(envelope), None) => match decoded(envelope) {
-                    Err(e) => {
-                        tracing::warn!(event = "replay_undecodable", id = %envelope.id,
-                                dlq_partition = entry.partition, dlq_offset = entry.offset,
-                                error = %e, "passed over: its envelope does not decode");
-                        Outcome::Undecodable {
-                            id: envelope.id.clone(),
-                            why: e.to_string(),
-                        }
-                    }
-                    Ok((mut headers, key, payload)) => 'send: {
-                        let Some(to) = options.destination.topic_of(envelope) else {
-                            replaying.finish_all(&mut sends, reader).await?;
-                            return Err(ReplayError::NoGroup {
-                                id: envelope.id.clone(),
-                                topic: options.dlq_topic.clone(),
-                                partition: entry.partition,
-                                offset: entry.offset,
-                            });
-                        };
-                        if options.destination == Destination::Source {
-                            replaying.warn_readers(&to).await;
-                        }
-                        if let Some(redrive) = &mut redrive {
-                            if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await {
-                                replaying.finish_all(&mut sends, reader).await?;
-                                return Err(ReplayError::RedriveTopic { topic: to, source });
-                            }
-                        }
-                        headers.retain(|h| !audit::is_audit_header(&h.key));
-                        let audit = started.headers(
-                            &options.operator,
-                            &options.dlq_topic,
-                            entry.partition,
-                            entry.offset,
-                        );
-                        headers.extend(audit.into_iter().map(|(k, v)| {
-                            crate::record::RecordHeader {
-                                key: k.as_bytes().to_vec(),
-                                value: Some(v.into_bytes()),
-                            }
-                        }));
-                        if options.destination == Destination::Group {
-                            headers = redrive_headers(envelope, headers);
-                        }
-                        let sent = send_one(
-                            options,
-                            &producer,
-                            envelope,
-                            Outgoing {
-                                to,
-                                headers,
-                                key,
-                                payload,
-                            },
-                            pause,
-                            &mut next_send,
-                        )
-                        .await;
-                        match sent {
-                            Ok((outcome, sent)) => {
-                                delivery = sent;
-                                break 'send outcome;
-                            }
-                            Err(e) => {
-                                replaying.finish_all(&mut sends, reader).await?;
-                                return Err(e);
-                            }
-                        }
-                    }
-                },
+                (Some(envelope), Some(unresolved)) => Err(ReplayError::Unresolved {
+                    id: envelope.id.clone(),
+                    topic: options.dlq_topic.clone(),
+                    partition: entry.partition,
+                    offset: entry.offset,
+                    source: unresolved.clone(),
+                }),
+                (Some(envelope), None) => {
+                    let readers = &mut replaying.report.source_readers;
+                    sender.send(&entry, envelope, readers).await
+                }
+            }
+        };
+        let (outcome, delivery) = match dealt {
+            Ok(dealt) => dealt,
+            Err(e) => {
+                replaying.finish_all(&mut sends, reader).await?;
+                return Err(e);
             }
         };
         sends.push(Dealt {
@@ -518,33 +275,6 @@ struct Replaying<'a, F> {
 }
 
 impl<F: FnMut(u64, u64, &Outcome)> Replaying<'_, F> {
-    /// The first time the replay sends to the source topic `topic`: finds the groups that read
-    /// it, logs them (`replay_to_source`) and keeps them in the report.
-    async fn warn_readers(&mut self, topic: &str) {
-        if self.report.source_readers.contains_key(topic) {
-            return;
-        }
-        let (brokers, raw, t) = (
-            self.options.brokers.clone(),
-            self.options.librdkafka.clone(),
-            topic.to_string(),
-        );
-        let found = tokio::task::spawn_blocking(move || groups_reading(&brokers, &raw, &t))
-            .await
-            .expect("group listing task");
-        match &found {
-            Ok(groups) => tracing::warn!(event = "replay_to_source", %topic,
-                groups = %groups.join(", "),
-                "every group reading the source topic handles these records again: {}",
-                if groups.is_empty() { "none found".to_string() } else { groups.join(", ") }),
-            Err(error) => tracing::warn!(event = "replay_to_source", %topic, %error,
-                "every group reading the source topic handles these records again (could not list them)"),
-        }
-        self.report
-            .source_readers
-            .insert(topic.to_string(), found.unwrap_or_default());
-    }
-
     /// Finishes the oldest dead letter in flight: counts and reports it.
     async fn finish_oldest(
         &mut self,
@@ -624,119 +354,4 @@ impl<F: FnMut(u64, u64, &Outcome)> Replaying<'_, F> {
         }
         Ok(())
     }
-}
-
-/// An envelope's headers, key and payload, decoded.
-type Decoded = (
-    Vec<crate::record::RecordHeader>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-);
-
-fn decoded(envelope: &crate::dlq::Envelope) -> Result<Decoded, EnvelopeDecodeError> {
-    Ok((
-        envelope.headers()?,
-        envelope.key_bytes()?,
-        envelope.payload_bytes()?,
-    ))
-}
-
-/// The headers of the record that goes to the group's redrive topic for `envelope`: the
-/// original's `headers` (with the replay's own) and the retry account that lets the group's
-/// consumer hand its handler the original record ([`crate::retry_tier::redrive_headers`]).
-fn redrive_headers(
-    envelope: &crate::dlq::Envelope,
-    headers: Vec<crate::record::RecordHeader>,
-) -> Vec<crate::record::RecordHeader> {
-    let source = &envelope.source;
-    let mut original = crate::record::Record::new(&source.topic, source.partition, source.offset)
-        .with_id(&envelope.id);
-    original.timestamp = source.timestamp;
-    original.timestamp_type = source.timestamp_type;
-    original.headers = headers;
-    crate::retry_tier::redrive_headers(&original, envelope)
-}
-
-/// One record a replay sends: where, and what.
-struct Outgoing {
-    to: String,
-    headers: Vec<crate::record::RecordHeader>,
-    key: Option<Vec<u8>>,
-    payload: Option<Vec<u8>>,
-}
-
-/// Sends one decoded dead letter (or, in a dry run, does not), unless the loop guard refuses
-/// it; says which, with the send's acknowledgement to await.
-async fn send_one(
-    options: &ReplayOptions,
-    producer: &FutureProducer<LogContext>,
-    envelope: &crate::dlq::Envelope,
-    outgoing: Outgoing,
-    pause: Option<Duration>,
-    next_send: &mut tokio::time::Instant,
-) -> Result<(Outcome, Option<DeliveryFuture>), ReplayError> {
-    let Outgoing {
-        to: destination,
-        mut headers,
-        key,
-        payload,
-    } = outgoing;
-    let replays = headers
-        .iter()
-        .rev()
-        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
-        .and_then(|h| h.value.as_deref())
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    if replays >= options.max_replays {
-        tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
-            max_replays = options.max_replays,
-            "replayed too often already; fix the cause or raise --max-replays");
-        let refused = Outcome::Refused {
-            id: envelope.id.clone(),
-            replays,
-        };
-        return Ok((refused, None));
-    }
-    let replayed = Outcome::Replayed {
-        id: envelope.id.clone(),
-        to: destination.clone(),
-    };
-    if options.dry_run {
-        return Ok((replayed, None));
-    }
-    if let Some(pause) = pause {
-        tokio::time::sleep_until(*next_send).await;
-        *next_send = tokio::time::Instant::now() + pause;
-    }
-    headers.retain(|h| h.key != HEADER_REPLAY_COUNT.as_bytes());
-    let count = (replays + 1).to_string();
-    let mut out_headers = OwnedHeaders::new_with_capacity(headers.len() + 1);
-    for h in headers.iter() {
-        out_headers = crate::kafka::headers::add(out_headers, &h.key, h.value.as_deref());
-    }
-    out_headers = out_headers.insert(Header {
-        key: HEADER_REPLAY_COUNT,
-        value: Some(count.as_bytes()),
-    });
-    let mut record = FutureRecord::<[u8], [u8]>::to(&destination).headers(out_headers);
-    if let Some(k) = key.as_deref() {
-        record = record.key(k);
-    }
-    if let Some(p) = payload.as_deref() {
-        record = record.payload(p);
-    }
-    // At most WINDOW sends are in flight, far below the producer's queue: enqueuing does not
-    // fail for want of room.
-    let delivery = producer
-        .send_result(record)
-        .map_err(|(source, _)| ReplayError::Send {
-            id: envelope.id.clone(),
-            topic: destination.clone(),
-            source,
-        })?;
-    tracing::debug!(event = "record_replayed", id = %envelope.id,
-        to = %destination, replay_count = replays + 1);
-    Ok((replayed, Some(delivery)))
 }

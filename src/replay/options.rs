@@ -1,0 +1,67 @@
+//! What a replay reads and where it sends: [`ReplayOptions`], and the consumer group that
+//! keeps its position.
+
+use super::{audit, Destination};
+use crate::dlq_reader::Filter;
+
+/// What to replay and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayOptions {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Raw librdkafka properties for the reader and the producer.
+    pub librdkafka: crate::kafka::ClientOptions,
+    /// The dead-letter topic to read.
+    pub dlq_topic: String,
+    /// Where each dead letter goes: its group's redrive topic (the default), its source
+    /// topic, or one topic.
+    pub destination: Destination,
+    /// Which dead letters.
+    pub filter: Filter,
+    /// Report what would be sent; send and commit nothing.
+    pub dry_run: bool,
+    /// At most this many records per second (`None`: as fast as the broker takes them).
+    pub rate_per_sec: Option<u32>,
+    /// The loop guard: a record already replayed this many times is refused. Default 3.
+    pub max_replays: u32,
+    /// Who runs it, for the audit (default: the login name, [`audit::operator_name`]).
+    pub operator: String,
+    /// The topic each run that is not a dry run appends its summary to ([`audit`]); `None`
+    /// for none. Default [`audit::DEFAULT_AUDIT_TOPIC`].
+    pub audit_topic: Option<String>,
+}
+
+impl ReplayOptions {
+    /// Replays everything on `dlq_topic` to its source topics, with the defaults.
+    pub fn new(brokers: &str, dlq_topic: &str) -> Self {
+        Self {
+            brokers: brokers.into(),
+            librdkafka: crate::kafka::ClientOptions::new(),
+            dlq_topic: dlq_topic.into(),
+            destination: Destination::Group,
+            filter: Filter::default(),
+            dry_run: false,
+            rate_per_sec: None,
+            max_replays: 3,
+            operator: audit::operator_name(),
+            audit_topic: Some(audit::DEFAULT_AUDIT_TOPIC.to_string()),
+        }
+    }
+
+    /// The consumer group holding this replay's position: [`crate::dlq_reader::REPLAY_GROUP`]
+    /// for a replay without filters that puts each dead letter back (to its group or its
+    /// source: either way it is replayed once), another for each filter or `--to` topic.
+    pub fn position_group(&self) -> String {
+        let to = match &self.destination {
+            Destination::Topic(topic) => Some(topic),
+            Destination::Group | Destination::Source => None,
+        };
+        if self.filter.is_empty() && to.is_none() {
+            return crate::dlq_reader::REPLAY_GROUP.to_string();
+        }
+        // A hash of the filter and destination: the same replay resumes, another starts anew.
+        let key = format!("{}|{:?}", self.filter.key(), to);
+        let hash = crate::fingerprint::stable_hash(&key);
+        format!("{}-{hash:016x}", crate::dlq_reader::REPLAY_GROUP)
+    }
+}

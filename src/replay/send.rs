@@ -1,0 +1,289 @@
+//! Sending the dead letters: decoding each envelope, its destination (the groups reading the
+//! source topic named, a redrive topic made sure of), the headers it goes with, the loop guard,
+//! the rate, and the send whose acknowledgement the replay awaits later.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+
+use super::destination::RedriveTopics;
+use super::HEADER_REPLAY_COUNT;
+use super::{audit, groups_reading, Destination, Outcome, ReplayError, ReplayOptions};
+use crate::dlq::{Envelope, EnvelopeDecodeError};
+use crate::dlq_reader::DlqEntry;
+use crate::kafka::LogContext;
+use crate::record::RecordHeader;
+
+/// What sends a replay's dead letters: the producer, the redrive topics made sure of, the rate.
+pub(super) struct Sender<'a> {
+    options: &'a ReplayOptions,
+    started: &'a audit::Started,
+    producer: FutureProducer<LogContext>,
+    /// With [`Destination::Group`] (and not a dry run): the redrive topics made sure of.
+    redrive: Option<RedriveTopics>,
+    /// With `--rate`: the pause between two sends.
+    pause: Option<Duration>,
+    /// When the next send may go.
+    next_send: tokio::time::Instant,
+}
+
+impl<'a> Sender<'a> {
+    /// The idempotent `acks=all` producer of `options`, and with [`Destination::Group`] the
+    /// cluster's topics read once.
+    pub(super) async fn new(
+        options: &'a ReplayOptions,
+        started: &'a audit::Started,
+    ) -> Result<Self, ReplayError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &options.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all");
+        options.librdkafka.apply(&mut config);
+        let producer: FutureProducer<LogContext> = config
+            .create_with_context(LogContext)
+            .map_err(ReplayError::CreateProducer)?;
+        let redrive = match options.destination {
+            Destination::Group if !options.dry_run => {
+                Some(RedriveTopics::read(&config).await.map_err(|source| {
+                    ReplayError::RedriveTopic {
+                        topic: options.dlq_topic.clone(),
+                        source,
+                    }
+                })?)
+            }
+            _ => None,
+        };
+        Ok(Self {
+            options,
+            started,
+            producer,
+            redrive,
+            pause: options
+                .rate_per_sec
+                .filter(|r| *r > 0)
+                .map(|r| Duration::from_secs_f64(1.0 / f64::from(r))),
+            next_send: tokio::time::Instant::now(),
+        })
+    }
+
+    /// With `--rate` (and not a dry run): when the next send may go.
+    pub(super) fn next_slot(&self) -> Option<tokio::time::Instant> {
+        self.pause
+            .filter(|_| !self.options.dry_run)
+            .map(|_| self.next_send)
+    }
+
+    /// Sends the dead letter `envelope` (of `entry`) where the destination says, or in a dry
+    /// run says it would; with [`Destination::Source`], first names the groups reading its
+    /// source topic (kept in `readers`). Its outcome, with the acknowledgement to await.
+    pub(super) async fn send(
+        &mut self,
+        entry: &DlqEntry,
+        envelope: &Envelope,
+        readers: &mut BTreeMap<String, Vec<String>>,
+    ) -> Result<(Outcome, Option<DeliveryFuture>), ReplayError> {
+        let options = self.options;
+        let (mut headers, key, payload) = match decoded(envelope) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                tracing::warn!(event = "replay_undecodable", id = %envelope.id,
+                    dlq_partition = entry.partition, dlq_offset = entry.offset,
+                    error = %e, "passed over: its envelope does not decode");
+                let why = e.to_string();
+                return Ok((
+                    Outcome::Undecodable {
+                        id: envelope.id.clone(),
+                        why,
+                    },
+                    None,
+                ));
+            }
+        };
+        let Some(to) = options.destination.topic_of(envelope) else {
+            return Err(ReplayError::NoGroup {
+                id: envelope.id.clone(),
+                topic: options.dlq_topic.clone(),
+                partition: entry.partition,
+                offset: entry.offset,
+            });
+        };
+        if options.destination == Destination::Source {
+            warn_readers(options, &to, readers).await;
+        }
+        if let Some(redrive) = &mut self.redrive {
+            if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await {
+                return Err(ReplayError::RedriveTopic { topic: to, source });
+            }
+        }
+        headers.retain(|h| !audit::is_audit_header(&h.key));
+        let stamp = self.started.headers(
+            &options.operator,
+            &options.dlq_topic,
+            entry.partition,
+            entry.offset,
+        );
+        headers.extend(stamp.into_iter().map(|(k, v)| RecordHeader {
+            key: k.as_bytes().to_vec(),
+            value: Some(v.into_bytes()),
+        }));
+        if options.destination == Destination::Group {
+            headers = redrive_headers(envelope, headers);
+        }
+        let outgoing = Outgoing {
+            to,
+            headers,
+            key,
+            payload,
+        };
+        send_one(
+            options,
+            &self.producer,
+            envelope,
+            outgoing,
+            self.pause,
+            &mut self.next_send,
+        )
+        .await
+    }
+}
+
+/// The first time a replay sends to the source topic `topic`: finds the groups that read it,
+/// logs them (`replay_to_source`) and keeps them in `readers`.
+async fn warn_readers(
+    options: &ReplayOptions,
+    topic: &str,
+    readers: &mut BTreeMap<String, Vec<String>>,
+) {
+    if readers.contains_key(topic) {
+        return;
+    }
+    let (brokers, raw, t) = (
+        options.brokers.clone(),
+        options.librdkafka.clone(),
+        topic.to_string(),
+    );
+    let found = tokio::task::spawn_blocking(move || groups_reading(&brokers, &raw, &t))
+        .await
+        .expect("group listing task");
+    match &found {
+        Ok(groups) => tracing::warn!(event = "replay_to_source", %topic,
+            groups = %groups.join(", "),
+            "every group reading the source topic handles these records again: {}",
+            if groups.is_empty() { "none found".to_string() } else { groups.join(", ") }),
+        Err(error) => tracing::warn!(event = "replay_to_source", %topic, %error,
+            "every group reading the source topic handles these records again (could not list them)"),
+    }
+    readers.insert(topic.to_string(), found.unwrap_or_default());
+}
+
+/// An envelope's headers, key and payload, decoded.
+type Decoded = (Vec<RecordHeader>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn decoded(envelope: &Envelope) -> Result<Decoded, EnvelopeDecodeError> {
+    Ok((
+        envelope.headers()?,
+        envelope.key_bytes()?,
+        envelope.payload_bytes()?,
+    ))
+}
+
+/// The headers of the record that goes to the group's redrive topic for `envelope`: the
+/// original's `headers` (with the replay's own) and the retry account that lets the group's
+/// consumer hand its handler the original record ([`crate::retry_tier::redrive_headers`]).
+fn redrive_headers(envelope: &Envelope, headers: Vec<RecordHeader>) -> Vec<RecordHeader> {
+    let source = &envelope.source;
+    let mut original = crate::record::Record::new(&source.topic, source.partition, source.offset)
+        .with_id(&envelope.id);
+    original.timestamp = source.timestamp;
+    original.timestamp_type = source.timestamp_type;
+    original.headers = headers;
+    crate::retry_tier::redrive_headers(&original, envelope)
+}
+
+/// One record a replay sends: where, and what.
+struct Outgoing {
+    to: String,
+    headers: Vec<RecordHeader>,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+}
+
+/// Sends one decoded dead letter (or, in a dry run, does not), unless the loop guard refuses
+/// it; says which, with the send's acknowledgement to await.
+async fn send_one(
+    options: &ReplayOptions,
+    producer: &FutureProducer<LogContext>,
+    envelope: &Envelope,
+    outgoing: Outgoing,
+    pause: Option<Duration>,
+    next_send: &mut tokio::time::Instant,
+) -> Result<(Outcome, Option<DeliveryFuture>), ReplayError> {
+    let Outgoing {
+        to: destination,
+        mut headers,
+        key,
+        payload,
+    } = outgoing;
+    let replays = headers
+        .iter()
+        .rev()
+        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
+        .and_then(|h| h.value.as_deref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    if replays >= options.max_replays {
+        tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
+            max_replays = options.max_replays,
+            "replayed too often already; fix the cause or raise --max-replays");
+        let refused = Outcome::Refused {
+            id: envelope.id.clone(),
+            replays,
+        };
+        return Ok((refused, None));
+    }
+    let replayed = Outcome::Replayed {
+        id: envelope.id.clone(),
+        to: destination.clone(),
+    };
+    if options.dry_run {
+        return Ok((replayed, None));
+    }
+    if let Some(pause) = pause {
+        tokio::time::sleep_until(*next_send).await;
+        *next_send = tokio::time::Instant::now() + pause;
+    }
+    headers.retain(|h| h.key != HEADER_REPLAY_COUNT.as_bytes());
+    let count = (replays + 1).to_string();
+    let mut out_headers = OwnedHeaders::new_with_capacity(headers.len() + 1);
+    for h in headers.iter() {
+        out_headers = crate::kafka::headers::add(out_headers, &h.key, h.value.as_deref());
+    }
+    out_headers = out_headers.insert(Header {
+        key: HEADER_REPLAY_COUNT,
+        value: Some(count.as_bytes()),
+    });
+    let mut record = FutureRecord::<[u8], [u8]>::to(&destination).headers(out_headers);
+    if let Some(k) = key.as_deref() {
+        record = record.key(k);
+    }
+    if let Some(p) = payload.as_deref() {
+        record = record.payload(p);
+    }
+    // At most WINDOW sends are in flight, far below the producer's queue: enqueuing does not
+    // fail for want of room.
+    let delivery = producer
+        .send_result(record)
+        .map_err(|(source, _)| ReplayError::Send {
+            id: envelope.id.clone(),
+            topic: destination.clone(),
+            source,
+        })?;
+    tracing::debug!(event = "record_replayed", id = %envelope.id,
+        to = %destination, replay_count = replays + 1);
+    Ok((replayed, Some(delivery)))
+}
