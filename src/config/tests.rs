@@ -151,6 +151,19 @@ fn errors_name_the_setting_and_value() {
 }
 
 #[test]
+fn a_topic_that_is_another_sources_redrive_topic_is_refused() {
+    let looping = ConsumerConfig {
+        topics: vec!["orders".into(), "orders-redrive-g".into()],
+        ..valid()
+    };
+    let error = looping.validate().unwrap_err().to_string();
+    assert!(
+        error.contains("topics") && error.contains("`orders-redrive-g`"),
+        "{error}"
+    );
+}
+
+#[test]
 fn classic_protocol_is_cooperative_and_consumer_protocol_sets_no_assignor() {
     let classic = valid().consumer_client_config();
     assert_eq!(classic.get("group.protocol"), Some("classic"));

@@ -59,6 +59,7 @@ impl ConsumerConfig {
             }
         }
         self.validate_retry_tiers()?;
+        self.validate_redrive_topics()?;
         if let Some(header) = &self.id_header {
             if header.is_empty() {
                 return Err(ConfigError::new("id_header", header, "must not be empty"));
@@ -176,6 +177,25 @@ impl ConsumerConfig {
                         format!("gives `{retry}`, a topic this consumer already reads or dead-letters to"),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that no source topic's redrive topic (`<topic>-redrive-<group>`) is itself one
+    /// of the topics this consumer reads or dead-letters to: its records would be handled
+    /// twice, or replayed into a loop.
+    fn validate_redrive_topics(&self) -> Result<(), ConfigError> {
+        let template = self.dlq_topic()?;
+        let dlqs: Vec<String> = self.topics.iter().map(|t| template.for_topic(t)).collect();
+        for topic in &self.topics {
+            let redrive = crate::record::retry::redrive_topic(topic, &self.group_id);
+            if self.topics.contains(&redrive) || dlqs.contains(&redrive) {
+                return Err(ConfigError::new(
+                    "topics",
+                    self.topics.join(","),
+                    format!("`{topic}`'s redrive topic for group `{}` is `{redrive}`, a topic this consumer already reads or dead-letters to", self.group_id),
+                ));
             }
         }
         Ok(())
