@@ -75,6 +75,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "json",
             "limit",
             "to",
+            "to_source",
             "dry_run",
             "rate",
             "max_replays",
