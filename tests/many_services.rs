@@ -245,6 +245,32 @@ async fn each_service_on_one_topic_sees_only_its_own_retries_and_replays() {
             4,
             "{protocol}: each sent once"
         );
+        // What went there, as the operator lists it: billing's, replayed.
+        let (code, listed, err) = cli(&[
+            "dlq",
+            "list",
+            "--brokers",
+            &brokers,
+            "--dlq-topic",
+            &redrive,
+            "--json",
+            "--group",
+            &billing,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let listed: Vec<serde_json::Value> = listed
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(listed.len(), 4, "{protocol}: {listed:?}");
+        for entry in &listed {
+            let message = entry["envelope"]["error"]["message"].as_str().unwrap();
+            assert!(
+                message.starts_with("replayed to its group's redrive topic, due "),
+                "{message}"
+            );
+            assert_eq!(entry["envelope"]["source"]["topic"], topic.as_str());
+        }
         assert!(
             read_all(
                 &brokers,

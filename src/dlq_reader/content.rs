@@ -101,36 +101,39 @@ impl DlqContent {
     }
 }
 
-/// A record waiting in one of our retry topics (it has a readable `kafka_dlq-retry` header),
-/// as an envelope: the original record, kind `retries_exhausted`, the handler calls so far,
-/// the message `waiting in retry tier <n>, due <time>: <last error>`, and its history.
+/// A record waiting in one of our retry topics or a group's redrive topic (it has a readable
+/// `kafka_dlq-retry` header), as an envelope: the original record, kind `retries_exhausted`,
+/// the handler calls so far, the message `waiting in retry tier <n>, due <time>: <last error>`
+/// (`replayed to its group's redrive topic, due <time>: …` there), its history and the group
+/// that wrote it.
 fn waiting_retry<M: Message>(message: &M) -> Option<Envelope>
 where
     M::Headers: crate::kafka::headers::RawHeaders,
 {
     let headers = message.headers()?;
     crate::kafka::headers::find(headers, crate::retry_tier::HEADER_RETRY.as_bytes())??;
-    let tier = crate::record::retry::parse_topic(message.topic()).map_or(0, |(_, tier)| tier);
-    let (original, error) = crate::retry_tier::restore(
-        crate::record::Record::from_message(message, None),
-        Some(tier),
-    );
+    let tier = crate::record::retry::parse_topic(message.topic()).map(|(_, tier)| tier);
+    let (original, error) =
+        crate::retry_tier::restore(crate::record::Record::from_message(message, None), tier);
     if error.is_some() {
         return None;
     }
     let retry = original.retry.as_ref()?;
     let last = retry.history.last()?;
-    let text = format!(
-        "waiting in retry tier {tier}, due {}: {}",
-        retry.due.format("%Y-%m-%dT%H:%M:%S%.3fZ"),
-        last.error
-    );
+    let due = retry.due.format("%Y-%m-%dT%H:%M:%S%.3fZ");
+    let text = match tier {
+        Some(tier) => format!("waiting in retry tier {tier}, due {due}: {}", last.error),
+        None => format!(
+            "replayed to its group's redrive topic, due {due}: {}",
+            last.error
+        ),
+    };
     let mut envelope = Envelope::new(
         &original,
         crate::failure::DeadLetterKind::RetriesExhausted,
         &text,
         retry.attempts,
-        "",
+        retry.group.as_deref().unwrap_or_default(),
     );
     envelope.history = retry.history.clone();
     envelope.timestamp = last.at;
