@@ -125,7 +125,8 @@ async fn metrics_count_outcomes_and_readyz_follows_the_assignment() {
         sample(&text, &t("kafka_dlq_handler_duration_seconds_count")),
         Some(8.0)
     );
-    assert_eq!(sample(&text, "kafka_dlq_partitions_assigned"), Some(2.0));
+    // The topic's 2 partitions and the 2 of the group's redrive topic.
+    assert_eq!(sample(&text, "kafka_dlq_partitions_assigned"), Some(4.0));
     assert_eq!(sample(&text, "kafka_dlq_partitions_in_backoff"), Some(0.0));
     assert_eq!(sample(&text, "kafka_dlq_broker_up"), Some(1.0));
     assert!(
