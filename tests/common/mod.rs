@@ -194,9 +194,18 @@ pub fn read_all(brokers: &str, topic: &str) -> Vec<OwnedMessage> {
     let mut wanted = 0i64;
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, *p, Duration::from_secs(10))
-            .expect("watermarks");
+        // A topic created a moment ago may not have its leader yet: asked again for 20 s.
+        let asked = Instant::now();
+        let (low, high) = loop {
+            match consumer.fetch_watermarks(topic, *p, Duration::from_secs(10)) {
+                Ok(ends) => break ends,
+                Err(e) if asked.elapsed() < Duration::from_secs(20) => {
+                    eprintln!("watermarks of {topic}/{p}: {e}; asking again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("watermarks of {topic}/{p}: {e}"),
+            }
+        };
         wanted += high - low;
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
             .unwrap();
