@@ -33,6 +33,7 @@ mod dead_letter_budget;
 mod handler;
 mod member;
 mod plan;
+mod replay;
 mod schedule;
 mod world;
 mod writes;

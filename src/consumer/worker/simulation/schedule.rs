@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::DateTime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -17,10 +16,10 @@ use super::super::Shared;
 use super::handler::SimHandler;
 use super::member::{member, start_worker, Mode};
 use super::plan::{Outcome, Plan, Wait};
+use super::replay::replay;
 use super::world::{World, WorldRef, GROUP, SOURCE};
 use crate::backoff::ExponentialBackoff;
-use crate::record::retry::{redrive_topic, RetryDelivery};
-use crate::record::Record;
+use crate::record::retry::redrive_topic;
 use crate::retry_tier::RetryTiers;
 
 /// What a schedule ran, for the test's summary.
@@ -302,49 +301,13 @@ impl Run {
                 }
             }
         }
-        if self.replays.as_mut().is_some_and(|rng| rng.u8(0..8) == 0) {
-            self.replay();
+        if let Some(rng) = self.replays.as_mut() {
+            if rng.u8(0..8) == 0 {
+                replay(&mut self.world.lock(), rng);
+            }
         }
         // Let what the step set off run a little.
         tokio::time::sleep(Duration::from_millis(self.rng.u64(0..5))).await;
-    }
-
-    /// `dlq replay` of some of the dead letters acknowledged so far: each goes to the group's
-    /// redrive topic as the original record with its calls and stages so far, due now, a
-    /// little earlier, or (a foreign or broken writer) in 2099 — never waited for.
-    fn replay(&mut self) {
-        let rng = self.replays.as_mut().expect("a redrive schedule");
-        let tp = (redrive_topic(SOURCE, GROUP), 0);
-        let mut world = self.world.lock();
-        let now = world.now();
-        let letters = world.dead_lettered.as_mut().expect("a redrive schedule");
-        let n = rng.usize(0..=letters.len().min(20));
-        let chosen: Vec<Record> = letters.drain(..n).collect();
-        for original in chosen {
-            let due = match rng.u8(0..4) {
-                0 => DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
-                    .expect("a valid date")
-                    .to_utc(),
-                1 => now - chrono::Duration::seconds(5),
-                _ => now,
-            };
-            let before = original.retry.as_deref();
-            let mut redriven = Record {
-                retry: None,
-                ..original.clone()
-            };
-            redriven.retry = Some(Box::new(RetryDelivery {
-                tier: None,
-                topic: tp.0.clone(),
-                partition: 0,
-                offset: 0,
-                due,
-                attempts: before.map_or(0, |r| r.attempts),
-                history: before.map_or_else(Vec::new, |r| r.history.clone()),
-                group: Some(GROUP.to_string()),
-            }));
-            world.append(&tp, redriven);
-        }
     }
 
     /// The guarantees after a step: positions (checked as they are stored and committed),
