@@ -21,6 +21,10 @@ pub struct RunArgs {
     /// Consumer group id.
     #[arg(long, env = "KAFKA_GROUP_ID")]
     group_id: Option<String>,
+    /// Join this share group (KIP-932, Apache Kafka 4.2+) instead of a consumer group: the
+    /// same as --consumption share with this group id (a build with the `share` feature).
+    #[arg(long, env = "KAFKA_SHARE_GROUP", conflicts_with = "group_id")]
+    share_group: Option<String>,
     /// Topics to consume, comma-separated.
     #[arg(long, env = "KAFKA_TOPICS", value_delimiter = ',')]
     topics: Vec<String>,
@@ -84,6 +88,10 @@ impl RunArgs {
             ..ConsumerConfig::default()
         };
         self.consumer.clone().apply(&mut c);
+        if let Some(group) = &self.share_group {
+            c.group_id = group.clone();
+            c.consumption = kafka_dlq::config::Consumption::Share;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -167,7 +175,7 @@ async fn serve<H: BatchHandler>(
     signal: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), CliError> {
     let shutdown_timeout = config.shutdown_timeout;
-    let consumer = Consumer::new(config, target).map_err(|e| match e {
+    let consumer = Member::new(config, target).map_err(|e| match e {
         kafka_dlq::ConsumerError::Config(c) => CliError::Config(c),
         other => CliError::Runtime(other.into()),
     })?;
@@ -222,4 +230,57 @@ async fn serve<H: BatchHandler>(
         );
     }
     result.context("consumer failed").map_err(CliError::Runtime)
+}
+
+/// A member of a consumer group or of a share group (`consumption`).
+enum Member<H: BatchHandler> {
+    Group(Consumer<H>),
+    #[cfg(feature = "share")]
+    Share(kafka_dlq::consumer::ShareConsumer<H>),
+}
+
+impl<H: BatchHandler> Member<H> {
+    fn new(config: ConsumerConfig, handler: H) -> Result<Self, kafka_dlq::ConsumerError> {
+        if config.consumption == kafka_dlq::config::Consumption::Share {
+            #[cfg(feature = "share")]
+            return Ok(Member::Share(kafka_dlq::consumer::ShareConsumer::new(
+                config, handler,
+            )?));
+            #[cfg(not(feature = "share"))]
+            return Err(ConfigError::new(
+                "consumption",
+                "share",
+                "this kafka-dlq was built without share groups: build it with --features cli,share",
+            )
+            .into());
+        }
+        Ok(Member::Group(Consumer::new(config, handler)?))
+    }
+
+    fn metrics(&self) -> kafka_dlq::metrics::Metrics {
+        match self {
+            Member::Group(c) => c.metrics(),
+            #[cfg(feature = "share")]
+            Member::Share(c) => c.metrics(),
+        }
+    }
+
+    fn breaker_state(&self) -> tokio::sync::watch::Receiver<kafka_dlq::breaker::BreakerState> {
+        match self {
+            Member::Group(c) => c.breaker_state(),
+            #[cfg(feature = "share")]
+            Member::Share(c) => c.breaker_state(),
+        }
+    }
+
+    async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), kafka_dlq::ConsumerError> {
+        match self {
+            Member::Group(c) => c.run(shutdown).await,
+            #[cfg(feature = "share")]
+            Member::Share(c) => c.run(shutdown).await,
+        }
+    }
 }

@@ -19,6 +19,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
     (
         "run",
         &[
+            "share_group",
             "target_url",
             "request_timeout_ms",
             "content_type",

@@ -14,12 +14,14 @@ use thiserror::Error;
 
 use crate::backoff::ExponentialBackoff;
 
+mod consumption;
 mod file;
 mod millis;
 mod raw_options;
 mod settings;
 mod validate;
 use crate::dlq::DlqTopic;
+pub use consumption::{Consumption, ShareDlq};
 pub use file::{ConfigFile, FileSetting, COMMAND_SETTINGS, OTHER_SETTINGS};
 pub use raw_options::refuse_raw_option;
 pub use settings::ConsumerConfig;

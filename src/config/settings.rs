@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{GroupProtocol, Ordering};
+use super::{Consumption, GroupProtocol, Ordering, ShareDlq};
 use crate::dlq::DlqFormat;
 use crate::kafka::ClientOptions;
 use crate::retry_tier::RetryTiers;
@@ -235,7 +235,9 @@ settings! {
         /// offsets are still committed only up to the lowest unsettled record. Needs
         /// `batch_size` 1.
         ordering: Ordering = Ordering::Partition, env "KAFKA_DLQ_ORDERING";
-        /// With `ordering = "key"`: records of one partition in the handler at once.
+        /// With `ordering = "key"`: records of one partition in the handler at once. With
+        /// `consumption = "share"`: records acquired by one fetch (its `max_poll_records`),
+        /// all in the handler at once; the next fetch waits until every one is acknowledged.
         max_in_flight: usize = 64, env "KAFKA_DLQ_MAX_IN_FLIGHT";
         /// Most records given to a `BatchHandler` call; the sidecar posts a JSON array of
         /// records when it is over 1 (a `Handler` always gets one record at a time).
@@ -260,5 +262,19 @@ settings! {
         /// The consumer group protocol: `classic` (with the `cooperative-sticky` assignor)
         /// or `consumer` (KIP-848, Kafka 4.0+).
         group_protocol: GroupProtocol = GroupProtocol::Classic, env "KAFKA_DLQ_GROUP_PROTOCOL";
+        /// `group`: join the consumer group `group_id` ([`crate::Consumer`]). `share`: join
+        /// the share group `group_id` (KIP-932, Apache Kafka 4.2+; a build with the `share`
+        /// feature, `kafka_dlq::consumer::share`): its members share every partition, each
+        /// record is acknowledged on its own (ACCEPT once handled or dead-lettered, RELEASE
+        /// for a redelivery when its in-process retries are used up), in no order; up to
+        /// `max_in_flight` records of one fetch are handled at once. `kafka-dlq run
+        /// --share-group NAME` sets both.
+        consumption: Consumption = Consumption::Group, env "KAFKA_DLQ_CONSUMPTION";
+        /// With `consumption = "share"`: `ours` writes each dead letter to `dlq_topic` (with
+        /// its error, kind, calls and delivery count) and ACCEPTs the record once the
+        /// dead-letter topic acknowledged it; `broker` REJECTs it for the broker's own
+        /// dead-letter queue (KIP-1191, Kafka 4.4, the group's
+        /// `errors.deadletterqueue.topic.name`), which keeps no error.
+        share_dlq: ShareDlq = ShareDlq::Ours, env "KAFKA_DLQ_SHARE_DLQ";
     }
 }

@@ -1,6 +1,6 @@
 //! [`ConsumerConfig::validate`]: every setting checked, alone and against the others.
 
-use super::{refuse_raw_option, ConfigError, ConsumerConfig, Ordering};
+use super::{refuse_raw_option, ConfigError, Consumption, ConsumerConfig, Ordering};
 use crate::retry_tier::MAX_TIERS;
 
 impl ConsumerConfig {
@@ -75,6 +75,9 @@ impl ConsumerConfig {
         }
         if self.batch_size == 0 {
             return Err(ConfigError::new("batch_size", 0, "must be at least 1"));
+        }
+        if self.consumption == Consumption::Share {
+            self.validate_share()?;
         }
         if self.ordering == Ordering::Key {
             if self.max_in_flight == 0 {
@@ -197,6 +200,42 @@ impl ConsumerConfig {
                     format!("`{topic}`'s redrive topic for group `{}` is `{redrive}`, a topic this consumer already reads or dead-letters to", self.group_id),
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl ConsumerConfig {
+    /// What a share group cannot do: it has no order to keep, no partition of its own to batch
+    /// or to put retry topics behind (a release and its redelivery take their place).
+    fn validate_share(&self) -> Result<(), ConfigError> {
+        if self.ordering == Ordering::Key {
+            return Err(ConfigError::new(
+                "ordering",
+                "key",
+                "a share group keeps no order (records of one key may go to different members); use consumption = \"group\" for key order",
+            ));
+        }
+        if self.batch_size > 1 {
+            return Err(ConfigError::new(
+                "batch_size",
+                self.batch_size,
+                "must be 1 with consumption = \"share\" (each record is acknowledged on its own)",
+            ));
+        }
+        if !self.retry_topic_delays_ms.is_empty() {
+            return Err(ConfigError::new(
+                "retry_topic_delays_ms",
+                format!("{:?}", self.retry_topic_delays_ms.delays_ms()),
+                "must be empty with consumption = \"share\": a record whose retries are used up is released for redelivery instead, until the group's share.delivery.count.limit",
+            ));
+        }
+        if !(1..=10_000).contains(&self.max_in_flight) {
+            return Err(ConfigError::new(
+                "max_in_flight",
+                self.max_in_flight,
+                "must be 1 to 10000 with consumption = \"share\" (records acquired per fetch)",
+            ));
         }
         Ok(())
     }

@@ -70,6 +70,9 @@ mod context;
 mod dlq_topics;
 mod offsets;
 mod retry_topics;
+pub mod share;
+#[cfg(feature = "share")]
+pub use share::ShareConsumer;
 mod worker;
 
 use std::collections::HashMap;
@@ -138,6 +141,16 @@ pub enum ConsumerError {
         topic: String,
         /// Why it was not created.
         why: String,
+    },
+    /// The cluster refused this member of a share group (`consumption = "share"`): a broker
+    /// before Kafka 4.2 or Redpanda (no share groups), share groups turned off, the id in use
+    /// by a consumer group, no connection at start.
+    #[error("could not join the share group {group}: {reason}")]
+    ShareGroup {
+        /// The share group.
+        group: String,
+        /// What the cluster or the client said.
+        reason: String,
     },
     /// Subscribing to the topics failed.
     #[error("could not subscribe to {topics:?}: {source}")]

@@ -19,8 +19,13 @@ pub struct EnvelopeError {
     pub kind: DeadLetterKind,
     /// The last failure's message, cut to [`MAX_ERROR_MESSAGE_BYTES`](super::MAX_ERROR_MESSAGE_BYTES).
     pub message: String,
-    /// How many times the handler was called for the record.
+    /// How many times the handler was called for the record (in a share group: in the
+    /// delivery that dead-lettered it).
     pub attempts: u32,
+    /// In a share group (KIP-932): the delivery that dead-lettered it, 1 for the first (the
+    /// broker's delivery count). Absent for a consumer group's dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_count: Option<u16>,
 }
 
 /// A header of the source record: `value` is `null` for a null value, else text in `encoding`
@@ -139,6 +144,7 @@ impl Envelope {
                 kind,
                 message: truncate_message(message),
                 attempts,
+                delivery_count: record.delivery_count,
             },
             timestamp: Utc::now().trunc_subsecs(3),
             source: EnvelopeSource {

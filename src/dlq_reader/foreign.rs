@@ -209,6 +209,7 @@ impl Source {
             partition: self.partition,
             offset: self.offset,
             retry: None,
+            delivery_count: None,
         };
         let mut envelope = Envelope::new(&original, kind, message, attempts, &self.group);
         envelope.timestamp = record

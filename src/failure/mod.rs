@@ -225,6 +225,31 @@ pub fn decide(error: &HandlerError, delays: &mut Delays) -> Decision {
     }
 }
 
+/// A call's result for the record at `offset`: a partial batch response
+/// ([`HandlerError::partial`]) comes down to that record's own failure, or to success when it
+/// names no record; one that names another offset is a transient failure (no record settles
+/// on an answer that may mean another one).
+pub(crate) fn narrow(result: Result<(), HandlerError>, offset: i64) -> Result<(), HandlerError> {
+    match result {
+        Err(error) => match error.failed_records() {
+            Some(failures) => {
+                if let Some((other, _)) = failures.iter().find(|(o, _)| *o != offset) {
+                    return Err(HandlerError::transient(format!(
+                        "the handler's partial batch response names offset {other}, which is \
+                         not the one record of this call (offset {offset})"
+                    )));
+                }
+                match failures.first() {
+                    Some((_, own)) => Err(own.clone()),
+                    None => Ok(()),
+                }
+            }
+            None => Err(error),
+        },
+        ok => ok,
+    }
+}
+
 /// Turns a caught panic payload into a permanent failure naming the panic message.
 pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> HandlerError {
     HandlerError::permanent(format!("handler panicked: {}", panic_message(&payload)))
@@ -377,5 +402,28 @@ mod tests {
         let error = from_panic(caught);
         assert_eq!(error.kind(), FailureKind::Permanent);
         assert_eq!(error.message(), "handler panicked: boom 7");
+    }
+}
+
+#[cfg(test)]
+mod narrow_tests {
+    use super::{narrow, FailureKind, HandlerError};
+
+    #[test]
+    fn a_partial_response_comes_down_to_the_records_own_failure() {
+        let own = HandlerError::permanent("row rejected");
+        assert_eq!(
+            narrow(Err(HandlerError::partial([(7, own.clone())])), 7),
+            Err(own)
+        );
+        assert_eq!(narrow(Err(HandlerError::partial([])), 7), Ok(()));
+    }
+
+    #[test]
+    fn a_partial_response_naming_another_offset_fails_the_call_transiently() {
+        let answer = HandlerError::partial([(8, HandlerError::permanent("x"))]);
+        let error = narrow(Err(answer), 7).unwrap_err();
+        assert_eq!(error.kind(), FailureKind::Transient);
+        assert!(error.message().contains("names offset 8"), "{error}");
     }
 }

@@ -27,6 +27,9 @@
 //! | `kafka_dlq_breaker_open` | gauge | | 1 while the outage breaker is open |
 //! | `kafka_dlq_breaker_opened_total` | counter | | times the outage breaker opened |
 //! | `kafka_dlq_batch_splits_total` | counter | topic | failed batches split in halves |
+//! | `kafka_dlq_share_records_acquired_total` | counter | topic | share groups: records acquired (each delivery counts) |
+//! | `kafka_dlq_share_acknowledgements_total` | counter | topic, ack | share groups: acknowledgements made, `ack` = `accept`, `release`, `reject` or `renew` (a lock renewal) |
+//! | `kafka_dlq_share_locks_lost_total` | counter | topic | share groups: acknowledgements the client refused because it no longer held the record (its lock expired, its session ended): the broker delivers it again |
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -70,6 +73,9 @@ pub struct MetricSet {
     pub(crate) breaker_open: IntGauge,
     pub(crate) breaker_opened: prometheus::IntCounter,
     pub(crate) batch_splits: IntCounterVec,
+    pub(crate) share_acquired: IntCounterVec,
+    pub(crate) share_acknowledged: IntCounterVec,
+    pub(crate) share_lock_lost: IntCounterVec,
     /// Partitions whose worker died (a bug: a panic outside the handler), with the panic.
     dead_workers: std::sync::Mutex<Vec<String>>,
 }
@@ -229,6 +235,21 @@ impl Metrics {
             "Failed batches split in halves to isolate poison records.",
             &["topic"],
         );
+        let share_acquired = counter(
+            "kafka_dlq_share_records_acquired_total",
+            "Share groups: records acquired under a lock (each delivery counts).",
+            &["topic"],
+        );
+        let share_acknowledged = counter(
+            "kafka_dlq_share_acknowledgements_total",
+            "Share groups: acknowledgements made, by kind (accept, release, reject, renew).",
+            &["topic", "ack"],
+        );
+        let share_lock_lost = counter(
+            "kafka_dlq_share_locks_lost_total",
+            "Share groups: acknowledgements refused because the record was no longer held (lock expired, session ended); the broker delivers it again.",
+            &["topic"],
+        );
         Self(std::sync::Arc::new(MetricSet {
             registry,
             consumed,
@@ -248,6 +269,9 @@ impl Metrics {
             breaker_open,
             breaker_opened,
             batch_splits,
+            share_acquired,
+            share_acknowledged,
+            share_lock_lost,
             dead_letter_bytes_in_flight,
             dead_workers: std::sync::Mutex::default(),
         }))

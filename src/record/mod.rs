@@ -82,6 +82,10 @@ pub struct Record {
     /// and what went before. `None` for a record of its source topic. (Boxed: a record of its
     /// source topic pays one pointer for it.)
     pub retry: Option<Box<retry::RetryDelivery>>,
+    /// How many times a share group has delivered this record, this delivery included (1 the
+    /// first time; KIP-932's delivery count, see `kafka_dlq::consumer::share`). `None` for a
+    /// record of a consumer group.
+    pub delivery_count: Option<u16>,
 }
 
 /// Which time a record's timestamp is (Kafka's `TimestampType`).
@@ -130,6 +134,7 @@ impl Record {
             timestamp: None,
             timestamp_type: None,
             retry: None,
+            delivery_count: None,
         }
     }
 
@@ -178,13 +183,13 @@ impl Record {
             .map(RecordHeader::read_all)
             .unwrap_or_default();
         let topic = message.topic().to_string();
-        let id = id_header
-            .and_then(|name| headers.iter().find(|h| h.key == name.as_bytes()))
-            .and_then(|h| h.value.as_deref())
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(|| fallback_id(&topic, message.partition(), message.offset()));
+        let id = record_id(
+            &headers,
+            id_header,
+            &topic,
+            message.partition(),
+            message.offset(),
+        );
         Record {
             id,
             partition: message.partition(),
@@ -199,6 +204,7 @@ impl Record {
             timestamp_type: TimestampType::of(message.timestamp()),
             topic,
             retry: None,
+            delivery_count: None,
         }
     }
 
@@ -254,6 +260,25 @@ impl Record {
             .find(|h| h.key == key.as_bytes())
             .and_then(|h| h.value.as_deref())
     }
+}
+
+/// A record's id: the value of the header `id_header` names, else
+/// `<topic>-<partition>-<offset>` (also when that header is missing, null, empty or not
+/// UTF-8).
+pub(crate) fn record_id(
+    headers: &[RecordHeader],
+    id_header: Option<&str>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> String {
+    id_header
+        .and_then(|name| headers.iter().find(|h| h.key == name.as_bytes()))
+        .and_then(|h| h.value.as_deref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| fallback_id(topic, partition, offset))
 }
 
 /// `<topic>-<partition>-<offset>`, built without the formatting machinery: it is made for

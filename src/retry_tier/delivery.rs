@@ -199,6 +199,7 @@ pub fn restore(delivered: Record, tier: Option<u32>) -> (Record, Option<RestoreE
                 timestamp: account.source.timestamp,
                 timestamp_type: account.source.timestamp_type,
                 retry: Some(Box::new(retry)),
+                delivery_count: delivered.delivery_count,
             };
             (record, None)
         }

@@ -14,6 +14,7 @@
 //! | `X-Kafka-Key-Base64` | the key in standard base64, otherwise |
 //! | `traceparent`, `tracestate` | the record's W3C trace context, when it has a valid one |
 //! | `X-Kafka-Retry-Tier` | with retry topics, for a record delivered from one: its tier (decimal, 0 for `<topic>-retry-0`); topic, partition, offset and id stay the original's |
+//! | `X-Kafka-Delivery-Count` | in a share group (`--share-group`): the delivery, 1 for the first (decimal); a record whose retries are used up is released and comes again with a higher count, and the last delivery's failure is dead-lettered |
 //! | `X-Kafka-Retry-Attempts` | for a record delivered from a retry topic or, after `dlq replay`, from the group's redrive topic (then without `X-Kafka-Retry-Tier`): the handler calls before this delivery, in every stage (decimal) |
 //!
 //! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
@@ -126,6 +127,9 @@ impl Handler for HttpTarget {
             .header("X-Kafka-Partition", record.partition.to_string())
             .header("X-Kafka-Offset", record.offset.to_string())
             .body(record.payload.clone().unwrap_or_default());
+        if let Some(delivery) = record.delivery_count {
+            request = request.header("X-Kafka-Delivery-Count", delivery.to_string());
+        }
         request = match HeaderValue::from_str(&record.id) {
             Ok(id) => request.header("X-Record-Id", id),
             Err(_) => request.header("X-Record-Id", BASE64.encode(&record.id)),

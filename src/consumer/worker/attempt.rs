@@ -17,7 +17,7 @@ use super::progress::Progress;
 use super::Shared;
 use crate::backoff::{retry, Next};
 use crate::breaker::{Breaker, CallOutcome, Permit};
-use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
+use crate::failure::{self, decide, narrow, DeadLetterKind, Decision, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
 use crate::record::Record;
@@ -67,7 +67,12 @@ pub(super) async fn call<H: BatchHandler>(
     // Calls are told apart by their first record: partition and offset.
     let who = (records[0].partition as u64) << 48 ^ records[0].offset as u64;
     if let Some(state) = metrics.record_call(permit, outcome, who, ended) {
-        on_breaker_change(shared, state, result.as_ref().err());
+        on_breaker_change(
+            &shared.metrics,
+            state,
+            result.as_ref().err(),
+            "each partition waits with its next record, probing with one",
+        );
     }
     std::mem::forget(probe); // recorded
     (result, ended)
@@ -220,31 +225,6 @@ pub(super) async fn settle_failure<H: BatchHandler>(
     Ok(())
 }
 
-/// A call's result for the record at `offset`: a partial batch response
-/// ([`HandlerError::partial`]) comes down to that record's own failure, or to success when it
-/// names no record; one that names another offset is a transient failure (no record settles
-/// on an answer that may mean another one).
-pub(super) fn narrow(result: Result<(), HandlerError>, offset: i64) -> Result<(), HandlerError> {
-    match result {
-        Err(error) => match error.failed_records() {
-            Some(failures) => {
-                if let Some((other, _)) = failures.iter().find(|(o, _)| *o != offset) {
-                    return Err(HandlerError::transient(format!(
-                        "the handler's partial batch response names offset {other}, which is \
-                         not the one record of this call (offset {offset})"
-                    )));
-                }
-                match failures.first() {
-                    Some((_, own)) => Err(own.clone()),
-                    None => Ok(()),
-                }
-            }
-            None => Err(error),
-        },
-        ok => ok,
-    }
-}
-
 pub(super) fn record_span(record: &Record) -> tracing::Span {
     tracing::info_span!(
         "record",
@@ -355,28 +335,4 @@ struct Retries<'m, 'b> {
     delays: crate::backoff::Delays,
     metrics: &'m mut TopicMetrics<'b>,
     in_backoff: Option<GaugeGuard>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::narrow;
-    use crate::failure::{FailureKind, HandlerError};
-
-    #[test]
-    fn a_partial_response_comes_down_to_the_records_own_failure() {
-        let own = HandlerError::permanent("row rejected");
-        assert_eq!(
-            narrow(Err(HandlerError::partial([(7, own.clone())])), 7),
-            Err(own)
-        );
-        assert_eq!(narrow(Err(HandlerError::partial([])), 7), Ok(()));
-    }
-
-    #[test]
-    fn a_partial_response_naming_another_offset_fails_the_call_transiently() {
-        let answer = HandlerError::partial([(8, HandlerError::permanent("x"))]);
-        let error = narrow(Err(answer), 7).unwrap_err();
-        assert_eq!(error.kind(), FailureKind::Transient);
-        assert!(error.message().contains("names offset 8"), "{error}");
-    }
 }

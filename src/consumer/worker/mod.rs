@@ -47,6 +47,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use exit::ExitWriter;
+pub(crate) use outage::on_breaker_change;
 pub(super) use input::PartitionInput;
 
 use crate::backoff::ExponentialBackoff;

@@ -8,27 +8,28 @@
 //! fetched again), and it drops what was fetched, so once the records in hand leave with a
 //! revocation the breaker would have no record to probe the downstream with.
 
-use super::Shared;
 use crate::breaker::BreakerState;
 use crate::failure::HandlerError;
-use crate::handler::BatchHandler;
+use crate::metrics::Metrics;
 
-/// Counts and logs the breaker's opening and closing.
-pub(super) fn on_breaker_change<H: BatchHandler>(
-    shared: &Shared<H>,
+/// Counts and logs the breaker's opening and closing; `while_open` says what the consumer
+/// does meanwhile.
+pub(crate) fn on_breaker_change(
+    metrics: &Metrics,
     state: BreakerState,
     error: Option<&HandlerError>,
+    while_open: &str,
 ) {
     match state {
         BreakerState::Open => {
-            shared.metrics.breaker_open.set(1);
-            shared.metrics.breaker_opened.inc();
+            metrics.breaker_open.set(1);
+            metrics.breaker_opened.inc();
             tracing::error!(event = "breaker_opened",
                 last_error = %error.map(|e| e.message()).unwrap_or_default(),
-                "the downstream looks down: each partition waits with its next record, probing with one; nothing is dead-lettered for the outage");
+                "the downstream looks down: {while_open}; nothing is dead-lettered for the outage");
         }
         BreakerState::Closed => {
-            shared.metrics.breaker_open.set(0);
+            metrics.breaker_open.set(0);
             tracing::warn!(
                 event = "breaker_closed",
                 "the downstream answers again: consumption goes on"

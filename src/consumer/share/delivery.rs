@@ -1,0 +1,314 @@
+//! One acquired record, from its first call to its acknowledgement: the breaker's permit,
+//! the call with its panic guard, retries with backoff while its acquisition lock is renewed,
+//! then what [`ending`] decides — ACCEPT, RELEASE, REJECT, or our dead letter and then
+//! ACCEPT.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::acknowledgement::{ending, renewal_interval, Ack, Ending, DEFAULT_LOCK};
+use super::client::{Acquired, ShareClient};
+use crate::backoff::{retry, ExponentialBackoff, Next};
+use crate::breaker::{Breaker, CallOutcome, Permit};
+use crate::consumer::worker::on_breaker_change;
+use crate::config::ShareDlq;
+use crate::consumer::worker::ExitWriter;
+use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
+use crate::handler::BatchHandler;
+use crate::metrics::Metrics;
+use crate::record::Record;
+use crate::retry_tier::RetryWritten;
+use crate::stopped::Stopped;
+
+/// What settling every record of a share-group member takes.
+pub(crate) struct Member<H> {
+    pub handler: H,
+    pub client: Arc<dyn ShareClient>,
+    /// Where dead letters are written (`share_dlq = "ours"`).
+    pub exits: Arc<dyn ExitWriter>,
+    pub backoff: ExponentialBackoff,
+    pub breaker: Breaker,
+    pub metrics: Metrics,
+    pub share_dlq: ShareDlq,
+    /// The group's `share.delivery.count.limit`; `None` when it could not be read.
+    pub delivery_limit: Option<u16>,
+    /// Whether each handler call runs in a `handle` span.
+    pub trace_records: bool,
+    /// The source topics, whose redrive topics the member reads too.
+    pub sources: Vec<String>,
+    /// The share group.
+    pub group: String,
+}
+
+/// How a record's calls of this delivery ended.
+enum Calls {
+    Handled,
+    /// Permanent, or its in-process retries used up.
+    Failed {
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+    },
+}
+
+/// Settles `acquired`: calls the handler (retrying transient failures with backoff) while its
+/// lock is renewed every half lock, then acknowledges it and returns the acknowledgement.
+/// `stop` (shutdown) ends a wait — backoff, the breaker's permit, a dead-letter write being
+/// retried — with RELEASE: the record is delivered again, to this member's successor or
+/// another member. A call in progress is never cut short here (the member's shutdown deadline
+/// drops it, and releases the record).
+pub(crate) async fn settle<H: BatchHandler>(
+    member: &Member<H>,
+    acquired: &Acquired,
+    stop: &CancellationToken,
+) -> Ack {
+    let record = &acquired.record;
+    let work = async {
+        let calls = match calls(member, record, stop).await {
+            Ok(calls) => calls,
+            Err(Stopped) => return Ack::Release,
+        };
+        let (kind, message, attempts) = match calls {
+            Calls::Handled => return Ack::Accept,
+            Calls::Failed {
+                kind,
+                message,
+                attempts,
+            } => (kind, message, attempts),
+        };
+        let delivery = acquired.delivery();
+        match ending(kind, delivery, member.delivery_limit, member.share_dlq) {
+            Ending::Release => {
+                tracing::warn!(event = "record_released", id = %record.id, delivery, attempts,
+                    error = %message, "retries of this delivery used up; released for another delivery");
+                Ack::Release
+            }
+            Ending::Reject => {
+                tracing::warn!(event = "record_rejected", id = %record.id, delivery, attempts,
+                    kind = kind.as_str(), error = %message,
+                    "rejected for the broker's dead-letter queue (share_dlq = broker)");
+                Ack::Reject
+            }
+            Ending::DeadLetter(kind) => {
+                let written = member
+                    .exits
+                    .dead_letter(record, kind, &message, attempts, stop.clone())
+                    .await;
+                match written {
+                    Ok(RetryWritten::DeadLettered(to)) => {
+                        tracing::warn!(event = "record_dead_lettered", id = %record.id,
+                            kind = kind.as_str(), attempts, delivery, dlq_topic = %to.topic,
+                            dlq_partition = to.partition, dlq_offset = to.offset, error = %message);
+                        member
+                            .metrics
+                            .dead_lettered
+                            .with_label_values(&[record.topic.as_str(), kind.as_str()])
+                            .inc();
+                        Ack::Accept
+                    }
+                    Ok(RetryWritten::RetryTopic(_)) => unreachable!("a dead letter is written to the dead-letter topic"),
+                    Err(Stopped) => {
+                        tracing::info!(event = "record_abandoned", id = %record.id,
+                            "stopped before the dead-letter write succeeded; released for another delivery");
+                        Ack::Release
+                    }
+                }
+            }
+        }
+    };
+    let ack = tokio::select! {
+        biased;
+        ack = work => ack,
+        never = keep_lock(member, acquired) => match never {},
+    };
+    acknowledge(member.client.as_ref(), &member.metrics, acquired, ack);
+    ack
+}
+
+/// Sends `ack` for `acquired` and counts it. A failure (the client no longer holds the
+/// record: its lock expired, the member lost its session) is logged: the broker delivers the
+/// record again, so nothing is lost, and an ACCEPT that fails means the record may be handled
+/// twice.
+pub(crate) fn acknowledge(
+    client: &dyn ShareClient,
+    metrics: &Metrics,
+    acquired: &Acquired,
+    ack: Ack,
+) {
+    let topic = acquired.record.topic.as_str();
+    match client.acknowledge(acquired.token, ack) {
+        Ok(()) => metrics
+            .share_acknowledged
+            .with_label_values(&[topic, ack.as_str()])
+            .inc(),
+        Err(error) => {
+            metrics.share_lock_lost.with_label_values(&[topic]).inc();
+            tracing::warn!(event = "acknowledgement_failed", id = %acquired.record.id,
+                ack = ack.as_str(), %error,
+                "the broker will deliver the record again (its lock expired or the session ended)");
+        }
+    }
+}
+
+/// Renews `acquired`'s lock every half lock, for as long as it is polled.
+async fn keep_lock<H>(member: &Member<H>, acquired: &Acquired) -> std::convert::Infallible {
+    let topic = acquired.record.topic.as_str();
+    let mut failures = 0u32;
+    loop {
+        let lock = member.client.lock_duration().unwrap_or(DEFAULT_LOCK);
+        tokio::time::sleep(renewal_interval(lock)).await;
+        match member.client.acknowledge(acquired.token, Ack::Renew) {
+            Ok(()) => {
+                failures = 0;
+                member
+                    .metrics
+                    .share_acknowledged
+                    .with_label_values(&[topic, Ack::Renew.as_str()])
+                    .inc();
+                tracing::debug!(event = "record_lock_renewed", id = %acquired.record.id);
+            }
+            Err(error) => {
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(event = "record_lock_renewal_failed", id = %acquired.record.id,
+                        %error, "the record may be delivered to another member while it is handled here (Kafka 4.2+ with share.renew.acknowledge.enable renews locks)");
+                }
+            }
+        }
+    }
+}
+
+/// The record's calls of this delivery: the first, then retries of transient failures with
+/// backoff. Calls that fail while the breaker is open do not use up retries (the downstream
+/// is down; the record is not at fault): the next call waits for the breaker's permit.
+async fn calls<H: BatchHandler>(
+    member: &Member<H>,
+    record: &Record,
+    stop: &CancellationToken,
+) -> Result<Calls, Stopped> {
+    let state = (0u32, member.backoff.delays());
+    retry(stop, state, |(mut attempts, mut delays)| async move {
+        let granted = match permit(&member.breaker, stop).await {
+            Ok(granted) => granted,
+            Err(Stopped) => return ((attempts, delays), Next::Done(Err(Stopped))),
+        };
+        attempts += 1;
+        let error = match call(member, record, granted).await {
+            Ok(()) => return ((attempts, delays), Next::Done(Ok(Calls::Handled))),
+            Err(error) => error,
+        };
+        if error.kind() == FailureKind::Transient && member.breaker.is_open() {
+            tracing::info!(event = "record_waiting_for_breaker", id = %record.id, attempts,
+                error = %error, "the downstream is down; this record waits, its lock renewed, without using up its retries");
+            delays.reset();
+            return ((attempts, delays), Next::RetryNow);
+        }
+        let next = match decide(&error, &mut delays) {
+            Decision::Retry { delay } => {
+                tracing::warn!(event = "record_retry_scheduled", id = %record.id, attempts,
+                    retry_in_ms = delay.as_millis() as u64, error = %error);
+                member
+                    .metrics
+                    .retried
+                    .with_label_values(&[record.topic.as_str()])
+                    .inc();
+                Next::RetryIn(delay)
+            }
+            Decision::DeadLetter(kind) => Next::Done(Ok(Calls::Failed {
+                kind,
+                message: error.message().to_string(),
+                attempts,
+            })),
+        };
+        ((attempts, delays), next)
+    })
+    .await?
+}
+
+/// Waits for the breaker's permission to call, or for `stop`.
+async fn permit(breaker: &Breaker, stop: &CancellationToken) -> Result<Permit, Stopped> {
+    if let Some(permit) = breaker.permit().now_or_never() {
+        return Ok(permit);
+    }
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => Err(Stopped),
+        permit = breaker.permit() => Ok(permit),
+    }
+}
+
+/// One handler call with `record`, a panic caught as a permanent failure; tells the breaker
+/// how it went.
+async fn call<H: BatchHandler>(
+    member: &Member<H>,
+    record: &Record,
+    permit: Permit,
+) -> Result<(), HandlerError> {
+    // A probe whose call is dropped (the shutdown deadline) is given back.
+    let probe = (permit == Permit::Probe).then(|| ProbeGuard(&member.breaker));
+    let topic = record.topic.as_str();
+    let started = tokio::time::Instant::now();
+    let records = std::slice::from_ref(record);
+    let span = if member.trace_records {
+        tracing::info_span!("handle", topic, partition = record.partition,
+            offset = record.offset, id = %record.id, delivery = record.delivery_count.unwrap_or(1))
+    } else {
+        tracing::Span::none()
+    };
+    let result = {
+        use tracing::Instrument;
+        AssertUnwindSafe(member.handler.handle_batch(records).instrument(span))
+            .catch_unwind()
+            .await
+    };
+    let ended = tokio::time::Instant::now();
+    member
+        .metrics
+        .handler_duration
+        .with_label_values(&[topic])
+        .observe((ended - started).as_secs_f64());
+    let result = match result {
+        Ok(result) => result,
+        Err(panic) => {
+            let error = failure::from_panic(panic);
+            tracing::error!(event = "handler_panicked", id = %record.id, error = %error.message());
+            Err(error)
+        }
+    };
+    // A partial batch response names offsets: for one record, its own failure or none.
+    let result = failure::narrow(result, record.offset);
+    if result.is_ok() {
+        member
+            .metrics
+            .succeeded
+            .with_label_values(&[topic])
+            .inc();
+    }
+    let outcome = match &result {
+        Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
+        _ => CallOutcome::Answered,
+    };
+    let who = (record.partition as u64) << 48 ^ record.offset as u64;
+    if let Some(state) = member.breaker.record_at(permit, outcome, who, ended) {
+        on_breaker_change(
+            &member.metrics,
+            state,
+            result.as_ref().err(),
+            "no more records are acquired; those in hand wait, their locks renewed, one probing",
+        );
+    }
+    std::mem::forget(probe);
+    result
+}
+
+/// Gives a granted probe back to the breaker when dropped; forgotten once recorded.
+struct ProbeGuard<'a>(&'a Breaker);
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.abandon_probe();
+    }
+}
