@@ -97,7 +97,10 @@ mod tests {
     fn consumption_and_share_dlq_read_their_names_and_refuse_others() {
         assert_eq!("share".parse::<Consumption>(), Ok(Consumption::Share));
         assert_eq!("group".parse::<Consumption>(), Ok(Consumption::Group));
-        assert!("queue".parse::<Consumption>().unwrap_err().contains("`queue`"));
+        assert!("queue"
+            .parse::<Consumption>()
+            .unwrap_err()
+            .contains("`queue`"));
         assert_eq!("broker".parse::<ShareDlq>(), Ok(ShareDlq::Broker));
         assert_eq!(ShareDlq::Ours.to_string(), "ours");
         assert!("kafka".parse::<ShareDlq>().is_err());

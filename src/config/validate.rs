@@ -1,6 +1,6 @@
 //! [`ConsumerConfig::validate`]: every setting checked, alone and against the others.
 
-use super::{refuse_raw_option, ConfigError, Consumption, ConsumerConfig, Ordering};
+use super::{refuse_raw_option, ConfigError, ConsumerConfig, Consumption, Ordering};
 use crate::retry_tier::MAX_TIERS;
 
 impl ConsumerConfig {

@@ -335,6 +335,7 @@ mod tests {
             timestamp: None,
             timestamp_type: None,
             retry: None,
+            delivery_count: None,
         }
     }
 

@@ -342,6 +342,7 @@ mod tests {
             timestamp: None,
             timestamp_type: None,
             retry: None,
+            delivery_count: None,
         };
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
         let headers = dead_letter_headers(&record, &envelope);

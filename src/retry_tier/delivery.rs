@@ -238,6 +238,7 @@ mod tests {
             timestamp: Utc.timestamp_millis_opt(1_700_000_000_123).single(),
             timestamp_type: Some(TimestampType::CreateTime),
             retry: None,
+            delivery_count: None,
         }
     }
 

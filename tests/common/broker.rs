@@ -19,6 +19,18 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 /// The pinned Apache Kafka version (`tests/kafka/pom.xml`).
 pub const KAFKA_VERSION: &str = "4.1.1";
 
+/// The Apache Kafka version of the share-group tests ([`Kafka::start_share`]): share groups
+/// with the broker's dead-letter queue (KIP-1191) need 4.4.
+pub const SHARE_KAFKA_VERSION: &str = "4.4.0";
+
+/// The share-group broker's settings beyond the usual ones: locks of 3 s (the default 30 s
+/// would make a lock expiry take half a minute) and 5 deliveries, Kafka's default.
+const SHARE_SETTINGS: &str = "group.share.min.record.lock.duration.ms=1000
+group.share.record.lock.duration.ms=3000
+group.share.delivery.count.limit=5
+errors.deadletterqueue.auto.create.topics.enable=true
+";
+
 /// The broker and controller JVM's options: a small heap, the serial collector, and the
 /// client compiler only (a quick start on a 2-core machine).
 const JVM_OPTIONS: [&str; 4] = [
@@ -36,15 +48,23 @@ const DIR_PREFIX: &str = "kafka-dlq-broker-";
 
 /// The directory holding Kafka's jars.
 pub fn kafka_libs() -> PathBuf {
-    if let Ok(dir) = std::env::var("KAFKA_LIBS") {
-        return PathBuf::from(dir);
+    kafka_libs_of(KAFKA_VERSION)
+}
+
+/// The directory holding the jars of Kafka `version`: `KAFKA_LIBS` for the pinned version
+/// when set, else the cache.
+fn kafka_libs_of(version: &str) -> PathBuf {
+    if version == KAFKA_VERSION {
+        if let Ok(dir) = std::env::var("KAFKA_LIBS") {
+            return PathBuf::from(dir);
+        }
     }
     let cache = std::env::var("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
             PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache")
         });
-    cache.join(format!("kafka-dlq/kafka-{KAFKA_VERSION}/libs"))
+    cache.join(format!("kafka-dlq/kafka-{version}/libs"))
 }
 
 /// A Kafka node process. It is killed when this value is dropped, and in any case when the
@@ -54,6 +74,8 @@ pub struct Kafka {
     pub port: u16,
     controller_port: u16,
     dir: PathBuf,
+    /// Its jars.
+    libs: PathBuf,
     pid: u32,
     exited: std::sync::mpsc::Receiver<()>,
 }
@@ -62,13 +84,24 @@ impl Kafka {
     /// Formats a fresh node on free loopback ports and starts it; returns once it serves
     /// metadata.
     pub fn start() -> Result<Kafka, String> {
-        let libs = kafka_libs();
-        if !libs
-            .join(format!("kafka_2.13-{KAFKA_VERSION}.jar"))
-            .exists()
-        {
+        Self::start_version(KAFKA_VERSION, &[], "")
+    }
+
+    /// Like [`Kafka::start`], a node of Kafka [`SHARE_KAFKA_VERSION`] formatted with
+    /// `share.version=2` (share groups with the broker's dead-letter queue), with 3 s locks.
+    pub fn start_share() -> Result<Kafka, String> {
+        Self::start_version(
+            SHARE_KAFKA_VERSION,
+            &["--feature", "share.version=2"],
+            SHARE_SETTINGS,
+        )
+    }
+
+    fn start_version(version: &str, features: &[&str], settings: &str) -> Result<Kafka, String> {
+        let libs = kafka_libs_of(version);
+        if !libs.join(format!("kafka_2.13-{version}.jar")).exists() {
             return Err(format!(
-                "Apache Kafka {KAFKA_VERSION} is not in {}: run ./scripts/test.sh (it fetches \
+                "Apache Kafka {version} is not in {}: run ./scripts/test.sh (it fetches \
                  it from Maven Central) or set KAFKA_LIBS",
                 libs.display()
             ));
@@ -77,9 +110,9 @@ impl Kafka {
         remove_dirs_of_ended_runs();
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        write_config(&dir, port, controller_port)?;
+        write_config(&dir, port, controller_port, settings)?;
         let cluster_id = cluster_id();
-        let format = java(&dir)
+        let format = java(&dir, &libs)
             .args([
                 "kafka.tools.StorageTool",
                 "format",
@@ -87,6 +120,7 @@ impl Kafka {
                 "-t",
             ])
             .arg(&cluster_id)
+            .args(features)
             .arg("-c")
             .arg(dir.join("server.properties"))
             .output()
@@ -98,16 +132,21 @@ impl Kafka {
                 String::from_utf8_lossy(&format.stderr)
             ));
         }
-        Self::spawn(port, controller_port, dir)
+        Self::spawn(port, controller_port, dir, libs)
     }
 
-    fn spawn(port: u16, controller_port: u16, dir: PathBuf) -> Result<Kafka, String> {
+    fn spawn(
+        port: u16,
+        controller_port: u16,
+        dir: PathBuf,
+        libs: PathBuf,
+    ) -> Result<Kafka, String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("broker.log"))
             .map_err(|e| e.to_string())?;
-        let mut command = java(&dir);
+        let mut command = java(&dir, &libs);
         command
             .arg("kafka.Kafka")
             .arg(dir.join("server.properties"))
@@ -141,6 +180,7 @@ impl Kafka {
             port,
             controller_port,
             dir,
+            libs,
             pid,
             exited: exited_rx,
         };
@@ -206,9 +246,10 @@ impl Kafka {
     /// Kills the broker and starts it again on the same ports and storage.
     pub fn restart(self) -> Kafka {
         self.kill();
-        let (port, controller_port, dir) = (self.port, self.controller_port, self.dir.clone());
+        let (port, controller_port) = (self.port, self.controller_port);
+        let (dir, libs) = (self.dir.clone(), self.libs.clone());
         std::mem::forget(self);
-        Self::spawn(port, controller_port, dir).expect("Kafka restarts")
+        Self::spawn(port, controller_port, dir, libs).expect("Kafka restarts")
     }
 
     /// Marks the directory as a failed test's, so that later runs keep it, and says where
@@ -277,7 +318,7 @@ fn free_port() -> u16 {
 }
 
 /// `java` with the broker's JVM options, Kafka's jars and the log configuration, in `dir`.
-fn java(dir: &Path) -> Command {
+fn java(dir: &Path, libs: &Path) -> Command {
     let java = std::env::var("JAVA_HOME")
         .map(|home| PathBuf::from(home).join("bin/java"))
         .unwrap_or_else(|_| PathBuf::from("java"));
@@ -285,7 +326,7 @@ fn java(dir: &Path) -> Command {
     command
         .args(JVM_OPTIONS)
         .arg("-cp")
-        .arg(format!("{}/*", kafka_libs().display()))
+        .arg(format!("{}/*", libs.display()))
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
             dir.join("log4j2.properties").display()
@@ -294,7 +335,7 @@ fn java(dir: &Path) -> Command {
     command
 }
 
-fn write_config(dir: &Path, port: u16, controller_port: u16) -> Result<(), String> {
+fn write_config(dir: &Path, port: u16, controller_port: u16, settings: &str) -> Result<(), String> {
     let data = dir.join("data");
     let server = format!(
         "process.roles=broker,controller
@@ -320,7 +361,7 @@ group.consumer.min.session.timeout.ms=6000
 group.consumer.session.timeout.ms=6000
 group.consumer.min.heartbeat.interval.ms=500
 group.consumer.heartbeat.interval.ms=1000
-",
+{settings}",
         data = data.display()
     );
     let log4j = "status = error

@@ -55,6 +55,29 @@ pub fn brokers() -> String {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The share-group broker of this test binary: an Apache Kafka
+/// [`SHARE_KAFKA_VERSION`](broker::SHARE_KAFKA_VERSION) node formatted with `share.version=2`,
+/// with 3 s acquisition locks ([`Kafka::start_share`]); `KAFKA_DLQ_TEST_SHARE_BROKERS` when
+/// set.
+pub fn share_brokers() -> String {
+    init_logs();
+    static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
+    BROKER
+        .get_or_init(|| {
+            if let Ok(brokers) = std::env::var("KAFKA_DLQ_TEST_SHARE_BROKERS") {
+                return Ok(brokers);
+            }
+            Kafka::start_share().map(|kafka| {
+                kafka.keep_log_on_panic();
+                let brokers = kafka.brokers();
+                std::mem::forget(kafka);
+                brokers
+            })
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Serves `app` on a free loopback port until the test's runtime ends; returns its address.
 pub async fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use super::client::ShareClient;
 use super::delivery::Member;
 use super::kafka::{group_settings, KrafkaClient};
-use crate::config::{Consumption, ConsumerConfig, ShareDlq};
+use crate::config::{ConsumerConfig, Consumption, ShareDlq};
 use crate::consumer::{dlq_topics, retry_topics, ConsumerError};
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
@@ -21,7 +22,7 @@ pub struct ShareConsumer<H: BatchHandler> {
     config: ConsumerConfig,
     handler: H,
     metrics: Metrics,
-    breaker: crate::breaker::Breaker,
+    breaker: Arc<crate::breaker::Breaker>,
     dlq: DeadLetterPublisher,
 }
 
@@ -48,7 +49,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
         )
         .map_err(ConsumerError::CreateProducer)?;
         Ok(Self {
-            breaker: crate::breaker::Breaker::new(config.breaker()),
+            breaker: Arc::new(crate::breaker::Breaker::new(config.breaker())),
             config,
             handler,
             metrics,
@@ -82,35 +83,29 @@ impl<H: BatchHandler> ShareConsumer<H> {
         }
         let stop = CancellationToken::new();
         retry_topics::ensure(&config, &stop).await;
-        let mut topics = config.topics.clone();
-        topics.extend(
-            retry_topics::follow_up_topics(&config)
-                .into_iter()
-                .map(|(topic, _)| topic),
-        );
+        let redrive: Vec<String> = retry_topics::follow_up_topics(&config)
+            .into_iter()
+            .map(|(topic, _)| topic)
+            .collect();
         let kafka = krafka::Kafka::builder(config.brokers.clone())
             .client_id("kafka-dlq")
             .connect()
             .await
             .map_err(|e| refused(format!("cannot connect to {}: {e}", config.brokers)))?;
         let settings = group_settings(&kafka, &group, &config.auto_offset_reset).await;
-        let consumer = kafka
-            .share_consumer(group.clone())
-            .acknowledgement_mode(krafka::share_consumer::AcknowledgementMode::Explicit)
-            .max_poll_records(i32::try_from(config.max_in_flight).unwrap_or(i32::MAX))
-            .build()
+        // The group's redrive topics are read by a member of their own: the share assignor
+        // gives each member at least one partition, so a member reading a source and its
+        // redrive topic could be given only the redrive topic's partition, and the source's
+        // partitions fewer members.
+        let main = join(&kafka, &config, &config.topics)
             .await
-            .map_err(|e| refused(e.to_string()))?;
-        consumer
-            .subscribe(&topics)
-            .await
-            .map_err(|e| refused(format!("subscribing to {topics:?}: {e}")))?;
-        tracing::info!(event = "share_consumer_started", topics = ?topics, %group,
-            delivery_limit = ?settings.delivery_limit, share_dlq = %config.share_dlq);
-        let client = Arc::new(KrafkaClient::new(consumer, config.id_header.clone()));
+            .map_err(&refused)?;
+        let redriven = join(&kafka, &config, &redrive).await.map_err(&refused)?;
+        tracing::info!(event = "share_consumer_started", topics = ?config.topics,
+            redrive_topics = ?redrive, %group, delivery_limit = ?settings.delivery_limit,
+            share_dlq = %config.share_dlq);
         let member = Arc::new(Member {
             handler: self.handler,
-            client: client.clone(),
             exits: Arc::new(self.dlq),
             backoff: config.backoff()?,
             breaker: self.breaker,
@@ -121,23 +116,69 @@ impl<H: BatchHandler> ShareConsumer<H> {
             sources: config.topics.clone(),
             group: group.clone(),
         });
-        let running = tokio::spawn(super::member::run(
-            member.clone(),
-            stop.clone(),
-            config.shutdown_timeout,
-        ));
+        let mut running = Vec::new();
+        for client in [main.clone(), redriven.clone()] {
+            running.push(tokio::spawn(super::member::run(
+                member.clone(),
+                client,
+                stop.clone(),
+                config.shutdown_timeout,
+            )));
+        }
+        let assigned = tokio::spawn({
+            let (main, redriven, metrics) =
+                (main.clone(), redriven.clone(), member.metrics.clone());
+            async move {
+                loop {
+                    let partitions = main.assigned_partitions() + redriven.assigned_partitions();
+                    metrics.partitions_assigned.set(partitions as i64);
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+            }
+        });
         shutdown.await;
         tracing::info!(event = "shutdown_started");
         stop.cancel();
-        if let Err(e) = running.await {
-            if e.is_panic() {
-                let panic = crate::failure::panic_message(&e.into_panic());
-                tracing::error!(event = "worker_died", error = %panic);
+        for task in running {
+            if let Err(e) = task.await {
+                if e.is_panic() {
+                    let panic = crate::failure::panic_message(&e.into_panic());
+                    tracing::error!(event = "worker_died", error = %panic);
+                }
             }
         }
-        client.close().await;
+        assigned.abort();
+        main.close().await;
+        redriven.close().await;
         member.metrics.partitions_assigned.set(0);
         tracing::info!(event = "shutdown_complete");
         Ok(())
     }
+}
+
+/// A share consumer of the group in `config`, subscribed to `topics`.
+async fn join(
+    kafka: &krafka::Kafka,
+    config: &ConsumerConfig,
+    topics: &[String],
+) -> Result<Arc<KrafkaClient>, String> {
+    let consumer = kafka
+        .share_consumer(config.group_id.clone())
+        .acknowledgement_mode(krafka::share_consumer::AcknowledgementMode::Explicit)
+        // At most max_in_flight records per fetch, a hard limit (KIP-1206, Kafka 4.2+): the
+        // broker would otherwise acquire whole produce batches for one member.
+        .max_poll_records(i32::try_from(config.max_in_flight).unwrap_or(i32::MAX))
+        .batch_size(i32::try_from(config.max_in_flight).unwrap_or(i32::MAX))
+        .acquire_mode(krafka::share_consumer::AcquireMode::RecordLimit)
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    consumer
+        .subscribe(topics)
+        .await
+        .map_err(|e| format!("subscribing to {topics:?}: {e}"))?;
+    Ok(Arc::new(KrafkaClient::new(
+        consumer,
+        config.id_header.clone(),
+    )))
 }

@@ -4,7 +4,7 @@
 //! ACCEPT.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
@@ -13,8 +13,8 @@ use super::acknowledgement::{ending, renewal_interval, Ack, Ending, DEFAULT_LOCK
 use super::client::{Acquired, ShareClient};
 use crate::backoff::{retry, ExponentialBackoff, Next};
 use crate::breaker::{Breaker, CallOutcome, Permit};
-use crate::consumer::worker::on_breaker_change;
 use crate::config::ShareDlq;
+use crate::consumer::worker::on_breaker_change;
 use crate::consumer::worker::ExitWriter;
 use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
@@ -26,11 +26,10 @@ use crate::stopped::Stopped;
 /// What settling every record of a share-group member takes.
 pub(crate) struct Member<H> {
     pub handler: H,
-    pub client: Arc<dyn ShareClient>,
     /// Where dead letters are written (`share_dlq = "ours"`).
     pub exits: Arc<dyn ExitWriter>,
     pub backoff: ExponentialBackoff,
-    pub breaker: Breaker,
+    pub breaker: Arc<Breaker>,
     pub metrics: Metrics,
     pub share_dlq: ShareDlq,
     /// The group's `share.delivery.count.limit`; `None` when it could not be read.
@@ -41,6 +40,13 @@ pub(crate) struct Member<H> {
     pub sources: Vec<String>,
     /// The share group.
     pub group: String,
+}
+
+/// The calls of this delivery so far, for a dead letter written when the member stops.
+#[derive(Default)]
+struct SoFar {
+    attempts: u32,
+    last_error: Option<String>,
 }
 
 /// How a record's calls of this delivery ended.
@@ -62,13 +68,37 @@ enum Calls {
 /// drops it, and releases the record).
 pub(crate) async fn settle<H: BatchHandler>(
     member: &Member<H>,
+    client: &dyn ShareClient,
     acquired: &Acquired,
     stop: &CancellationToken,
 ) -> Ack {
     let record = &acquired.record;
+    let delivery = acquired.delivery();
     let work = async {
-        let calls = match calls(member, record, stop).await {
+        let so_far = Mutex::new(SoFar::default());
+        let calls = match calls(member, record, stop, &so_far).await {
             Ok(calls) => calls,
+            Err(Stopped) if last_delivery(member, delivery) => {
+                // A release now would have the broker archive the record, without a dead
+                // letter: write one (the write is not cut short by the stop; the shutdown
+                // deadline still is).
+                let so_far = so_far.into_inner().expect("calls lock");
+                let message = format!(
+                    "not handled before this member stopped, on its last delivery ({delivery} of {}): {}",
+                    member.delivery_limit.unwrap_or(delivery),
+                    so_far.last_error.as_deref().unwrap_or("not called yet")
+                );
+                return dead_letter(
+                    member,
+                    record,
+                    DeadLetterKind::RetriesExhausted,
+                    &message,
+                    so_far.attempts,
+                    delivery,
+                    &CancellationToken::new(),
+                )
+                .await;
+            }
             Err(Stopped) => return Ack::Release,
         };
         let (kind, message, attempts) = match calls {
@@ -79,7 +109,6 @@ pub(crate) async fn settle<H: BatchHandler>(
                 attempts,
             } => (kind, message, attempts),
         };
-        let delivery = acquired.delivery();
         match ending(kind, delivery, member.delivery_limit, member.share_dlq) {
             Ending::Release => {
                 tracing::warn!(event = "record_released", id = %record.id, delivery, attempts,
@@ -93,39 +122,69 @@ pub(crate) async fn settle<H: BatchHandler>(
                 Ack::Reject
             }
             Ending::DeadLetter(kind) => {
-                let written = member
-                    .exits
-                    .dead_letter(record, kind, &message, attempts, stop.clone())
-                    .await;
-                match written {
-                    Ok(RetryWritten::DeadLettered(to)) => {
-                        tracing::warn!(event = "record_dead_lettered", id = %record.id,
-                            kind = kind.as_str(), attempts, delivery, dlq_topic = %to.topic,
-                            dlq_partition = to.partition, dlq_offset = to.offset, error = %message);
-                        member
-                            .metrics
-                            .dead_lettered
-                            .with_label_values(&[record.topic.as_str(), kind.as_str()])
-                            .inc();
-                        Ack::Accept
-                    }
-                    Ok(RetryWritten::RetryTopic(_)) => unreachable!("a dead letter is written to the dead-letter topic"),
-                    Err(Stopped) => {
-                        tracing::info!(event = "record_abandoned", id = %record.id,
-                            "stopped before the dead-letter write succeeded; released for another delivery");
-                        Ack::Release
-                    }
-                }
+                // On the last delivery a release would be archived by the broker: the write
+                // goes on through a stop (the shutdown deadline still cuts it).
+                let never = CancellationToken::new();
+                let cancel = if last_delivery(member, delivery) {
+                    &never
+                } else {
+                    stop
+                };
+                dead_letter(member, record, kind, &message, attempts, delivery, cancel).await
             }
         }
     };
     let ack = tokio::select! {
         biased;
         ack = work => ack,
-        never = keep_lock(member, acquired) => match never {},
+        never = keep_lock(client, &member.metrics, acquired) => match never {},
     };
-    acknowledge(member.client.as_ref(), &member.metrics, acquired, ack);
+    acknowledge(client, &member.metrics, acquired, ack);
     ack
+}
+
+/// Whether delivery `delivery` is the group's last for a record (`share_dlq = "ours"` with a
+/// known limit): a release of it would be archived by the broker, not delivered again.
+fn last_delivery<H>(member: &Member<H>, delivery: u16) -> bool {
+    member.share_dlq == ShareDlq::Ours && member.delivery_limit.is_some_and(|l| delivery >= l)
+}
+
+/// Writes `record`'s dead letter and says ACCEPT once the dead-letter topic acknowledged it;
+/// RELEASE when `cancel` stopped the write first.
+async fn dead_letter<H>(
+    member: &Member<H>,
+    record: &Record,
+    kind: DeadLetterKind,
+    message: &str,
+    attempts: u32,
+    delivery: u16,
+    cancel: &CancellationToken,
+) -> Ack {
+    let written = member
+        .exits
+        .dead_letter(record, kind, message, attempts, cancel.clone())
+        .await;
+    match written {
+        Ok(RetryWritten::DeadLettered(to)) => {
+            tracing::warn!(event = "record_dead_lettered", id = %record.id,
+                kind = kind.as_str(), attempts, delivery, dlq_topic = %to.topic,
+                dlq_partition = to.partition, dlq_offset = to.offset, error = %message);
+            member
+                .metrics
+                .dead_lettered
+                .with_label_values(&[record.topic.as_str(), kind.as_str()])
+                .inc();
+            Ack::Accept
+        }
+        Ok(RetryWritten::RetryTopic(_)) => {
+            unreachable!("a dead letter is written to the dead-letter topic")
+        }
+        Err(Stopped) => {
+            tracing::info!(event = "record_abandoned", id = %record.id,
+                "stopped before the dead-letter write succeeded; released for another delivery");
+            Ack::Release
+        }
+    }
 }
 
 /// Sends `ack` for `acquired` and counts it. A failure (the client no longer holds the
@@ -154,17 +213,20 @@ pub(crate) fn acknowledge(
 }
 
 /// Renews `acquired`'s lock every half lock, for as long as it is polled.
-async fn keep_lock<H>(member: &Member<H>, acquired: &Acquired) -> std::convert::Infallible {
+async fn keep_lock(
+    client: &dyn ShareClient,
+    metrics: &Metrics,
+    acquired: &Acquired,
+) -> std::convert::Infallible {
     let topic = acquired.record.topic.as_str();
     let mut failures = 0u32;
     loop {
-        let lock = member.client.lock_duration().unwrap_or(DEFAULT_LOCK);
+        let lock = client.lock_duration().unwrap_or(DEFAULT_LOCK);
         tokio::time::sleep(renewal_interval(lock)).await;
-        match member.client.acknowledge(acquired.token, Ack::Renew) {
+        match client.acknowledge(acquired.token, Ack::Renew) {
             Ok(()) => {
                 failures = 0;
-                member
-                    .metrics
+                metrics
                     .share_acknowledged
                     .with_label_values(&[topic, Ack::Renew.as_str()])
                     .inc();
@@ -188,6 +250,7 @@ async fn calls<H: BatchHandler>(
     member: &Member<H>,
     record: &Record,
     stop: &CancellationToken,
+    so_far: &Mutex<SoFar>,
 ) -> Result<Calls, Stopped> {
     let state = (0u32, member.backoff.delays());
     retry(stop, state, |(mut attempts, mut delays)| async move {
@@ -199,6 +262,10 @@ async fn calls<H: BatchHandler>(
         let error = match call(member, record, granted).await {
             Ok(()) => return ((attempts, delays), Next::Done(Ok(Calls::Handled))),
             Err(error) => error,
+        };
+        *so_far.lock().expect("calls lock") = SoFar {
+            attempts,
+            last_error: Some(error.message().to_string()),
         };
         if error.kind() == FailureKind::Transient && member.breaker.is_open() {
             tracing::info!(event = "record_waiting_for_breaker", id = %record.id, attempts,
@@ -281,11 +348,7 @@ async fn call<H: BatchHandler>(
     // A partial batch response names offsets: for one record, its own failure or none.
     let result = failure::narrow(result, record.offset);
     if result.is_ok() {
-        member
-            .metrics
-            .succeeded
-            .with_label_values(&[topic])
-            .inc();
+        member.metrics.succeeded.with_label_values(&[topic]).inc();
     }
     let outcome = match &result {
         Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,

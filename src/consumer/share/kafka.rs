@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use krafka::admin::{ConfigOp, ConfigResource, DescribeConfigsOptions, IncrementalAlterConfigsOptions};
+use krafka::admin::{
+    ConfigOp, ConfigResource, DescribeConfigsOptions, IncrementalAlterConfigsOptions,
+};
 use krafka::consumer::ConsumerRecord;
 use krafka::share_consumer::ShareConsumer;
 
@@ -183,34 +185,49 @@ pub(crate) async fn group_settings(
             };
         }
     };
+    // Kafka's ConfigSource DYNAMIC_GROUP_CONFIG: set for this group (the broker reports its
+    // own defaults for a group as not default).
+    const SET_FOR_GROUP: i8 = 8;
     let value = |name: &str| {
         entries
             .iter()
             .find(|e| e.name == name)
-            .map(|e| (e.value.clone(), e.is_default))
+            .map(|e| (e.value.clone(), e.config_source == SET_FOR_GROUP))
     };
     let delivery_limit = value(DELIVERY_LIMIT)
         .and_then(|(v, _)| v)
         .and_then(|v| v.parse::<u16>().ok());
+    tracing::debug!(event = "share_group_configs", group, ?entries);
     match value(AUTO_OFFSET_RESET) {
-        Some((_, false)) => {}
+        Some((_, true)) => {}
         _ if auto_offset_reset != "earliest" => {}
         _ => {
             let set = admin
                 .incremental_alter_configs(
-                    [(resource.clone(), vec![ConfigOp::set(AUTO_OFFSET_RESET, "earliest")])],
+                    [(
+                        resource.clone(),
+                        vec![ConfigOp::set(AUTO_OFFSET_RESET, "earliest")],
+                    )],
                     IncrementalAlterConfigsOptions::default(),
                 )
                 .await;
             let refused = match set {
-                Ok(answers) => answers.into_values().find_map(|r| r.err()).map(|e| e.to_string()),
+                Ok(answers) => answers
+                    .into_values()
+                    .find_map(|r| r.err())
+                    .map(|e| e.to_string()),
                 Err(e) => Some(e.to_string()),
             };
             match refused {
-                None => tracing::info!(event = "share_group_starts_at_earliest", group,
-                    "set {AUTO_OFFSET_RESET}=earliest for the group (auto_offset_reset)"),
-                Some(error) => tracing::warn!(event = "share_group_offset_reset_not_set", group, %error,
-                    "a new share group starts at the end of its topics; set {AUTO_OFFSET_RESET}=earliest with kafka-configs.sh"),
+                None => tracing::info!(
+                    event = "share_group_starts_at_earliest",
+                    group,
+                    "set {AUTO_OFFSET_RESET}=earliest for the group (auto_offset_reset)"
+                ),
+                Some(error) => {
+                    tracing::warn!(event = "share_group_offset_reset_not_set", group, %error,
+                    "a new share group starts at the end of its topics; set {AUTO_OFFSET_RESET}=earliest with kafka-configs.sh")
+                }
             }
         }
     }

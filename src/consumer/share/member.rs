@@ -10,6 +10,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::acknowledgement::Ack;
+use super::client::ShareClient;
 use super::delivery::{acknowledge, settle, Member};
 use crate::handler::BatchHandler;
 use crate::record::retry::redrive_topic;
@@ -32,6 +33,7 @@ const FETCH_ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// acknowledged and the acknowledgements sent.
 pub(crate) async fn run<H: BatchHandler>(
     member: Arc<Member<H>>,
+    client: Arc<dyn ShareClient>,
     stop: CancellationToken,
     shutdown_timeout: Duration,
 ) {
@@ -39,15 +41,11 @@ pub(crate) async fn run<H: BatchHandler>(
         let fetched = tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            fetched = member.client.acquire(FETCH_WAIT) => fetched,
+            fetched = client.acquire(FETCH_WAIT) => fetched,
         };
         let mut acquired = match fetched {
             Ok(acquired) => {
                 member.metrics.broker_up.set(1);
-                member
-                    .metrics
-                    .partitions_assigned
-                    .set(member.client.assigned_partitions() as i64);
                 acquired
             }
             Err(error) => {
@@ -73,11 +71,12 @@ pub(crate) async fn run<H: BatchHandler>(
         let mut unsettled: HashSet<u64> = acquired.iter().map(|a| a.token).collect();
         {
             let member = member.as_ref();
+            let client = client.as_ref();
             let stop = &stop;
             let mut settling: FuturesUnordered<_> = acquired
                 .iter()
                 .map(|a| async move {
-                    settle(member, a, stop).await;
+                    settle(member, client, a, stop).await;
                     a.token
                 })
                 .collect();
@@ -108,7 +107,7 @@ pub(crate) async fn run<H: BatchHandler>(
             }
         }
         for a in acquired.iter().filter(|a| unsettled.contains(&a.token)) {
-            acknowledge(member.client.as_ref(), &member.metrics, a, Ack::Release);
+            acknowledge(client.as_ref(), &member.metrics, a, Ack::Release);
         }
         // Handled records are acknowledged as soon as possible: the next fetch carries them,
         // or, when this member stops, the flush below.
@@ -116,7 +115,7 @@ pub(crate) async fn run<H: BatchHandler>(
             break;
         }
     }
-    member.client.flush().await;
+    client.flush().await;
 }
 
 /// A record of one of the group's redrive topics (`dlq replay` put it there) as the original

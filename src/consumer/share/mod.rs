@@ -49,10 +49,10 @@
 
 mod acknowledgement;
 mod client;
-mod delivery;
+pub(crate) mod delivery;
 #[cfg(feature = "share")]
 mod kafka;
-mod member;
+pub(crate) mod member;
 #[cfg(test)]
 mod simulation;
 

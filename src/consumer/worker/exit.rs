@@ -247,6 +247,7 @@ mod tests {
                     history: vec![],
                 })
             }),
+            delivery_count: None,
         }
     }
 

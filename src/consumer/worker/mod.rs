@@ -47,8 +47,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use exit::ExitWriter;
-pub(crate) use outage::on_breaker_change;
+#[cfg(test)]
+pub(crate) use exit::PendingExit;
 pub(super) use input::PartitionInput;
+pub(crate) use outage::on_breaker_change;
 
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::Breaker;

@@ -146,6 +146,7 @@ mod tests {
                 attempts: 1,
                 history: vec![],
             })),
+            delivery_count: None,
         };
         let mut progress = Progress::new("orders-retry-0", 0, false);
         let (first, second) = (record(4), record(5));
