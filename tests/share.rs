@@ -32,6 +32,8 @@ struct Call {
 #[derive(Clone, Default)]
 struct Downstream {
     calls: Arc<Mutex<Vec<Call>>>,
+    /// Once set, every call succeeds.
+    fixed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Downstream {
@@ -76,6 +78,9 @@ async fn answer(
         earlier
     };
     let prefix = value.split('-').next().unwrap_or_default();
+    if d.fixed.load(std::sync::atomic::Ordering::SeqCst) {
+        return StatusCode::OK;
+    }
     match prefix {
         "perm" => StatusCode::BAD_REQUEST,
         "flaky" if earlier < 2 => StatusCode::SERVICE_UNAVAILABLE,
@@ -162,8 +167,12 @@ fn member(brokers: &str, group: &str, topic: &str, url: &str, extra: &[&str]) ->
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
         ])
-        .args(["--max-retries", "2", "--backoff-initial-ms", "20"])
-        .args(["--breaker-failure-ratio", "0"])
+        .args(if extra.contains(&"--max-retries") {
+            &[][..]
+        } else {
+            &["--max-retries", "2"][..]
+        })
+        .args(["--backoff-initial-ms", "20", "--breaker-failure-ratio", "0"])
         .args(extra)
         .env("RUST_LOG", "info,kafka_dlq=debug")
         .stdout(Stdio::null())
@@ -199,8 +208,7 @@ fn values(values: &[String]) -> Vec<Out> {
     values.iter().map(|v| Out::new(0, v)).collect()
 }
 
-/// The group's share-partition start offset and lag on `topic`'s partition 0: the end of the
-/// partition and 0 once every record is acknowledged for good (accepted or archived).
+/// The group's share-partition start offset and lag on `topic`'s partition 0.
 async fn share_state(brokers: &str, group: &str, topic: &str) -> (i64, Option<i64>) {
     let kafka = krafka::Kafka::builder(brokers).connect().await.unwrap();
     let offsets = kafka
@@ -214,6 +222,21 @@ async fn share_state(brokers: &str, group: &str, topic: &str) -> (i64, Option<i6
         .map(|(_, state)| state.unwrap());
     let state = state.expect("the group holds state for the partition");
     (state.start_offset, state.lag)
+}
+
+/// Waits (up to 30 s: the broker persists share state in the background) until the group's
+/// share partition of `topic` has no lag past `end` records: every one of them acknowledged
+/// for good (accepted or archived), none available or acquired. Returns the lag seen last.
+async fn acknowledged_up_to(brokers: &str, group: &str, topic: &str, end: i64) -> Option<i64> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (start, lag) = share_state(brokers, group, topic).await;
+        let done = lag == Some(0) && start > 0 && start <= end;
+        if done || tokio::time::Instant::now() > until {
+            return lag;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,8 +330,418 @@ async fn three_members_on_one_partition_share_the_work_and_fail_as_classified() 
         all.len()
     );
     assert_eq!(
-        share_state(&brokers, &group, &topic).await,
-        (all.len() as i64, Some(0)),
+        acknowledged_up_to(&brokers, &group, &topic, all.len() as i64).await,
+        Some(0),
         "every record acknowledged for good"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn used_up_retries_are_released_until_the_last_delivery_then_dead_lettered() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let downstream = Downstream::default();
+    let url = downstream.url(0).await;
+    // Two calls per delivery (one retry), five deliveries (the broker's limit).
+    let m = member(&brokers, &group, &topic, &url, &["--max-retries", "1"]);
+    m.ready().await;
+    produce(
+        &brokers,
+        &topic,
+        values(&["doomed-0".to_string(), "ok-0".to_string()]),
+    )
+    .await;
+    let dlt = format!("{topic}-dlt");
+    assert!(
+        eventually(WAIT, || read_all(&brokers, &dlt).len() == 1).await,
+        "doomed-0 is dead-lettered"
+    );
+    let released = m
+        .metric("kafka_dlq_share_acknowledgements_total", "ack=\"release\"")
+        .await;
+    m.stop().await;
+    let calls = downstream.calls_of("doomed-0");
+    let deliveries: Vec<u16> = calls.iter().map(|c| c.delivery).collect();
+    assert_eq!(deliveries, [1, 1, 2, 2, 3, 3, 4, 4, 5, 5], "{calls:?}");
+    assert_eq!(released, 4.0, "released after each delivery but the last");
+    let (kind, message, attempts, delivery) = &dead_letters(&brokers, &dlt)["doomed-0"];
+    assert_eq!(kind, "retries_exhausted");
+    assert!(message.contains("503"), "{message}");
+    assert_eq!((*attempts, *delivery), (2, 5));
+    assert_eq!(downstream.calls_of("ok-0").len(), 1);
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &topic, 2).await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_slower_than_the_lock_keeps_its_record() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let downstream = Downstream::default();
+    let a = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &["--max-in-flight", "1"],
+    );
+    let b = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(1).await,
+        &["--max-in-flight", "1"],
+    );
+    a.ready().await;
+    b.ready().await;
+    // 8 s in the handler against a 3 s lock: renewed twice or more meanwhile.
+    produce(&brokers, &topic, values(&["slow-0".to_string()])).await;
+    assert!(
+        eventually(WAIT, || downstream.calls_of("slow-0").len() == 1).await,
+        "slow-0 is called"
+    );
+    // Past the call's end and two locks more: no second delivery to either member.
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    let calls = downstream.calls_of("slow-0");
+    assert_eq!(calls.len(), 1, "never handled twice meanwhile: {calls:?}");
+    assert_eq!(calls[0].delivery, 1);
+    let renewed = a
+        .metric("kafka_dlq_share_acknowledgements_total", "ack=\"renew\"")
+        .await
+        + b.metric("kafka_dlq_share_acknowledgements_total", "ack=\"renew\"")
+            .await;
+    assert!(renewed >= 2.0, "its lock renewed: {renewed}");
+    a.stop().await;
+    b.stop().await;
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &topic, 1).await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_killed_mid_call_has_its_record_delivered_to_another() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let downstream = Downstream::default();
+    // Member 0's downstream never answers `hang-0`; member 1's does.
+    let mut a = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &["--max-in-flight", "1"],
+    );
+    a.ready().await;
+    produce(&brokers, &topic, values(&["hang-0".to_string()])).await;
+    assert!(
+        eventually(WAIT, || downstream.calls_of("hang-0").len() == 1).await,
+        "member 0 calls for hang-0"
+    );
+    let b = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(1).await,
+        &["--max-in-flight", "1"],
+    );
+    b.ready().await;
+    a.child.start_kill().unwrap(); // SIGKILL, mid-call
+    a.child.wait().await.unwrap();
+    assert!(
+        eventually(WAIT, || downstream.calls_of("hang-0").len() == 2).await,
+        "its lock expires and the record is delivered to member 1"
+    );
+    let calls = downstream.calls_of("hang-0");
+    assert_eq!((calls[1].member, calls[1].delivery), (1, 2), "{calls:?}");
+    b.stop().await;
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &topic, 1).await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_dead_letter_comes_back_through_the_groups_redrive_topic() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let downstream = Downstream::default();
+    let m = member(&brokers, &group, &topic, &downstream.url(0).await, &[]);
+    m.ready().await;
+    produce(&brokers, &topic, values(&["perm-0".to_string()])).await;
+    let dlt = format!("{topic}-dlt");
+    assert!(eventually(WAIT, || read_all(&brokers, &dlt).len() == 1).await);
+    downstream
+        .fixed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, out, err) = replay_cli(&brokers, &dlt, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
+    assert_eq!(read_all(&brokers, &redrive).len(), 1, "{out}");
+    assert!(
+        eventually(WAIT, || downstream.calls_of("perm-0").len() == 2).await,
+        "the member handles it again, from the group's redrive topic"
+    );
+    m.stop().await;
+    assert_eq!(
+        read_all(&brokers, &dlt).len(),
+        1,
+        "handled, not dead-lettered again"
+    );
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &redrive, 1).await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_share_dlq_broker_the_brokers_dead_letter_queue_takes_them() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    let broker_dlq = format!("dlq.{topic}");
+    create_topic(&brokers, &topic, 1).await;
+    let kafka = krafka::Kafka::builder(brokers.clone())
+        .connect()
+        .await
+        .unwrap();
+    let set = kafka
+        .admin()
+        .incremental_alter_configs(
+            [(
+                krafka::admin::ConfigResource::group(group.clone()),
+                vec![krafka::admin::ConfigOp::set(
+                    "errors.deadletterqueue.topic.name",
+                    broker_dlq.clone(),
+                )],
+            )],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    for result in set.into_values() {
+        result.unwrap();
+    }
+    let downstream = Downstream::default();
+    let m = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &["--share-dlq", "broker", "--max-retries", "0"],
+    );
+    m.ready().await;
+    produce(
+        &brokers,
+        &topic,
+        values(&["perm-0".to_string(), "doomed-0".to_string()]),
+    )
+    .await;
+    assert!(
+        eventually(WAIT, || {
+            std::panic::catch_unwind(|| read_all(&brokers, &broker_dlq).len()).unwrap_or(0) == 2
+        })
+        .await,
+        "both reach the broker's dead-letter queue"
+    );
+    let rejected = m
+        .metric("kafka_dlq_share_acknowledgements_total", "ack=\"reject\"")
+        .await;
+    m.stop().await;
+    assert_eq!(rejected, 1.0, "perm-0 rejected at once");
+    assert_eq!(downstream.calls_of("perm-0").len(), 1);
+    assert_eq!(
+        downstream.calls_of("doomed-0").len(),
+        5,
+        "once per delivery"
+    );
+    // Nothing in ours, and `dlq list` reads the broker's.
+    let dlt = format!("{topic}-dlt");
+    assert!(std::panic::catch_unwind(|| read_all(&brokers, &dlt)).map_or(true, |m| m.is_empty()));
+    let (code, out, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &broker_dlq,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("rejected by client"), "{out}");
+    assert!(
+        out.contains("permanent") && out.contains("retries_exhausted"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_chaos_members_and_the_broker_killed_lose_no_record() {
+    // A broker of its own: this test kills it.
+    let kafka = Kafka::start_share().expect("a share-group broker");
+    kafka.keep_log_on_panic();
+    let brokers = kafka.brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    let broker_dlq = format!("dlq.{topic}");
+    create_topic(&brokers, &topic, 1).await;
+    // The broker's dead-letter queue as the backstop for a member killed on a record's last
+    // delivery (the only way a record can leave without our dead letter).
+    let admin = krafka::Kafka::builder(brokers.clone())
+        .connect()
+        .await
+        .unwrap();
+    for result in admin
+        .admin()
+        .incremental_alter_configs(
+            [(
+                krafka::admin::ConfigResource::group(group.clone()),
+                vec![krafka::admin::ConfigOp::set(
+                    "errors.deadletterqueue.topic.name",
+                    broker_dlq.clone(),
+                )],
+            )],
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .into_values()
+    {
+        result.unwrap();
+    }
+    drop(admin);
+    let mut rng = fastrand::Rng::with_seed(26);
+    let all: Vec<String> = (0..300)
+        .map(|i| match rng.u8(0..20) {
+            0 => format!("perm-{i}"),
+            1 | 2 => format!("flaky-{i}"),
+            _ => format!("ok-{i}"),
+        })
+        .collect();
+    let downstream = Downstream::default();
+    let extra = ["--max-in-flight", "4", "--shutdown-timeout-ms", "2000"];
+    let mut members = Vec::new();
+    for m in 0..3 {
+        members.push(member(
+            &brokers,
+            &group,
+            &topic,
+            &downstream.url(m).await,
+            &extra,
+        ));
+    }
+    for m in &members {
+        m.ready().await;
+    }
+    produce(&brokers, &topic, values(&all)).await;
+
+    // 30 s of chaos: a member SIGKILLed and replaced every 2–4 s, the broker killed and
+    // restarted once.
+    let mut kafka = Some(kafka);
+    let started = tokio::time::Instant::now();
+    let (mut kills, mut broker_killed) = (0, false);
+    while started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(rng.u64(2_000..4_000))).await;
+        let victim = rng.usize(..members.len());
+        let mut dead = members.swap_remove(victim);
+        dead.child.start_kill().unwrap();
+        dead.child.wait().await.unwrap();
+        kills += 1;
+        members.push(member(
+            &brokers,
+            &group,
+            &topic,
+            &downstream.url(victim).await,
+            &extra,
+        ));
+        if !broker_killed && started.elapsed() > Duration::from_secs(12) {
+            eprintln!("killing the broker");
+            let restarted = tokio::task::spawn_blocking({
+                let k = kafka.take().unwrap();
+                move || k.restart()
+            })
+            .await
+            .unwrap();
+            kafka = Some(restarted);
+            broker_killed = true;
+        }
+    }
+    assert!(broker_killed);
+    let dlt = format!("{topic}-dlt");
+    let readable =
+        |topic: &str| std::panic::catch_unwind(|| read_all(&brokers, topic)).unwrap_or_default();
+    let done = |downstream: &Downstream| {
+        let calls = downstream.calls();
+        let ours = dead_letters_in(&readable(&dlt));
+        let broker = readable(&broker_dlq);
+        all.iter().all(|v| {
+            (!v.starts_with("perm") && handled(&calls, v))
+                || ours.contains(v)
+                || broker.iter().any(|m| m.payload() == Some(v.as_bytes()))
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(180), || done(&downstream)).await,
+        "every record handled or in a dead-letter queue"
+    );
+    let mut accepted = 0.0;
+    for m in members {
+        accepted += m
+            .metric("kafka_dlq_share_acknowledgements_total", "ack=\"accept\"")
+            .await;
+        m.stop().await;
+    }
+    let calls = downstream.calls();
+    let duplicates = all
+        .iter()
+        .filter(|v| calls.iter().filter(|c| &c.value == *v).count() > 1 && !v.starts_with("flaky"))
+        .count();
+    let ours = dead_letters_in(&readable(&dlt));
+    let broker = readable(&broker_dlq);
+    eprintln!(
+        "{kills} member kills, one broker kill: {} records, {} calls, {duplicates} records called more than once, {} in our DLT, {} in the broker's",
+        all.len(),
+        calls.len(),
+        ours.len(),
+        broker.len()
+    );
+    for v in all.iter().filter(|v| v.starts_with("perm")) {
+        let in_broker = broker.iter().any(|m| m.payload() == Some(v.as_bytes()));
+        assert!(ours.contains(v) || in_broker, "{v} is dead-lettered");
+    }
+    assert!(accepted > 0.0);
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &topic, all.len() as i64).await,
+        Some(0),
+        "nothing left available or acquired"
+    );
+}
+
+/// Whether the downstream answered `value` with success at least once (its last call of it,
+/// for `flaky`: the third).
+fn handled(calls: &[Call], value: &str) -> bool {
+    let n = calls.iter().filter(|c| c.value == value).count();
+    match value.split('-').next() {
+        Some("flaky") => n >= 3,
+        Some("perm") => false,
+        _ => n >= 1,
+    }
+}
+
+/// The payloads of kafka-dlq envelopes.
+fn dead_letters_in(messages: &[rdkafka::message::OwnedMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| serde_json::from_slice::<serde_json::Value>(m.payload()?).ok())
+        .filter_map(|e| e["payload"].as_str().map(str::to_string))
+        .collect()
 }

@@ -228,3 +228,50 @@ fn retry_tiers_are_checked_naming_the_setting() {
     let error = long.validate().unwrap_err().to_string();
     assert!(error.contains("retry_topic_delays_ms"), "{error}");
 }
+
+#[test]
+fn a_share_group_refuses_what_it_cannot_do_naming_the_setting() {
+    let share = || ConsumerConfig {
+        consumption: crate::config::Consumption::Share,
+        ..valid()
+    };
+    assert_eq!(share().validate(), Ok(()));
+    let mut secured = share();
+    secured.librdkafka.insert("security.protocol", "SASL_SSL");
+    let cases = [
+        (
+            ConsumerConfig {
+                ordering: crate::config::Ordering::Key,
+                ..share()
+            },
+            "ordering",
+        ),
+        (
+            ConsumerConfig {
+                batch_size: 10,
+                ..share()
+            },
+            "batch_size",
+        ),
+        (
+            ConsumerConfig {
+                retry_topic_delays_ms: crate::retry_tier::RetryTiers::new([1000]),
+                ..share()
+            },
+            "retry_topic_delays_ms",
+        ),
+        (
+            ConsumerConfig {
+                max_in_flight: 0,
+                ..share()
+            },
+            "max_in_flight",
+        ),
+        (secured, "librdkafka"),
+    ];
+    for (config, key) in cases {
+        let err = config.validate().unwrap_err();
+        assert_eq!(err.key, key, "{err}");
+        assert!(err.to_string().contains("share"), "{err}");
+    }
+}
