@@ -5,9 +5,16 @@
 #                                   the background on 127.0.0.1:PORT (default 19092), waits for it
 #   scripts/kafka.sh stop [PORT]    stops it and removes its data
 # The JVM gets a 1 GB heap and the full JIT (the test brokers use less, to start faster).
+# KAFKA_VERSION=4.4.0 starts Apache Kafka 4.4 formatted with share.version=2 (share groups and
+# their broker dead-letter queue), for the share-group benchmark; KAFKA_FEATURES overrides the
+# features it is formatted with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KAFKA_VERSION=4.1.1
+KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
+case "$KAFKA_VERSION" in
+  4.4.*) KAFKA_FEATURES="${KAFKA_FEATURES:---feature share.version=2}" ;;
+  *) KAFKA_FEATURES="${KAFKA_FEATURES:-}" ;;
+esac
 KAFKA_LIBS="${KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/kafka-$KAFKA_VERSION/libs}"
 action="${1:-}"
 port="${2:-19092}"
@@ -47,7 +54,8 @@ while True:
     i = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
     if not i.startswith("-"):
         print(i); break')
-    "${java[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" > "$dir/format.log"
+    # shellcheck disable=SC2086 # KAFKA_FEATURES is a list of arguments
+    "${java[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" $KAFKA_FEATURES > "$dir/format.log"
     nohup "${java[@]}" kafka.Kafka "$dir/server.properties" > "$dir/broker.log" 2>&1 &
     echo $! > "$dir/pid"
     for _ in $(seq 1 300); do

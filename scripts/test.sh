@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KAFKA_VERSION=4.1.1
+SHARE_KAFKA_VERSION=4.4.0
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev ca-certificates prometheus prometheus-alertmanager
@@ -19,15 +20,20 @@ command -v javac >/dev/null 2>&1 || ensure_packages openjdk-17-jdk-headless
 command -v mvn >/dev/null 2>&1 || ensure_packages maven
 command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip
 
-# Apache Kafka for the integration tests: its jars, once per machine.
+# Apache Kafka for the integration tests: its jars, once per machine. The share-group tests
+# (tests/share.rs) run on 4.4 (share groups with the broker's dead-letter queue).
 export KAFKA_LIBS="${KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/kafka-$KAFKA_VERSION/libs}"
-if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
-  echo "==> fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_LIBS"
-  rm -rf "$KAFKA_LIBS.part"
-  (cd tests/kafka && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
-    -Dkafka.version="$KAFKA_VERSION" -DoutputDirectory="$KAFKA_LIBS.part")
-  mv "$KAFKA_LIBS.part" "$KAFKA_LIBS"
-fi
+fetch_kafka() { # version, directory
+  if [ ! -f "$2/kafka_2.13-$1.jar" ]; then
+    echo "==> fetching Apache Kafka $1 from Maven Central into $2"
+    rm -rf "$2.part"
+    (cd tests/kafka && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+      -Dkafka.version="$1" -DoutputDirectory="$2.part")
+    mv "$2.part" "$2"
+  fi
+}
+fetch_kafka "$KAFKA_VERSION" "$KAFKA_LIBS"
+fetch_kafka "$SHARE_KAFKA_VERSION" "${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/kafka-$SHARE_KAFKA_VERSION/libs"
 
 # The Java programs beside kafka-dlq: compiled, their jars copied into target/libs.
 echo "==> Spring Kafka interop program (tests/spring) and the benchmark's peers (bench/peers): mvn compile"

@@ -28,7 +28,7 @@ struct Call {
 /// The downstream of every member (each member has its own address, so calls say who made
 /// them). By the value's prefix: `ok` takes 20 ms, `perm` is refused (400), `flaky` is down
 /// (503) for its first two calls, `doomed` always, `slow` takes 8 s (past the 3 s lock),
-/// `hang` never answers member 0.
+/// `hang` never answers member 0, `job` takes 500 ms.
 #[derive(Clone, Default)]
 struct Downstream {
     calls: Arc<Mutex<Vec<Call>>>,
@@ -90,6 +90,10 @@ async fn answer(
             StatusCode::OK
         }
         "hang" if member == 0 => std::future::pending().await,
+        "job" => {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            StatusCode::OK
+        }
         _ => {
             tokio::time::sleep(Duration::from_millis(20)).await;
             StatusCode::OK
@@ -620,11 +624,12 @@ async fn share_chaos_members_and_the_broker_killed_lose_no_record() {
     }
     drop(admin);
     let mut rng = fastrand::Rng::with_seed(26);
-    let all: Vec<String> = (0..300)
+    // 500 ms per job, 12 at a time: the work lasts past the 30 s of chaos.
+    let all: Vec<String> = (0..600)
         .map(|i| match rng.u8(0..20) {
             0 => format!("perm-{i}"),
             1 | 2 => format!("flaky-{i}"),
-            _ => format!("ok-{i}"),
+            _ => format!("job-{i}"),
         })
         .collect();
     let downstream = Downstream::default();

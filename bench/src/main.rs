@@ -27,6 +27,7 @@ mod ours;
 mod peers;
 mod report;
 mod scenario;
+mod share;
 mod tools;
 mod topic;
 
@@ -101,6 +102,19 @@ pub struct Args {
     /// measure the peak RSS of `dlq list` and `dlq replay` on it.
     #[arg(long, requires = "brokers")]
     tools_memory: Option<u64>,
+    /// Instead of the scenarios: the share-group benchmark with these member counts on one
+    /// partition (needs `--brokers`, Apache Kafka 4.2+; see `bench/src/share.rs`).
+    #[arg(long, value_delimiter = ',', requires = "brokers")]
+    share_members: Vec<usize>,
+    /// Records each share-group run handles.
+    #[arg(long, default_value_t = 10_000)]
+    share_records: u64,
+    /// Runs of the share-group benchmark (the table gives the median and the spread).
+    #[arg(long, default_value_t = 3)]
+    share_runs: usize,
+    /// Internal: run this one share-group variant on `--topic` and print its figures.
+    #[arg(long, hide = true, requires = "topic")]
+    run_share: Option<String>,
     /// The `kafka-dlq` binary `--tools-memory` runs.
     #[arg(long, default_value = "target/release/kafka-dlq")]
     kafka_dlq_bin: PathBuf,
@@ -131,6 +145,25 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     if let (Some(records), Some(brokers)) = (args.tools_memory, &args.brokers) {
         return tools::measure(brokers, records, &args.kafka_dlq_bin).await;
+    }
+    if let (Some(variant), Some(topic), Some(brokers)) =
+        (&args.run_share, &args.topic, &args.brokers)
+    {
+        let members = args.share_members.first().copied().unwrap_or(1);
+        let figures = share::run_here(brokers, topic, variant, members, args.share_records).await?;
+        println!("{}", figures.line());
+        return Ok(());
+    }
+    if let (false, Some(brokers)) = (args.share_members.is_empty(), &args.brokers) {
+        let peers = peers::Peers::new(args.peers_dir.clone());
+        return share::bench(
+            brokers,
+            &args.share_members,
+            args.share_records,
+            args.share_runs,
+            &peers,
+        )
+        .await;
     }
     if let (Some(name), Some(topic), Some(brokers)) =
         (&args.run_scenario, &args.topic, &args.brokers)

@@ -18,7 +18,7 @@ pub struct Peers {
 
 /// One peer scenario to run.
 pub struct PeerRun<'a> {
-    /// `spring-kafka` or `parallel-consumer`.
+    /// `spring-kafka`, `parallel-consumer` or `share-consumer`.
     pub project: &'static str,
     pub scenario: &'a str,
     pub brokers: &'a str,
@@ -44,7 +44,7 @@ impl Peers {
 
     /// Builds the peers (`mvn compile dependency:copy-dependencies`) unless both are built.
     pub async fn ensure_built(&self) -> anyhow::Result<()> {
-        let built = ["spring-kafka", "parallel-consumer"]
+        let built = ["spring-kafka", "parallel-consumer", "share-consumer"]
             .iter()
             .all(|p| self.class_dir(p).join("kafkadlq/peers").is_dir());
         if built {
@@ -75,6 +75,7 @@ impl Peers {
     pub async fn run(&self, run: PeerRun<'_>) -> anyhow::Result<Figures> {
         let main = match run.project {
             "spring-kafka" => "kafkadlq.peers.SpringPeer",
+            "share-consumer" => "kafkadlq.peers.SharePeer",
             _ => "kafkadlq.peers.ParallelConsumerPeer",
         };
         let project = self.dir.join(run.project);
