@@ -243,6 +243,28 @@ async fn acknowledged_up_to(brokers: &str, group: &str, topic: &str, end: i64) -
     }
 }
 
+/// Sets the group's broker dead-letter queue (KIP-1191) to `topic`.
+async fn set_broker_dlq(brokers: &str, group: &str, topic: &str) {
+    let kafka = krafka::Kafka::builder(brokers).connect().await.unwrap();
+    let set = kafka
+        .admin()
+        .incremental_alter_configs(
+            [(
+                krafka::admin::ConfigResource::group(group),
+                vec![krafka::admin::ConfigOp::set(
+                    "errors.deadletterqueue.topic.name",
+                    topic,
+                )],
+            )],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    for result in set.into_values() {
+        result.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_on_one_partition_share_the_work_and_fail_as_classified() {
     let brokers = share_brokers();
@@ -515,27 +537,7 @@ async fn with_share_dlq_broker_the_brokers_dead_letter_queue_takes_them() {
     let group = unique("couriers");
     let broker_dlq = format!("dlq.{topic}");
     create_topic(&brokers, &topic, 1).await;
-    let kafka = krafka::Kafka::builder(brokers.clone())
-        .connect()
-        .await
-        .unwrap();
-    let set = kafka
-        .admin()
-        .incremental_alter_configs(
-            [(
-                krafka::admin::ConfigResource::group(group.clone()),
-                vec![krafka::admin::ConfigOp::set(
-                    "errors.deadletterqueue.topic.name",
-                    broker_dlq.clone(),
-                )],
-            )],
-            Default::default(),
-        )
-        .await
-        .unwrap();
-    for result in set.into_values() {
-        result.unwrap();
-    }
+    set_broker_dlq(&brokers, &group, &broker_dlq).await;
     let downstream = Downstream::default();
     let m = member(
         &brokers,
@@ -600,29 +602,7 @@ async fn share_chaos_members_and_the_broker_killed_lose_no_record() {
     create_topic(&brokers, &topic, 1).await;
     // The broker's dead-letter queue as the backstop for a member killed on a record's last
     // delivery (the only way a record can leave without our dead letter).
-    let admin = krafka::Kafka::builder(brokers.clone())
-        .connect()
-        .await
-        .unwrap();
-    for result in admin
-        .admin()
-        .incremental_alter_configs(
-            [(
-                krafka::admin::ConfigResource::group(group.clone()),
-                vec![krafka::admin::ConfigOp::set(
-                    "errors.deadletterqueue.topic.name",
-                    broker_dlq.clone(),
-                )],
-            )],
-            Default::default(),
-        )
-        .await
-        .unwrap()
-        .into_values()
-    {
-        result.unwrap();
-    }
-    drop(admin);
+    set_broker_dlq(&brokers, &group, &broker_dlq).await;
     let mut rng = fastrand::Rng::with_seed(26);
     // 500 ms per job, 12 at a time: the work lasts past the 30 s of chaos.
     let all: Vec<String> = (0..600)

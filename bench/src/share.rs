@@ -26,6 +26,11 @@ use crate::handler::downstream;
 use crate::peers::{PeerRun, Peers};
 use crate::topic;
 
+/// Records per producer batch: jobs as services write them, a few per request. The broker
+/// hands a share member at least a whole batch (`batch_optimized` acquisition, what kafka-dlq
+/// uses), so with batches of thousands one member takes them all.
+const PRODUCER_BATCH: u32 = 16;
+
 /// The variants, by name (`--run-share <name>`).
 pub const VARIANTS: &[&str] = &["share", "share-16", "java-share", "group"];
 
@@ -59,7 +64,7 @@ pub async fn bench(
                 let topic = format!("share-bench-{:016x}", rand());
                 let group = format!("{topic}-{variant}");
                 topic::create(brokers, &[(&topic, 1)]).await?;
-                topic::produce(
+                topic::produce_in_batches(
                     brokers,
                     &topic,
                     records,
@@ -67,6 +72,7 @@ pub async fn bench(
                         partitions: 1,
                         value_bytes: 200,
                     },
+                    PRODUCER_BATCH,
                 )
                 .await?;
                 let figures = if variant == "java-share" {
@@ -98,7 +104,7 @@ pub async fn bench(
             }
         }
     }
-    println!("\nShare groups: {records} records of 200 B on one partition, 1 ms per record, {runs} run(s); median (min–max)\n");
+    println!("\nShare groups: {records} records of 200 B on one partition (producer batches of {PRODUCER_BATCH}), 1 ms per record, {runs} run(s); median (min–max)\n");
     println!("| members | consumer | records/s | CPU µs/record | peak RSS MB |");
     println!("|---|---|---|---|---|");
     for ((variant, m), all) in &results {
@@ -173,19 +179,19 @@ async fn child(
         ])
         .args(["--share-members", &members.to_string()])
         .args(["--share-records", &records.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
-        .output();
+        .spawn()
+        .context("starting the bench's own binary")?
+        .wait_with_output();
     let output = tokio::time::timeout(Duration::from_secs(600), output)
         .await
         .with_context(|| format!("{variant} ran over 10 minutes"))??;
     let stdout = String::from_utf8_lossy(&output.stdout);
     match Figures::parse(&stdout) {
         Some(figures) if output.status.success() => Ok(figures),
-        _ => bail!(
-            "{variant} failed ({}): {stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ),
+        _ => bail!("{variant} failed ({}): {stdout}", output.status),
     }
 }
 
@@ -253,8 +259,16 @@ pub async fn run_here(
         }
     }
     let waited = tokio::time::timeout(Duration::from_secs(540), async {
+        let mut reported = Instant::now();
         while last.get().is_none() {
             let _ = tokio::time::timeout(Duration::from_millis(200), finished.notified()).await;
+            if reported.elapsed() > Duration::from_secs(10) {
+                reported = Instant::now();
+                eprintln!(
+                    "  {variant}: {} of {records} records",
+                    done.load(Ordering::Relaxed)
+                );
+            }
         }
     })
     .await;

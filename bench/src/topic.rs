@@ -68,10 +68,21 @@ impl Shape for Readme {
 
 /// Produces `n` records shaped by `shape` and waits for every acknowledgement.
 pub async fn produce(brokers: &str, topic: &str, n: u64, shape: &dyn Shape) -> anyhow::Result<()> {
+    produce_in_batches(brokers, topic, n, shape, 10_000).await
+}
+
+/// [`produce`] with at most `batch` records per producer batch.
+pub async fn produce_in_batches(
+    brokers: &str,
+    topic: &str,
+    n: u64,
+    shape: &dyn Shape,
+    batch: u32,
+) -> anyhow::Result<()> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "20")
-        .set("batch.num.messages", "10000")
+        .set("batch.num.messages", batch.to_string())
         .set("queue.buffering.max.messages", "1000000")
         .set("queue.buffering.max.kbytes", "1048576")
         .create()?;

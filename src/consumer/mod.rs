@@ -71,6 +71,8 @@ mod dlq_topics;
 mod offsets;
 mod retry_topics;
 pub mod share;
+#[cfg(test)]
+mod simulated_panics;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
 mod worker;
@@ -163,6 +165,21 @@ pub enum ConsumerError {
     },
 }
 
+/// The dead-letter producer of `config`'s group, counting its failed writes in `metrics`.
+fn dead_letter_publisher(
+    config: &ConsumerConfig,
+    metrics: &Metrics,
+) -> Result<DeadLetterPublisher, ConsumerError> {
+    DeadLetterPublisher::new(
+        &config.producer_client_config(),
+        config.dlq_topic()?,
+        &config.group_id,
+        config.dlq_format,
+        metrics.clone(),
+    )
+    .map_err(ConsumerError::CreateProducer)
+}
+
 /// An at-least-once consumer with retries and a dead-letter topic. See the
 /// [module docs](self) for exactly what it does.
 pub struct Consumer<H: BatchHandler> {
@@ -204,14 +221,7 @@ impl<H: BatchHandler> Consumer<H> {
                 .map_err(ConsumerError::CreateConsumer)?,
         );
         let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
-        let dlq = DeadLetterPublisher::new(
-            &config.producer_client_config(),
-            config.dlq_topic()?,
-            &config.group_id,
-            config.dlq_format,
-            metrics.clone(),
-        )
-        .map_err(ConsumerError::CreateProducer)?;
+        let dlq = dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 handler,

@@ -174,6 +174,7 @@ mod tests {
             timestamp: None,
             timestamp_type: None,
             retry: None,
+            delivery_count: None,
         };
         Envelope::new(&record, kind, message, 1, "g").to_vec()
     }

@@ -119,6 +119,7 @@ mod tests {
                 timestamp: None,
                 timestamp_type: None,
                 retry: None,
+                delivery_count: None,
             })
             .collect()
     }

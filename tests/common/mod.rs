@@ -37,22 +37,8 @@ pub fn init_logs() {
 /// else an Apache Kafka node started on first use and killed when the binary exits (its log
 /// kept, and its path printed, when a test fails).
 pub fn brokers() -> String {
-    init_logs();
     static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
-    BROKER
-        .get_or_init(|| {
-            if let Ok(brokers) = std::env::var("KAFKA_DLQ_TEST_BROKERS") {
-                return Ok(brokers);
-            }
-            Kafka::start().map(|kafka| {
-                kafka.keep_log_on_panic();
-                let brokers = kafka.brokers();
-                std::mem::forget(kafka);
-                brokers
-            })
-        })
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"))
+    shared_broker(&BROKER, "KAFKA_DLQ_TEST_BROKERS", Kafka::start)
 }
 
 /// The share-group broker of this test binary: an Apache Kafka
@@ -60,22 +46,31 @@ pub fn brokers() -> String {
 /// with 3 s acquisition locks ([`Kafka::start_share`]); `KAFKA_DLQ_TEST_SHARE_BROKERS` when
 /// set.
 pub fn share_brokers() -> String {
-    init_logs();
     static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
-    BROKER
-        .get_or_init(|| {
-            if let Ok(brokers) = std::env::var("KAFKA_DLQ_TEST_SHARE_BROKERS") {
-                return Ok(brokers);
-            }
-            Kafka::start_share().map(|kafka| {
-                kafka.keep_log_on_panic();
-                let brokers = kafka.brokers();
-                std::mem::forget(kafka);
-                brokers
-            })
+    shared_broker(&BROKER, "KAFKA_DLQ_TEST_SHARE_BROKERS", Kafka::start_share)
+}
+
+/// The address in `cell`: the variable `own` when set, else a node `start` starts on first
+/// use, kept for the test binary's life.
+fn shared_broker(
+    cell: &OnceLock<Result<String, String>>,
+    own: &str,
+    start: fn() -> Result<Kafka, String>,
+) -> String {
+    init_logs();
+    cell.get_or_init(|| {
+        if let Ok(brokers) = std::env::var(own) {
+            return Ok(brokers);
+        }
+        start().map(|kafka| {
+            kafka.keep_log_on_panic();
+            let brokers = kafka.brokers();
+            std::mem::forget(kafka);
+            brokers
         })
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"))
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Serves `app` on a free loopback port until the test's runtime ends; returns its address.

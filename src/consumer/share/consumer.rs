@@ -40,14 +40,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
             .into());
         }
         let metrics = Metrics::for_group(&config.group_id);
-        let dlq = DeadLetterPublisher::new(
-            &config.producer_client_config(),
-            config.dlq_topic()?,
-            &config.group_id,
-            config.dlq_format,
-            metrics.clone(),
-        )
-        .map_err(ConsumerError::CreateProducer)?;
+        let dlq = crate::consumer::dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
             breaker: Arc::new(crate::breaker::Breaker::new(config.breaker())),
             config,
@@ -113,6 +106,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
             share_dlq: config.share_dlq,
             delivery_limit: settings.delivery_limit,
             trace_records: config.trace_records,
+            in_flight: tokio::sync::Semaphore::new(config.max_in_flight),
             sources: config.topics.clone(),
             group: group.clone(),
         });
@@ -165,11 +159,15 @@ async fn join(
     let consumer = kafka
         .share_consumer(config.group_id.clone())
         .acknowledgement_mode(krafka::share_consumer::AcknowledgementMode::Explicit)
-        // At most max_in_flight records per fetch, a hard limit (KIP-1206, Kafka 4.2+): the
-        // broker would otherwise acquire whole produce batches for one member.
+        // At most max_in_flight records per fetch, a hard limit (KIP-1206's record_limit,
+        // Kafka 4.2+): with the broker's batch-aligned default one member would take a whole
+        // producer batch. On Kafka 4.4 a fetch from krafka 0.28 with a minimum of 1 byte waits
+        // its whole max wait even when records are there, so fetches ask for no minimum and
+        // the client paces the idle ones itself (`KrafkaClient::acquire`).
         .max_poll_records(i32::try_from(config.max_in_flight).unwrap_or(i32::MAX))
         .batch_size(i32::try_from(config.max_in_flight).unwrap_or(i32::MAX))
         .acquire_mode(krafka::share_consumer::AcquireMode::RecordLimit)
+        .fetch_min_bytes(0)
         .build()
         .await
         .map_err(|e| e.to_string())?;

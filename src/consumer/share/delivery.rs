@@ -14,8 +14,8 @@ use super::client::{Acquired, ShareClient};
 use crate::backoff::{retry, ExponentialBackoff, Next};
 use crate::breaker::{Breaker, CallOutcome, Permit};
 use crate::config::ShareDlq;
-use crate::consumer::worker::on_breaker_change;
 use crate::consumer::worker::ExitWriter;
+use crate::consumer::worker::{on_breaker_change, permit};
 use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
@@ -36,6 +36,10 @@ pub(crate) struct Member<H> {
     pub delivery_limit: Option<u16>,
     /// Whether each handler call runs in a `handle` span.
     pub trace_records: bool,
+    /// `max_in_flight` permits: a record holds one from its first call to its last (its
+    /// backoff included). A fetch can hand over more records than that (to end at a producer
+    /// batch's boundary); those wait, their locks renewed.
+    pub in_flight: tokio::sync::Semaphore,
     /// The source topics, whose redrive topics the member reads too.
     pub sources: Vec<String>,
     /// The share group.
@@ -252,6 +256,11 @@ async fn calls<H: BatchHandler>(
     stop: &CancellationToken,
     so_far: &Mutex<SoFar>,
 ) -> Result<Calls, Stopped> {
+    let _in_flight = tokio::select! {
+        biased;
+        _ = stop.cancelled() => return Err(Stopped),
+        permit = member.in_flight.acquire() => permit.expect("the in-flight semaphore is never closed"),
+    };
     let state = (0u32, member.backoff.delays());
     retry(stop, state, |(mut attempts, mut delays)| async move {
         let granted = match permit(&member.breaker, stop).await {
@@ -293,18 +302,6 @@ async fn calls<H: BatchHandler>(
         ((attempts, delays), next)
     })
     .await?
-}
-
-/// Waits for the breaker's permission to call, or for `stop`.
-async fn permit(breaker: &Breaker, stop: &CancellationToken) -> Result<Permit, Stopped> {
-    if let Some(permit) = breaker.permit().now_or_never() {
-        return Ok(permit);
-    }
-    tokio::select! {
-        biased;
-        _ = stop.cancelled() => Err(Stopped),
-        permit = breaker.permit() => Ok(permit),
-    }
 }
 
 /// One handler call with `record`, a panic caught as a permanent failure; tells the breaker

@@ -24,9 +24,19 @@ pub(crate) const DELIVERY_LIMIT: &str = "share.delivery.count.limit";
 /// The group setting where a new share group starts (KIP-932; `latest` by default).
 pub(crate) const AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
 
+/// How long one poll waits for a fetch's answer (a fetch asking for no minimum answers at
+/// once, so this is a round trip's worth).
+const POLL_WINDOW: Duration = Duration::from_millis(5);
+
+/// The longest pause between two fetches of an idle member: the latency of the first record
+/// after a quiet spell.
+const IDLE_PAUSE_MAX: Duration = Duration::from_millis(100);
+
 /// krafka's share consumer, holding the records it acquired until they are acknowledged.
 pub(crate) struct KrafkaClient {
     consumer: ShareConsumer,
+    /// The pause before the next fetch while fetches bring nothing.
+    idle_pause: Mutex<Duration>,
     held: Mutex<HashMap<u64, ConsumerRecord>>,
     next_token: AtomicU64,
     id_header: Option<String>,
@@ -36,6 +46,7 @@ impl KrafkaClient {
     pub(crate) fn new(consumer: ShareConsumer, id_header: Option<String>) -> Self {
         Self {
             consumer,
+            idle_pause: Mutex::new(Duration::from_millis(1)),
             held: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(0),
             id_header,
@@ -54,7 +65,35 @@ impl KrafkaClient {
 impl ShareClient for KrafkaClient {
     fn acquire(&self, wait: Duration) -> Pending<'_, Result<Vec<Acquired>, String>> {
         Box::pin(async move {
-            let records = self.consumer.poll(wait).await.map_err(|e| e.to_string())?;
+            // Fetches ask for no minimum (see `consumer.rs`): one answers at once, records or
+            // none. A short poll takes what comes; while none do, the next waits 1 ms, doubling
+            // to IDLE_PAUSE_MAX, so an idle member sends a few fetches a second, and a busy one
+            // fetches again as soon as it has acknowledged.
+            let deadline = tokio::time::Instant::now() + wait;
+            let records = loop {
+                let records = self
+                    .consumer
+                    .poll(POLL_WINDOW)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let now = tokio::time::Instant::now();
+                let this = {
+                    let mut pause = self.idle_pause.lock().expect("idle pause lock");
+                    if !records.is_empty() {
+                        *pause = Duration::from_millis(1);
+                        None
+                    } else {
+                        let this = (*pause).min(deadline.saturating_duration_since(now));
+                        *pause = (*pause * 2).min(IDLE_PAUSE_MAX);
+                        Some(this)
+                    }
+                };
+                match this {
+                    None => break records,
+                    Some(_) if now >= deadline => return Ok(Vec::new()),
+                    Some(this) => tokio::time::sleep(this).await,
+                }
+            };
             let mut held = self.held.lock().expect("held records lock");
             Ok(records
                 .into_iter()

@@ -22,9 +22,10 @@ pub(crate) const FETCH_WAIT: Duration = Duration::from_millis(500);
 /// How long the loop waits after a failed fetch (the client reconnects meanwhile).
 const FETCH_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
-/// Runs `member` until `stop` fires: acquires up to `max_in_flight` records, settles them
-/// concurrently (each is acknowledged as soon as it is settled), and acquires again once all
-/// are — the share consumer acquires nothing more while it holds records, which is how the
+/// Runs `member` until `stop` fires: acquires up to `max_in_flight` records (a few more when
+/// the broker ends a fetch at a producer batch's boundary), settles them concurrently, at most
+/// `max_in_flight` at once (each is acknowledged as soon as it is settled), and acquires again
+/// once all are — the share consumer acquires nothing more while it holds records, which is how the
 /// outage breaker stops acquisition: the records in hand wait for its permit, locks renewed.
 ///
 /// When `stop` fires, waits (backoff, the breaker, dead-letter writes) end at once and their

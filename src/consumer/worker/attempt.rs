@@ -110,7 +110,7 @@ impl Drop for ProbeGuard<'_> {
 /// Waits for the breaker's permission to call the handler, or for `cancel`. No call starts
 /// once `cancel` fired (a revoked partition's batch is not bisected further, its record not
 /// retried): the partition's next owner handles them.
-pub(super) async fn permit(
+pub(crate) async fn permit(
     breaker: &Breaker,
     cancel: &CancellationToken,
 ) -> Result<Permit, Stopped> {

@@ -46,6 +46,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use attempt::permit;
 pub(crate) use exit::ExitWriter;
 #[cfg(test)]
 pub(crate) use exit::PendingExit;

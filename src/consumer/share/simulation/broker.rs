@@ -224,8 +224,11 @@ impl ShareClient for SimClient {
                     let lock = p.lock_duration;
                     let now = Instant::now();
                     let mut acquired = Vec::new();
+                    // Like batch_optimized acquisition: up to `max`, sometimes a few more
+                    // (the rest of a producer batch).
+                    let max = self.max + (p.next_token % 3) as usize;
                     for i in 0..p.slots.len() {
-                        if acquired.len() == self.max {
+                        if acquired.len() == max {
                             break;
                         }
                         if p.slots[i].state != State::Available {

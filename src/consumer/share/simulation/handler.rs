@@ -18,8 +18,7 @@ use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 
-/// The marker of a simulated panic, kept out of the test output.
-pub(super) const SIMULATED_PANIC: &str = "simulated share handler panic";
+use crate::consumer::simulated_panics::SIMULATED_PANIC;
 
 /// How long a call takes.
 #[derive(Debug, Clone, Copy)]

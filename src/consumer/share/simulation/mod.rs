@@ -34,25 +34,8 @@ fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-/// Keeps the simulated handlers' panics out of the test output.
-fn quiet_simulated_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let simulated = info
-                .payload()
-                .downcast_ref::<String>()
-                .is_some_and(|m| m.contains(handler::SIMULATED_PANIC));
-            if !simulated {
-                default(info);
-            }
-        }));
-    });
-}
-
 fn run_all(seeds: impl Iterator<Item = u64>) {
-    quiet_simulated_panics();
+    crate::consumer::simulated_panics::quiet();
     let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
     let mut totals = schedule::Report::default();
     for seed in seeds {
@@ -86,11 +69,16 @@ fn share_regressions_still_hold() {
     run_all(REGRESSIONS.iter().map(|(seed, _)| *seed));
 }
 
-/// Seeds, and what each found on the code before its fix.
-const REGRESSIONS: &[(u64, &str)] = &[(
-    7,
-    "a member stopped while the dead letter of a record on its last delivery was being written: the write was cancelled and the record released, so the broker archived it without a dead letter",
-), (
-    166,
-    "a member stopped during a record's backoff on its last delivery and released it: the broker archived it without a dead letter (it is dead-lettered now)",
-)];
+/// Seeds, and what each finds on the code before its fix. (First found as seeds 7 and 166;
+/// renumbered when the simulated fetches came to hand over a few records more than asked, as
+/// the broker's batch-aligned acquisition does.)
+const REGRESSIONS: &[(u64, &str)] = &[
+    (
+        25,
+        "a member stopped while the dead letter of a record on its last delivery was being written: the write was cancelled and the record released, so the broker archived it without a dead letter",
+    ),
+    (
+        25_065,
+        "a member stopped during a record's backoff on its last delivery and released it: the broker archived it without a dead letter (it is dead-lettered now)",
+    ),
+];

@@ -113,6 +113,7 @@ impl Setup {
             share_dlq: self.share_dlq,
             delivery_limit: self.known_limit,
             trace_records: false,
+            in_flight: tokio::sync::Semaphore::new(max),
             sources: vec![TOPIC.to_string()],
             group: "workers".to_string(),
         });

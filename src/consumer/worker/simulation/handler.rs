@@ -18,7 +18,7 @@ pub(super) struct SimHandler {
 }
 
 /// The marker of a simulated panic, kept out of the test output.
-pub(super) const SIMULATED_PANIC: &str = "simulated handler panic";
+pub(super) use crate::consumer::simulated_panics::SIMULATED_PANIC;
 
 impl BatchHandler for SimHandler {
     async fn handle_batch(&self, records: &[Record]) -> Result<(), HandlerError> {

@@ -40,22 +40,9 @@ mod writes;
 
 use schedule::Variant;
 
-/// Keeps the simulated handlers' panics out of the test output (every other panic is
-/// reported as usual).
+/// Keeps the simulated handlers' panics out of the test output.
 pub(super) fn quiet_simulated_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let simulated = info
-                .payload()
-                .downcast_ref::<String>()
-                .is_some_and(|m| m.contains(handler::SIMULATED_PANIC));
-            if !simulated {
-                default(info);
-            }
-        }));
-    });
+    crate::consumer::simulated_panics::quiet();
 }
 
 fn env(name: &str) -> Option<u64> {
