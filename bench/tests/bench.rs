@@ -146,3 +146,42 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_the_share_group_benchmark_beside_the_java_share_consumer() {
+    let kafka = broker::Kafka::start_share().unwrap_or_else(|e| panic!("{e}"));
+    kafka.keep_log_on_panic();
+    let brokers = kafka.brokers();
+    let stdout = bench(&[
+        "--brokers",
+        &brokers,
+        "--share-members",
+        "1,2",
+        "--share-records",
+        "400",
+        "--share-runs",
+        "1",
+    ])
+    .await;
+    for result in [
+        "share-share-1",
+        "share-share-16-1",
+        "share-java-share-1",
+        "share-group-1",
+        "share-share-2",
+        "share-share-16-2",
+        "share-java-share-2",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("RESULT {result} ")))
+            .unwrap_or_else(|| panic!("no RESULT line for {result}:\n{stdout}"));
+        let rate: f64 = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("records_per_s="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no rate in {line}"));
+        assert!(rate > 0.0, "{line}");
+    }
+    assert!(stdout.contains("| 2 | KafkaShareConsumer"), "{stdout}");
+}
