@@ -29,7 +29,7 @@
 //! | `kafka_dlq_batch_splits_total` | counter | topic | failed batches split in halves |
 //! | `kafka_dlq_share_records_acquired_total` | counter | topic | share groups: records acquired (each delivery counts) |
 //! | `kafka_dlq_share_acknowledgements_total` | counter | topic, ack | share groups: acknowledgements made, `ack` = `accept`, `release`, `reject` or `renew` (a lock renewal) |
-//! | `kafka_dlq_share_locks_lost_total` | counter | topic | share groups: acknowledgements the client refused because it no longer held the record (its lock expired, its session ended): the broker delivers it again |
+//! | `kafka_dlq_share_locks_lost_total` | counter | topic | share groups: records whose acknowledgement was refused, by the client (it no longer held the record) or the broker (its lock had expired, the session ended): the broker delivers them again |
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,

@@ -90,10 +90,12 @@ impl<H: BatchHandler> ShareConsumer<H> {
         // gives each member at least one partition, so a member reading a source and its
         // redrive topic could be given only the redrive topic's partition, and the source's
         // partitions fewer members.
-        let main = join(&kafka, &config, &config.topics)
+        let main = join(&kafka, &config, &config.topics, &self.metrics)
             .await
             .map_err(&refused)?;
-        let redriven = join(&kafka, &config, &redrive).await.map_err(&refused)?;
+        let redriven = join(&kafka, &config, &redrive, &self.metrics)
+            .await
+            .map_err(&refused)?;
         tracing::info!(event = "share_consumer_started", topics = ?config.topics,
             redrive_topics = ?redrive, %group, delivery_limit = ?settings.delivery_limit,
             share_dlq = %config.share_dlq);
@@ -150,14 +152,29 @@ impl<H: BatchHandler> ShareConsumer<H> {
     }
 }
 
-/// A share consumer of the group in `config`, subscribed to `topics`.
+/// A share consumer of the group in `config`, subscribed to `topics`. Acknowledgements the
+/// broker refuses (the record's lock had expired, the session ended) are counted in
+/// `kafka_dlq_share_locks_lost_total` and logged: the broker delivers those records again.
 async fn join(
     kafka: &krafka::Kafka,
     config: &ConsumerConfig,
     topics: &[String],
+    metrics: &Metrics,
 ) -> Result<Arc<KrafkaClient>, String> {
+    let lost = metrics.clone();
     let consumer = kafka
         .share_consumer(config.group_id.clone())
+        .acknowledgement_commit_callback(move |commit| {
+            if let Err(error) = &commit.result {
+                let records: i64 = commit.offsets.iter().map(|r| r.end() - r.start() + 1).sum();
+                lost.share_lock_lost
+                    .with_label_values(&[commit.topic.as_str()])
+                    .inc_by(records.max(0) as u64);
+                tracing::warn!(event = "share_acknowledgement_refused", topic = %commit.topic,
+                    partition = commit.partition, offsets = ?commit.offsets, %error,
+                    "the broker delivers these records again");
+            }
+        })
         .acknowledgement_mode(krafka::share_consumer::AcknowledgementMode::Explicit)
         // At most max_in_flight records per fetch, a hard limit (KIP-1206's record_limit,
         // Kafka 4.2+): with the broker's batch-aligned default one member would take a whole

@@ -125,15 +125,8 @@ impl ShareClient for KrafkaClient {
     fn flush(&self) -> Pending<'_, ()> {
         Box::pin(async move {
             match self.consumer.commit().await {
-                Ok(results) => {
-                    for (partition, result) in results {
-                        if let Err(error) = result {
-                            tracing::warn!(event = "share_acknowledgement_refused",
-                                partition = ?partition, %error,
-                                "the broker delivers these records again");
-                        }
-                    }
-                }
+                // Refusals reach the acknowledgement callback (`consumer.rs`), which counts them.
+                Ok(_) => {}
                 Err(error) => tracing::warn!(event = "share_commit_failed", %error),
             }
         })
