@@ -28,12 +28,18 @@ pub async fn run(
     for (key, value) in kafka_dlq::config::FETCH_SETTINGS {
         config.set(key, value);
     }
-    // kafka-dlq's budget is per partition (each has its own queue); this loop has one queue
-    // for all of them, so it gets the same memory in total.
-    config.set(
-        "queued.max.messages.kbytes",
-        (1536 * partitions).to_string(),
-    );
+    // kafka-dlq's default: half its buffer in librdkafka's queue (the other half is its
+    // partitions' inboxes), the same record bound.
+    let defaults = kafka_dlq::ConsumerConfig::default();
+    config
+        .set(
+            "queued.max.messages.kbytes",
+            (defaults.max_buffered_bytes / 2 / 1024).to_string(),
+        )
+        .set(
+            "queued.min.messages",
+            defaults.max_buffered_records.to_string(),
+        );
     let consumer: StreamConsumer = config.create()?;
     consumer.subscribe(&[topic])?;
     let mut count = 0u64;

@@ -126,23 +126,21 @@ impl ConfigError {
 }
 
 /// The fetch settings kafka-dlq gives librdkafka's consumer (raw `librdkafka` options can
-/// override them). Each partition has its own fetch queue (kafka-dlq splits it from the
-/// consumer's queue):
+/// override them). The records go through the consumer's one queue, whose bound is half of
+/// `max_buffered_bytes` (`queued.max.messages.kbytes`) and `max_buffered_records`
+/// (`queued.min.messages`), into the partitions' inboxes (see `max_buffered_bytes`):
 ///
-/// - at most 1.5 MB of a partition's fetched records wait (`queued.max.messages.kbytes`; the
-///   record-count bound is `max_buffered_records`);
 /// - one fetch brings at most 256 kB per partition (`max.partition.fetch.bytes`) and 2 MB in
 ///   all (`fetch.max.bytes`; librdkafka raises it to `message.max.bytes` if that is larger): a
 ///   broker that ignores the per-partition bound, as tansu 0.6 does, would otherwise send up to
-///   5 MB for one partition (114 MB peak RSS in the `slow` benchmark on tansu, 86 MB with it);
-/// - a 10 ms pause before fetching again once a queue is full (`fetch.queue.backoff.ms`;
+///   5 MB for one partition;
+/// - a 10 ms pause before fetching again once the queue is full (`fetch.queue.backoff.ms`;
 ///   librdkafka's 1 s default leaves a consumer that is a little slower than its broker idle
 ///   for most of each second);
 /// - a broker holds a fetch for at most 100 ms when it has nothing new (`fetch.wait.max.ms`;
-///   while it holds one, no partition of that broker is fetched, so a partition whose queue has
-///   just drained would wait up to librdkafka's 500 ms default).
-pub const FETCH_SETTINGS: [(&str, &str); 5] = [
-    ("queued.max.messages.kbytes", "1536"),
+///   while it holds one, no partition of that broker is fetched, so a partition whose inbox
+///   has just drained would wait up to librdkafka's 500 ms default).
+pub const FETCH_SETTINGS: [(&str, &str); 4] = [
     ("fetch.max.bytes", "2097152"),
     ("max.partition.fetch.bytes", "262144"),
     ("fetch.queue.backoff.ms", "10"),
@@ -229,6 +227,10 @@ impl ConsumerConfig {
             config.set(key, value);
         }
         config.set("queued.min.messages", self.max_buffered_records.to_string());
+        config.set(
+            "queued.max.messages.kbytes",
+            (self.max_buffered_bytes / 2 / 1024).to_string(),
+        );
         self.apply_raw(&mut config);
         config
     }

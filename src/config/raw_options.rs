@@ -22,6 +22,7 @@ pub fn refuse_raw_option(key: &str, value: &str, protocol: GroupProtocol) -> Opt
         "auto.offset.reset" => "use the typed setting auto_offset_reset",
         "group.protocol" => "use the typed setting group_protocol",
         "queued.min.messages" => "use the typed setting max_buffered_records",
+        "queued.max.messages.kbytes" => "use the typed setting max_buffered_bytes",
         "enable.partition.eof" => "partition EOF events are not records; kafka-dlq turns them off",
         "acks" | "request.required.acks" if !matches!(value, "all" | "-1") => {
             "a dead letter must be on every in-sync replica before its record's offset is \

@@ -218,12 +218,18 @@ settings! {
         /// Each delay is multiplied by a random factor in `[1 − jitter, 1 + jitter]` (then
         /// capped), 0.0 to 1.0.
         backoff_jitter: f64 = 0.2, env "KAFKA_DLQ_BACKOFF_JITTER";
-        /// Fetched records that may wait per partition: librdkafka stops fetching a partition
-        /// while this many of its records (or 1.5 MB, see `FETCH_SETTINGS`) wait, and fetches
-        /// again when fewer do; one fetch (at most 256 kB, or 2 MB from a broker that ignores
-        /// the per-partition bound) can go past it. The bound on memory when the handler is
-        /// slower than the broker.
+        /// Fetched records that may wait in librdkafka's queue, for the whole consumer:
+        /// librdkafka stops fetching while this many wait (`queued.min.messages`). With
+        /// `max_buffered_bytes`, the bound on memory when the handler is slower than the
+        /// broker.
         max_buffered_records: usize = 10_000, env "KAFKA_DLQ_MAX_BUFFERED_RECORDS";
+        /// Bytes of fetched records the consumer holds before its handler takes them, for all
+        /// its partitions together, whatever their number: half in librdkafka's queue
+        /// (`queued.max.messages.kbytes`), half in the partitions' inboxes, divided equally
+        /// among the partitions assigned (re-divided at each rebalance). A partition whose
+        /// inbox holds its share stops fetching until its worker has taken it down to half;
+        /// every partition keeps at least one record, so none starves. 1 MiB to 4 GiB.
+        max_buffered_bytes: usize = 32 << 20, env "KAFKA_DLQ_MAX_BUFFERED_BYTES";
         /// How long shutdown waits for in-flight handlers before committing.
         shutdown_timeout: Duration = Duration::from_secs(30), ms "shutdown_timeout_ms" "shutdown-timeout-ms",
             env "KAFKA_DLQ_SHUTDOWN_TIMEOUT_MS";

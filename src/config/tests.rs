@@ -116,6 +116,14 @@ fn errors_name_the_setting_and_value() {
         ),
         (
             ConsumerConfig {
+                max_buffered_bytes: 1000,
+                ..valid()
+            },
+            "max_buffered_bytes",
+            "1000",
+        ),
+        (
+            ConsumerConfig {
                 batch_size: 0,
                 ..valid()
             },

@@ -73,6 +73,13 @@ impl ConsumerConfig {
                 "must be 1 to 10000000 (librdkafka's queued.min.messages)",
             ));
         }
+        if !((1 << 20)..=(4 << 30)).contains(&self.max_buffered_bytes) {
+            return Err(ConfigError::new(
+                "max_buffered_bytes",
+                self.max_buffered_bytes,
+                "must be 1048576 (1 MiB) to 4294967296 (4 GiB)",
+            ));
+        }
         if self.batch_size == 0 {
             return Err(ConfigError::new("batch_size", 0, "must be at least 1"));
         }

@@ -1,89 +1,61 @@
 //! The consumer's librdkafka context: rebalance callbacks and logs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::inbox::Inbox;
 use crate::metrics::Metrics;
 
 /// A topic and partition.
 pub(super) type PartitionKey = (String, i32);
 
-/// The token that stops a partition's worker.
+/// An assigned partition: the token that stops its worker, and its inbox.
 pub(super) struct PartitionSlot {
     pub cancel: CancellationToken,
-    /// Records of this partition that arrived on the consumer's main queue instead of the
-    /// partition's own (only when splitting its queue failed), for its worker.
-    pub strays: mpsc::Sender<crate::record::Record>,
+    /// The records taken from librdkafka for this assignment, waiting for its worker.
+    pub inbox: Arc<Inbox>,
 }
 
 /// The partitions that have a worker, shared by the rebalance callback (which adds, removes
-/// and stops them) and the poll loop.
+/// and stops them) and the poll loop (which fills their inboxes).
 pub(super) type Partitions = Arc<Mutex<HashMap<PartitionKey, PartitionSlot>>>;
 
-/// On assignment: gives each partition its own librdkafka queue (split from the consumer's
-/// main queue before fetching starts) and sends it to the poll loop, which starts the
-/// partition's worker. On revocation (or loss): stops their workers, abandoning records in
-/// backoff so that the new owner consumes them again, and commits the offsets stored so far.
+/// On assignment: gives each partition a fresh inbox and sends it to the poll loop, which
+/// starts the partition's worker; then resumes the partitions' fetches (a pause of an earlier
+/// assignment outlives its revocation in librdkafka). On revocation (or loss): stops their
+/// workers, abandoning records in backoff so that the new owner consumes them again, and
+/// commits the offsets stored so far.
 pub(super) struct RebalanceContext {
     pub partitions: Partitions,
     pub metrics: Metrics,
-    /// The consumer itself, set once it exists, to split partition queues.
-    pub consumer: OnceLock<Weak<StreamConsumer<RebalanceContext>>>,
     /// Where newly assigned partitions go.
     pub assigned: mpsc::UnboundedSender<Assigned>,
     /// Parent of every worker's token; cancelled at shutdown.
     pub stop: CancellationToken,
-    /// Records a partition may buffer before fetching stops (see the config).
-    pub max_buffered_records: usize,
-    /// Each partition's queue, split once and kept for the consumer's life: a revoked
-    /// partition's worker may still hold its queue when the partition is assigned again, and
-    /// dropping a queue turns off the wake-ups of the partition's queue for every holder, so a
-    /// fresh split would leave the new worker waiting forever. Held by the [`Consumer`]
-    /// (queues hold the Kafka consumer, so the context holding them would keep it alive).
-    ///
-    /// [`Consumer`]: super::Consumer
-    pub queues: Weak<Mutex<Queues>>,
-}
-
-/// The partitions' queues; see [`RebalanceContext::queues`].
-pub(super) type Queues = HashMap<PartitionKey, SharedQueue>;
-
-/// A partition's queue and the lease of its reader. The workers of successive assignments of
-/// one partition share the queue, so a worker reads it only while it holds the lease: the
-/// worker of a new assignment starts once the revoked one has ended (its handler call in
-/// progress finished), and a revoked worker takes nothing more from the queue after its
-/// cancellation (a record it took then would belong to the new assignment and be dropped).
-#[derive(Clone)]
-pub(super) struct SharedQueue {
-    pub queue: Arc<PartitionQueue>,
-    pub reader: Arc<tokio::sync::Mutex<()>>,
+    /// Each partition's reader lease, kept for the consumer's life: the worker of a new
+    /// assignment of a partition starts once the worker of its revoked assignment has ended
+    /// (its handler call in progress finished).
+    pub readers: Mutex<HashMap<PartitionKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A newly assigned partition, for the poll loop to start its worker.
 pub(super) struct Assigned {
     pub topic: String,
     pub partition: i32,
-    /// The partition's own librdkafka queue and its reader's lease; `None` when splitting it
-    /// failed, and its records come through `stray_records`.
-    pub queue: Option<SharedQueue>,
-    pub stray_records: mpsc::Receiver<crate::record::Record>,
+    pub inbox: Arc<Inbox>,
+    /// The partition's reader lease ([`RebalanceContext::readers`]).
+    pub reader: Arc<tokio::sync::Mutex<()>>,
     pub cancel: CancellationToken,
 }
-
-/// A partition's own queue.
-pub(super) type PartitionQueue = StreamPartitionQueue<RebalanceContext>;
 
 impl ClientContext for RebalanceContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -128,48 +100,25 @@ impl ConsumerContext for RebalanceContext {
                     .map(|e| format!("{}-{}", e.topic(), e.partition()))
                     .collect();
                 tracing::info!(event = "partitions_assigned", partitions = ?assigned);
-                // Split before librdkafka starts fetching (right after this callback), so
-                // every record of the partition arrives on its own queue.
-                let consumer = self.consumer.get().and_then(Weak::upgrade);
                 let mut partitions = self.partitions.lock().expect("partitions lock");
-                let queues = self.queues.upgrade();
-                let mut queues = queues.as_ref().map(|q| q.lock().expect("queues lock"));
+                let mut readers = self.readers.lock().expect("readers lock");
                 for e in tpl.elements() {
-                    let (topic, partition) = (e.topic().to_string(), e.partition());
-                    let key = (topic.clone(), partition);
-                    let queue = match queues.as_ref().and_then(|q| q.get(&key)) {
-                        Some(queue) => Some(queue.clone()),
-                        None => consumer
-                            .as_ref()
-                            .and_then(|c| c.split_partition_queue(&topic, partition))
-                            .map(|queue| SharedQueue {
-                                queue: Arc::new(queue),
-                                reader: Arc::default(),
-                            }),
-                    };
-                    if let (Some(queue), Some(queues)) = (&queue, queues.as_mut()) {
-                        queues.insert(key, queue.clone());
-                    }
-                    if queue.is_none() {
-                        tracing::warn!(event = "partition_queue_split_failed", %topic, partition,
-                            "its records come through the consumer's main queue instead");
-                    }
+                    let key = (e.topic().to_string(), e.partition());
+                    let reader = readers.entry(key.clone()).or_default().clone();
                     let cancel = self.stop.child_token();
-                    let (strays, stray_records) = mpsc::channel(self.max_buffered_records);
-                    if let Some(old) = partitions.insert(
-                        (topic.clone(), partition),
-                        PartitionSlot {
-                            cancel: cancel.clone(),
-                            strays,
-                        },
-                    ) {
+                    let inbox = Arc::new(Inbox::default());
+                    let slot = PartitionSlot {
+                        cancel: cancel.clone(),
+                        inbox: inbox.clone(),
+                    };
+                    if let Some(old) = partitions.insert(key.clone(), slot) {
                         old.cancel.cancel();
                     }
                     let _ = self.assigned.send(Assigned {
-                        topic,
-                        partition,
-                        queue,
-                        stray_records,
+                        topic: key.0,
+                        partition: key.1,
+                        inbox,
+                        reader,
                         cancel,
                     });
                 }
@@ -180,7 +129,15 @@ impl ConsumerContext for RebalanceContext {
         }
     }
 
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, _rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            // An inbox full when its partition was revoked left the partition paused, and
+            // librdkafka keeps a pause across revocation and re-assignment.
+            if let Err(error) = consumer.resume(tpl) {
+                tracing::warn!(event = "partition_resume_failed", %error,
+                    "newly assigned partitions may stay paused");
+            }
+        }
         let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(0);
         self.metrics.partitions_assigned.set(assigned as i64);
     }

@@ -68,6 +68,7 @@
 
 mod context;
 mod dlq_topics;
+mod inbox;
 mod offsets;
 mod retry_topics;
 pub mod share;
@@ -79,7 +80,7 @@ mod worker;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
@@ -101,6 +102,9 @@ use worker::{run_worker, PartitionInput, Shared};
 /// How long the poll loop waits after an error from the consumer's main queue before polling
 /// it again (errors that queued up meanwhile are then taken at once).
 const POLL_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Records the poll loop moves into inboxes after a wake-up before it waits again.
+const DELIVERIES_PER_WAKE: usize = 256;
 
 /// Why the consumer could not start.
 #[derive(Debug, Error)]
@@ -192,8 +196,8 @@ pub struct Consumer<H: BatchHandler> {
     assigned: mpsc::UnboundedReceiver<Assigned>,
     /// Parent of every worker's token.
     stop_workers: CancellationToken,
-    /// The partitions' queues (see `RebalanceContext::queues`).
-    queues: Arc<Mutex<context::Queues>>,
+    /// The bytes all partitions' inboxes may hold (half of `max_buffered_bytes`).
+    inbox_budget: usize,
 }
 
 impl<H: BatchHandler> Consumer<H> {
@@ -205,22 +209,18 @@ impl<H: BatchHandler> Consumer<H> {
         let metrics = Metrics::for_group(&config.group_id);
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
         let stop_workers = CancellationToken::new();
-        let queues = Arc::new(Mutex::new(HashMap::new()));
         let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
             config
                 .consumer_client_config()
                 .create_with_context(RebalanceContext {
                     partitions: partitions.clone(),
                     metrics: metrics.clone(),
-                    consumer: OnceLock::new(),
                     assigned: assigned_tx,
                     stop: stop_workers.clone(),
-                    max_buffered_records: config.max_buffered_records,
-                    queues: Arc::downgrade(&queues),
+                    readers: Mutex::default(),
                 })
                 .map_err(ConsumerError::CreateConsumer)?,
         );
-        let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
         let dlq = dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -242,12 +242,12 @@ impl<H: BatchHandler> Consumer<H> {
                     worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
                 )),
             }),
+            inbox_budget: config.max_buffered_bytes / 2,
             config,
             consumer,
             partitions,
             assigned,
             stop_workers,
-            queues,
         })
     }
 
@@ -293,8 +293,8 @@ impl<H: BatchHandler> Consumer<H> {
         let mut outcome = Ok(());
         tokio::pin!(shutdown);
         loop {
-            // The main queue serves rebalances, errors and statistics; records arrive on the
-            // partitions' own queues, read by their workers.
+            // The consumer's queue serves records (into their partitions' inboxes),
+            // rebalances, errors and statistics.
             let polled = tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
@@ -305,7 +305,7 @@ impl<H: BatchHandler> Consumer<H> {
                         tiers.stage_of(&assigned.topic, &self.config.topics, &self.config.group_id);
                     let input = PartitionInput::new(
                         assigned,
-                        self.config.id_header.clone(),
+                        self.shared.client.clone(),
                         &self.shared.metrics,
                         stage,
                         tiers.len(),
@@ -319,9 +319,19 @@ impl<H: BatchHandler> Consumer<H> {
             };
             match polled {
                 Ok(message) => {
-                    let record = Record::from_message(&message, self.config.id_header.as_deref());
+                    self.deliver(&message);
                     drop(message);
-                    self.stray(record).await;
+                    // Whatever else is ready, before the next wake-up.
+                    for _ in 0..DELIVERIES_PER_WAKE {
+                        match self.consumer.recv().now_or_never() {
+                            Some(Ok(message)) => self.deliver(&message),
+                            Some(Err(error)) => {
+                                crate::kafka::warn_gated("poll_failed", &error, "polling on");
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
                 }
                 Err(error) => {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
@@ -349,12 +359,7 @@ impl<H: BatchHandler> Consumer<H> {
                                 empty = 0;
                             }
                             Some(Ok(message)) => {
-                                let record = Record::from_message(
-                                    &message,
-                                    self.config.id_header.as_deref(),
-                                );
-                                drop(message);
-                                self.stray(record).await;
+                                self.deliver(&message);
                                 break;
                             }
                             None => empty += 1,
@@ -383,24 +388,28 @@ impl<H: BatchHandler> Consumer<H> {
         outcome
     }
 
-    /// A record that arrived on the main queue (its partition's queue could not be split):
-    /// handed to its partition's worker, waiting while the worker has `max_buffered_records`
-    /// of them. Dropped only when its partition is no longer assigned here: its offset was not
-    /// stored, so the new owner consumes it.
-    async fn stray(&self, record: Record) {
+    /// Copies `message` into its partition's inbox, pausing the partition's fetches when the
+    /// inbox holds its share of the budget. A record of a partition no longer assigned here is
+    /// dropped: its offset was not stored, so the new owner consumes it.
+    fn deliver(&self, message: &rdkafka::message::BorrowedMessage<'_>) {
+        let record = Record::from_message(message, self.config.id_header.as_deref());
+        let partitions = self.partitions.lock().expect("partitions lock");
         let key = (record.topic.clone(), record.partition);
-        let strays = self
-            .partitions
-            .lock()
-            .expect("partitions lock")
-            .get(&key)
-            .map(|slot| slot.strays.clone());
-        match strays {
-            Some(strays) => {
-                let _ = strays.send(record).await;
+        let Some(slot) = partitions.get(&key) else {
+            tracing::debug!(event = "record_of_unassigned_partition",
+                topic = %key.0, partition = key.1, offset = record.offset);
+            return;
+        };
+        let share = inbox::share(self.inbox_budget, partitions.len());
+        let (flow, change) = slot.inbox.push(record, share);
+        self.shared.metrics.buffered_bytes.add(change as i64);
+        if flow == inbox::Flow::Pause {
+            let mut list = rdkafka::TopicPartitionList::with_capacity(1);
+            list.add_partition(&key.0, key.1);
+            if let Err(error) = self.consumer.pause(&list) {
+                tracing::warn!(event = "partition_pause_failed", topic = %key.0,
+                    partition = key.1, %error, "its inbox may grow past its share");
             }
-            None => tracing::debug!(event = "record_of_unassigned_partition",
-                topic = %key.0, partition = key.1, offset = record.offset),
         }
     }
 
@@ -425,9 +434,7 @@ impl<H: BatchHandler> Consumer<H> {
         commit_stored(self.consumer.as_ref(), "shutdown");
         self.consumer.unsubscribe();
         self.partitions.lock().expect("partitions lock").clear();
-        // The partitions' queues hold the consumer: let them go, so that it can close.
         drop(self.assigned);
-        self.queues.lock().expect("queues lock").clear();
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
         let (shared, consumer) = (self.shared, self.consumer);

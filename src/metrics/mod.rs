@@ -18,7 +18,8 @@
 //! | `kafka_dlq_retry_partitions_waiting` | gauge | | retry-topic partitions waiting for their next record to be due |
 //! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
 //! | `kafka_dlq_dead_letter_bytes_in_flight` | gauge | | bytes held by dead-letter writes not yet acknowledged (bounded; see the consumer docs) |
-//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in the partitions' queues (librdkafka statistics, every 2 s) |
+//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in librdkafka's queue (librdkafka statistics, every 2 s) |
+//! | `kafka_dlq_buffered_bytes` | gauge | | bytes of records taken from librdkafka and waiting in the partitions' inboxes for their workers (at most half of `max_buffered_bytes`, see the consumer docs) |
 //! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
 //! | `kafka_dlq_record_settle_seconds` | histogram | | from fetch to settled (handled or dead-lettered) |
 //! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
@@ -65,6 +66,7 @@ pub struct MetricSet {
     pub(crate) partitions_in_backoff: IntGauge,
     pub(crate) dead_letter_bytes_in_flight: IntGauge,
     pub(crate) buffered_records: IntGauge,
+    pub(crate) buffered_bytes: IntGauge,
     pub(crate) handler_duration: HistogramVec,
     pub(crate) settle_seconds: prometheus::Histogram,
     pub(crate) consumer_lag: IntGaugeVec,
@@ -173,6 +175,10 @@ impl Metrics {
             "kafka_dlq_buffered_records",
             "Fetched records waiting in the partitions' queues for their workers (from librdkafka's statistics).",
         );
+        let buffered_bytes = gauge(
+            "kafka_dlq_buffered_bytes",
+            "Bytes of fetched records waiting in the partitions' inboxes for their workers.",
+        );
         let handler_duration = HistogramVec::new(
             HistogramOpts::new(
                 "kafka_dlq_handler_duration_seconds",
@@ -261,6 +267,7 @@ impl Metrics {
             retry_partitions_waiting,
             partitions_in_backoff,
             buffered_records,
+            buffered_bytes,
             handler_duration,
             settle_seconds,
             consumer_lag,
@@ -315,6 +322,11 @@ impl Metrics {
     /// (every 2 s unless the `librdkafka` option `statistics.interval.ms` says otherwise).
     pub fn buffered_records(&self) -> i64 {
         self.buffered_records.get()
+    }
+
+    /// Bytes of fetched records waiting in the partitions' inboxes for their workers, now.
+    pub fn buffered_bytes(&self) -> i64 {
+        self.buffered_bytes.get()
     }
 
     /// Partitions assigned to this consumer now.

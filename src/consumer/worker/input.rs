@@ -1,21 +1,20 @@
 //! What a partition's worker is given when the partition is assigned: the partition, its
 //! retry tier, its metrics, and where its records come from.
 
-use tokio::sync::mpsc;
+use std::sync::Arc;
 
+use super::client::Client;
 use super::local_metrics::TopicHandles;
 use super::records::Records;
-use super::source::{QueueSource, RecordSource};
+use super::source::{InboxSource, RecordSource};
 use crate::consumer::context::Assigned;
-use crate::consumer::context::SharedQueue;
+use crate::consumer::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::record::retry::Stage;
-use crate::record::Record;
 
-/// Where a partition's worker takes its records from: the partition's own librdkafka queue,
-/// which librdkafka keeps bounded (it stops fetching the partition while
-/// `max_buffered_records` records or 1.5 MB wait there), and the rare records that arrived on
-/// the main queue; or, in tests, a simulated partition.
+/// Where a partition's worker takes its records from: the partition's inbox, which the
+/// consumer's poll loop fills and keeps within the partition's share of `max_buffered_bytes`
+/// (see `consumer::inbox`); or, in tests, a simulated partition.
 pub(crate) struct PartitionInput {
     pub(crate) topic: String,
     pub(crate) partition: i32,
@@ -29,12 +28,12 @@ pub(crate) struct PartitionInput {
 
 /// The records' source behind a [`PartitionInput`].
 enum Feed {
-    /// The partition's own librdkafka queue (`None` when splitting it failed) and the records
-    /// that arrived on the main queue.
-    Queue {
-        queue: Option<SharedQueue>,
-        strays: mpsc::Receiver<Record>,
-        id_header: Option<String>,
+    /// The partition's inbox, its reader lease, and the consumer to resume fetches with.
+    Inbox {
+        inbox: Arc<Inbox>,
+        reader: Arc<tokio::sync::Mutex<()>>,
+        client: Arc<dyn Client>,
+        buffered: prometheus::IntGauge,
     },
     /// Any other source, read by one worker at a time under `reader`.
     #[cfg(test)]
@@ -49,15 +48,16 @@ impl PartitionInput {
     /// source topic has).
     pub(crate) fn new(
         assigned: Assigned,
-        id_header: Option<String>,
+        client: Arc<dyn Client>,
         metrics: &Metrics,
         stage: Stage,
         tiers: usize,
     ) -> Self {
-        let feed = Feed::Queue {
-            queue: assigned.queue,
-            strays: assigned.stray_records,
-            id_header,
+        let feed = Feed::Inbox {
+            inbox: assigned.inbox,
+            reader: assigned.reader,
+            client,
+            buffered: metrics.buffered_bytes.clone(),
         };
         Self::with_feed(
             assigned.topic,
@@ -105,30 +105,34 @@ impl PartitionInput {
     }
 
     /// The lease of the partition's reader: the workers of successive assignments of one
-    /// partition read it one at a time. `None` when nothing is shared (no split queue).
-    pub(super) fn reader(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
+    /// partition run one at a time.
+    pub(super) fn reader(&self) -> Arc<tokio::sync::Mutex<()>> {
         match &self.feed {
-            Feed::Queue { queue, .. } => queue.as_ref().map(|shared| shared.reader.clone()),
+            Feed::Inbox { reader, .. } => reader.clone(),
             #[cfg(test)]
-            Feed::Other { reader, .. } => Some(reader.clone()),
+            Feed::Other { reader, .. } => reader.clone(),
         }
     }
 
-    /// Reads the partition's records, through one message stream for the worker's life (a
-    /// stream per read would register and unregister a waker for every record).
+    /// Reads the partition's records.
     pub(super) fn records(&mut self) -> Records<'_> {
         let source: Box<dyn RecordSource + '_> = match &mut self.feed {
-            Feed::Queue {
-                queue,
-                strays,
-                id_header,
-            } => Box::new(QueueSource {
-                topic: &self.topic,
-                partition: self.partition,
-                stream: queue.as_ref().map(|shared| shared.queue.stream()),
-                strays,
-                id_header: id_header.as_deref(),
-            }),
+            Feed::Inbox {
+                inbox,
+                client,
+                buffered,
+                ..
+            } => {
+                let (inbox, client, buffered): (&Arc<Inbox>, &Arc<dyn Client>, &_) =
+                    (inbox, client, buffered);
+                Box::new(InboxSource {
+                    topic: &self.topic,
+                    partition: self.partition,
+                    inbox,
+                    client: client.as_ref(),
+                    buffered,
+                })
+            }
             #[cfg(test)]
             Feed::Other { source, .. } => Box::new(source.as_mut()),
         };

@@ -1,10 +1,10 @@
-//! The worker of one assigned partition: takes the partition's records from its own
-//! librdkafka queue and settles them, storing offsets as they settle. One idea per file:
+//! The worker of one assigned partition: takes the partition's records from its inbox
+//! and settles them, storing offsets as they settle. One idea per file:
 //!
 //! | file | what |
 //! |---|---|
 //! | [`input`] | what a partition's worker is given: the partition, its tier, its metrics, its source |
-//! | [`source`] | where records come from: the partition's librdkafka queue (a trait: the simulation's seam) |
+//! | [`source`] | where records come from: the partition's inbox (a trait: the simulation's seam) |
 //! | [`records`] | the worker's reader: the next record, what is ready, chunks and batches; cancel-safe |
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
@@ -95,15 +95,12 @@ pub(super) async fn run_worker<H: BatchHandler>(
     input: PartitionInput,
     cancel: CancellationToken,
 ) {
-    // The partition's queue is read by one worker at a time: a worker of an earlier
-    // assignment of this partition may still be finishing its handler call.
+    // One worker of a partition at a time: a worker of an earlier assignment of this
+    // partition may still be finishing its handler call.
     let reader = input.reader();
-    let _lease = match reader {
-        Some(reader) => tokio::select! {
-            lease = reader.lock_owned() => Some(lease),
-            _ = cancel.cancelled() => return,
-        },
-        None => None,
+    let _lease = tokio::select! {
+        lease = reader.lock_owned() => lease,
+        _ = cancel.cancelled() => return,
     };
     // A retry or redrive topic's records are due one after another: always one at a time, in
     // order.

@@ -161,31 +161,57 @@ impl<'a> Records<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consumer::worker::source::QueueSource;
-    use tokio::sync::mpsc;
+    use crate::consumer::inbox::Inbox;
+    use crate::consumer::worker::source::InboxSource;
 
     fn record(offset: i64) -> Record {
         Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
     }
 
+    /// A consumer that records the partitions it was asked to resume.
+    #[derive(Default)]
+    struct Resumes(std::sync::Mutex<Vec<(String, i32)>>);
+
+    impl crate::consumer::worker::client::Client for Resumes {
+        fn store_position(&self, _: &str, _: i32, _: i64) -> Result<(), String> {
+            Ok(())
+        }
+        fn pause(&self, _: &[(String, i32)]) -> Result<(), String> {
+            Ok(())
+        }
+        fn resume(&self, partitions: &[(String, i32)]) -> Result<(), String> {
+            self.0.lock().unwrap().extend_from_slice(partitions);
+            Ok(())
+        }
+        fn start_at_beginning_unless_committed(
+            &self,
+            _: &str,
+            _: i32,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+            Box::pin(async {})
+        }
+    }
+
     #[tokio::test]
     async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
-        let (tx, mut strays) = mpsc::channel(4);
+        let inbox = Inbox::default();
+        let client = Resumes::default();
+        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let source = QueueSource {
+        let source = InboxSource {
             topic: "t",
             partition: 0,
-            stream: None,
-            strays: &mut strays,
-            id_header: None,
+            inbox: &inbox,
+            client: &client,
+            buffered: &buffered,
         };
         let mut records = Records::new(Box::new(source), "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
-        tx.send(record(7)).await.unwrap();
+        inbox.push(record(7), usize::MAX);
         assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
 
-        // After the revocation the records waiting belong to the partition's next reader.
-        tx.send(record(8)).await.unwrap();
+        // After the revocation nothing more is taken.
+        inbox.push(record(8), usize::MAX);
         cancel.cancel();
         assert!(records.ready(&cancel).is_none(), "ready takes nothing");
         assert!(records.next(&cancel).await.is_none(), "next takes nothing");
@@ -194,11 +220,34 @@ mod tests {
             "take takes nothing"
         );
         drop(records);
-        assert_eq!(
-            strays.try_recv().map(|r| r.offset).ok(),
-            Some(8),
-            "the record is still there for the next reader"
-        );
+        assert!(inbox.bytes() > 0, "the record is still in the inbox");
+    }
+
+    #[tokio::test]
+    async fn a_paused_partition_is_resumed_once_its_worker_has_taken_half_its_share() {
+        let inbox = Inbox::default();
+        let client = Resumes::default();
+        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
+        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let size = crate::consumer::inbox::footprint(&record(0));
+        for offset in 0..4 {
+            let (_, change) = inbox.push(record(offset), size * 4);
+            buffered.add(change as i64);
+        }
+        let source = InboxSource {
+            topic: "t",
+            partition: 3,
+            inbox: &inbox,
+            client: &client,
+            buffered: &buffered,
+        };
+        let mut records = Records::new(Box::new(source), "t", 3, &Stage::Source, &consumed);
+        let cancel = CancellationToken::new();
+        records.next(&cancel).await.unwrap();
+        assert!(client.0.lock().unwrap().is_empty(), "3 of 4 shares left");
+        records.next(&cancel).await.unwrap();
+        assert_eq!(*client.0.lock().unwrap(), [("t".to_string(), 3)]);
+        assert_eq!(buffered.get(), 2 * size as i64);
     }
 
     /// Always ready: the partition's queue holds more than a take wants.

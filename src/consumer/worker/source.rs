@@ -1,18 +1,14 @@
-//! Where a partition's records come from, one at a time: the partition's own librdkafka queue
-//! (and the rare records that arrived on the consumer's main queue), or, in tests, a simulated
-//! partition.
+//! Where a partition's records come from, one at a time: the partition's inbox (filled from
+//! the consumer's queue, see `consumer::inbox`), or, in tests, a simulated partition.
 
 use std::task::{Context, Poll};
 
-use futures_util::StreamExt;
-use rdkafka::consumer::stream_consumer::MessageStream;
-use tokio::sync::mpsc;
-
-use crate::consumer::context::RebalanceContext;
+use super::client::Client;
+use crate::consumer::inbox::{Flow, Inbox};
 use crate::record::Record;
 
 /// Where a partition's records come from, one at a time, as the partition's queue hands them
-/// out: the real queue ([`QueueSource`]) or, in tests, a simulated partition. Once a record
+/// out: the partition's inbox ([`InboxSource`]) or, in tests, a simulated partition. Once a record
 /// is handed out it is the reader's: the source's position has moved past it.
 pub(crate) trait RecordSource: Send {
     /// The next record, as delivered (before a retry topic's record is restored); `Pending`,
@@ -26,39 +22,33 @@ impl<T: RecordSource + ?Sized> RecordSource for &mut T {
     }
 }
 
-/// The partition's own librdkafka queue, and the rare records that arrived on the main queue.
-pub(super) struct QueueSource<'a> {
+/// The partition's inbox, filled by the consumer's poll loop; resumes the partition's fetches
+/// when a take brings a paused inbox down to half its share.
+pub(super) struct InboxSource<'a> {
     pub(super) topic: &'a str,
     pub(super) partition: i32,
-    pub(super) stream: Option<MessageStream<'a, RebalanceContext>>,
-    pub(super) strays: &'a mut mpsc::Receiver<Record>,
-    pub(super) id_header: Option<&'a str>,
+    pub(super) inbox: &'a Inbox,
+    pub(super) client: &'a dyn Client,
+    /// The bytes every inbox of the consumer holds.
+    pub(super) buffered: &'a prometheus::IntGauge,
 }
 
-impl RecordSource for QueueSource<'_> {
+impl RecordSource for InboxSource<'_> {
     fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
-        if let Ok(record) = self.strays.try_recv() {
-            return Poll::Ready(record);
-        }
-        if let Some(stream) = self.stream.as_mut() {
-            loop {
-                match stream.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(message))) => {
-                        return Poll::Ready(Record::from_message(&message, self.id_header))
-                    }
-                    Poll::Ready(Some(Err(e))) => crate::kafka::warn_gated(
-                        "partition_poll_failed",
-                        &e,
-                        &format!("{}-{}", self.topic, self.partition),
-                    ),
-                    Poll::Ready(None) | Poll::Pending => break,
-                }
+        // A worker whose inbox is never empty still yields to its thread's other tasks.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let (record, flow, size) = std::task::ready!(self.inbox.poll_pop(cx));
+        coop.made_progress();
+        self.buffered.sub(size as i64);
+        if flow == Flow::Resume {
+            if let Err(error) = self
+                .client
+                .resume(&[(self.topic.to_string(), self.partition)])
+            {
+                tracing::warn!(event = "partition_resume_failed", topic = %self.topic,
+                    partition = self.partition, %error);
             }
         }
-        // Only when nothing else is ready: the channel takes from tokio's budget.
-        match self.strays.poll_recv(cx) {
-            Poll::Ready(Some(record)) => Poll::Ready(record),
-            _ => Poll::Pending,
-        }
+        Poll::Ready(record)
     }
 }

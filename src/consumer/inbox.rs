@@ -1,0 +1,245 @@
+//! A partition's inbox: the records the consumer has taken from librdkafka for one assigned
+//! partition and its worker has not taken yet, counted in bytes against the partition's share
+//! of the consumer's buffer (`max_buffered_bytes`).
+//!
+//! Pure bookkeeping, no I/O: [`Inbox::push`] and [`Inbox::pop`] say when the partition's
+//! fetches should stop ([`Flow::Pause`]) or go on ([`Flow::Resume`]); the caller does it.
+//!
+//! - **The share** is the consumer's inbox budget divided by the partitions assigned now (so
+//!   it is re-divided at each rebalance), and never less than one record: an inbox always
+//!   takes the record it is given, so no partition starves, and its fetches stop once it holds
+//!   its share.
+//! - **Fetches go on** once the worker has taken the inbox down to half its share.
+//! - **A seek** (a retry partition started at its beginning) shows as a record at or below the
+//!   last one pushed: the records queued from before it are dropped, since librdkafka fetches
+//!   them again after the seek.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+
+use crate::record::Record;
+
+/// What the partition's fetches should do after a push or a pop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Nothing to change.
+    Keep,
+    /// Stop fetching the partition: its inbox holds its share.
+    Pause,
+    /// Fetch the partition again: its inbox is down to half its share.
+    Resume,
+}
+
+/// The bytes a record holds in memory, roughly: its key, value, header names and values, id
+/// and topic, plus a fixed 128 for the record itself.
+pub(crate) fn footprint(record: &Record) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len) + 32)
+        .sum();
+    128 + record.id.len()
+        + record.topic.len()
+        + record.key.as_ref().map_or(0, Vec::len)
+        + record.payload.as_ref().map_or(0, Vec::len)
+        + headers
+}
+
+/// A partition's share of `budget` bytes when `partitions` are assigned (at least 1 byte).
+pub(crate) fn share(budget: usize, partitions: usize) -> usize {
+    (budget / partitions.max(1)).max(1)
+}
+
+/// One partition's inbox; see the module docs.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    records: VecDeque<(Record, usize)>,
+    bytes: usize,
+    /// The share given at the last push.
+    share: usize,
+    /// Whether the last flow decision was [`Flow::Pause`].
+    paused: bool,
+    /// The offset of the last record pushed.
+    last_offset: Option<i64>,
+    /// The worker waiting for a record.
+    waker: Option<Waker>,
+}
+
+impl Inbox {
+    /// Adds `record`, whose partition's share is `share` bytes now. Returns what the
+    /// partition's fetches should do and the bytes the inbox holds after it (a negative
+    /// change when a seek dropped records): [`Flow::Pause`] whenever the inbox holds its share
+    /// or more (records arriving past the share mean fetching goes on, so pausing again is
+    /// always right), else [`Flow::Keep`].
+    pub(crate) fn push(&self, record: Record, share: usize) -> (Flow, isize) {
+        let size = footprint(&record);
+        let mut state = self.state.lock().expect("inbox lock");
+        let before = state.bytes;
+        if state.last_offset.is_some_and(|last| record.offset <= last) {
+            // Sought back: what is queued from at or after this offset is fetched again.
+            let from = record.offset;
+            let mut dropped = 0;
+            state.records.retain(|(queued, size)| {
+                let keep = queued.offset < from;
+                if !keep {
+                    dropped += size;
+                }
+                keep
+            });
+            state.bytes -= dropped;
+        }
+        state.last_offset = Some(record.offset);
+        state.records.push_back((record, size));
+        state.bytes += size;
+        state.share = share;
+        let flow = if state.bytes >= share {
+            state.paused = true;
+            Flow::Pause
+        } else {
+            Flow::Keep
+        };
+        let change = state.bytes as isize - before as isize;
+        let waker = state.waker.take();
+        drop(state);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        (flow, change)
+    }
+
+    /// Takes the oldest record, registering `cx`'s waker while there is none. With it: what
+    /// the partition's fetches should do ([`Flow::Resume`] once, when a paused inbox is down to
+    /// half its share) and its footprint, taken off the inbox's bytes.
+    pub(crate) fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<(Record, Flow, usize)> {
+        let mut state = self.state.lock().expect("inbox lock");
+        match state.records.pop_front() {
+            Some((record, size)) => {
+                state.bytes -= size;
+                let flow = if state.paused && state.bytes <= state.share / 2 {
+                    state.paused = false;
+                    Flow::Resume
+                } else {
+                    Flow::Keep
+                };
+                Poll::Ready((record, flow, size))
+            }
+            None => {
+                state.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The bytes it holds.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.state.lock().expect("inbox lock").bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    fn record(offset: i64, bytes: usize) -> Record {
+        let mut record = Record::new("t", 0, offset);
+        record.payload = Some(vec![0; bytes]);
+        record
+    }
+
+    fn pop(inbox: &Inbox) -> Option<(i64, Flow)> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match inbox.poll_pop(&mut cx) {
+            Poll::Ready((record, flow, _)) => Some((record.offset, flow)),
+            Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn fetches_pause_at_the_share_and_resume_at_half_of_it() {
+        let inbox = Inbox::default();
+        let size = footprint(&record(0, 1_000));
+        let share = size * 4;
+        for offset in 0..3 {
+            assert_eq!(inbox.push(record(offset, 1_000), share).0, Flow::Keep);
+        }
+        assert_eq!(inbox.push(record(3, 1_000), share).0, Flow::Pause);
+        assert_eq!(
+            inbox.push(record(4, 1_000), share).0,
+            Flow::Pause,
+            "a record past the share pauses again"
+        );
+        assert_eq!(inbox.bytes(), size * 5);
+        assert_eq!(pop(&inbox), Some((0, Flow::Keep)));
+        assert_eq!(pop(&inbox), Some((1, Flow::Keep)));
+        assert_eq!(pop(&inbox), Some((2, Flow::Resume)), "down to half the share");
+        assert_eq!(pop(&inbox), Some((3, Flow::Keep)), "resumed once");
+        assert_eq!(pop(&inbox), Some((4, Flow::Keep)));
+        assert_eq!(pop(&inbox), None);
+        assert_eq!(inbox.bytes(), 0);
+    }
+
+    #[test]
+    fn an_inbox_always_takes_the_record_it_is_given() {
+        let inbox = Inbox::default();
+        assert_eq!(inbox.push(record(0, 10_000), 1).0, Flow::Pause);
+        assert_eq!(pop(&inbox), Some((0, Flow::Resume)));
+    }
+
+    #[test]
+    fn the_share_divides_the_budget_by_the_partitions_assigned() {
+        assert_eq!(share(16 << 20, 1), 16 << 20);
+        assert_eq!(share(16 << 20, 1_000), 16_777);
+        assert_eq!(share(16 << 20, 0), 16 << 20, "between rebalances");
+        assert_eq!(share(10, 100), 1, "at least a byte: one record");
+    }
+
+    #[test]
+    fn a_seek_back_drops_the_records_queued_from_before_it() {
+        let inbox = Inbox::default();
+        for offset in 100..103 {
+            inbox.push(record(offset, 10), usize::MAX);
+        }
+        let queued: usize = (100..103).map(|o| footprint(&record(o, 10))).sum();
+        let (_, change) = inbox.push(record(0, 10), usize::MAX);
+        assert_eq!(change, footprint(&record(0, 10)) as isize - queued as isize);
+        inbox.push(record(1, 10), usize::MAX);
+        assert_eq!(pop(&inbox), Some((0, Flow::Keep)));
+        assert_eq!(pop(&inbox), Some((1, Flow::Keep)));
+        assert_eq!(pop(&inbox), None);
+    }
+
+    #[test]
+    fn a_seek_to_the_middle_keeps_what_comes_before_it() {
+        let inbox = Inbox::default();
+        for offset in 0..5 {
+            inbox.push(record(offset, 10), usize::MAX);
+        }
+        inbox.push(record(3, 10), usize::MAX);
+        let offsets: Vec<i64> = std::iter::from_fn(|| pop(&inbox).map(|(o, _)| o)).collect();
+        assert_eq!(offsets, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_push_wakes_the_waiting_worker() {
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let flag = std::sync::Arc::new(Flag(Default::default()));
+        let waker = Waker::from(flag.clone());
+        let inbox = Inbox::default();
+        assert!(inbox.poll_pop(&mut Context::from_waker(&waker)).is_pending());
+        inbox.push(record(0, 1), usize::MAX);
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
