@@ -9,14 +9,9 @@ use rdkafka::{ClientConfig, Message};
 
 use crate::figures::{cpu_time, peak_rss_mb, since, Figures};
 
-/// Consumes `n` records of `topic` in `group`.
-pub async fn run(
-    brokers: &str,
-    group: &str,
-    topic: &str,
-    n: u64,
-    partitions: i32,
-) -> anyhow::Result<Figures> {
+/// The bare loop's client: kafka-dlq's fetch settings and buffer bounds, offsets stored by
+/// the loop and committed every 5 s.
+pub fn client_config(brokers: &str, group: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)
@@ -40,6 +35,12 @@ pub async fn run(
             "queued.min.messages",
             defaults.max_buffered_records.to_string(),
         );
+    config
+}
+
+/// Consumes `n` records of `topic` in `group`.
+pub async fn run(brokers: &str, group: &str, topic: &str, n: u64) -> anyhow::Result<Figures> {
+    let config = client_config(brokers, group);
     let consumer: StreamConsumer = config.create()?;
     consumer.subscribe(&[topic])?;
     let mut count = 0u64;

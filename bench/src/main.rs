@@ -26,8 +26,10 @@ mod mock;
 mod ours;
 mod peers;
 mod report;
+mod scale;
 mod scenario;
 mod share;
+mod stats;
 mod tools;
 mod topic;
 
@@ -115,6 +117,32 @@ pub struct Args {
     /// Internal: run this one share-group variant on `--topic` and print its figures.
     #[arg(long, hide = true, requires = "topic")]
     run_share: Option<String>,
+    /// Instead of the scenarios: peak memory of one member owning this many partitions, each
+    /// count in turn, with a 20 ms downstream (needs `--brokers`; see `bench/src/scale.rs`).
+    #[arg(long, value_delimiter = ',', requires = "brokers")]
+    memory_partitions: Vec<i32>,
+    /// How long each memory run lasts, seconds.
+    #[arg(long, default_value_t = 15)]
+    memory_seconds: u64,
+    /// Instead of the scenarios: records/s and CPU of kafka-dlq and the bare loop at these
+    /// partition counts (one member), and at `--scale-members` (needs `--brokers`).
+    #[arg(long, value_delimiter = ',', requires = "brokers")]
+    scale_partitions: Vec<i32>,
+    /// Members of one group for the scale table, on a topic of `--partitions` partitions.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    scale_members: Vec<usize>,
+    /// Records of each scale topic.
+    #[arg(long, default_value_t = 500_000)]
+    scale_records: u64,
+    /// Runs of the memory and scale tables (they give the median and the spread).
+    #[arg(long, default_value_t = 3)]
+    scale_runs: usize,
+    /// Internal: run this one memory or scale variant on `--topic` in `--group`.
+    #[arg(long, hide = true, requires_all = ["topic", "group"])]
+    run_scale: Option<String>,
+    /// Internal: the group of `--run-scale`.
+    #[arg(long, hide = true)]
+    group: Option<String>,
     /// The `kafka-dlq` binary `--tools-memory` runs.
     #[arg(long, default_value = "target/release/kafka-dlq")]
     kafka_dlq_bin: PathBuf,
@@ -145,6 +173,31 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     if let (Some(records), Some(brokers)) = (args.tools_memory, &args.brokers) {
         return tools::measure(brokers, records, &args.kafka_dlq_bin).await;
+    }
+    if let (Some(variant), Some(topic), Some(group), Some(brokers)) =
+        (&args.run_scale, &args.topic, &args.group, &args.brokers)
+    {
+        return scale::run_child(brokers, topic, group, variant, args.memory_seconds).await;
+    }
+    if let (false, Some(brokers)) = (args.memory_partitions.is_empty(), &args.brokers) {
+        return scale::memory(
+            brokers,
+            &args.memory_partitions,
+            args.scale_runs,
+            args.memory_seconds,
+        )
+        .await;
+    }
+    if let (false, Some(brokers)) = (args.scale_partitions.is_empty(), &args.brokers) {
+        return scale::rate(
+            brokers,
+            &args.scale_partitions,
+            &args.scale_members,
+            args.partitions,
+            args.scale_records,
+            args.scale_runs,
+        )
+        .await;
     }
     if let (Some(variant), Some(topic), Some(brokers)) =
         (&args.run_share, &args.topic, &args.brokers)
@@ -445,7 +498,7 @@ async fn run_here(
         _ => ours::End::Partitions(&per_partition),
     };
     match scenario.runner {
-        Runner::Baseline => baseline::run(brokers, &group, topic, args.records, partitions).await,
+        Runner::Baseline => baseline::run(brokers, &group, topic, args.records).await,
         Runner::Ours(behaviour, ordering) => {
             ours::run(ours::Run {
                 brokers,

@@ -24,6 +24,7 @@ use kafka_dlq::{Handler, HandlerError, Record};
 use crate::figures::{cpu_time, peak_rss_mb, Figures};
 use crate::handler::downstream;
 use crate::peers::{PeerRun, Peers};
+use crate::stats::{median, spread};
 use crate::topic;
 
 /// Records per producer batch: jobs as services write them, a few per request. The broker
@@ -133,30 +134,6 @@ fn rand() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// `median (min–max)`, or the value alone for one run.
-fn spread(values: &[f64], decimals: usize) -> String {
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if values.len() == 1 {
-        return format!("{:.*}", decimals, values[0]);
-    }
-    format!(
-        "{:.*} ({:.*}–{:.*})",
-        decimals,
-        median(values),
-        decimals,
-        min,
-        decimals,
-        max
-    )
 }
 
 /// Runs `variant` in a child process (`--run-share`) and reads its figures.

@@ -142,7 +142,7 @@ impl ConfigError {
 ///   has just drained would wait up to librdkafka's 500 ms default).
 pub const FETCH_SETTINGS: [(&str, &str); 4] = [
     ("fetch.max.bytes", "2097152"),
-    ("max.partition.fetch.bytes", "262144"),
+    ("max.partition.fetch.bytes", "65536"),
     ("fetch.queue.backoff.ms", "10"),
     ("fetch.wait.max.ms", "100"),
 ];
