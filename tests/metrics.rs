@@ -158,18 +158,18 @@ async fn a_slow_handler_stops_fetching_instead_of_buffering_without_bound() {
     let topic = unique("backpressure");
     let group = unique("g");
     create_topic(&brokers, &topic, 1).await;
-    // 300 records of 20 kB (6 MB): one fetch (256 kB) brings about 12 of them.
+    // 300 records of 40 kB (a 20 kB value and the same as its key: 12 MB).
     let padding = "p".repeat(20_000);
     let records: Vec<Out> = (0..300)
         .map(|i| Out::new(0, &format!("slow5-{i}-{padding}")))
         .collect();
     produce(&brokers, &topic, records).await;
 
-    let mut config = kafka_dlq::ConsumerConfig {
-        max_buffered_records: 20,
+    // A buffer of 1 MiB: half of it, 512 kB, for the one partition's inbox.
+    let config = kafka_dlq::ConsumerConfig {
+        max_buffered_bytes: 1 << 20,
         ..test_config(&brokers, &group, &topic)
     };
-    config.librdkafka.insert("statistics.interval.ms", "100");
     let handler = Scripted::default();
     let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
     let metrics = consumer.metrics();
@@ -180,18 +180,19 @@ async fn a_slow_handler_stops_fetching_instead_of_buffering_without_bound() {
     let mut peak = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while handler.count() < 300 && std::time::Instant::now() < deadline {
-        peak = peak.max(metrics.buffered_records());
+        peak = peak.max(metrics.buffered_bytes());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let _ = tx.send(());
     run.await.unwrap().unwrap();
     assert_eq!(handler.count(), 300, "every record handled");
+    assert_eq!(metrics.buffered_bytes(), 0, "the inbox emptied");
     assert!(
-        peak >= 10,
-        "the partition's queue did fill up (peak {peak})"
+        peak >= 250_000,
+        "the partition's inbox did fill up (peak {peak} bytes)"
     );
     assert!(
-        peak < 150,
-        "fetching stopped at the bound plus what the fetches in flight brought (peak {peak} of 300 records)"
+        peak < 700_000,
+        "fetching stopped at the inbox's 512 kB plus what reached it before the pause (peak {peak} bytes of 12 MB)"
     );
 }

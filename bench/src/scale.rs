@@ -339,7 +339,8 @@ pub async fn run_child(
             let consumer = kafka_dlq::Consumer::new(config, handler)?;
             let metrics = consumer.metrics();
             let shutdown = stop.clone().cancelled_owned();
-            let task = tokio::spawn(async move { consumer.run(shutdown).await.map_err(Into::into) });
+            let task =
+                tokio::spawn(async move { consumer.run(shutdown).await.map_err(Into::into) });
             (task, Some(metrics))
         }
         "baseline" => {
@@ -401,8 +402,8 @@ async fn bare_loop(
     seen: Arc<AtomicU64>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let consumer: StreamConsumer = crate::baseline::client_config(&config.brokers, &config.group_id)
-        .create()?;
+    let consumer: StreamConsumer =
+        crate::baseline::client_config(&config.brokers, &config.group_id).create()?;
     consumer.subscribe(&[config.topics[0].as_str()])?;
     loop {
         let message = tokio::select! {

@@ -25,6 +25,14 @@ pub(super) struct PartitionSlot {
     pub inbox: Arc<Inbox>,
 }
 
+impl PartitionSlot {
+    /// Ends the assignment: stops its worker and drops what its inbox holds.
+    pub fn end(&self, metrics: &Metrics) {
+        self.cancel.cancel();
+        metrics.buffered_bytes.sub(self.inbox.close() as i64);
+    }
+}
+
 /// The partitions that have a worker, shared by the rebalance callback (which adds, removes
 /// and stops them) and the poll loop (which fills their inboxes).
 pub(super) type Partitions = Arc<Mutex<HashMap<PartitionKey, PartitionSlot>>>;
@@ -86,7 +94,7 @@ impl ConsumerContext for RebalanceContext {
                         if let Some(slot) =
                             partitions.remove(&(e.topic().to_string(), e.partition()))
                         {
-                            slot.cancel.cancel();
+                            slot.end(&self.metrics);
                         }
                     }
                 }
@@ -112,7 +120,7 @@ impl ConsumerContext for RebalanceContext {
                         inbox: inbox.clone(),
                     };
                     if let Some(old) = partitions.insert(key.clone(), slot) {
-                        old.cancel.cancel();
+                        old.end(&self.metrics);
                     }
                     let _ = self.assigned.send(Assigned {
                         topic: key.0,

@@ -2,8 +2,11 @@
 //! partition and its worker has not taken yet, counted in bytes against the partition's share
 //! of the consumer's buffer (`max_buffered_bytes`).
 //!
-//! Pure bookkeeping, no I/O: [`Inbox::push`] and [`Inbox::pop`] say when the partition's
-//! fetches should stop ([`Flow::Pause`]) or go on ([`Flow::Resume`]); the caller does it.
+//! Bookkeeping, no I/O: [`Inbox::push`] and [`Inbox::poll_pop`] decide when the partition's
+//! fetches should stop ([`Flow::Pause`]) or go on ([`Flow::Resume`]), and the caller's `act`
+//! does it, called while the inbox is locked: a pause decided by a push and a resume decided
+//! by a pop are done in the order they were decided (done after the lock, a resume could
+//! overtake the pause before it and leave the partition paused for good).
 //!
 //! - **The share** is the consumer's inbox budget divided by the partitions assigned now (so
 //!   it is re-divided at each rebalance), and never less than one record: an inbox always
@@ -69,17 +72,26 @@ struct State {
     last_offset: Option<i64>,
     /// The worker waiting for a record.
     waker: Option<Waker>,
+    /// Set when its assignment ended: it takes and hands out nothing more.
+    closed: bool,
 }
 
 impl Inbox {
-    /// Adds `record`, whose partition's share is `share` bytes now. Returns what the
-    /// partition's fetches should do and the bytes the inbox holds after it (a negative
-    /// change when a seek dropped records): [`Flow::Pause`] whenever the inbox holds its share
-    /// or more (records arriving past the share mean fetching goes on, so pausing again is
-    /// always right), else [`Flow::Keep`].
-    pub(crate) fn push(&self, record: Record, share: usize) -> (Flow, isize) {
+    /// Adds `record`, whose partition's share is `share` bytes now, and calls `act` with
+    /// [`Flow::Pause`] whenever the inbox then holds its share or more (records arriving past
+    /// the share mean fetching goes on, so pausing again is always right). Returns that flow
+    /// and the change in the bytes the inbox holds (negative when a seek dropped records).
+    pub(crate) fn push(
+        &self,
+        record: Record,
+        share: usize,
+        act: impl FnOnce(Flow),
+    ) -> (Flow, isize) {
         let size = footprint(&record);
         let mut state = self.state.lock().expect("inbox lock");
+        if state.closed {
+            return (Flow::Keep, 0);
+        }
         let before = state.bytes;
         if state.last_offset.is_some_and(|last| record.offset <= last) {
             // Sought back: what is queued from at or after this offset is fetched again.
@@ -100,6 +112,7 @@ impl Inbox {
         state.share = share;
         let flow = if state.bytes >= share {
             state.paused = true;
+            act(Flow::Pause);
             Flow::Pause
         } else {
             Flow::Keep
@@ -113,16 +126,25 @@ impl Inbox {
         (flow, change)
     }
 
-    /// Takes the oldest record, registering `cx`'s waker while there is none. With it: what
-    /// the partition's fetches should do ([`Flow::Resume`] once, when a paused inbox is down to
-    /// half its share) and its footprint, taken off the inbox's bytes.
-    pub(crate) fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<(Record, Flow, usize)> {
+    /// Takes the oldest record, registering `cx`'s waker while there is none (a no-op waker,
+    /// of a look that does not wait, leaves the waiting one in place). Calls `act` with
+    /// [`Flow::Resume`] once, when it brings a paused inbox down to half its share. With the
+    /// record: that flow, and its footprint, taken off the inbox's bytes.
+    pub(crate) fn poll_pop(
+        &self,
+        cx: &mut Context<'_>,
+        act: impl FnOnce(Flow),
+    ) -> Poll<(Record, Flow, usize)> {
         let mut state = self.state.lock().expect("inbox lock");
+        if state.closed {
+            return Poll::Pending;
+        }
         match state.records.pop_front() {
             Some((record, size)) => {
                 state.bytes -= size;
                 let flow = if state.paused && state.bytes <= state.share / 2 {
                     state.paused = false;
+                    act(Flow::Resume);
                     Flow::Resume
                 } else {
                     Flow::Keep
@@ -130,10 +152,22 @@ impl Inbox {
                 Poll::Ready((record, flow, size))
             }
             None => {
-                state.waker = Some(cx.waker().clone());
+                if !cx.waker().will_wake(Waker::noop()) {
+                    state.waker = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
+    }
+
+    /// Ends its assignment: drops the records it holds (their offsets were not stored, so the
+    /// partition's next owner consumes them) and returns their bytes. Nothing is pushed or
+    /// popped after it.
+    pub(crate) fn close(&self) -> usize {
+        let mut state = self.state.lock().expect("inbox lock");
+        state.closed = true;
+        state.records.clear();
+        std::mem::take(&mut state.bytes)
     }
 
     /// The bytes it holds.
@@ -156,7 +190,7 @@ mod tests {
 
     fn pop(inbox: &Inbox) -> Option<(i64, Flow)> {
         let mut cx = Context::from_waker(Waker::noop());
-        match inbox.poll_pop(&mut cx) {
+        match inbox.poll_pop(&mut cx, |_| {}) {
             Poll::Ready((record, flow, _)) => Some((record.offset, flow)),
             Poll::Pending => None,
         }
@@ -168,18 +202,25 @@ mod tests {
         let size = footprint(&record(0, 1_000));
         let share = size * 4;
         for offset in 0..3 {
-            assert_eq!(inbox.push(record(offset, 1_000), share).0, Flow::Keep);
+            assert_eq!(
+                inbox.push(record(offset, 1_000), share, |_| {}).0,
+                Flow::Keep
+            );
         }
-        assert_eq!(inbox.push(record(3, 1_000), share).0, Flow::Pause);
+        assert_eq!(inbox.push(record(3, 1_000), share, |_| {}).0, Flow::Pause);
         assert_eq!(
-            inbox.push(record(4, 1_000), share).0,
+            inbox.push(record(4, 1_000), share, |_| {}).0,
             Flow::Pause,
             "a record past the share pauses again"
         );
         assert_eq!(inbox.bytes(), size * 5);
         assert_eq!(pop(&inbox), Some((0, Flow::Keep)));
         assert_eq!(pop(&inbox), Some((1, Flow::Keep)));
-        assert_eq!(pop(&inbox), Some((2, Flow::Resume)), "down to half the share");
+        assert_eq!(
+            pop(&inbox),
+            Some((2, Flow::Resume)),
+            "down to half the share"
+        );
         assert_eq!(pop(&inbox), Some((3, Flow::Keep)), "resumed once");
         assert_eq!(pop(&inbox), Some((4, Flow::Keep)));
         assert_eq!(pop(&inbox), None);
@@ -189,7 +230,7 @@ mod tests {
     #[test]
     fn an_inbox_always_takes_the_record_it_is_given() {
         let inbox = Inbox::default();
-        assert_eq!(inbox.push(record(0, 10_000), 1).0, Flow::Pause);
+        assert_eq!(inbox.push(record(0, 10_000), 1, |_| {}).0, Flow::Pause);
         assert_eq!(pop(&inbox), Some((0, Flow::Resume)));
     }
 
@@ -205,12 +246,12 @@ mod tests {
     fn a_seek_back_drops_the_records_queued_from_before_it() {
         let inbox = Inbox::default();
         for offset in 100..103 {
-            inbox.push(record(offset, 10), usize::MAX);
+            inbox.push(record(offset, 10), usize::MAX, |_| {});
         }
         let queued: usize = (100..103).map(|o| footprint(&record(o, 10))).sum();
-        let (_, change) = inbox.push(record(0, 10), usize::MAX);
+        let (_, change) = inbox.push(record(0, 10), usize::MAX, |_| {});
         assert_eq!(change, footprint(&record(0, 10)) as isize - queued as isize);
-        inbox.push(record(1, 10), usize::MAX);
+        inbox.push(record(1, 10), usize::MAX, |_| {});
         assert_eq!(pop(&inbox), Some((0, Flow::Keep)));
         assert_eq!(pop(&inbox), Some((1, Flow::Keep)));
         assert_eq!(pop(&inbox), None);
@@ -220,11 +261,53 @@ mod tests {
     fn a_seek_to_the_middle_keeps_what_comes_before_it() {
         let inbox = Inbox::default();
         for offset in 0..5 {
-            inbox.push(record(offset, 10), usize::MAX);
+            inbox.push(record(offset, 10), usize::MAX, |_| {});
         }
-        inbox.push(record(3, 10), usize::MAX);
+        inbox.push(record(3, 10), usize::MAX, |_| {});
         let offsets: Vec<i64> = std::iter::from_fn(|| pop(&inbox).map(|(o, _)| o)).collect();
         assert_eq!(offsets, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn the_flow_is_acted_on_as_it_is_decided() {
+        let inbox = Inbox::default();
+        let acted = std::cell::RefCell::new(Vec::new());
+        let size = footprint(&record(0, 10));
+        inbox.push(record(0, 10), size, |f| acted.borrow_mut().push(f));
+        let mut cx = Context::from_waker(Waker::noop());
+        let _ = inbox.poll_pop(&mut cx, |f| acted.borrow_mut().push(f));
+        let _ = inbox.poll_pop(&mut cx, |f| acted.borrow_mut().push(f));
+        assert_eq!(*acted.borrow(), [Flow::Pause, Flow::Resume]);
+    }
+
+    #[test]
+    fn a_look_that_does_not_wait_leaves_the_waiting_worker_registered() {
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let flag = std::sync::Arc::new(Flag(Default::default()));
+        let waker = Waker::from(flag.clone());
+        let inbox = Inbox::default();
+        let _ = inbox.poll_pop(&mut Context::from_waker(&waker), |_| {});
+        let _ = inbox.poll_pop(&mut Context::from_waker(Waker::noop()), |_| {});
+        inbox.push(record(0, 1), usize::MAX, |_| {});
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_closed_inbox_takes_and_hands_out_nothing() {
+        let inbox = Inbox::default();
+        inbox.push(record(0, 10), usize::MAX, |_| {});
+        assert_eq!(inbox.close(), footprint(&record(0, 10)));
+        assert_eq!(
+            inbox.push(record(1, 10), usize::MAX, |_| {}),
+            (Flow::Keep, 0)
+        );
+        assert_eq!(pop(&inbox), None);
+        assert_eq!(inbox.bytes(), 0);
     }
 
     #[test]
@@ -238,8 +321,10 @@ mod tests {
         let flag = std::sync::Arc::new(Flag(Default::default()));
         let waker = Waker::from(flag.clone());
         let inbox = Inbox::default();
-        assert!(inbox.poll_pop(&mut Context::from_waker(&waker)).is_pending());
-        inbox.push(record(0, 1), usize::MAX);
+        assert!(inbox
+            .poll_pop(&mut Context::from_waker(&waker), |_| {})
+            .is_pending());
+        inbox.push(record(0, 1), usize::MAX, |_| {});
         assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

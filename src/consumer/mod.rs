@@ -2,25 +2,37 @@
 //! commit.
 //!
 //! # How records flow
-//! Each assigned partition gets its own librdkafka queue, split from the consumer's main queue
-//! when the partition is assigned (before fetching starts), and one worker task that reads it
-//! and settles its records **in offset order**: it calls the [`Handler`](crate::handler::Handler), retries transient
+//! The consumer's one librdkafka queue, polled by [`Consumer::run`], serves records,
+//! rebalances, errors and statistics. Each record is copied out of librdkafka into its
+//! partition's **inbox**, and each assigned partition has one worker task that takes its records
+//! from there and settles them **in offset order**: it calls the [`Handler`](crate::handler::Handler), retries transient
 //! failures with backoff, and dead-letters permanent failures and exhausted retries. A record
 //! is *settled* when the handler succeeded or the dead-letter topic acknowledged it; only then
 //! is its offset stored, and stored offsets are committed every second, on rebalance and at
 //! shutdown. So an offset never passes a record that was neither handled nor safely
-//! dead-lettered. The consumer's main queue, polled by [`Consumer::run`], serves rebalances,
-//! errors and statistics.
+//! dead-lettered.
 //!
-//! # Why per-partition queues
-//! A record in backoff holds back only its own partition: the other partitions' workers carry
-//! on, and the main queue keeps being polled (so the member stays in the group) however long a
-//! backoff lasts. Records go from librdkafka straight to the worker that handles them, with no
-//! hand-off between tasks, so a fast handler costs little over a bare rdkafka loop (see
-//! `docs/benchmark.md`). Memory stays bounded when the handler is slower than the broker:
-//! librdkafka stops fetching a partition while
-//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) of its records or 1.5 MB wait
-//! in its queue ([`FETCH_SETTINGS`](crate::config::FETCH_SETTINGS)).
+//! # Bounded memory, per consumer
+//! Fetched records waiting for their workers hold at most
+//! [`max_buffered_bytes`](ConsumerConfig::max_buffered_bytes) (default 32 MiB) for the whole
+//! consumer, whatever the number of partitions it owns:
+//! - half in librdkafka's queue (`queued.max.messages.kbytes`; at most
+//!   [`max_buffered_records`](ConsumerConfig::max_buffered_records) records there too), which
+//!   stops fetching while it is full;
+//! - half in the inboxes, divided equally among the partitions assigned now (re-divided at
+//!   each rebalance). An inbox always takes the record it is given, so no partition starves;
+//!   once it holds its share the partition's fetches are paused (librdkafka drops what it had
+//!   fetched of it beyond, and fetches it again later), and once its worker has taken it down
+//!   to half, resumed. Each assignment resumes its partitions, since librdkafka keeps a pause
+//!   across revocation.
+//!
+//! One fetch in flight (at most 64 kB per partition, 2 MB in all), the records in the
+//! handler's hands (one per partition in order, up to `max_in_flight` by key, `batch_size` in
+//! batches) and dead letters in flight (their own bound) come on top.
+//!
+//! A record in backoff holds back only its own partition: its inbox fills and its fetches
+//! pause; the other partitions' workers carry on, and the queue keeps being polled (so the
+//! member stays in the group) however long a backoff lasts.
 //!
 //! # Key order
 //! With [`ordering`](ConsumerConfig::ordering) `key`, a partition's worker runs records of
@@ -401,16 +413,15 @@ impl<H: BatchHandler> Consumer<H> {
             return;
         };
         let share = inbox::share(self.inbox_budget, partitions.len());
-        let (flow, change) = slot.inbox.push(record, share);
-        self.shared.metrics.buffered_bytes.add(change as i64);
-        if flow == inbox::Flow::Pause {
+        let (_, change) = slot.inbox.push(record, share, |_| {
             let mut list = rdkafka::TopicPartitionList::with_capacity(1);
             list.add_partition(&key.0, key.1);
             if let Err(error) = self.consumer.pause(&list) {
                 tracing::warn!(event = "partition_pause_failed", topic = %key.0,
                     partition = key.1, %error, "its inbox may grow past its share");
             }
-        }
+        });
+        self.shared.metrics.buffered_bytes.add(change as i64);
     }
 
     async fn shutdown(self, mut workers: JoinSet<()>) {
@@ -433,7 +444,9 @@ impl<H: BatchHandler> Consumer<H> {
         }
         commit_stored(self.consumer.as_ref(), "shutdown");
         self.consumer.unsubscribe();
-        self.partitions.lock().expect("partitions lock").clear();
+        for (_, slot) in self.partitions.lock().expect("partitions lock").drain() {
+            slot.end(&self.shared.metrics);
+        }
         drop(self.assigned);
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.

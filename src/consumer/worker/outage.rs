@@ -1,12 +1,10 @@
 //! The outage breaker's effect on the consumer: counted and logged when it opens and closes.
 //!
-//! Nothing is paused. While the breaker is open each partition's worker waits for its permit
-//! with the record it took, and librdkafka stops fetching a partition by itself once its
-//! queue holds `max_buffered_records` records or 1.5 MB, so memory stays bounded without a
-//! pause. A pause would do harm: librdkafka keeps it across revocation and re-assignment (a
-//! partition revoked while the breaker is open and assigned back later would never be
-//! fetched again), and it drops what was fetched, so once the records in hand leave with a
-//! revocation the breaker would have no record to probe the downstream with.
+//! The breaker pauses nothing itself. While it is open each partition's worker waits for its
+//! permit with the record it took; the partition's inbox fills to its share and its fetches
+//! pause, as for any slow handler (see the consumer docs), so memory stays bounded. A
+//! partition revoked meanwhile and assigned back later is resumed by its assignment, and its
+//! new worker has the records to probe the downstream with.
 
 use crate::breaker::BreakerState;
 use crate::failure::HandlerError;

@@ -80,7 +80,7 @@ impl<'a> Records<'a> {
     }
 
     /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
-    /// is taken from the partition's queue, which the next assignment's worker reads.
+    /// is taken from the partition's inbox.
     /// Cancel-safe.
     pub(super) async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
         if let Some(record) = self.peeked.take() {
@@ -207,11 +207,11 @@ mod tests {
         };
         let mut records = Records::new(Box::new(source), "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
-        inbox.push(record(7), usize::MAX);
+        inbox.push(record(7), usize::MAX, |_| {});
         assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
 
         // After the revocation nothing more is taken.
-        inbox.push(record(8), usize::MAX);
+        inbox.push(record(8), usize::MAX, |_| {});
         cancel.cancel();
         assert!(records.ready(&cancel).is_none(), "ready takes nothing");
         assert!(records.next(&cancel).await.is_none(), "next takes nothing");
@@ -231,7 +231,7 @@ mod tests {
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
         let size = crate::consumer::inbox::footprint(&record(0));
         for offset in 0..4 {
-            let (_, change) = inbox.push(record(offset), size * 4);
+            let (_, change) = inbox.push(record(offset), size * 4, |_| {});
             buffered.add(change as i64);
         }
         let source = InboxSource {

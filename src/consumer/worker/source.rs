@@ -4,11 +4,10 @@
 use std::task::{Context, Poll};
 
 use super::client::Client;
-use crate::consumer::inbox::{Flow, Inbox};
+use crate::consumer::inbox::Inbox;
 use crate::record::Record;
 
-/// Where a partition's records come from, one at a time, as the partition's queue hands them
-/// out: the partition's inbox ([`InboxSource`]) or, in tests, a simulated partition. Once a record
+/// Where a partition's records come from, one at a time: the partition's inbox ([`InboxSource`]) or, in tests, a simulated partition. Once a record
 /// is handed out it is the reader's: the source's position has moved past it.
 pub(crate) trait RecordSource: Send {
     /// The next record, as delivered (before a retry topic's record is restored); `Pending`,
@@ -37,18 +36,14 @@ impl RecordSource for InboxSource<'_> {
     fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
         // A worker whose inbox is never empty still yields to its thread's other tasks.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let (record, flow, size) = std::task::ready!(self.inbox.poll_pop(cx));
+        let (client, topic, partition) = (self.client, self.topic, self.partition);
+        let (record, _, size) = std::task::ready!(self.inbox.poll_pop(cx, |_| {
+            if let Err(error) = client.resume(&[(topic.to_string(), partition)]) {
+                tracing::warn!(event = "partition_resume_failed", %topic, partition, %error);
+            }
+        }));
         coop.made_progress();
         self.buffered.sub(size as i64);
-        if flow == Flow::Resume {
-            if let Err(error) = self
-                .client
-                .resume(&[(self.topic.to_string(), self.partition)])
-            {
-                tracing::warn!(event = "partition_resume_failed", topic = %self.topic,
-                    partition = self.partition, %error);
-            }
-        }
         Poll::Ready(record)
     }
 }

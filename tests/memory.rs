@@ -1,0 +1,148 @@
+//! One memory bound for the whole consumer, on Apache Kafka: the records a member has fetched
+//! and not handled stay within `max_buffered_bytes` however many partitions it owns, no
+//! partition starves, and every partition paused at its share is fetched again.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use kafka_dlq::{Handler, HandlerError, Record};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+
+const PARTITIONS: i32 = 40;
+const PER_PARTITION: usize = 150;
+const VALUE_BYTES: usize = 2_048;
+/// The consumer's buffer: half of it (512 KiB) for the inboxes.
+const BUFFER: usize = 1 << 20;
+
+/// Produces `PER_PARTITION` records of `VALUE_BYTES` to each partition, all in flight at once.
+async fn fill(brokers: &str, topic: &str) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let mut pending = Vec::new();
+    for i in 0..PER_PARTITION {
+        for partition in 0..PARTITIONS {
+            let mut value = format!("{partition}-{i}-").into_bytes();
+            value.resize(VALUE_BYTES, b'x');
+            let record = FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(&value);
+            pending.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
+        }
+    }
+    for delivery in pending {
+        delivery.await.unwrap().map_err(|(e, _)| e).unwrap();
+    }
+}
+
+/// Holds every call until `open`, then counts the records handled per partition.
+#[derive(Clone, Default)]
+struct Gated {
+    open: Arc<AtomicBool>,
+    opened: Arc<tokio::sync::Notify>,
+    handled: Arc<Mutex<HashMap<i32, usize>>>,
+}
+
+impl Handler for Gated {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        while !self.open.load(Ordering::SeqCst) {
+            let opened = self.opened.notified();
+            if self.open.load(Ordering::SeqCst) {
+                break;
+            }
+            opened.await;
+        }
+        *self
+            .handled
+            .lock()
+            .unwrap()
+            .entry(record.partition)
+            .or_default() += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none() {
+    let brokers = brokers();
+    let topic = unique("memory");
+    let group = unique("g");
+    create_topic(&brokers, &topic, PARTITIONS).await;
+    fill(&brokers, &topic).await;
+
+    let handler = Gated::default();
+    let config = kafka_dlq::ConsumerConfig {
+        max_buffered_bytes: BUFFER,
+        ..test_config(&brokers, &group, &topic)
+    };
+    init_logs();
+    let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
+    let metrics = consumer.metrics();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
+
+    // Every handler call held: each partition's inbox fills to its share and its fetches
+    // pause. 12 MB of records wait on the broker. The share is half the buffer divided by the
+    // partitions assigned, the group's redrive topic's (as many, all empty) included; the
+    // inboxes may hold more only by what reached one between its pause and librdkafka
+    // dropping the rest of its fetch.
+    let mut most = 0i64;
+    let mut assigned = 0;
+    for _ in 0..600 {
+        most = most.max(metrics.buffered_bytes());
+        assigned = assigned.max(metrics.partitions_assigned());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        assigned,
+        2 * i64::from(PARTITIONS),
+        "the topic's and its redrive topic's"
+    );
+    let share = (BUFFER / 2) as i64 / assigned;
+    let bound = (BUFFER / 2) as i64 + i64::from(PARTITIONS) * 64 * 1024;
+    assert!(
+        most >= i64::from(PARTITIONS) * share,
+        "each of the {PARTITIONS} inboxes filled to its share ({share} bytes) while the handler was held: at most {most} bytes in all"
+    );
+    assert!(
+        most <= bound,
+        "the inboxes held {most} bytes, more than half the buffer and one fetch per partition ({bound})"
+    );
+
+    // Opened: every partition, each paused at its share, is fetched again to its end.
+    handler.open.store(true, Ordering::SeqCst);
+    handler.opened.notify_waiters();
+    let all = (PARTITIONS as usize) * PER_PARTITION;
+    let done = eventually(Duration::from_secs(120), || {
+        handler.handled.lock().unwrap().values().sum::<usize>() >= all
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let handled = handler.handled.lock().unwrap().clone();
+    assert!(done, "handled per partition: {handled:?}");
+    for partition in 0..PARTITIONS {
+        assert!(
+            handled.get(&partition).copied().unwrap_or(0) >= PER_PARTITION,
+            "partition {partition} handled {:?} of {PER_PARTITION}",
+            handled.get(&partition)
+        );
+    }
+    let committed = committed(&brokers, &group, &topic, PARTITIONS);
+    for partition in 0..PARTITIONS {
+        assert_eq!(
+            committed.get(&partition),
+            Some(&(PER_PARTITION as i64)),
+            "partition {partition} committed to its end"
+        );
+    }
+    assert_eq!(metrics.buffered_bytes(), 0, "nothing left in the inboxes");
+}
