@@ -19,6 +19,7 @@
 //! main topic is consumed in several passes and the Java peers do not run.
 
 mod baseline;
+mod child;
 mod delay;
 mod figures;
 mod handler;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use kafka_dlq::{Handler, HandlerError, Record};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::Message as _;
@@ -254,24 +254,20 @@ async fn child(
     variant: &str,
     seconds: u64,
 ) -> anyhow::Result<String> {
-    let exe = std::env::current_exe().context("the bench's own path")?;
-    let output = tokio::process::Command::new(exe)
-        .args(["--brokers", brokers, "--topic", topic, "--group", group])
-        .args(["--run-scale", variant])
-        .args(["--memory-seconds", &seconds.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the bench's own binary")?
-        .wait_with_output();
-    let output = tokio::time::timeout(Duration::from_secs(600), output)
-        .await
-        .with_context(|| format!("{variant} ran over 10 minutes"))??;
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    if !output.status.success() {
-        bail!("{variant} failed ({}): {stdout}", output.status);
-    }
+    let seconds = seconds.to_string();
+    let args = [
+        "--brokers",
+        brokers,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--run-scale",
+        variant,
+        "--memory-seconds",
+        &seconds,
+    ];
+    let stdout = crate::child::run(&args, variant).await?;
     Ok(stdout.lines().last().unwrap_or_default().to_string())
 }
 

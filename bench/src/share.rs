@@ -144,32 +144,21 @@ async fn child(
     members: usize,
     records: u64,
 ) -> anyhow::Result<Figures> {
-    let exe = std::env::current_exe().context("the bench's own path")?;
-    let output = tokio::process::Command::new(exe)
-        .args([
-            "--brokers",
-            brokers,
-            "--topic",
-            topic,
-            "--run-share",
-            variant,
-        ])
-        .args(["--share-members", &members.to_string()])
-        .args(["--share-records", &records.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the bench's own binary")?
-        .wait_with_output();
-    let output = tokio::time::timeout(Duration::from_secs(600), output)
-        .await
-        .with_context(|| format!("{variant} ran over 10 minutes"))??;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    match Figures::parse(&stdout) {
-        Some(figures) if output.status.success() => Ok(figures),
-        _ => bail!("{variant} failed ({}): {stdout}", output.status),
-    }
+    let (members, records) = (members.to_string(), records.to_string());
+    let args = [
+        "--brokers",
+        brokers,
+        "--topic",
+        topic,
+        "--run-share",
+        variant,
+        "--share-members",
+        &members,
+        "--share-records",
+        &records,
+    ];
+    let stdout = crate::child::run(&args, variant).await?;
+    Figures::parse(&stdout).with_context(|| format!("{variant} printed no figures: {stdout}"))
 }
 
 /// The 1 ms handler, counting: the clock starts at the first call, stops at the `target`-th

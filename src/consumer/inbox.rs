@@ -188,6 +188,18 @@ mod tests {
         record
     }
 
+    /// A waker that sets the flag it comes with.
+    fn flag_waker() -> (std::sync::Arc<std::sync::atomic::AtomicBool>, Waker) {
+        struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+        impl std::task::Wake for Flag {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        (flag.clone(), Waker::from(std::sync::Arc::new(Flag(flag))))
+    }
+
     fn pop(inbox: &Inbox) -> Option<(i64, Flow)> {
         let mut cx = Context::from_waker(Waker::noop());
         match inbox.poll_pop(&mut cx, |_| {}) {
@@ -282,19 +294,12 @@ mod tests {
 
     #[test]
     fn a_look_that_does_not_wait_leaves_the_waiting_worker_registered() {
-        struct Flag(std::sync::atomic::AtomicBool);
-        impl std::task::Wake for Flag {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        let flag = std::sync::Arc::new(Flag(Default::default()));
-        let waker = Waker::from(flag.clone());
+        let (flag, waker) = flag_waker();
         let inbox = Inbox::default();
         let _ = inbox.poll_pop(&mut Context::from_waker(&waker), |_| {});
         let _ = inbox.poll_pop(&mut Context::from_waker(Waker::noop()), |_| {});
         inbox.push(record(0, 1), usize::MAX, |_| {});
-        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(flag.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]
@@ -312,19 +317,12 @@ mod tests {
 
     #[test]
     fn a_push_wakes_the_waiting_worker() {
-        struct Flag(std::sync::atomic::AtomicBool);
-        impl std::task::Wake for Flag {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        let flag = std::sync::Arc::new(Flag(Default::default()));
-        let waker = Waker::from(flag.clone());
+        let (flag, waker) = flag_waker();
         let inbox = Inbox::default();
         assert!(inbox
             .poll_pop(&mut Context::from_waker(&waker), |_| {})
             .is_pending());
         inbox.push(record(0, 1), usize::MAX, |_| {});
-        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(flag.load(std::sync::atomic::Ordering::SeqCst));
     }
 }
