@@ -53,6 +53,9 @@ pub(super) struct RebalanceContext {
     /// assignment of a partition starts once the worker of its revoked assignment has ended
     /// (its handler call in progress finished).
     pub readers: Mutex<HashMap<PartitionKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Counts rebalances (assignments and revocations): an inbox looked up before the last
+    /// one may be closed, and every share has changed.
+    pub rebalances: std::sync::atomic::AtomicU64,
 }
 
 /// A newly assigned partition, for the poll loop to start its worker.
@@ -81,6 +84,8 @@ impl ClientContext for RebalanceContext {
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        self.rebalances
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 let revoked: Vec<String> = tpl

@@ -79,13 +79,16 @@ struct State {
 impl Inbox {
     /// Adds `record`, whose partition's share is `share` bytes now, and calls `act` with
     /// [`Flow::Pause`] whenever the inbox then holds its share or more (records arriving past
-    /// the share mean fetching goes on, so pausing again is always right). Returns that flow
-    /// and the change in the bytes the inbox holds (negative when a seek dropped records).
+    /// the share mean fetching goes on, so pausing again is always right). The worker waiting
+    /// for a record, if any, is added to `wake`, for the caller to wake once it has pushed
+    /// what is ready (one wake-up for many records). Returns that flow and the change in the
+    /// bytes the inbox holds (negative when a seek dropped records).
     pub(crate) fn push(
         &self,
         record: Record,
         share: usize,
         act: impl FnOnce(Flow),
+        wake: &mut Vec<Waker>,
     ) -> (Flow, isize) {
         let size = footprint(&record);
         let mut state = self.state.lock().expect("inbox lock");
@@ -118,11 +121,7 @@ impl Inbox {
             Flow::Keep
         };
         let change = state.bytes as isize - before as isize;
-        let waker = state.waker.take();
-        drop(state);
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        wake.extend(state.waker.take());
         (flow, change)
     }
 
@@ -215,13 +214,22 @@ mod tests {
         let share = size * 4;
         for offset in 0..3 {
             assert_eq!(
-                inbox.push(record(offset, 1_000), share, |_| {}).0,
+                inbox
+                    .push(record(offset, 1_000), share, |_| {}, &mut Vec::new())
+                    .0,
                 Flow::Keep
             );
         }
-        assert_eq!(inbox.push(record(3, 1_000), share, |_| {}).0, Flow::Pause);
         assert_eq!(
-            inbox.push(record(4, 1_000), share, |_| {}).0,
+            inbox
+                .push(record(3, 1_000), share, |_| {}, &mut Vec::new())
+                .0,
+            Flow::Pause
+        );
+        assert_eq!(
+            inbox
+                .push(record(4, 1_000), share, |_| {}, &mut Vec::new())
+                .0,
             Flow::Pause,
             "a record past the share pauses again"
         );
@@ -242,7 +250,10 @@ mod tests {
     #[test]
     fn an_inbox_always_takes_the_record_it_is_given() {
         let inbox = Inbox::default();
-        assert_eq!(inbox.push(record(0, 10_000), 1, |_| {}).0, Flow::Pause);
+        assert_eq!(
+            inbox.push(record(0, 10_000), 1, |_| {}, &mut Vec::new()).0,
+            Flow::Pause
+        );
         assert_eq!(pop(&inbox), Some((0, Flow::Resume)));
     }
 
@@ -258,12 +269,12 @@ mod tests {
     fn a_seek_back_drops_the_records_queued_from_before_it() {
         let inbox = Inbox::default();
         for offset in 100..103 {
-            inbox.push(record(offset, 10), usize::MAX, |_| {});
+            inbox.push(record(offset, 10), usize::MAX, |_| {}, &mut Vec::new());
         }
         let queued: usize = (100..103).map(|o| footprint(&record(o, 10))).sum();
-        let (_, change) = inbox.push(record(0, 10), usize::MAX, |_| {});
+        let (_, change) = inbox.push(record(0, 10), usize::MAX, |_| {}, &mut Vec::new());
         assert_eq!(change, footprint(&record(0, 10)) as isize - queued as isize);
-        inbox.push(record(1, 10), usize::MAX, |_| {});
+        inbox.push(record(1, 10), usize::MAX, |_| {}, &mut Vec::new());
         assert_eq!(pop(&inbox), Some((0, Flow::Keep)));
         assert_eq!(pop(&inbox), Some((1, Flow::Keep)));
         assert_eq!(pop(&inbox), None);
@@ -273,9 +284,9 @@ mod tests {
     fn a_seek_to_the_middle_keeps_what_comes_before_it() {
         let inbox = Inbox::default();
         for offset in 0..5 {
-            inbox.push(record(offset, 10), usize::MAX, |_| {});
+            inbox.push(record(offset, 10), usize::MAX, |_| {}, &mut Vec::new());
         }
-        inbox.push(record(3, 10), usize::MAX, |_| {});
+        inbox.push(record(3, 10), usize::MAX, |_| {}, &mut Vec::new());
         let offsets: Vec<i64> = std::iter::from_fn(|| pop(&inbox).map(|(o, _)| o)).collect();
         assert_eq!(offsets, [0, 1, 2, 3]);
     }
@@ -285,7 +296,12 @@ mod tests {
         let inbox = Inbox::default();
         let acted = std::cell::RefCell::new(Vec::new());
         let size = footprint(&record(0, 10));
-        inbox.push(record(0, 10), size, |f| acted.borrow_mut().push(f));
+        inbox.push(
+            record(0, 10),
+            size,
+            |f| acted.borrow_mut().push(f),
+            &mut Vec::new(),
+        );
         let mut cx = Context::from_waker(Waker::noop());
         let _ = inbox.poll_pop(&mut cx, |f| acted.borrow_mut().push(f));
         let _ = inbox.poll_pop(&mut cx, |f| acted.borrow_mut().push(f));
@@ -298,17 +314,19 @@ mod tests {
         let inbox = Inbox::default();
         let _ = inbox.poll_pop(&mut Context::from_waker(&waker), |_| {});
         let _ = inbox.poll_pop(&mut Context::from_waker(Waker::noop()), |_| {});
-        inbox.push(record(0, 1), usize::MAX, |_| {});
+        let mut wake = Vec::new();
+        inbox.push(record(0, 1), usize::MAX, |_| {}, &mut wake);
+        wake.into_iter().for_each(Waker::wake);
         assert!(flag.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]
     fn a_closed_inbox_takes_and_hands_out_nothing() {
         let inbox = Inbox::default();
-        inbox.push(record(0, 10), usize::MAX, |_| {});
+        inbox.push(record(0, 10), usize::MAX, |_| {}, &mut Vec::new());
         assert_eq!(inbox.close(), footprint(&record(0, 10)));
         assert_eq!(
-            inbox.push(record(1, 10), usize::MAX, |_| {}),
+            inbox.push(record(1, 10), usize::MAX, |_| {}, &mut Vec::new()),
             (Flow::Keep, 0)
         );
         assert_eq!(pop(&inbox), None);
@@ -316,13 +334,21 @@ mod tests {
     }
 
     #[test]
-    fn a_push_wakes_the_waiting_worker() {
+    fn pushes_wake_the_waiting_worker_once_when_the_caller_says() {
         let (flag, waker) = flag_waker();
         let inbox = Inbox::default();
         assert!(inbox
             .poll_pop(&mut Context::from_waker(&waker), |_| {})
             .is_pending());
-        inbox.push(record(0, 1), usize::MAX, |_| {});
+        let mut wake = Vec::new();
+        inbox.push(record(0, 1), usize::MAX, |_| {}, &mut wake);
+        inbox.push(record(1, 1), usize::MAX, |_| {}, &mut wake);
+        assert_eq!(wake.len(), 1, "one wake-up for both records");
+        assert!(
+            !flag.load(std::sync::atomic::Ordering::SeqCst),
+            "left to the caller"
+        );
+        wake.into_iter().for_each(Waker::wake);
         assert!(flag.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

@@ -94,7 +94,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::error::KafkaError;
 use thiserror::Error;
@@ -114,6 +114,15 @@ use worker::{run_worker, PartitionInput, Shared};
 /// How long the poll loop waits after an error from the consumer's main queue before polling
 /// it again (errors that queued up meanwhile are then taken at once).
 const POLL_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The inbox a partition's records went to last, with its share, as of `rebalances`.
+struct Recent {
+    rebalances: u64,
+    topic: String,
+    partition: i32,
+    inbox: Arc<inbox::Inbox>,
+    share: usize,
+}
 
 /// Records the poll loop moves into inboxes after a wake-up before it waits again.
 const DELIVERIES_PER_WAKE: usize = 256;
@@ -230,6 +239,7 @@ impl<H: BatchHandler> Consumer<H> {
                     assigned: assigned_tx,
                     stop: stop_workers.clone(),
                     readers: Mutex::default(),
+                    rebalances: Default::default(),
                 })
                 .map_err(ConsumerError::CreateConsumer)?,
         );
@@ -304,6 +314,11 @@ impl<H: BatchHandler> Consumer<H> {
         let mut worker_names = HashMap::new();
         let mut outcome = Ok(());
         tokio::pin!(shutdown);
+        // One message stream for the loop's life (each `recv` would register and unregister
+        // a waker), and the inbox the last record went to.
+        let consumer = self.consumer.clone();
+        let mut stream = consumer.stream();
+        let mut recent = None;
         loop {
             // The consumer's queue serves records (into their partitions' inboxes),
             // rebalances, errors and statistics.
@@ -327,23 +342,28 @@ impl<H: BatchHandler> Consumer<H> {
                     worker_names.insert(id, name);
                     continue;
                 }
-                polled = self.consumer.recv() => polled,
+                Some(polled) = stream.next() => polled,
             };
             match polled {
                 Ok(message) => {
-                    self.deliver(&message);
+                    let mut wake = Vec::new();
+                    self.deliver(&message, &mut wake, &mut recent);
                     drop(message);
-                    // Whatever else is ready, before the next wake-up.
+                    // Whatever else is ready, before the workers are woken: one wake-up for
+                    // many records.
                     for _ in 0..DELIVERIES_PER_WAKE {
-                        match self.consumer.recv().now_or_never() {
-                            Some(Ok(message)) => self.deliver(&message),
-                            Some(Err(error)) => {
+                        match stream.next().now_or_never() {
+                            Some(Some(Ok(message))) => {
+                                self.deliver(&message, &mut wake, &mut recent)
+                            }
+                            Some(Some(Err(error))) => {
                                 crate::kafka::warn_gated("poll_failed", &error, "polling on");
                                 break;
                             }
-                            None => break,
+                            _ => break,
                         }
                     }
+                    wake.into_iter().for_each(std::task::Waker::wake);
                 }
                 Err(error) => {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
@@ -365,13 +385,15 @@ impl<H: BatchHandler> Consumer<H> {
                     let mut skipped = 0u32;
                     let mut empty = 0u32;
                     while skipped < 10_000 && empty < 64 {
-                        match self.consumer.recv().now_or_never() {
+                        match stream.next().now_or_never().flatten() {
                             Some(Err(_)) => {
                                 skipped += 1;
                                 empty = 0;
                             }
                             Some(Ok(message)) => {
-                                self.deliver(&message);
+                                let mut wake = Vec::new();
+                                self.deliver(&message, &mut wake, &mut recent);
+                                wake.into_iter().for_each(std::task::Waker::wake);
                                 break;
                             }
                             None => empty += 1,
@@ -396,31 +418,64 @@ impl<H: BatchHandler> Consumer<H> {
                 }
             }
         }
+        drop((recent, stream));
+        drop(consumer);
         self.shutdown(workers).await;
         outcome
     }
 
     /// Copies `message` into its partition's inbox, pausing the partition's fetches when the
     /// inbox holds its share of the budget. A record of a partition no longer assigned here is
-    /// dropped: its offset was not stored, so the new owner consumes it.
-    fn deliver(&self, message: &rdkafka::message::BorrowedMessage<'_>) {
+    /// dropped: its offset was not stored, so the new owner consumes it. The worker waiting
+    /// for it, if any, is added to `wake`. `recent` keeps the inbox the last record went to,
+    /// until the next rebalance (records come in runs of one partition).
+    fn deliver(
+        &self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        wake: &mut Vec<std::task::Waker>,
+        recent: &mut Option<Recent>,
+    ) {
         let record = Record::from_message(message, self.config.id_header.as_deref());
-        let partitions = self.partitions.lock().expect("partitions lock");
-        let key = (record.topic.clone(), record.partition);
-        let Some(slot) = partitions.get(&key) else {
-            tracing::debug!(event = "record_of_unassigned_partition",
-                topic = %key.0, partition = key.1, offset = record.offset);
+        let rebalances = self
+            .consumer
+            .context()
+            .rebalances
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let current = recent.as_ref().is_some_and(|r| {
+            r.rebalances == rebalances && r.partition == record.partition && r.topic == record.topic
+        });
+        if !current {
+            let partitions = self.partitions.lock().expect("partitions lock");
+            let key = (record.topic.clone(), record.partition);
+            let Some(slot) = partitions.get(&key) else {
+                tracing::debug!(event = "record_of_unassigned_partition",
+                    topic = %key.0, partition = key.1, offset = record.offset);
+                return;
+            };
+            *recent = Some(Recent {
+                rebalances,
+                topic: key.0,
+                partition: key.1,
+                inbox: slot.inbox.clone(),
+                share: inbox::share(self.inbox_budget, partitions.len()),
+            });
+        }
+        let Some(to) = recent.as_ref() else {
             return;
         };
-        let share = inbox::share(self.inbox_budget, partitions.len());
-        let (_, change) = slot.inbox.push(record, share, |_| {
-            let mut list = rdkafka::TopicPartitionList::with_capacity(1);
-            list.add_partition(&key.0, key.1);
-            if let Err(error) = self.consumer.pause(&list) {
-                tracing::warn!(event = "partition_pause_failed", topic = %key.0,
-                    partition = key.1, %error, "its inbox may grow past its share");
-            }
-        });
+        let (_, change) = to.inbox.push(
+            record,
+            to.share,
+            |_| {
+                let mut list = rdkafka::TopicPartitionList::with_capacity(1);
+                list.add_partition(&to.topic, to.partition);
+                if let Err(error) = self.consumer.pause(&list) {
+                    tracing::warn!(event = "partition_pause_failed", topic = %to.topic,
+                        partition = to.partition, %error, "its inbox may grow past its share");
+                }
+            },
+            wake,
+        );
         self.shared.metrics.buffered_bytes.add(change as i64);
     }
 

@@ -134,6 +134,8 @@ impl<'a> Records<'a> {
             // worker whose records are always ready would not let other tasks run. A take
             // dropped here keeps what it took in `taking`.
             tokio::task::coop::consume_budget().await;
+            // Cancelled now or not, what is ready belongs to this assignment: a revoked
+            // partition's inbox is closed.
             match self.ready(cancel) {
                 Some(record) => self.taking.push(record),
                 None => break,
@@ -207,11 +209,11 @@ mod tests {
         };
         let mut records = Records::new(Box::new(source), "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
-        inbox.push(record(7), usize::MAX, |_| {});
+        inbox.push(record(7), usize::MAX, |_| {}, &mut Vec::new());
         assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
 
         // After the revocation nothing more is taken.
-        inbox.push(record(8), usize::MAX, |_| {});
+        inbox.push(record(8), usize::MAX, |_| {}, &mut Vec::new());
         cancel.cancel();
         assert!(records.ready(&cancel).is_none(), "ready takes nothing");
         assert!(records.next(&cancel).await.is_none(), "next takes nothing");
@@ -231,7 +233,7 @@ mod tests {
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
         let size = crate::consumer::inbox::footprint(&record(0));
         for offset in 0..4 {
-            let (_, change) = inbox.push(record(offset), size * 4, |_| {});
+            let (_, change) = inbox.push(record(offset), size * 4, |_| {}, &mut Vec::new());
             buffered.add(change as i64);
         }
         let source = InboxSource {
