@@ -165,7 +165,8 @@ async fn a_slow_handler_stops_fetching_instead_of_buffering_without_bound() {
         .collect();
     produce(&brokers, &topic, records).await;
 
-    // A buffer of 1 MiB: half of it, 512 kB, for the one partition's inbox.
+    // A buffer of 1 MiB: half of it, 512 kB, for the inboxes; the one partition's fetches
+    // pause once its inbox holds half of that (its redrive topic's partition is empty).
     let config = kafka_dlq::ConsumerConfig {
         max_buffered_bytes: 1 << 20,
         ..test_config(&brokers, &group, &topic)
@@ -193,6 +194,6 @@ async fn a_slow_handler_stops_fetching_instead_of_buffering_without_bound() {
     );
     assert!(
         peak < 700_000,
-        "fetching stopped at the inbox's 512 kB plus what reached it before the pause (peak {peak} bytes of 12 MB)"
+        "fetching stopped at half the inboxes' 512 kB plus what reached it before the pause (peak {peak} bytes of 12 MB)"
     );
 }

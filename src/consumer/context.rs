@@ -12,7 +12,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::inbox::Inbox;
+use super::inbox::{Budget, Inbox};
 use crate::metrics::Metrics;
 
 /// A topic and partition.
@@ -56,6 +56,8 @@ pub(super) struct RebalanceContext {
     /// Counts rebalances (assignments and revocations): an inbox looked up before the last
     /// one may be closed, and every share has changed.
     pub rebalances: std::sync::atomic::AtomicU64,
+    /// What the inboxes may hold together: half of `max_buffered_bytes`.
+    pub budget: Arc<Budget>,
 }
 
 /// A newly assigned partition, for the poll loop to start its worker.
@@ -119,7 +121,7 @@ impl ConsumerContext for RebalanceContext {
                     let key = (e.topic().to_string(), e.partition());
                     let reader = readers.entry(key.clone()).or_default().clone();
                     let cancel = self.stop.child_token();
-                    let inbox = Arc::new(Inbox::default());
+                    let inbox = Arc::new(Inbox::new(self.budget.clone()));
                     let slot = PartitionSlot {
                         cancel: cancel.clone(),
                         inbox: inbox.clone(),

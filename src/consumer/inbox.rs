@@ -8,17 +8,24 @@
 //! by a pop are done in the order they were decided (done after the lock, a resume could
 //! overtake the pause before it and leave the partition paused for good).
 //!
-//! - **The share** is the consumer's inbox budget divided by the partitions assigned now (so
-//!   it is re-divided at each rebalance), and never less than one record: an inbox always
-//!   takes the record it is given, so no partition starves, and its fetches stop once it holds
-//!   its share.
-//! - **Fetches go on** once the worker has taken the inbox down to half its share.
+//! - **The budget** ([`Budget`]) is what all inboxes of the consumer may hold together.
+//! - **The share** of a partition is half the budget divided by the partitions assigned now
+//!   (so it is re-divided at each rebalance), at least one byte.
+//! - **A partition's fetches stop** when its inbox holds its share or more *and* the inboxes
+//!   together hold half the budget or more. So a partition may borrow what idle ones (an empty
+//!   redrive topic's) leave unused, and the inboxes never hold more than the budget: once they
+//!   hold half of it, only partitions under their share still take records, at most a share
+//!   each, which is the other half. An inbox always takes the record it is given, so no
+//!   partition starves.
+//! - **Fetches go on** once the worker has taken its inbox down to half its share, or the
+//!   inboxes together hold a quarter of the budget or less.
 //! - **A seek** (a retry partition started at its beginning) shows as a record at or below the
 //!   last one pushed: the records queued from before it are dropped, since librdkafka fetches
 //!   them again after the seek.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::record::Record;
@@ -49,15 +56,39 @@ pub(crate) fn footprint(record: &Record) -> usize {
         + headers
 }
 
-/// A partition's share of `budget` bytes when `partitions` are assigned (at least 1 byte).
-pub(crate) fn share(budget: usize, partitions: usize) -> usize {
-    (budget / partitions.max(1)).max(1)
+/// What all inboxes of a consumer may hold together, and what they hold now.
+#[derive(Debug, Default)]
+pub(crate) struct Budget {
+    bytes: usize,
+    held: AtomicUsize,
+}
+
+impl Budget {
+    /// A budget of `bytes`.
+    pub(crate) fn new(bytes: usize) -> Self {
+        Self {
+            bytes,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// A partition's share when `partitions` are assigned: half the budget divided among them,
+    /// at least 1 byte.
+    pub(crate) fn share(&self, partitions: usize) -> usize {
+        (self.bytes / 2 / partitions.max(1)).max(1)
+    }
+
+    /// What the inboxes hold now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
 }
 
 /// One partition's inbox; see the module docs.
-#[derive(Default)]
 pub(crate) struct Inbox {
     state: Mutex<State>,
+    budget: Arc<Budget>,
 }
 
 #[derive(Default)]
@@ -77,9 +108,18 @@ struct State {
 }
 
 impl Inbox {
+    /// An empty inbox, counting against `budget`.
+    pub(crate) fn new(budget: Arc<Budget>) -> Self {
+        Self {
+            state: Mutex::default(),
+            budget,
+        }
+    }
+
     /// Adds `record`, whose partition's share is `share` bytes now, and calls `act` with
-    /// [`Flow::Pause`] whenever the inbox then holds its share or more (records arriving past
-    /// the share mean fetching goes on, so pausing again is always right). The worker waiting
+    /// [`Flow::Pause`] whenever the inbox then holds its share or more and the inboxes together
+    /// half the budget or more (records arriving past that mean fetching goes on, so pausing
+    /// again is always right). The worker waiting
     /// for a record, if any, is added to `wake`, for the caller to wake once it has pushed
     /// what is ready (one wake-up for many records). Returns that flow and the change in the
     /// bytes the inbox holds (negative when a seek dropped records).
@@ -113,21 +153,31 @@ impl Inbox {
         state.records.push_back((record, size));
         state.bytes += size;
         state.share = share;
-        let flow = if state.bytes >= share {
+        let change = state.bytes as isize - before as isize;
+        let held = if change >= 0 {
+            self.budget
+                .held
+                .fetch_add(change as usize, Ordering::Relaxed)
+                + change as usize
+        } else {
+            let dropped = change.unsigned_abs();
+            self.budget.held.fetch_sub(dropped, Ordering::Relaxed) - dropped
+        };
+        let flow = if state.bytes >= share && held >= self.budget.bytes / 2 {
             state.paused = true;
             act(Flow::Pause);
             Flow::Pause
         } else {
             Flow::Keep
         };
-        let change = state.bytes as isize - before as isize;
         wake.extend(state.waker.take());
         (flow, change)
     }
 
     /// Takes the oldest record, registering `cx`'s waker while there is none (a no-op waker,
     /// of a look that does not wait, leaves the waiting one in place). Calls `act` with
-    /// [`Flow::Resume`] once, when it brings a paused inbox down to half its share. With the
+    /// [`Flow::Resume`] once, when a paused inbox is down to half its share or the inboxes
+    /// together to a quarter of the budget. With the
     /// record: that flow, and its footprint, taken off the inbox's bytes.
     pub(crate) fn poll_pop(
         &self,
@@ -141,7 +191,10 @@ impl Inbox {
         match state.records.pop_front() {
             Some((record, size)) => {
                 state.bytes -= size;
-                let flow = if state.paused && state.bytes <= state.share / 2 {
+                let held = self.budget.held.fetch_sub(size, Ordering::Relaxed) - size;
+                let flow = if state.paused
+                    && (state.bytes <= state.share / 2 || held <= self.budget.bytes / 4)
+                {
                     state.paused = false;
                     act(Flow::Resume);
                     Flow::Resume
@@ -166,7 +219,9 @@ impl Inbox {
         let mut state = self.state.lock().expect("inbox lock");
         state.closed = true;
         state.records.clear();
-        std::mem::take(&mut state.bytes)
+        let bytes = std::mem::take(&mut state.bytes);
+        self.budget.held.fetch_sub(bytes, Ordering::Relaxed);
+        bytes
     }
 
     /// The bytes it holds.
@@ -207,10 +262,15 @@ mod tests {
         }
     }
 
+    /// An inbox of a budget of `bytes`.
+    fn inbox(bytes: usize) -> Inbox {
+        Inbox::new(Arc::new(Budget::new(bytes)))
+    }
+
     #[test]
     fn fetches_pause_at_the_share_and_resume_at_half_of_it() {
-        let inbox = Inbox::default();
         let size = footprint(&record(0, 1_000));
+        let inbox = inbox(size * 8);
         let share = size * 4;
         for offset in 0..3 {
             assert_eq!(
@@ -249,7 +309,7 @@ mod tests {
 
     #[test]
     fn an_inbox_always_takes_the_record_it_is_given() {
-        let inbox = Inbox::default();
+        let inbox = inbox(2);
         assert_eq!(
             inbox.push(record(0, 10_000), 1, |_| {}, &mut Vec::new()).0,
             Flow::Pause
@@ -258,16 +318,48 @@ mod tests {
     }
 
     #[test]
-    fn the_share_divides_the_budget_by_the_partitions_assigned() {
-        assert_eq!(share(16 << 20, 1), 16 << 20);
-        assert_eq!(share(16 << 20, 1_000), 16_777);
-        assert_eq!(share(16 << 20, 0), 16 << 20, "between rebalances");
-        assert_eq!(share(10, 100), 1, "at least a byte: one record");
+    fn the_share_divides_half_the_budget_by_the_partitions_assigned() {
+        let budget = Budget::new(32 << 20);
+        assert_eq!(budget.share(1), 16 << 20);
+        assert_eq!(budget.share(1_000), 16_777);
+        assert_eq!(budget.share(0), 16 << 20, "between rebalances");
+        assert_eq!(Budget::new(20).share(100), 1, "at least a byte: one record");
+    }
+
+    #[test]
+    fn a_partition_borrows_what_idle_ones_leave_until_the_inboxes_hold_half_the_budget() {
+        let size = footprint(&record(0, 1_000));
+        let budget = Arc::new(Budget::new(size * 20));
+        let busy = Inbox::new(budget.clone());
+        let other = Inbox::new(budget.clone());
+        let share = size * 2;
+        for offset in 0..9 {
+            let (flow, _) = busy.push(record(offset, 1_000), share, |_| {}, &mut Vec::new());
+            assert_eq!(
+                flow,
+                Flow::Keep,
+                "past its share, with the budget mostly free"
+            );
+        }
+        other.push(record(0, 1_000), share, |_| {}, &mut Vec::new());
+        assert_eq!(budget.held(), size * 10, "half the budget");
+        let (flow, _) = busy.push(record(9, 1_000), share, |_| {}, &mut Vec::new());
+        assert_eq!(
+            flow,
+            Flow::Pause,
+            "over its share with half the budget held"
+        );
+        let (flow, _) = other.push(record(1, 1_000), share, |_| {}, &mut Vec::new());
+        assert_eq!(flow, Flow::Pause, "at its share");
+        // The busy one drains until the inboxes hold a quarter of the budget.
+        let flows: Vec<Flow> = (0..7).map(|_| pop(&busy).unwrap().1).collect();
+        assert_eq!(flows.iter().filter(|f| **f == Flow::Resume).count(), 1);
+        assert_eq!(flows[6], Flow::Resume, "at 5 records held of 20: a quarter");
     }
 
     #[test]
     fn a_seek_back_drops_the_records_queued_from_before_it() {
-        let inbox = Inbox::default();
+        let inbox = inbox(usize::MAX);
         for offset in 100..103 {
             inbox.push(record(offset, 10), usize::MAX, |_| {}, &mut Vec::new());
         }
@@ -282,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_seek_to_the_middle_keeps_what_comes_before_it() {
-        let inbox = Inbox::default();
+        let inbox = inbox(usize::MAX);
         for offset in 0..5 {
             inbox.push(record(offset, 10), usize::MAX, |_| {}, &mut Vec::new());
         }
@@ -293,9 +385,9 @@ mod tests {
 
     #[test]
     fn the_flow_is_acted_on_as_it_is_decided() {
-        let inbox = Inbox::default();
-        let acted = std::cell::RefCell::new(Vec::new());
         let size = footprint(&record(0, 10));
+        let inbox = inbox(size * 2);
+        let acted = std::cell::RefCell::new(Vec::new());
         inbox.push(
             record(0, 10),
             size,
@@ -311,7 +403,7 @@ mod tests {
     #[test]
     fn a_look_that_does_not_wait_leaves_the_waiting_worker_registered() {
         let (flag, waker) = flag_waker();
-        let inbox = Inbox::default();
+        let inbox = inbox(usize::MAX);
         let _ = inbox.poll_pop(&mut Context::from_waker(&waker), |_| {});
         let _ = inbox.poll_pop(&mut Context::from_waker(Waker::noop()), |_| {});
         let mut wake = Vec::new();
@@ -322,9 +414,10 @@ mod tests {
 
     #[test]
     fn a_closed_inbox_takes_and_hands_out_nothing() {
-        let inbox = Inbox::default();
+        let inbox = inbox(usize::MAX);
         inbox.push(record(0, 10), usize::MAX, |_| {}, &mut Vec::new());
         assert_eq!(inbox.close(), footprint(&record(0, 10)));
+        assert_eq!(inbox.budget.held(), 0, "its bytes given back to the budget");
         assert_eq!(
             inbox.push(record(1, 10), usize::MAX, |_| {}, &mut Vec::new()),
             (Flow::Keep, 0)
@@ -336,7 +429,7 @@ mod tests {
     #[test]
     fn pushes_wake_the_waiting_worker_once_when_the_caller_says() {
         let (flag, waker) = flag_waker();
-        let inbox = Inbox::default();
+        let inbox = inbox(usize::MAX);
         assert!(inbox
             .poll_pop(&mut Context::from_waker(&waker), |_| {})
             .is_pending());

@@ -217,8 +217,6 @@ pub struct Consumer<H: BatchHandler> {
     assigned: mpsc::UnboundedReceiver<Assigned>,
     /// Parent of every worker's token.
     stop_workers: CancellationToken,
-    /// The bytes all partitions' inboxes may hold (half of `max_buffered_bytes`).
-    inbox_budget: usize,
 }
 
 impl<H: BatchHandler> Consumer<H> {
@@ -240,6 +238,7 @@ impl<H: BatchHandler> Consumer<H> {
                     stop: stop_workers.clone(),
                     readers: Mutex::default(),
                     rebalances: Default::default(),
+                    budget: Arc::new(inbox::Budget::new(config.max_buffered_bytes / 2)),
                 })
                 .map_err(ConsumerError::CreateConsumer)?,
         );
@@ -264,7 +263,6 @@ impl<H: BatchHandler> Consumer<H> {
                     worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
                 )),
             }),
-            inbox_budget: config.max_buffered_bytes / 2,
             config,
             consumer,
             partitions,
@@ -457,7 +455,7 @@ impl<H: BatchHandler> Consumer<H> {
                 topic: key.0,
                 partition: key.1,
                 inbox: slot.inbox.clone(),
-                share: inbox::share(self.inbox_budget, partitions.len()),
+                share: self.consumer.context().budget.share(partitions.len()),
             });
         }
         let Some(to) = recent.as_ref() else {

@@ -163,7 +163,7 @@ impl<'a> Records<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consumer::inbox::Inbox;
+    use crate::consumer::inbox::{Budget, Inbox};
     use crate::consumer::worker::source::InboxSource;
 
     fn record(offset: i64) -> Record {
@@ -196,7 +196,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
-        let inbox = Inbox::default();
+        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
         let client = Resumes::default();
         let buffered = prometheus::IntGauge::new("b", "b").unwrap();
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
@@ -227,11 +227,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_paused_partition_is_resumed_once_its_worker_has_taken_half_its_share() {
-        let inbox = Inbox::default();
+        let size = crate::consumer::inbox::footprint(&record(0));
+        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(size * 8)));
         let client = Resumes::default();
         let buffered = prometheus::IntGauge::new("b", "b").unwrap();
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let size = crate::consumer::inbox::footprint(&record(0));
         for offset in 0..4 {
             let (_, change) = inbox.push(record(offset), size * 4, |_| {}, &mut Vec::new());
             buffered.add(change as i64);
