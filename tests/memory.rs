@@ -102,7 +102,11 @@ async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none
         assigned = assigned.max(metrics.partitions_assigned());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(assigned, 2 * i64::from(PARTITIONS), "the topic's and its redrive topic's");
+    assert_eq!(
+        assigned,
+        2 * i64::from(PARTITIONS),
+        "the topic's and its redrive topic's"
+    );
     let budget = (BUFFER / 2) as i64;
     let bound = budget + i64::from(PARTITIONS) * 64 * 1024;
     assert!(

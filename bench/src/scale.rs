@@ -61,8 +61,10 @@ pub async fn memory(
         )
         .await?;
         let (mut rss, mut inbox, mut rate) = (Vec::new(), Vec::new(), Vec::new());
+        let mut made = vec![topic.clone()];
         for run in 0..runs {
             let group = format!("{topic}-{run}");
+            made.push(kafka_dlq::record::retry::redrive_topic(&topic, &group));
             let line = child(brokers, &topic, &group, "memory", seconds).await?;
             let [r, i, handled]: [f64; 3] = parse(&line, "MEMORY")?;
             eprintln!("run {run}: {partitions} partitions: {r:.0} MB peak RSS, {:.1} MB in the inboxes at most, {:.0} records/s", i / 1e6, handled / seconds as f64);
@@ -81,6 +83,7 @@ pub async fn memory(
             median(&rss),
             median(&inbox)
         );
+        topic::delete(brokers, &made).await?;
     }
     Ok(())
 }
@@ -102,6 +105,7 @@ pub async fn rate(
         };
     };
     let mut topics = Vec::new();
+    let mut made = Vec::new();
     for &partitions in counts.iter().chain(std::iter::once(&members_partitions)) {
         let topic = format!("bench-scale-{}-{partitions}", stamp());
         topic::create(brokers, &[(&topic, partitions)]).await?;
@@ -110,6 +114,7 @@ pub async fn rate(
             value_bytes: 200,
         };
         topic::produce(brokers, &topic, records, &shape).await?;
+        made.push(topic.clone());
         topics.push((partitions, topic));
     }
     for run in 0..runs {
@@ -118,6 +123,9 @@ pub async fn rate(
             for &m in member_counts {
                 for variant in ["baseline", "noop"] {
                     let group = format!("{topic}-{variant}-{m}-{run}");
+                    if variant == "noop" {
+                        made.push(kafka_dlq::record::retry::redrive_topic(topic, &group));
+                    }
                     let measured = group_run(brokers, topic, &group, variant, m).await?;
                     if measured.records < records {
                         bail!(
@@ -140,6 +148,7 @@ pub async fn rate(
             }
         }
     }
+    topic::delete(brokers, &made).await?;
     for (table, what) in [
         ("partitions", "partitions (one member)"),
         ("members", "members of one group"),

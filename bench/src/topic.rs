@@ -28,6 +28,23 @@ pub async fn create(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Deletes `topics` (a missing one is fine), so that a long benchmark does not leave the
+/// broker thousands of partitions.
+pub async fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin.delete_topics(&names, &options).await? {
+        match result {
+            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((name, code)) => bail!("deleting topic {name}: {code}"),
+        }
+    }
+    Ok(())
+}
+
 /// How record `i` of a topic is made.
 pub trait Shape {
     /// Its partition, key and value.

@@ -225,10 +225,12 @@ settings! {
         max_buffered_records: usize = 10_000, env "KAFKA_DLQ_MAX_BUFFERED_RECORDS";
         /// Bytes of fetched records the consumer holds before its handler takes them, for all
         /// its partitions together, whatever their number: half in librdkafka's queue
-        /// (`queued.max.messages.kbytes`), half in the partitions' inboxes, divided equally
-        /// among the partitions assigned (re-divided at each rebalance). A partition whose
-        /// inbox holds its share stops fetching until its worker has taken it down to half;
-        /// every partition keeps at least one record, so none starves. 1 MiB to 4 GiB.
+        /// (`queued.max.messages.kbytes`), half in the partitions' inboxes. A partition may
+        /// take what idle partitions leave until the inboxes hold half of theirs; from then on
+        /// a partition stops fetching once its inbox holds its share (the other half divided
+        /// equally among the partitions assigned, re-divided at each rebalance), until its
+        /// worker has taken it down to half its share. Every inbox takes at least one record,
+        /// so no partition starves. 1 MiB to 4 GiB.
         max_buffered_bytes: usize = 32 << 20, env "KAFKA_DLQ_MAX_BUFFERED_BYTES";
         /// How long shutdown waits for in-flight handlers before committing.
         shutdown_timeout: Duration = Duration::from_secs(30), ms "shutdown_timeout_ms" "shutdown-timeout-ms",

@@ -12,11 +12,11 @@
 //! - **The share** of a partition is half the budget divided by the partitions assigned now
 //!   (so it is re-divided at each rebalance), at least one byte.
 //! - **A partition's fetches stop** when its inbox holds its share or more *and* the inboxes
-//!   together hold half the budget or more. So a partition may borrow what idle ones (an empty
-//!   redrive topic's) leave unused, and the inboxes never hold more than the budget: once they
-//!   hold half of it, only partitions under their share still take records, at most a share
-//!   each, which is the other half. An inbox always takes the record it is given, so no
-//!   partition starves.
+//!   together hold half the budget or more, or when it holds eight shares. So a partition may
+//!   borrow what idle ones (an empty redrive topic's) leave unused, up to eight shares, and the
+//!   inboxes never hold more than the budget: once they hold half of it, only partitions under
+//!   their share still take records, at most a share each, which is the other half. An inbox
+//!   always takes the record it is given, so no partition starves.
 //! - **Fetches go on** once the worker has taken its inbox down to half its share, or the
 //!   inboxes together hold a quarter of the budget or less.
 //! - **A seek** (a retry partition started at its beginning) shows as a record at or below the
@@ -29,6 +29,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::record::Record;
+
+/// How many shares a partition may hold while the inboxes together hold less than half their
+/// budget: enough that a fast partition is rarely paused, few enough that the first partitions
+/// fetched do not take the whole half and leave the others one share each.
+const BORROW: usize = 8;
 
 /// What the partition's fetches should do after a push or a pop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +168,9 @@ impl Inbox {
             let dropped = change.unsigned_abs();
             self.budget.held.fetch_sub(dropped, Ordering::Relaxed) - dropped
         };
-        let flow = if state.bytes >= share && held >= self.budget.bytes / 2 {
+        let flow = if state.bytes >= share
+            && (held >= self.budget.bytes / 2 || state.bytes >= share * BORROW)
+        {
             state.paused = true;
             act(Flow::Pause);
             Flow::Pause
@@ -324,6 +331,21 @@ mod tests {
         assert_eq!(budget.share(1_000), 16_777);
         assert_eq!(budget.share(0), 16 << 20, "between rebalances");
         assert_eq!(Budget::new(20).share(100), 1, "at least a byte: one record");
+    }
+
+    #[test]
+    fn a_partition_borrows_eight_shares_at_most() {
+        let size = footprint(&record(0, 1_000));
+        let inbox = inbox(size * 1_000);
+        let flows: Vec<Flow> = (0..9)
+            .map(|o| {
+                inbox
+                    .push(record(o, 1_000), size, |_| {}, &mut Vec::new())
+                    .0
+            })
+            .collect();
+        assert_eq!(flows[..7], [Flow::Keep; 7]);
+        assert_eq!(flows[7..], [Flow::Pause; 2], "at eight shares");
     }
 
     #[test]

@@ -19,12 +19,15 @@
 //! - half in librdkafka's queue (`queued.max.messages.kbytes`; at most
 //!   [`max_buffered_records`](ConsumerConfig::max_buffered_records) records there too), which
 //!   stops fetching while it is full;
-//! - half in the inboxes, divided equally among the partitions assigned now (re-divided at
-//!   each rebalance). An inbox always takes the record it is given, so no partition starves;
-//!   once it holds its share the partition's fetches are paused (librdkafka drops what it had
-//!   fetched of it beyond, and fetches it again later), and once its worker has taken it down
-//!   to half, resumed. Each assignment resumes its partitions, since librdkafka keeps a pause
-//!   across revocation.
+//! - half in the inboxes. A partition may take what idle partitions leave until the inboxes
+//!   hold half of theirs; from then on a partition whose inbox holds its share (the other
+//!   half divided equally among the partitions assigned now, re-divided at each rebalance)
+//!   is paused (librdkafka drops what it had fetched of it beyond, and fetches it again
+//!   later), and resumed once its worker has taken it down to half its share (or the inboxes
+//!   together to a quarter of theirs). An inbox always takes the record it is given, so no
+//!   partition starves. Each assignment resumes its partitions, since librdkafka keeps a
+//!   pause across revocation. See `inbox.rs` for why the inboxes never hold more than their
+//!   half.
 //!
 //! One fetch in flight (at most 64 kB per partition, 2 MB in all), the records in the
 //! handler's hands (one per partition in order, up to `max_in_flight` by key, `batch_size` in
