@@ -126,7 +126,6 @@ impl<'a> Records<'a> {
         if self.taking.is_empty() {
             let first = self.next(cancel).await?;
             self.taking_since = Instant::now();
-            self.taking.reserve(max.min(256));
             self.taking.push(first);
         }
         while self.taking.len() < max {
