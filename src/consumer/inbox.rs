@@ -3,7 +3,7 @@
 //! of the consumer's buffer (`max_buffered_bytes`).
 //!
 //! Bookkeeping, no I/O: [`Inbox::push`] and [`Inbox::poll_pop`] decide when the partition's
-//! fetches should stop ([`Flow::Pause`]) or go on ([`Flow::Resume`]), and the caller's `act`
+//! fetches should stop (a pause) or go on (a resume), and the caller's `pause` or `resume`
 //! does it, called while the inbox is locked: a pause decided by a push and a resume decided
 //! by a pop are done in the order they were decided (done after the lock, a resume could
 //! overtake the pause before it and leave the partition paused for good).
@@ -34,17 +34,6 @@ use crate::record::Record;
 /// budget: enough that a fast partition is rarely paused, few enough that the first partitions
 /// fetched do not take the whole half and leave the others one share each.
 const BORROW: usize = 8;
-
-/// What the partition's fetches should do after a push or a pop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flow {
-    /// Nothing to change.
-    Keep,
-    /// Stop fetching the partition: its inbox holds its share.
-    Pause,
-    /// Fetch the partition again: its inbox is down to half its share.
-    Resume,
-}
 
 /// The bytes a record holds in memory, roughly: its key, value, header names and values, id
 /// and topic, plus a fixed 128 for the record itself.
@@ -102,9 +91,9 @@ struct State {
     bytes: usize,
     /// The share given at the last push.
     share: usize,
-    /// Whether the last flow decision was [`Flow::Pause`].
+    /// Whether the last decision was a pause.
     paused: bool,
-    /// The offset of the last record pushed.
+    /// The offset where the last record pushed was delivered.
     last_offset: Option<i64>,
     /// The worker waiting for a record.
     waker: Option<Waker>,
@@ -121,32 +110,34 @@ impl Inbox {
         }
     }
 
-    /// Adds `record`, whose partition's share is `share` bytes now, and calls `act` with
-    /// [`Flow::Pause`] whenever the inbox then holds its share or more and the inboxes together
-    /// half the budget or more (records arriving past that mean fetching goes on, so pausing
-    /// again is always right). The worker waiting
-    /// for a record, if any, is added to `wake`, for the caller to wake once it has pushed
-    /// what is ready (one wake-up for many records). Returns that flow and the change in the
-    /// bytes the inbox holds (negative when a seek dropped records).
+    /// Adds `record`, whose partition's share is `share` bytes now, and calls `pause`
+    /// whenever the inbox then holds its share or more and the inboxes together half the
+    /// budget or more, or eight shares (records arriving past that mean fetching goes on, so
+    /// pausing again is always right). The worker waiting for a record, if any, is added to
+    /// `wake`, for the caller to wake once it has pushed what is ready (one wake-up for many
+    /// records). Returns the change in the bytes the inbox holds (negative when a seek dropped
+    /// records; 0 when closed).
     pub(crate) fn push(
         &self,
         record: Record,
         share: usize,
-        act: impl FnOnce(Flow),
+        pause: impl FnOnce(),
         wake: &mut Vec<Waker>,
-    ) -> (Flow, isize) {
+    ) -> isize {
         let size = footprint(&record);
         let mut state = self.state.lock().expect("inbox lock");
         if state.closed {
-            return (Flow::Keep, 0);
+            return 0;
         }
         let before = state.bytes;
-        if state.last_offset.is_some_and(|last| record.offset <= last) {
+        // Offsets where the records were delivered (a retry topic's own, for a record already
+        // restored to the original it carries).
+        let offset = record.delivered_offset();
+        if state.last_offset.is_some_and(|last| offset <= last) {
             // Sought back: what is queued from at or after this offset is fetched again.
-            let from = record.offset;
             let mut dropped = 0;
             state.records.retain(|(queued, size)| {
-                let keep = queued.offset < from;
+                let keep = queued.delivered_offset() < offset;
                 if !keep {
                     dropped += size;
                 }
@@ -154,7 +145,7 @@ impl Inbox {
             });
             state.bytes -= dropped;
         }
-        state.last_offset = Some(record.offset);
+        state.last_offset = Some(offset);
         state.records.push_back((record, size));
         state.bytes += size;
         state.share = share;
@@ -168,29 +159,25 @@ impl Inbox {
             let dropped = change.unsigned_abs();
             self.budget.held.fetch_sub(dropped, Ordering::Relaxed) - dropped
         };
-        let flow = if state.bytes >= share
-            && (held >= self.budget.bytes / 2 || state.bytes >= share * BORROW)
+        if state.bytes >= share && (held >= self.budget.bytes / 2 || state.bytes >= share * BORROW)
         {
             state.paused = true;
-            act(Flow::Pause);
-            Flow::Pause
-        } else {
-            Flow::Keep
-        };
+            pause();
+        }
         wake.extend(state.waker.take());
-        (flow, change)
+        change
     }
 
     /// Takes the oldest record, registering `cx`'s waker while there is none (a no-op waker,
-    /// of a look that does not wait, leaves the waiting one in place). Calls `act` with
-    /// [`Flow::Resume`] once, when a paused inbox is down to half its share or the inboxes
-    /// together to a quarter of the budget. With the
-    /// record: that flow, and its footprint, taken off the inbox's bytes.
+    /// of a look that does not wait, leaves the waiting one in place). Calls `resume` once,
+    /// when a paused inbox is down to half its share or the inboxes together to a quarter of
+    /// the budget. With the record: its footprint, taken off the inbox's bytes. Never ready
+    /// once closed.
     pub(crate) fn poll_pop(
         &self,
         cx: &mut Context<'_>,
-        act: impl FnOnce(Flow),
-    ) -> Poll<(Record, Flow, usize)> {
+        resume: impl FnOnce(),
+    ) -> Poll<(Record, usize)> {
         let mut state = self.state.lock().expect("inbox lock");
         if state.closed {
             return Poll::Pending;
@@ -199,16 +186,12 @@ impl Inbox {
             Some((record, size)) => {
                 state.bytes -= size;
                 let held = self.budget.held.fetch_sub(size, Ordering::Relaxed) - size;
-                let flow = if state.paused
-                    && (state.bytes <= state.share / 2 || held <= self.budget.bytes / 4)
+                if state.paused && (state.bytes <= state.share / 2 || held <= self.budget.bytes / 4)
                 {
                     state.paused = false;
-                    act(Flow::Resume);
-                    Flow::Resume
-                } else {
-                    Flow::Keep
-                };
-                Poll::Ready((record, flow, size))
+                    resume();
+                }
+                Poll::Ready((record, size))
             }
             None => {
                 if !cx.waker().will_wake(Waker::noop()) {
@@ -217,6 +200,39 @@ impl Inbox {
                 Poll::Pending
             }
         }
+    }
+
+    /// Takes up to `max` records that are ready, oldest first, into `into`, without waiting
+    /// (no waker is registered); calls `resume` as [`Inbox::poll_pop`] does, at most once.
+    /// Returns their footprint, taken off the inbox's bytes. Takes nothing once closed.
+    pub(crate) fn pop_ready(
+        &self,
+        max: usize,
+        into: &mut Vec<Record>,
+        resume: impl FnOnce(),
+    ) -> usize {
+        let mut state = self.state.lock().expect("inbox lock");
+        if state.closed {
+            return 0;
+        }
+        let mut taken = 0;
+        for _ in 0..max {
+            let Some((record, size)) = state.records.pop_front() else {
+                break;
+            };
+            into.push(record);
+            taken += size;
+        }
+        if taken == 0 {
+            return 0;
+        }
+        state.bytes -= taken;
+        let held = self.budget.held.fetch_sub(taken, Ordering::Relaxed) - taken;
+        if state.paused && (state.bytes <= state.share / 2 || held <= self.budget.bytes / 4) {
+            state.paused = false;
+            resume();
+        }
+        taken
     }
 
     /// Ends its assignment: drops the records it holds (their offsets were not stored, so the
@@ -261,10 +277,32 @@ mod tests {
         (flag.clone(), Waker::from(std::sync::Arc::new(Flag(flag))))
     }
 
+    /// What a push or a pop decided for the partition's fetches.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Flow {
+        Keep,
+        Pause,
+        Resume,
+    }
+
+    /// Pushes a record of `bytes` at `offset` with `share`: what it decided.
+    fn push(inbox: &Inbox, offset: i64, bytes: usize, share: usize) -> Flow {
+        let mut flow = Flow::Keep;
+        inbox.push(
+            record(offset, bytes),
+            share,
+            || flow = Flow::Pause,
+            &mut Vec::new(),
+        );
+        flow
+    }
+
+    /// Pops a record without waiting: its offset and what it decided.
     fn pop(inbox: &Inbox) -> Option<(i64, Flow)> {
         let mut cx = Context::from_waker(Waker::noop());
-        match inbox.poll_pop(&mut cx, |_| {}) {
-            Poll::Ready((record, flow, _)) => Some((record.offset, flow)),
+        let mut flow = Flow::Keep;
+        match inbox.poll_pop(&mut cx, || flow = Flow::Resume) {
+            Poll::Ready((record, _)) => Some((record.offset, flow)),
             Poll::Pending => None,
         }
     }
@@ -280,23 +318,11 @@ mod tests {
         let inbox = inbox(size * 8);
         let share = size * 4;
         for offset in 0..3 {
-            assert_eq!(
-                inbox
-                    .push(record(offset, 1_000), share, |_| {}, &mut Vec::new())
-                    .0,
-                Flow::Keep
-            );
+            assert_eq!(push(&inbox, offset, 1_000, share), Flow::Keep);
         }
+        assert_eq!(push(&inbox, 3, 1_000, share), Flow::Pause);
         assert_eq!(
-            inbox
-                .push(record(3, 1_000), share, |_| {}, &mut Vec::new())
-                .0,
-            Flow::Pause
-        );
-        assert_eq!(
-            inbox
-                .push(record(4, 1_000), share, |_| {}, &mut Vec::new())
-                .0,
+            push(&inbox, 4, 1_000, share),
             Flow::Pause,
             "a record past the share pauses again"
         );
@@ -317,10 +343,7 @@ mod tests {
     #[test]
     fn an_inbox_always_takes_the_record_it_is_given() {
         let inbox = inbox(2);
-        assert_eq!(
-            inbox.push(record(0, 10_000), 1, |_| {}, &mut Vec::new()).0,
-            Flow::Pause
-        );
+        assert_eq!(push(&inbox, 0, 10_000, 1), Flow::Pause);
         assert_eq!(pop(&inbox), Some((0, Flow::Resume)));
     }
 
@@ -337,13 +360,7 @@ mod tests {
     fn a_partition_borrows_eight_shares_at_most() {
         let size = footprint(&record(0, 1_000));
         let inbox = inbox(size * 1_000);
-        let flows: Vec<Flow> = (0..9)
-            .map(|o| {
-                inbox
-                    .push(record(o, 1_000), size, |_| {}, &mut Vec::new())
-                    .0
-            })
-            .collect();
+        let flows: Vec<Flow> = (0..9).map(|o| push(&inbox, o, 1_000, size)).collect();
         assert_eq!(flows[..7], [Flow::Keep; 7]);
         assert_eq!(flows[7..], [Flow::Pause; 2], "at eight shares");
     }
@@ -356,23 +373,20 @@ mod tests {
         let other = Inbox::new(budget.clone());
         let share = size * 2;
         for offset in 0..9 {
-            let (flow, _) = busy.push(record(offset, 1_000), share, |_| {}, &mut Vec::new());
             assert_eq!(
-                flow,
+                push(&busy, offset, 1_000, share),
                 Flow::Keep,
                 "past its share, with the budget mostly free"
             );
         }
-        other.push(record(0, 1_000), share, |_| {}, &mut Vec::new());
+        push(&other, 0, 1_000, share);
         assert_eq!(budget.held(), size * 10, "half the budget");
-        let (flow, _) = busy.push(record(9, 1_000), share, |_| {}, &mut Vec::new());
         assert_eq!(
-            flow,
+            push(&busy, 9, 1_000, share),
             Flow::Pause,
             "over its share with half the budget held"
         );
-        let (flow, _) = other.push(record(1, 1_000), share, |_| {}, &mut Vec::new());
-        assert_eq!(flow, Flow::Pause, "at its share");
+        assert_eq!(push(&other, 1, 1_000, share), Flow::Pause, "at its share");
         // The busy one drains until the inboxes hold a quarter of the budget.
         let flows: Vec<Flow> = (0..7).map(|_| pop(&busy).unwrap().1).collect();
         assert_eq!(flows.iter().filter(|f| **f == Flow::Resume).count(), 1);
@@ -383,12 +397,12 @@ mod tests {
     fn a_seek_back_drops_the_records_queued_from_before_it() {
         let inbox = inbox(usize::MAX);
         for offset in 100..103 {
-            inbox.push(record(offset, 10), usize::MAX, |_| {}, &mut Vec::new());
+            push(&inbox, offset, 10, usize::MAX);
         }
         let queued: usize = (100..103).map(|o| footprint(&record(o, 10))).sum();
-        let (_, change) = inbox.push(record(0, 10), usize::MAX, |_| {}, &mut Vec::new());
+        let change = inbox.push(record(0, 10), usize::MAX, || {}, &mut Vec::new());
         assert_eq!(change, footprint(&record(0, 10)) as isize - queued as isize);
-        inbox.push(record(1, 10), usize::MAX, |_| {}, &mut Vec::new());
+        push(&inbox, 1, 10, usize::MAX);
         assert_eq!(pop(&inbox), Some((0, Flow::Keep)));
         assert_eq!(pop(&inbox), Some((1, Flow::Keep)));
         assert_eq!(pop(&inbox), None);
@@ -398,38 +412,62 @@ mod tests {
     fn a_seek_to_the_middle_keeps_what_comes_before_it() {
         let inbox = inbox(usize::MAX);
         for offset in 0..5 {
-            inbox.push(record(offset, 10), usize::MAX, |_| {}, &mut Vec::new());
+            push(&inbox, offset, 10, usize::MAX);
         }
-        inbox.push(record(3, 10), usize::MAX, |_| {}, &mut Vec::new());
+        push(&inbox, 3, 10, usize::MAX);
         let offsets: Vec<i64> = std::iter::from_fn(|| pop(&inbox).map(|(o, _)| o)).collect();
         assert_eq!(offsets, [0, 1, 2, 3]);
     }
 
     #[test]
-    fn the_flow_is_acted_on_as_it_is_decided() {
+    fn pause_and_resume_are_done_as_they_are_decided() {
         let size = footprint(&record(0, 10));
         let inbox = inbox(size * 2);
         let acted = std::cell::RefCell::new(Vec::new());
         inbox.push(
             record(0, 10),
             size,
-            |f| acted.borrow_mut().push(f),
+            || acted.borrow_mut().push(Flow::Pause),
             &mut Vec::new(),
         );
+        assert_eq!(*acted.borrow(), [Flow::Pause], "before the push returns");
         let mut cx = Context::from_waker(Waker::noop());
-        let _ = inbox.poll_pop(&mut cx, |f| acted.borrow_mut().push(f));
-        let _ = inbox.poll_pop(&mut cx, |f| acted.borrow_mut().push(f));
+        let _ = inbox.poll_pop(&mut cx, || acted.borrow_mut().push(Flow::Resume));
+        let _ = inbox.poll_pop(&mut cx, || acted.borrow_mut().push(Flow::Resume));
         assert_eq!(*acted.borrow(), [Flow::Pause, Flow::Resume]);
+    }
+
+    #[test]
+    fn records_taken_at_once_come_in_order_and_resume_a_paused_partition_once() {
+        let size = footprint(&record(0, 1_000));
+        let inbox = inbox(size * 8);
+        for offset in 0..5 {
+            push(&inbox, offset, 1_000, size * 4);
+        }
+        let mut taken = Vec::new();
+        let mut resumes = 0;
+        assert_eq!(inbox.pop_ready(2, &mut taken, || resumes += 1), size * 2);
+        assert_eq!(resumes, 0, "three of four shares left");
+        assert_eq!(inbox.pop_ready(10, &mut taken, || resumes += 1), size * 3);
+        assert_eq!(resumes, 1);
+        let offsets: Vec<i64> = taken.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [0, 1, 2, 3, 4]);
+        assert_eq!(inbox.bytes(), 0);
+        assert_eq!(inbox.budget.held(), 0);
+        assert_eq!(inbox.pop_ready(10, &mut taken, || resumes += 1), 0);
+        inbox.close();
+        push(&inbox, 5, 10, usize::MAX);
+        assert_eq!(inbox.pop_ready(10, &mut taken, || {}), 0, "closed");
     }
 
     #[test]
     fn a_look_that_does_not_wait_leaves_the_waiting_worker_registered() {
         let (flag, waker) = flag_waker();
         let inbox = inbox(usize::MAX);
-        let _ = inbox.poll_pop(&mut Context::from_waker(&waker), |_| {});
-        let _ = inbox.poll_pop(&mut Context::from_waker(Waker::noop()), |_| {});
+        let _ = inbox.poll_pop(&mut Context::from_waker(&waker), || {});
+        let _ = inbox.poll_pop(&mut Context::from_waker(Waker::noop()), || {});
         let mut wake = Vec::new();
-        inbox.push(record(0, 1), usize::MAX, |_| {}, &mut wake);
+        inbox.push(record(0, 1), usize::MAX, || {}, &mut wake);
         wake.into_iter().for_each(Waker::wake);
         assert!(flag.load(std::sync::atomic::Ordering::SeqCst));
     }
@@ -437,12 +475,12 @@ mod tests {
     #[test]
     fn a_closed_inbox_takes_and_hands_out_nothing() {
         let inbox = inbox(usize::MAX);
-        inbox.push(record(0, 10), usize::MAX, |_| {}, &mut Vec::new());
+        push(&inbox, 0, 10, usize::MAX);
         assert_eq!(inbox.close(), footprint(&record(0, 10)));
         assert_eq!(inbox.budget.held(), 0, "its bytes given back to the budget");
         assert_eq!(
-            inbox.push(record(1, 10), usize::MAX, |_| {}, &mut Vec::new()),
-            (Flow::Keep, 0)
+            inbox.push(record(1, 10), usize::MAX, || {}, &mut Vec::new()),
+            0
         );
         assert_eq!(pop(&inbox), None);
         assert_eq!(inbox.bytes(), 0);
@@ -453,11 +491,11 @@ mod tests {
         let (flag, waker) = flag_waker();
         let inbox = inbox(usize::MAX);
         assert!(inbox
-            .poll_pop(&mut Context::from_waker(&waker), |_| {})
+            .poll_pop(&mut Context::from_waker(&waker), || {})
             .is_pending());
         let mut wake = Vec::new();
-        inbox.push(record(0, 1), usize::MAX, |_| {}, &mut wake);
-        inbox.push(record(1, 1), usize::MAX, |_| {}, &mut wake);
+        inbox.push(record(0, 1), usize::MAX, || {}, &mut wake);
+        inbox.push(record(1, 1), usize::MAX, || {}, &mut wake);
         assert_eq!(wake.len(), 1, "one wake-up for both records");
         assert!(
             !flag.load(std::sync::atomic::Ordering::SeqCst),

@@ -82,6 +82,7 @@
 //! [`Consumer::run`]; only a fatal client error does (after the usual drain and commit).
 
 mod context;
+mod dispatch;
 mod dlq_topics;
 mod inbox;
 mod offsets;
@@ -109,7 +110,6 @@ use crate::config::{ConfigError, ConsumerConfig};
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
-use crate::record::Record;
 use context::Assigned;
 use context::{commit_stored, Partitions, RebalanceContext};
 use worker::{run_worker, PartitionInput, Shared};
@@ -117,15 +117,6 @@ use worker::{run_worker, PartitionInput, Shared};
 /// How long the poll loop waits after an error from the consumer's main queue before polling
 /// it again (errors that queued up meanwhile are then taken at once).
 const POLL_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The inbox a partition's records went to last, with its share, as of `rebalances`.
-struct Recent {
-    rebalances: u64,
-    topic: String,
-    partition: i32,
-    inbox: Arc<inbox::Inbox>,
-    share: usize,
-}
 
 /// Records the poll loop moves into inboxes after a wake-up before it waits again.
 const DELIVERIES_PER_WAKE: usize = 256;
@@ -319,7 +310,11 @@ impl<H: BatchHandler> Consumer<H> {
         // a waker), and the inbox the last record went to.
         let consumer = self.consumer.clone();
         let mut stream = consumer.stream();
-        let mut recent = None;
+        let mut dispatch = dispatch::Dispatch::new(
+            self.consumer.clone(),
+            self.config.id_header.clone(),
+            self.shared.metrics.buffered_bytes.clone(),
+        );
         loop {
             // The consumer's queue serves records (into their partitions' inboxes),
             // rebalances, errors and statistics.
@@ -347,16 +342,13 @@ impl<H: BatchHandler> Consumer<H> {
             };
             match polled {
                 Ok(message) => {
-                    let mut wake = Vec::new();
-                    self.deliver(&message, &mut wake, &mut recent);
+                    dispatch.deliver(&message);
                     drop(message);
                     // Whatever else is ready, before the workers are woken: one wake-up for
                     // many records.
                     for _ in 0..DELIVERIES_PER_WAKE {
                         match stream.next().now_or_never() {
-                            Some(Some(Ok(message))) => {
-                                self.deliver(&message, &mut wake, &mut recent)
-                            }
+                            Some(Some(Ok(message))) => dispatch.deliver(&message),
                             Some(Some(Err(error))) => {
                                 crate::kafka::warn_gated("poll_failed", &error, "polling on");
                                 break;
@@ -364,7 +356,7 @@ impl<H: BatchHandler> Consumer<H> {
                             _ => break,
                         }
                     }
-                    wake.into_iter().for_each(std::task::Waker::wake);
+                    dispatch.wake();
                 }
                 Err(error) => {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
@@ -392,9 +384,8 @@ impl<H: BatchHandler> Consumer<H> {
                                 empty = 0;
                             }
                             Some(Ok(message)) => {
-                                let mut wake = Vec::new();
-                                self.deliver(&message, &mut wake, &mut recent);
-                                wake.into_iter().for_each(std::task::Waker::wake);
+                                dispatch.deliver(&message);
+                                dispatch.wake();
                                 break;
                             }
                             None => empty += 1,
@@ -419,65 +410,10 @@ impl<H: BatchHandler> Consumer<H> {
                 }
             }
         }
-        drop((recent, stream));
+        drop((dispatch, stream));
         drop(consumer);
         self.shutdown(workers).await;
         outcome
-    }
-
-    /// Copies `message` into its partition's inbox, pausing the partition's fetches when the
-    /// inbox holds its share of the budget. A record of a partition no longer assigned here is
-    /// dropped: its offset was not stored, so the new owner consumes it. The worker waiting
-    /// for it, if any, is added to `wake`. `recent` keeps the inbox the last record went to,
-    /// until the next rebalance (records come in runs of one partition).
-    fn deliver(
-        &self,
-        message: &rdkafka::message::BorrowedMessage<'_>,
-        wake: &mut Vec<std::task::Waker>,
-        recent: &mut Option<Recent>,
-    ) {
-        let record = Record::from_message(message, self.config.id_header.as_deref());
-        let rebalances = self
-            .consumer
-            .context()
-            .rebalances
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let current = recent.as_ref().is_some_and(|r| {
-            r.rebalances == rebalances && r.partition == record.partition && r.topic == record.topic
-        });
-        if !current {
-            let partitions = self.partitions.lock().expect("partitions lock");
-            let key = (record.topic.clone(), record.partition);
-            let Some(slot) = partitions.get(&key) else {
-                tracing::debug!(event = "record_of_unassigned_partition",
-                    topic = %key.0, partition = key.1, offset = record.offset);
-                return;
-            };
-            *recent = Some(Recent {
-                rebalances,
-                topic: key.0,
-                partition: key.1,
-                inbox: slot.inbox.clone(),
-                share: self.consumer.context().budget.share(partitions.len()),
-            });
-        }
-        let Some(to) = recent.as_ref() else {
-            return;
-        };
-        let (_, change) = to.inbox.push(
-            record,
-            to.share,
-            |_| {
-                let mut list = rdkafka::TopicPartitionList::with_capacity(1);
-                list.add_partition(&to.topic, to.partition);
-                if let Err(error) = self.consumer.pause(&list) {
-                    tracing::warn!(event = "partition_pause_failed", topic = %to.topic,
-                        partition = to.partition, %error, "its inbox may grow past its share");
-                }
-            },
-            wake,
-        );
-        self.shared.metrics.buffered_bytes.add(change as i64);
     }
 
     async fn shutdown(self, mut workers: JoinSet<()>) {

@@ -145,7 +145,11 @@ pub(super) async fn settle_record<H: BatchHandler>(
         .is_some_and(|w| w.too_far_behind(at))
     {
         // A dead letter is not acknowledged yet (the dead-letter topic may be down): stop here
-        // rather than handle ever more records that a restart would deliver again.
+        // rather than handle ever more records that a restart would deliver again. A
+        // cancelled worker does not wait: it ends.
+        if cancel.is_cancelled() {
+            return Err(Stopped);
+        }
         settled.store(shared);
         if let Some(writes) = settled.writes.as_mut() {
             writes.catch_up(at).await;

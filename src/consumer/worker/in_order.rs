@@ -56,11 +56,13 @@ pub(super) async fn run<H: BatchHandler>(
                     settled.settle(record);
                     continue;
                 }
-                if cancel.is_cancelled()
-                    || (record.retry.is_some()
-                        && wait_until_due(&shared, record, &mut settled, &cancel)
+                // No call starts once `cancel` fired (`settle_record` asks the breaker's
+                // permit, which checks it), nor a retry record's wait.
+                if (record.retry.is_some()
+                    && (cancel.is_cancelled()
+                        || wait_until_due(&shared, record, &mut settled, &cancel)
                             .await
-                            .is_err())
+                            .is_err()))
                     || settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
                         .await
                         .is_err()

@@ -4,7 +4,7 @@
 //! | file | what |
 //! |---|---|
 //! | [`input`] | what a partition's worker is given: the partition, its tier, its metrics, its source |
-//! | [`source`] | where records come from: the partition's inbox (a trait: the simulation's seam) |
+//! | [`source`] | where records come from: the partition's inbox, read with tokio's cooperative budget |
 //! | [`records`] | the worker's reader: the next record, what is ready, chunks and batches; cancel-safe |
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
@@ -18,11 +18,12 @@
 //! | [`local_metrics`] | metrics a worker counts locally and flushes, and the breaker's answered calls |
 //! | [`client`] | what the worker asks of its Kafka consumer (a trait: the simulation's seam) |
 //!
-//! The worker's world is behind three small traits — where records come from
-//! ([`source::RecordSource`]), what it asks of the consumer ([`client::Client`]) and where
-//! records that exit are written ([`exit::ExitWriter`]) — so that `simulation` (tests only)
-//! runs the whole worker against simulated partitions on tokio's paused clock, with seeded
-//! schedules, and checks its guarantees after every step.
+//! The worker's world is behind two small traits — what it asks of the consumer
+//! ([`client::Client`]) and where records that exit are written ([`exit::ExitWriter`]) — and
+//! its records come from the partition's real inbox, so that `simulation` (tests only) runs
+//! the whole worker, with a simulated poll loop filling the inboxes, against simulated
+//! partitions on tokio's paused clock, with seeded schedules, and checks its guarantees after
+//! every step.
 
 mod attempt;
 mod bisect;

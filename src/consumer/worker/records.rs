@@ -1,12 +1,11 @@
 //! A worker's reader of its partition's records: the next one, the ones ready now, or a chunk
 //! or batch taken at once — each cancel-safe, and none taken once the worker is cancelled.
 
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::source::RecordSource;
+use super::source::InboxSource;
 use crate::record::retry::Stage;
 use crate::record::Record;
 
@@ -20,7 +19,7 @@ pub(crate) struct Records<'a> {
     taking: Vec<Record>,
     /// When the first of `taking` was taken.
     taking_since: Instant,
-    source: Box<dyn RecordSource + 'a>,
+    source: InboxSource<'a>,
     topic: &'a str,
     partition: i32,
     stage: &'a Stage,
@@ -31,7 +30,7 @@ impl<'a> Records<'a> {
     /// A reader of `source`, the partition `topic`/`partition` at `stage`; counts what it
     /// hands over in `consumed`.
     pub(crate) fn new(
-        source: Box<dyn RecordSource + 'a>,
+        source: InboxSource<'a>,
         topic: &'a str,
         partition: i32,
         stage: &'a Stage,
@@ -98,21 +97,6 @@ impl<'a> Records<'a> {
         Some(self.restored(record))
     }
 
-    /// The next record if one is ready, without waiting; `None` once `cancel` fired.
-    pub(super) fn ready(&mut self, cancel: &CancellationToken) -> Option<Record> {
-        if cancel.is_cancelled() {
-            return None;
-        }
-        if let Some(record) = self.peeked.take() {
-            return Some(record);
-        }
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.source.poll_record(&mut cx) {
-            Poll::Ready(record) => Some(self.restored(record)),
-            Poll::Pending => None,
-        }
-    }
-
     /// Takes up to `max` records in offset order, with the time they were taken: waits for
     /// the first, takes what else is ready, and waits up to `linger` for more. `None` once
     /// `cancel` fires while none was taken. Cancel-safe: records taken by a take that is
@@ -128,17 +112,25 @@ impl<'a> Records<'a> {
             self.taking_since = Instant::now();
             self.taking.push(first);
         }
+        // What is ready now. Each record counts against tokio's cooperative budget, so a
+        // worker whose records are always ready still lets other tasks run: once the budget is
+        // spent, the take yields and goes on (a take dropped there keeps what it took in
+        // `taking`). Cancelled now or not, what is ready belongs to this assignment: a revoked
+        // partition's inbox is closed, and no handler is called once cancelled.
         while self.taking.len() < max {
-            // librdkafka's queue is not part of tokio's cooperative scheduling: without this, a
-            // worker whose records are always ready would not let other tasks run. A take
-            // dropped here keeps what it took in `taking`.
-            tokio::task::coop::consume_budget().await;
-            // Cancelled now or not, what is ready belongs to this assignment: a revoked
-            // partition's inbox is closed.
-            match self.ready(cancel) {
-                Some(record) => self.taking.push(record),
-                None => break,
+            let from = self.taking.len();
+            self.source.ready_records(max - from, &mut self.taking);
+            if self.stage.is_retry() {
+                let delivered: Vec<Record> = self.taking.drain(from..).collect();
+                for record in delivered {
+                    let record = self.restored(record);
+                    self.taking.push(record);
+                }
             }
+            if self.taking.len() == max || tokio::task::coop::has_budget_remaining() {
+                break;
+            }
+            tokio::task::coop::consume_budget().await;
         }
         if self.taking.len() < max && !linger.is_zero() {
             let until = tokio::time::Instant::now() + linger;
@@ -206,15 +198,14 @@ mod tests {
             client: &client,
             buffered: &buffered,
         };
-        let mut records = Records::new(Box::new(source), "t", 0, &Stage::Source, &consumed);
+        let mut records = Records::new(source, "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
-        inbox.push(record(7), usize::MAX, |_| {}, &mut Vec::new());
-        assert_eq!(records.ready(&cancel).map(|r| r.offset), Some(7));
+        inbox.push(record(7), usize::MAX, || {}, &mut Vec::new());
+        assert_eq!(records.next(&cancel).await.map(|r| r.offset), Some(7));
 
         // After the revocation nothing more is taken.
-        inbox.push(record(8), usize::MAX, |_| {}, &mut Vec::new());
+        inbox.push(record(8), usize::MAX, || {}, &mut Vec::new());
         cancel.cancel();
-        assert!(records.ready(&cancel).is_none(), "ready takes nothing");
         assert!(records.next(&cancel).await.is_none(), "next takes nothing");
         assert!(
             records.take(10, Duration::ZERO, &cancel).await.is_none(),
@@ -232,7 +223,7 @@ mod tests {
         let buffered = prometheus::IntGauge::new("b", "b").unwrap();
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
         for offset in 0..4 {
-            let (_, change) = inbox.push(record(offset), size * 4, |_| {}, &mut Vec::new());
+            let change = inbox.push(record(offset), size * 4, || {}, &mut Vec::new());
             buffered.add(change as i64);
         }
         let source = InboxSource {
@@ -242,7 +233,7 @@ mod tests {
             client: &client,
             buffered: &buffered,
         };
-        let mut records = Records::new(Box::new(source), "t", 3, &Stage::Source, &consumed);
+        let mut records = Records::new(source, "t", 3, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
         records.next(&cancel).await.unwrap();
         assert!(client.0.lock().unwrap().is_empty(), "3 of 4 shares left");
@@ -251,32 +242,40 @@ mod tests {
         assert_eq!(buffered.get(), 2 * size as i64);
     }
 
-    /// Always ready: the partition's queue holds more than a take wants.
-    struct Endless(i64);
-
-    impl RecordSource for Endless {
-        fn poll_record(&mut self, _: &mut Context<'_>) -> Poll<Record> {
-            self.0 += 1;
-            Poll::Ready(record(self.0 - 1))
-        }
-    }
-
     #[tokio::test]
     async fn a_take_dropped_when_the_budget_runs_out_loses_no_record() {
+        // The inbox holds more than a take wants, and more than tokio's budget lets one poll
+        // take (128 units of 32 records).
+        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        for offset in 0..60_000 {
+            inbox.push(record(offset), usize::MAX, || {}, &mut Vec::new());
+        }
+        let client = Resumes::default();
+        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
         let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let mut records = Records::new(Box::new(Endless(0)), "t", 0, &Stage::Source, &consumed);
+        let source = InboxSource {
+            topic: "t",
+            partition: 0,
+            inbox: &inbox,
+            client: &client,
+            buffered: &buffered,
+        };
+        let mut records = Records::new(source, "t", 0, &Stage::Source, &consumed);
         let cancel = CancellationToken::new();
         let mut handed = Vec::new();
-        // A take of 1,000 runs out of tokio's budget (128 a poll) before its end; a
-        // `select!` that finds another branch ready then drops it.
-        for _ in 0..20 {
-            let take = records.take(1_000, Duration::ZERO, &cancel);
-            if let Some(Some((taken, _))) = futures_util::FutureExt::now_or_never(take) {
-                handed.extend(taken.into_iter().map(|r| r.offset));
+        // A take of 10,000 runs out of tokio's budget before its end; a `select!` that finds
+        // another branch ready then drops it.
+        let mut dropped = 0;
+        for _ in 0..5 {
+            let take = records.take(10_000, Duration::ZERO, &cancel);
+            match futures_util::FutureExt::now_or_never(take) {
+                Some(Some((taken, _))) => handed.extend(taken.into_iter().map(|r| r.offset)),
+                _ => dropped += 1,
             }
             tokio::task::yield_now().await;
         }
-        let (taken, _) = records.take(1_000, Duration::ZERO, &cancel).await.unwrap();
+        assert!(dropped > 0, "a take was dropped");
+        let (taken, _) = records.take(10_000, Duration::ZERO, &cancel).await.unwrap();
         handed.extend(taken.into_iter().map(|r| r.offset));
         let expected: Vec<i64> = (0..handed.len() as i64).collect();
         assert_eq!(handed, expected, "every record handed over once, in order");

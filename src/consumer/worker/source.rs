@@ -1,25 +1,12 @@
-//! Where a partition's records come from, one at a time: the partition's inbox (filled from
-//! the consumer's queue, see `consumer::inbox`), or, in tests, a simulated partition.
+//! Where a partition's records come from: the partition's inbox (filled from the consumer's
+//! queue, see `consumer::inbox`), read with tokio's cooperative budget. Once a record is
+//! handed out it is the reader's.
 
 use std::task::{Context, Poll};
 
 use super::client::Client;
 use crate::consumer::inbox::Inbox;
 use crate::record::Record;
-
-/// Where a partition's records come from, one at a time: the partition's inbox ([`InboxSource`]) or, in tests, a simulated partition. Once a record
-/// is handed out it is the reader's: the source's position has moved past it.
-pub(crate) trait RecordSource: Send {
-    /// The next record, as delivered (before a retry topic's record is restored); `Pending`,
-    /// with `cx`'s waker registered, while none is ready. Never ends.
-    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record>;
-}
-
-impl<T: RecordSource + ?Sized> RecordSource for &mut T {
-    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
-        (**self).poll_record(cx)
-    }
-}
 
 /// The partition's inbox, filled by the consumer's poll loop; resumes the partition's fetches
 /// when a take brings a paused inbox down to half its share.
@@ -32,18 +19,57 @@ pub(super) struct InboxSource<'a> {
     pub(super) buffered: &'a prometheus::IntGauge,
 }
 
-impl RecordSource for InboxSource<'_> {
-    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
+impl InboxSource<'_> {
+    /// Resumes the partition's fetches.
+    fn resume(&self) {
+        let (topic, partition) = (self.topic, self.partition);
+        if let Err(error) = self.client.resume(&[(topic.to_string(), partition)]) {
+            tracing::warn!(event = "partition_resume_failed", %topic, partition, %error);
+        }
+    }
+}
+
+/// Records [`InboxSource::ready_records`] takes per unit of tokio's cooperative budget (one
+/// lock of the inbox for many records; a worker whose inbox is never empty still yields to
+/// its thread's other tasks every 128 units).
+const READY_PER_BUDGET_UNIT: usize = 32;
+
+impl InboxSource<'_> {
+    /// The next record; `Pending`, with `cx`'s waker registered, while none is ready (and
+    /// for ever once the inbox is closed). Counts against tokio's cooperative budget.
+    pub(super) fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
         // A worker whose inbox is never empty still yields to its thread's other tasks.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let (client, topic, partition) = (self.client, self.topic, self.partition);
-        let (record, _, size) = std::task::ready!(self.inbox.poll_pop(cx, |_| {
-            if let Err(error) = client.resume(&[(topic.to_string(), partition)]) {
-                tracing::warn!(event = "partition_resume_failed", %topic, partition, %error);
-            }
-        }));
+        let (record, size) = std::task::ready!(self.inbox.poll_pop(cx, || self.resume()));
         coop.made_progress();
         self.buffered.sub(size as i64);
         Poll::Ready(record)
+    }
+
+    /// Up to `max` records that are ready now, into `into`, without waiting; returns how
+    /// many. Takes them in runs of up to 32 a unit of tokio's cooperative budget, and none
+    /// once the budget is spent.
+    pub(super) fn ready_records(&mut self, max: usize, into: &mut Vec<Record>) -> usize {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut taken = 0;
+        while taken < max {
+            let Poll::Ready(coop) = tokio::task::coop::poll_proceed(&mut cx) else {
+                break;
+            };
+            let before = into.len();
+            let want = (max - taken).min(READY_PER_BUDGET_UNIT);
+            let size = self.inbox.pop_ready(want, into, || self.resume());
+            let got = into.len() - before;
+            if got == 0 {
+                break;
+            }
+            coop.made_progress();
+            self.buffered.sub(size as i64);
+            taken += got;
+            if got < want {
+                break;
+            }
+        }
+        taken
     }
 }

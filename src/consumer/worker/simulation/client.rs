@@ -1,14 +1,10 @@
 //! The consumer as a member's workers see it: its [`Client`] (positions, pauses, the clock)
-//! and the [`RecordSource`] of each partition it reads, over the [`World`]'s fetch queues.
-
-use std::task::{Context, Poll};
+//! over the [`World`](super::world::World).
 
 use chrono::{DateTime, Utc};
 
 use super::super::client::{Client, TopicPartition};
-use super::super::source::RecordSource;
-use super::world::{delivered, WorldRef};
-use crate::record::Record;
+use super::world::WorldRef;
 
 /// A member's consumer, as its workers see it.
 pub(super) struct SimClient {
@@ -28,16 +24,16 @@ impl Client for SimClient {
         Ok(())
     }
 
+    /// Only a retry partition's worker pauses through its client (to wait for a record's due
+    /// time): noted, for the check that nothing else holds a partition paused.
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {
         let mut world = self.world.lock();
-        let member = &mut world.members[self.member];
         for tp in partitions {
-            member.paused.insert(tp.clone());
-            // Pausing drops what was fetched; it is fetched again from the app position.
-            if let Some(queue) = member.queues.get_mut(tp) {
-                queue.records.clear();
-                queue.fetch = queue.app;
-            }
+            world.pause(self.member, tp);
+            let now = tokio::time::Instant::now();
+            world.members[self.member]
+                .retry_waits
+                .insert(tp.clone(), now);
         }
         Ok(())
     }
@@ -45,8 +41,8 @@ impl Client for SimClient {
     fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String> {
         let mut world = self.world.lock();
         for tp in partitions {
-            world.members[self.member].paused.remove(tp);
-            world.fetch(self.member, tp);
+            world.members[self.member].retry_waits.remove(tp);
+            world.resume(self.member, tp);
         }
         Ok(())
     }
@@ -62,38 +58,5 @@ impl Client for SimClient {
 
     fn now(&self) -> DateTime<Utc> {
         self.world.lock().now()
-    }
-}
-
-/// One member's reader of one partition's queue.
-pub(super) struct SimSource {
-    pub world: WorldRef,
-    pub member: usize,
-    pub tp: TopicPartition,
-}
-
-impl RecordSource for SimSource {
-    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
-        let mut world = self.world.lock();
-        let member = &mut world.members[self.member];
-        let queue = member.queues.entry(self.tp.clone()).or_default();
-        match queue.records.pop_front() {
-            Some(record) => {
-                let delivered = delivered(&record).1;
-                queue.app = delivered + 1;
-                if record.retry.is_some() {
-                    member
-                        .handed_retry
-                        .insert(self.tp.clone(), (delivered, tokio::time::Instant::now()));
-                }
-                let tp = self.tp.clone();
-                world.fetch(self.member, &tp);
-                Poll::Ready(record)
-            }
-            None => {
-                queue.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
     }
 }

@@ -23,7 +23,7 @@ fn one_member(
         .build()
         .expect("a runtime");
     runtime.block_on(async {
-        let world = WorldRef::new(World::new(0, 1, 64, false));
+        let world = WorldRef::new(World::new(0, 1, 64, 16 << 20, false));
         let tiers = crate::retry_tier::RetryTiers::default();
         let shared = member(&world, 0, Mode::InOrder, &tiers, &backoff, budget_kib);
         body(world, shared).await;

@@ -11,12 +11,15 @@ use tokio_util::sync::CancellationToken;
 use super::super::client::TopicPartition;
 use super::super::input::PartitionInput;
 use super::super::{run_worker, Shared};
-use super::client::{SimClient, SimSource};
+use super::client::SimClient;
 use super::handler::SimHandler;
+use super::poll_loop::poll_loop;
 use super::world::{WorldRef, SOURCE};
 use super::writes::SimExits;
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerPolicy};
+use crate::consumer::context::Assigned;
+use crate::consumer::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
 
@@ -28,7 +31,8 @@ pub(super) enum Mode {
     ByKey { max_in_flight: usize },
 }
 
-/// Member `member`'s worker settings and world: its consumer, writes, handler and breaker.
+/// Member `member`'s worker settings and world: its consumer, writes, handler and breaker;
+/// and its poll loop, started (it runs until the runtime ends).
 pub(super) fn member(
     world: &WorldRef,
     member: usize,
@@ -37,6 +41,7 @@ pub(super) fn member(
     backoff: &ExponentialBackoff,
     budget_kib: usize,
 ) -> Arc<Shared<SimHandler>> {
+    tokio::spawn(poll_loop(world.clone(), member));
     Arc::new(Shared {
         group: super::world::GROUP.to_string(),
         handler: SimHandler {
@@ -78,7 +83,8 @@ pub(super) fn member(
     })
 }
 
-/// Assigns `tp` to `member` in the world and starts its worker, reading under `reader`.
+/// Assigns `tp` to `member` in the world with a fresh inbox and starts its worker, reading
+/// under `reader`, as the consumer's rebalance callback and poll loop do.
 pub(super) fn start_worker(
     world: &WorldRef,
     shared: &Arc<Shared<SimHandler>>,
@@ -86,24 +92,29 @@ pub(super) fn start_worker(
     tp: &TopicPartition,
     reader: Arc<tokio::sync::Mutex<()>>,
 ) -> (CancellationToken, JoinHandle<()>) {
-    world.lock().assign(member, tp);
+    let inbox = {
+        let mut world = world.lock();
+        let inbox = Arc::new(Inbox::new(world.members[member].budget.clone()));
+        world.assign(member, tp, inbox.clone());
+        inbox
+    };
     let tiers = &shared.retry_tiers;
     let stage = tiers.stage_of(&tp.0, &[SOURCE.to_string()], &shared.group);
-    let source = SimSource {
-        world: world.clone(),
-        member,
-        tp: tp.clone(),
-    };
-    let input = PartitionInput::from_source(
-        tp.0.clone(),
-        tp.1,
-        Box::new(source),
+    let cancel = CancellationToken::new();
+    let assigned = Assigned {
+        topic: tp.0.clone(),
+        partition: tp.1,
+        inbox,
         reader,
+        cancel: cancel.clone(),
+    };
+    let input = PartitionInput::new(
+        assigned,
+        shared.client.clone(),
         &shared.metrics,
         stage,
         tiers.len(),
     );
-    let cancel = CancellationToken::new();
     let handle = tokio::spawn(run_worker(shared.clone(), input, cancel.clone()));
     (cancel, handle)
 }

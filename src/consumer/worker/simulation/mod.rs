@@ -2,9 +2,13 @@
 //! batches with bisection and partial responses, retry partitions waiting for their due
 //! time, the outage breaker, the dead-letter window and budget, revocation and re-assignment)
 //! runs against simulated partitions ([`world`]) on tokio's paused clock, with no broker.
+//! Each member's poll loop ([`poll_loop`]) moves what its librdkafka queues fetched into the
+//! partitions' real inboxes (`consumer::inbox`), which pause and resume the partitions as in
+//! production, and the workers take their records from there.
 //!
 //! Each schedule ([`schedule`]) is drawn from one seed: the mode and its settings, the retry
-//! tiers, the size of the fetch queues, the records and what each handler call of each does
+//! tiers, the size of the fetch queues, the inboxes' budget (from less than one record, so
+//! that every record pauses its partition, to more than a schedule holds), the records and what each handler call of each does
 //! (finish without awaiting, yield, sleep, outlive a revocation; succeed, fail transiently n
 //! times, permanently, panic), and the steps: revocations and assignments to either of two
 //! members at any point, outages of the downstream (the breaker opens and closes across
@@ -16,8 +20,11 @@
 //!   acknowledged by its dead-letter or retry topic (checked at every store and commit);
 //! - first calls come in offset order per partition (per key in key order), and no handler
 //!   is called for another group's retry record;
-//! - every partition a member owns is fetched unless the breaker or a retry wait holds it
-//!   now (a retry wait at most its tier's delay);
+//! - every partition a member owns is fetched unless the breaker, a retry wait (at most its
+//!   tier's delay) or records in its inbox hold it now: a partition paused with an empty
+//!   inbox is stuck;
+//! - a member's inboxes never hold more than their budget and one record each (checked at
+//!   every record the poll loop delivers);
 //! - a revoked or stopped worker ends within its bound;
 //!
 //! and at the end, with the outages over and every partition assigned, that every record is
@@ -33,6 +40,7 @@ mod dead_letter_budget;
 mod handler;
 mod member;
 mod plan;
+mod poll_loop;
 mod replay;
 mod schedule;
 mod world;

@@ -120,8 +120,11 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         _ => RetryTiers::new([rng.u64(20..=300), rng.u64(20..=300)]),
     };
     let queue_capacity = [1, 3, 16, 64, 300][rng.usize(0..5)];
+    // What a member's inboxes may hold: from less than a record (every record pauses its
+    // partition) to far more than a schedule produces (none ever does).
+    let inbox_budget = [1, 1_000, 8_000, 64_000, 16 << 20][rng.usize(0..5)];
     let key_order = matches!(mode, Mode::ByKey { .. });
-    let mut world = World::new(seed, MEMBERS, queue_capacity, key_order);
+    let mut world = World::new(seed, MEMBERS, queue_capacity, inbox_budget, key_order);
     world.other_group =
         (variant == Variant::OtherGroup).then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
     let redrive = variant == Variant::Redrive;
@@ -333,25 +336,28 @@ impl Run {
         for (member, state) in world.members.iter().enumerate() {
             for tp in state.assigned.intersection(&state.paused) {
                 let breaker = self.members[member].breaker.is_open();
+                // A retry wait lasts its tier's delay at most.
                 let waiting = self
                     .tiers
                     .tier_of(&tp.0, &self.sources)
                     .is_some_and(|(_, tier)| {
-                        state.handed_retry.get(tp).is_some_and(|(offset, at)| {
+                        state.retry_waits.get(tp).is_some_and(|since| {
                             let delay = self.tiers.delay(tier).unwrap_or_default();
-                            !world.is_settled(tp, *offset)
-                                && now < *at + delay + Duration::from_millis(100)
+                            now < *since + delay + Duration::from_millis(100)
                         })
                     });
+                // A full inbox holds its partition until its worker has taken it down to half
+                // its share: an empty one holds nothing.
+                let full = state.inboxes.get(tp).is_some_and(|inbox| inbox.bytes() > 0);
                 let key = (member, tp.clone());
-                if breaker || waiting {
+                if breaker || waiting || full {
                     self.unheld.remove(&key);
                     continue;
                 }
                 let since = *self.unheld.entry(key).or_insert(now);
                 if now - since > STALL_AFTER {
                     return Err(format!(
-                        "{}-{} is assigned to member {member} but not fetched for {:?}, though neither the breaker nor a retry wait holds it; {}",
+                        "{}-{} is assigned to member {member} but not fetched for {:?}, though neither the breaker, a retry wait nor records in its inbox hold it; {}",
                         tp.0,
                         tp.1,
                         now - since,

@@ -1,8 +1,10 @@
 //! The simulated world of the workers: each partition's log and what became of its records,
-//! each member's fetch queues, pauses, stored and committed positions, with librdkafka's
-//! rules (a pause outlives revocation and re-assignment, pausing drops what was fetched, a
-//! store on a partition no longer assigned fails), and the guarantees checked as positions
-//! are stored and committed and as records are first called.
+//! each member's fetch queues (librdkafka's), its partitions' inboxes (the consumer's own,
+//! filled by the simulated poll loop, see [`super::poll_loop`]), pauses, stored and committed
+//! positions, with librdkafka's rules (a pause outlives revocation and re-assignment,
+//! pausing drops what was fetched and fetches again from the last record handed to the
+//! application, a store on a partition no longer assigned fails), and the guarantees checked
+//! as positions are stored and committed and as records are first called.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,6 +15,7 @@ use chrono::{DateTime, Utc};
 
 use super::super::client::TopicPartition;
 use super::plan::Plan;
+use crate::consumer::inbox::{Budget, Inbox};
 use crate::record::Record;
 
 /// The source topic every schedule reads.
@@ -63,9 +66,9 @@ pub(super) struct Queue {
     pub records: VecDeque<Record>,
     /// The next offset to fetch into `records`.
     pub fetch: i64,
-    /// The next offset to hand out: one past the last one handed out.
+    /// The next offset to hand to the application (the poll loop): one past the last one
+    /// handed out.
     pub app: i64,
-    pub waker: Option<Waker>,
 }
 
 /// One member's view of the group.
@@ -75,8 +78,16 @@ pub(super) struct Member {
     pub paused: BTreeSet<TopicPartition>,
     pub stored: BTreeMap<TopicPartition, i64>,
     pub queues: BTreeMap<TopicPartition, Queue>,
-    /// The retry record last handed out per retry partition, and when.
-    pub handed_retry: BTreeMap<TopicPartition, (i64, tokio::time::Instant)>,
+    /// The inbox of each partition assigned now.
+    pub inboxes: BTreeMap<TopicPartition, Arc<Inbox>>,
+    /// What the member's inboxes may hold together.
+    pub budget: Arc<Budget>,
+    /// The member's poll loop, waiting for fetched records.
+    pub poll_loop: Option<Waker>,
+    /// The footprint of the largest record its poll loop moved into an inbox.
+    pub largest_record: usize,
+    /// Retry partitions their worker paused to wait for a record's due time, and since when.
+    pub retry_waits: BTreeMap<TopicPartition, tokio::time::Instant>,
 }
 
 /// See the module docs.
@@ -94,6 +105,8 @@ pub(super) struct World {
     pub key_order: bool,
     /// Records a member fetches into a partition's queue at most.
     pub queue_capacity: usize,
+    /// The bytes each member's inboxes may hold together.
+    pub inbox_budget: usize,
     pub violations: Vec<String>,
     pub rng: fastrand::Rng,
     /// When another service's retry records share the retry topics: the generator that
@@ -122,11 +135,22 @@ pub(super) fn delivered(record: &Record) -> (TopicPartition, i64) {
 }
 
 impl World {
-    pub fn new(seed: u64, members: usize, queue_capacity: usize, key_order: bool) -> Self {
+    pub fn new(
+        seed: u64,
+        members: usize,
+        queue_capacity: usize,
+        inbox_budget: usize,
+        key_order: bool,
+    ) -> Self {
         Self {
             start: tokio::time::Instant::now(),
             partitions: BTreeMap::new(),
-            members: (0..members).map(|_| Member::default()).collect(),
+            members: (0..members)
+                .map(|_| Member {
+                    budget: Arc::new(Budget::new(inbox_budget)),
+                    ..Member::default()
+                })
+                .collect(),
             committed: BTreeMap::new(),
             dead_letters: 0,
             calls: BTreeMap::new(),
@@ -135,6 +159,7 @@ impl World {
             dlq_down: false,
             key_order,
             queue_capacity,
+            inbox_budget,
             violations: Vec::new(),
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             other_group: None,
@@ -151,12 +176,6 @@ impl World {
 
     pub fn len(&self, tp: &TopicPartition) -> i64 {
         self.partitions.get(tp).map_or(0, |p| p.log.len() as i64)
-    }
-
-    pub fn is_settled(&self, tp: &TopicPartition, offset: i64) -> bool {
-        self.partitions
-            .get(tp)
-            .is_some_and(|p| p.is_settled(offset))
     }
 
     /// A new record of the source topic's `partition` with `key`, whose calls follow `plan`.
@@ -225,28 +244,48 @@ impl World {
             woke = true;
         }
         if woke {
-            if let Some(waker) = queue.waker.take() {
+            if let Some(waker) = m.poll_loop.take() {
                 waker.wake();
             }
         }
     }
 
-    /// `tp` assigned to `member`: fetched from the committed position (or the start); its
-    /// stored position cleared; its pause, if any, kept (as librdkafka does).
-    pub fn assign(&mut self, member: usize, tp: &TopicPartition) {
+    /// Pauses `member`'s fetches of `tp`: what was fetched is dropped, and fetched again from
+    /// the last record handed to the application once resumed.
+    pub fn pause(&mut self, member: usize, tp: &TopicPartition) {
+        let member = &mut self.members[member];
+        member.paused.insert(tp.clone());
+        if let Some(queue) = member.queues.get_mut(tp) {
+            queue.records.clear();
+            queue.fetch = queue.app;
+        }
+    }
+
+    /// Resumes `member`'s fetches of `tp`.
+    pub fn resume(&mut self, member: usize, tp: &TopicPartition) {
+        self.members[member].paused.remove(tp);
+        self.fetch(member, tp);
+    }
+
+    /// `tp` assigned to `member` with `inbox`: fetched from the committed position (or the
+    /// start); its stored position cleared; resumed, as the consumer's rebalance callback
+    /// resumes what it is assigned (librdkafka keeps a pause across re-assignment).
+    pub fn assign(&mut self, member: usize, tp: &TopicPartition, inbox: Arc<Inbox>) {
         let start = self.committed.get(tp).copied().unwrap_or(0);
         let m = &mut self.members[member];
         m.assigned.insert(tp.clone());
         m.stored.remove(tp);
-        m.handed_retry.remove(tp);
+        m.retry_waits.remove(tp);
+        m.inboxes.insert(tp.clone(), inbox);
         let queue = m.queues.entry(tp.clone()).or_default();
         queue.records.clear();
         queue.fetch = start;
         queue.app = start;
-        self.fetch(member, tp);
+        self.resume(member, tp);
     }
 
-    /// `tp` revoked from `member`: its stored position committed, its queue dropped.
+    /// `tp` revoked from `member`: its stored position committed, its queue dropped, its
+    /// inbox closed (what it holds dropped).
     pub fn revoke(&mut self, member: usize, tp: &TopicPartition) {
         self.commit_one(member, tp);
         let m = &mut self.members[member];
@@ -254,6 +293,9 @@ impl World {
         m.stored.remove(tp);
         if let Some(queue) = m.queues.get_mut(tp) {
             queue.records.clear();
+        }
+        if let Some(inbox) = m.inboxes.remove(tp) {
+            inbox.close();
         }
     }
 

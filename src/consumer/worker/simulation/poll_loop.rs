@@ -1,0 +1,58 @@
+//! A member's poll loop, simulated: moves what librdkafka fetched (the world's queues) into
+//! the partitions' real inboxes, pausing a partition when its inbox says so and waking the
+//! workers, as `consumer::dispatch` does; and the memory bound checked at every record.
+
+use std::future::poll_fn;
+use std::task::Poll;
+
+use super::super::client::TopicPartition;
+use super::world::{delivered, WorldRef};
+use crate::consumer::inbox::footprint;
+
+/// Runs member `member`'s poll loop until the runtime ends: each time librdkafka has fetched
+/// records, they go into their partitions' inboxes, oldest first, partition by partition.
+pub(super) async fn poll_loop(world: WorldRef, member: usize) {
+    poll_fn(|cx| {
+        let mut guard = world.lock();
+        let world = &mut *guard;
+        let mut wake = Vec::new();
+        let assigned: Vec<TopicPartition> = world.members[member].inboxes.keys().cloned().collect();
+        let share = world.members[member].budget.share(assigned.len());
+        for tp in assigned {
+            loop {
+                let m = &mut world.members[member];
+                let Some(record) = m.queues.get_mut(&tp).and_then(|q| q.records.pop_front())
+                else {
+                    break;
+                };
+                let offset = delivered(&record).1;
+                let size = footprint(&record);
+                m.queues.get_mut(&tp).expect("its queue").app = offset + 1;
+                let mut paused = false;
+                m.inboxes[&tp].push(record, share, || paused = true, &mut wake);
+                // The inboxes hold at most their budget, and what reached an inbox before its
+                // pause took effect: one record each.
+                m.largest_record = m.largest_record.max(size);
+                let held = m.budget.held();
+                let bound = world.inbox_budget + m.inboxes.len() * m.largest_record;
+                if held > bound {
+                    world.violations.push(format!(
+                        "the inboxes of member {member} hold {held} bytes, over their budget of {} and a record each ({bound} in all)",
+                        world.inbox_budget
+                    ));
+                }
+                if paused {
+                    world.pause(member, &tp);
+                    break;
+                }
+                // librdkafka fetches on while it is not paused.
+                world.fetch(member, &tp);
+            }
+        }
+        world.members[member].poll_loop = Some(cx.waker().clone());
+        drop(guard);
+        wake.into_iter().for_each(std::task::Waker::wake);
+        Poll::<()>::Pending
+    })
+    .await
+}
