@@ -203,11 +203,14 @@ impl Inbox {
     }
 
     /// Takes up to `max` records that are ready, oldest first, into `into`, without waiting
-    /// (no waker is registered); calls `resume` as [`Inbox::poll_pop`] does, at most once.
-    /// Returns their footprint, taken off the inbox's bytes. Takes nothing once closed.
+    /// (no waker is registered), stopping once they come to `max_bytes` or more (so it takes
+    /// one record of any size when `max_bytes` > 0); calls `resume` as [`Inbox::poll_pop`]
+    /// does, at most once. Returns their footprint, taken off the inbox's bytes. Takes nothing
+    /// once closed.
     pub(crate) fn pop_ready(
         &self,
         max: usize,
+        max_bytes: usize,
         into: &mut Vec<Record>,
         resume: impl FnOnce(),
     ) -> usize {
@@ -217,6 +220,9 @@ impl Inbox {
         }
         let mut taken = 0;
         for _ in 0..max {
+            if taken >= max_bytes {
+                break;
+            }
             let Some((record, size)) = state.records.pop_front() else {
                 break;
             };
@@ -233,6 +239,11 @@ impl Inbox {
             resume();
         }
         taken
+    }
+
+    /// The partition's share, as of the last record pushed (0 before the first).
+    pub(crate) fn share(&self) -> usize {
+        self.state.lock().expect("inbox lock").share
     }
 
     /// Ends its assignment: drops the records it holds (their offsets were not stored, so the
@@ -446,18 +457,39 @@ mod tests {
         }
         let mut taken = Vec::new();
         let mut resumes = 0;
-        assert_eq!(inbox.pop_ready(2, &mut taken, || resumes += 1), size * 2);
+        assert_eq!(
+            inbox.pop_ready(2, usize::MAX, &mut taken, || resumes += 1),
+            size * 2
+        );
         assert_eq!(resumes, 0, "three of four shares left");
-        assert_eq!(inbox.pop_ready(10, &mut taken, || resumes += 1), size * 3);
+        assert_eq!(
+            inbox.pop_ready(10, size + 1, &mut taken, || resumes += 1),
+            size * 2,
+            "up to the bytes asked for, and the record that passes them"
+        );
+        assert_eq!(resumes, 1, "down to half the share");
+        assert_eq!(
+            inbox.pop_ready(10, 0, &mut taken, || resumes += 1),
+            0,
+            "no bytes asked"
+        );
+        assert_eq!(inbox.pop_ready(10, 1, &mut taken, || resumes += 1), size);
         assert_eq!(resumes, 1);
         let offsets: Vec<i64> = taken.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [0, 1, 2, 3, 4]);
         assert_eq!(inbox.bytes(), 0);
         assert_eq!(inbox.budget.held(), 0);
-        assert_eq!(inbox.pop_ready(10, &mut taken, || resumes += 1), 0);
+        assert_eq!(
+            inbox.pop_ready(10, usize::MAX, &mut taken, || resumes += 1),
+            0
+        );
         inbox.close();
         push(&inbox, 5, 10, usize::MAX);
-        assert_eq!(inbox.pop_ready(10, &mut taken, || {}), 0, "closed");
+        assert_eq!(
+            inbox.pop_ready(10, usize::MAX, &mut taken, || {}),
+            0,
+            "closed"
+        );
     }
 
     #[test]

@@ -29,9 +29,11 @@
 //!   pause across revocation. See `inbox.rs` for why the inboxes never hold more than their
 //!   half.
 //!
-//! One fetch in flight (at most 64 kB per partition, 2 MB in all), the records in the
-//! handler's hands (one per partition in order, up to `max_in_flight` by key, `batch_size` in
-//! batches) and dead letters in flight (their own bound) come on top.
+//! One fetch in flight (at most 64 kB per partition, 2 MB in all), the records the workers
+//! have taken out of their inboxes and not settled yet (in order, a chunk of one record and at
+//! most the partition's share beyond it, so together no more than the inboxes' half again; up
+//! to `max_in_flight` per partition by key; `batch_size` in batches) and dead letters in
+//! flight (their own bound) come on top.
 //!
 //! A record in backoff holds back only its own partition: its inbox fills and its fetches
 //! pause; the other partitions' workers carry on, and the queue keeps being polled (so the

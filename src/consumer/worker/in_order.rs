@@ -37,7 +37,12 @@ pub(super) async fn run<H: BatchHandler>(
     };
     let mut settled = Progress::new(&input.topic, input.partition, batch_size == 1);
     let mut metrics = input.metrics.local(&shared.breaker);
-    let mut source = input.records();
+    // A chunk of records, settled one by one, stays within the partition's share.
+    let mut source = if batch_size == 1 {
+        input.records().bounded_by_share()
+    } else {
+        input.records()
+    };
     'work: while !cancel.is_cancelled() {
         let Some((records, taken)) = source.take(take, linger, &cancel).await else {
             break;

@@ -19,6 +19,10 @@ pub(crate) struct Records<'a> {
     taking: Vec<Record>,
     /// When the first of `taking` was taken.
     taking_since: Instant,
+    /// The footprint of `taking` beyond its first record.
+    taking_bytes: usize,
+    /// Whether a take stops at the partition's share of bytes ([`Records::bounded_by_share`]).
+    share_bound: bool,
     source: InboxSource<'a>,
     topic: &'a str,
     partition: i32,
@@ -40,12 +44,23 @@ impl<'a> Records<'a> {
             peeked: None,
             taking: Vec::new(),
             taking_since: Instant::now(),
+            taking_bytes: 0,
+            share_bound: false,
             source,
             topic,
             partition,
             stage,
             consumed,
         }
+    }
+
+    /// A reader whose takes stop once what they took beyond the first record comes to the
+    /// partition's share of the inboxes' budget: the records a worker holds out of its inbox
+    /// are then within its share too (a chunk the worker settles one by one, not a batch the
+    /// handler asked for).
+    pub(super) fn bounded_by_share(mut self) -> Self {
+        self.share_bound = true;
+        self
     }
 
     /// `record` as the worker settles it: from a retry or redrive topic, the original it
@@ -98,7 +113,8 @@ impl<'a> Records<'a> {
     }
 
     /// Takes up to `max` records in offset order, with the time they were taken: waits for
-    /// the first, takes what else is ready, and waits up to `linger` for more. `None` once
+    /// the first, takes what else is ready (up to the partition's share of bytes beyond the
+    /// first when [`Records::bounded_by_share`]), and waits up to `linger` for more. `None` once
     /// `cancel` fires while none was taken. Cancel-safe: records taken by a take that is
     /// dropped before its end are handed over by the next.
     pub(super) async fn take(
@@ -117,9 +133,18 @@ impl<'a> Records<'a> {
         // spent, the take yields and goes on (a take dropped there keeps what it took in
         // `taking`). Cancelled now or not, what is ready belongs to this assignment: a revoked
         // partition's inbox is closed, and no handler is called once cancelled.
-        while self.taking.len() < max {
+        let max_bytes = if self.share_bound {
+            self.source.share()
+        } else {
+            usize::MAX
+        };
+        while self.taking.len() < max && self.taking_bytes < max_bytes {
             let from = self.taking.len();
-            self.source.ready_records(max - from, &mut self.taking);
+            self.taking_bytes += self.source.ready_records(
+                max - from,
+                max_bytes - self.taking_bytes,
+                &mut self.taking,
+            );
             if self.stage.is_retry() {
                 let delivered: Vec<Record> = self.taking.drain(from..).collect();
                 for record in delivered {
@@ -146,6 +171,7 @@ impl<'a> Records<'a> {
             }
         }
         let records = std::mem::take(&mut self.taking);
+        self.taking_bytes = 0;
         self.consumed.inc_by(records.len() as u64);
         Some((records, self.taking_since))
     }
@@ -240,6 +266,38 @@ mod tests {
         records.next(&cancel).await.unwrap();
         assert_eq!(*client.0.lock().unwrap(), [("t".to_string(), 3)]);
         assert_eq!(buffered.get(), 2 * size as i64);
+    }
+
+    #[tokio::test]
+    async fn a_chunk_stops_at_the_partitions_share() {
+        let size = crate::consumer::inbox::footprint(&record(0));
+        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        for offset in 0..10 {
+            inbox.push(record(offset), size * 3, || {}, &mut Vec::new());
+        }
+        let client = Resumes::default();
+        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
+        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let source = InboxSource {
+            topic: "t",
+            partition: 0,
+            inbox: &inbox,
+            client: &client,
+            buffered: &buffered,
+        };
+        let mut records =
+            Records::new(source, "t", 0, &Stage::Source, &consumed).bounded_by_share();
+        let cancel = CancellationToken::new();
+        let mut chunks = Vec::new();
+        for _ in 0..3 {
+            let (taken, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
+            chunks.push(taken.iter().map(|r| r.offset).collect::<Vec<_>>());
+        }
+        assert_eq!(
+            chunks,
+            [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]],
+            "the first record and a share beyond it"
+        );
     }
 
     #[tokio::test]

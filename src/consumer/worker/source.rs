@@ -46,19 +46,26 @@ impl InboxSource<'_> {
         Poll::Ready(record)
     }
 
-    /// Up to `max` records that are ready now, into `into`, without waiting; returns how
-    /// many. Takes them in runs of up to 32 a unit of tokio's cooperative budget, and none
-    /// once the budget is spent.
-    pub(super) fn ready_records(&mut self, max: usize, into: &mut Vec<Record>) -> usize {
+    /// Up to `max` records that are ready now, into `into`, without waiting, stopping once
+    /// they come to `max_bytes` or more; returns their footprint. Takes them in runs of up to
+    /// 32 a unit of tokio's cooperative budget, and none once the budget is spent.
+    pub(super) fn ready_records(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        into: &mut Vec<Record>,
+    ) -> usize {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut taken = 0;
-        while taken < max {
+        let (mut taken, mut bytes) = (0, 0);
+        while taken < max && bytes < max_bytes {
             let Poll::Ready(coop) = tokio::task::coop::poll_proceed(&mut cx) else {
                 break;
             };
             let before = into.len();
             let want = (max - taken).min(READY_PER_BUDGET_UNIT);
-            let size = self.inbox.pop_ready(want, into, || self.resume());
+            let size = self
+                .inbox
+                .pop_ready(want, max_bytes - bytes, into, || self.resume());
             let got = into.len() - before;
             if got == 0 {
                 break;
@@ -66,10 +73,16 @@ impl InboxSource<'_> {
             coop.made_progress();
             self.buffered.sub(size as i64);
             taken += got;
-            if got < want {
+            bytes += size;
+            if got < want && bytes < max_bytes {
                 break;
             }
         }
-        taken
+        bytes
+    }
+
+    /// The partition's share of the inboxes' budget now.
+    pub(super) fn share(&self) -> usize {
+        self.inbox.share()
     }
 }
