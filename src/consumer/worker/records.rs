@@ -211,20 +211,43 @@ mod tests {
         }
     }
 
+    /// What a reader of an inbox is given in these tests: a consumer that records resumes,
+    /// the buffered-bytes gauge and the consumed counter.
+    struct Reader {
+        client: Resumes,
+        buffered: prometheus::IntGauge,
+        consumed: prometheus::IntCounter,
+    }
+
+    impl Default for Reader {
+        fn default() -> Self {
+            Self {
+                client: Resumes::default(),
+                buffered: prometheus::IntGauge::new("b", "b").unwrap(),
+                consumed: prometheus::IntCounter::new("c", "c").unwrap(),
+            }
+        }
+    }
+
+    impl Reader {
+        /// A reader of `inbox`, partition `t`/`partition` of a source topic.
+        fn of<'a>(&'a self, inbox: &'a Inbox, partition: i32) -> Records<'a> {
+            let source = InboxSource {
+                topic: "t",
+                partition,
+                inbox,
+                client: &self.client,
+                buffered: &self.buffered,
+            };
+            Records::new(source, "t", partition, &Stage::Source, &self.consumed)
+        }
+    }
+
     #[tokio::test]
     async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
         let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
-        let client = Resumes::default();
-        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
-        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let source = InboxSource {
-            topic: "t",
-            partition: 0,
-            inbox: &inbox,
-            client: &client,
-            buffered: &buffered,
-        };
-        let mut records = Records::new(source, "t", 0, &Stage::Source, &consumed);
+        let reader = Reader::default();
+        let mut records = reader.of(&inbox, 0);
         let cancel = CancellationToken::new();
         inbox.push(record(7), usize::MAX, || {}, &mut Vec::new());
         assert_eq!(records.next(&cancel).await.map(|r| r.offset), Some(7));
@@ -245,27 +268,21 @@ mod tests {
     async fn a_paused_partition_is_resumed_once_its_worker_has_taken_half_its_share() {
         let size = crate::consumer::inbox::footprint(&record(0));
         let inbox = Inbox::new(std::sync::Arc::new(Budget::new(size * 8)));
-        let client = Resumes::default();
-        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
-        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
+        let reader = Reader::default();
         for offset in 0..4 {
             let change = inbox.push(record(offset), size * 4, || {}, &mut Vec::new());
-            buffered.add(change as i64);
+            reader.buffered.add(change as i64);
         }
-        let source = InboxSource {
-            topic: "t",
-            partition: 3,
-            inbox: &inbox,
-            client: &client,
-            buffered: &buffered,
-        };
-        let mut records = Records::new(source, "t", 3, &Stage::Source, &consumed);
+        let mut records = reader.of(&inbox, 3);
         let cancel = CancellationToken::new();
         records.next(&cancel).await.unwrap();
-        assert!(client.0.lock().unwrap().is_empty(), "3 of 4 shares left");
+        assert!(
+            reader.client.0.lock().unwrap().is_empty(),
+            "3 of 4 shares left"
+        );
         records.next(&cancel).await.unwrap();
-        assert_eq!(*client.0.lock().unwrap(), [("t".to_string(), 3)]);
-        assert_eq!(buffered.get(), 2 * size as i64);
+        assert_eq!(*reader.client.0.lock().unwrap(), [("t".to_string(), 3)]);
+        assert_eq!(reader.buffered.get(), 2 * size as i64);
     }
 
     #[tokio::test]
@@ -275,18 +292,8 @@ mod tests {
         for offset in 0..10 {
             inbox.push(record(offset), size * 3, || {}, &mut Vec::new());
         }
-        let client = Resumes::default();
-        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
-        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let source = InboxSource {
-            topic: "t",
-            partition: 0,
-            inbox: &inbox,
-            client: &client,
-            buffered: &buffered,
-        };
-        let mut records =
-            Records::new(source, "t", 0, &Stage::Source, &consumed).bounded_by_share();
+        let reader = Reader::default();
+        let mut records = reader.of(&inbox, 0).bounded_by_share();
         let cancel = CancellationToken::new();
         let mut chunks = Vec::new();
         for _ in 0..3 {
@@ -308,17 +315,8 @@ mod tests {
         for offset in 0..60_000 {
             inbox.push(record(offset), usize::MAX, || {}, &mut Vec::new());
         }
-        let client = Resumes::default();
-        let buffered = prometheus::IntGauge::new("b", "b").unwrap();
-        let consumed = prometheus::IntCounter::new("c", "c").unwrap();
-        let source = InboxSource {
-            topic: "t",
-            partition: 0,
-            inbox: &inbox,
-            client: &client,
-            buffered: &buffered,
-        };
-        let mut records = Records::new(source, "t", 0, &Stage::Source, &consumed);
+        let reader = Reader::default();
+        let mut records = reader.of(&inbox, 0);
         let cancel = CancellationToken::new();
         let mut handed = Vec::new();
         // A take of 10,000 runs out of tokio's budget before its end; a `select!` that finds
