@@ -15,6 +15,8 @@ pub(super) async fn poll_loop(world: WorldRef, member: usize) {
     poll_fn(|cx| {
         let mut guard = world.lock();
         let world = &mut *guard;
+        // Fetches made below wake no earlier poll of this loop: it is running now.
+        world.members[member].poll_loop = None;
         let mut wake = Vec::new();
         let assigned: Vec<TopicPartition> = world.members[member].inboxes.keys().cloned().collect();
         let share = world.members[member].budget.share(assigned.len());
