@@ -95,11 +95,21 @@ async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none
     // many, all empty), so they never hold more than the budget, but for what reached an inbox
     // between its pause and librdkafka dropping the rest of its fetch. 12 MB of records wait
     // on the broker.
+    // The redrive topic is created as the consumer starts, and assigned once librdkafka's
+    // metadata shows it: sampled from the start, for 6 s once every partition is assigned
+    // (within 60 s).
     let mut most = 0i64;
     let mut assigned = 0;
-    for _ in 0..600 {
+    let mut samples = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while samples < 600 {
         most = most.max(metrics.buffered_bytes());
         assigned = assigned.max(metrics.partitions_assigned());
+        if assigned == 2 * i64::from(PARTITIONS) {
+            samples += 1;
+        } else if tokio::time::Instant::now() > deadline {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(

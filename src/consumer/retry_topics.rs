@@ -2,6 +2,7 @@
 //! ([`crate::record::retry::redrive_topic`]), created when the consumer starts if they are
 //! missing: as many partitions as their source topic, the broker's default replication.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -64,7 +65,30 @@ pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) 
 async fn try_ensure(config: &ConsumerConfig) -> Result<(), TopicsError> {
     let topics = Topics::read(&config.producer_client_config()).await?;
     let missing = topics.missing(follow_up_topics(config));
-    topics.create(&missing, "retry_topic_created").await
+    topics.create(&missing, "retry_topic_created").await?;
+    shown(config, &missing).await
+}
+
+/// Waits until the cluster's metadata shows `created` (at most 5 s, read every 100 ms): a
+/// topic subscribed to before then is taken for unknown, and librdkafka passes it over until
+/// its next metadata refresh (5 minutes by default).
+async fn shown(
+    config: &ConsumerConfig,
+    created: &BTreeMap<String, i32>,
+) -> Result<(), TopicsError> {
+    for _ in 0..50 {
+        if created.is_empty() {
+            return Ok(());
+        }
+        let topics = Topics::read(&config.producer_client_config()).await?;
+        if created.keys().all(|topic| topics.exists(topic)) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::warn!(event = "retry_topics_not_shown", topics = ?created.keys().collect::<Vec<_>>(),
+        "created, but not in the cluster's metadata after 5 s: consumed from the next metadata refresh");
+    Ok(())
 }
 
 /// Records waiting in a retry topic that no configured tier reads: `<source>-retry-<n>` with
