@@ -210,6 +210,12 @@ impl Breaker {
         *self.state.borrow()
     }
 
+    /// [`Breaker::permit`] when it answers at once: `Some(Permit::Normal)` while the breaker
+    /// is closed; `None` while it is open (then `permit` is to be awaited).
+    pub fn permit_now(&self) -> Option<Permit> {
+        (!self.open.load(Ordering::Acquire)).then_some(Permit::Normal)
+    }
+
     /// Waits until a handler call may be made: at once when closed; when open, until this
     /// caller is granted the probe or the breaker closes.
     pub async fn permit(&self) -> Permit {

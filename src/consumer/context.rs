@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::inbox::{Budget, Inbox};
+use super::spare_records::SpareRecords;
 use crate::metrics::Metrics;
 
 /// A topic and partition.
@@ -58,6 +59,8 @@ pub(super) struct RebalanceContext {
     pub rebalances: std::sync::atomic::AtomicU64,
     /// What the inboxes may hold together: half of `max_buffered_bytes`.
     pub budget: Arc<Budget>,
+    /// Settled records given back by the workers, for the poll loop to copy messages into.
+    pub spares: Arc<SpareRecords>,
 }
 
 /// A newly assigned partition, for the poll loop to start its worker.
@@ -68,6 +71,8 @@ pub(super) struct Assigned {
     /// The partition's reader lease ([`RebalanceContext::readers`]).
     pub reader: Arc<tokio::sync::Mutex<()>>,
     pub cancel: CancellationToken,
+    /// Where its worker gives settled records back ([`RebalanceContext::spares`]).
+    pub spares: Arc<SpareRecords>,
 }
 
 impl ClientContext for RebalanceContext {
@@ -135,6 +140,7 @@ impl ConsumerContext for RebalanceContext {
                         inbox,
                         reader,
                         cancel,
+                        spares: self.spares.clone(),
                     });
                 }
             }

@@ -1,6 +1,8 @@
 //! The poll loop's hand-off: each record the consumer's queue serves is copied out of
 //! librdkafka into its partition's inbox, and the workers waiting for records are woken once
-//! for all that was ready (one wake-up for many records).
+//! for all that was ready (one wake-up for many records). Records are copied into settled
+//! records the workers gave back when there are any (`spare_records`), into new ones when
+//! not.
 
 use std::sync::Arc;
 use std::task::Waker;
@@ -33,6 +35,8 @@ pub(super) struct Dispatch {
     recent: Option<Recent>,
     /// The workers to wake once the records ready now are delivered.
     wake: Vec<Waker>,
+    /// Settled records taken from the consumer's spares, to copy the next messages into.
+    spares: Vec<Record>,
 }
 
 impl Dispatch {
@@ -49,6 +53,7 @@ impl Dispatch {
             buffered,
             recent: None,
             wake: Vec::new(),
+            spares: Vec::new(),
         }
     }
 
@@ -57,8 +62,12 @@ impl Dispatch {
     /// partition no longer assigned here is dropped: its offset was not stored, so the new
     /// owner consumes it. The worker waiting for it, if any, is woken by [`Dispatch::wake`].
     pub(super) fn deliver(&mut self, message: &BorrowedMessage<'_>) {
-        let record = Record::from_message(message, self.id_header.as_deref());
         let context = self.consumer.context();
+        if self.spares.is_empty() {
+            context.spares.take_all(&mut self.spares);
+        }
+        let mut record = self.spares.pop().unwrap_or_else(Record::blank);
+        record.copy_from_message(message, self.id_header.as_deref());
         let rebalances = context
             .rebalances
             .load(std::sync::atomic::Ordering::Relaxed);

@@ -92,6 +92,7 @@ mod retry_topics;
 pub mod share;
 #[cfg(test)]
 mod simulated_panics;
+mod spare_records;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
 mod worker;
@@ -235,6 +236,7 @@ impl<H: BatchHandler> Consumer<H> {
                     readers: Mutex::default(),
                     rebalances: Default::default(),
                     budget: Arc::new(inbox::Budget::new(config.max_buffered_bytes / 2)),
+                    spares: Arc::default(),
                 })
                 .map_err(ConsumerError::CreateConsumer)?,
         );

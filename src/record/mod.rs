@@ -32,12 +32,44 @@ impl RecordHeader {
     /// Every header of a message, in order, with its name as bytes (read through librdkafka's
     /// C API, see [`crate::kafka::headers`], so that no name is refused).
     pub fn read_all(headers: &impl RawHeaders) -> Vec<RecordHeader> {
-        rdkafka_header_bytes::entries(headers.as_raw())
-            .map(|(key, value)| RecordHeader {
-                key: key.to_vec(),
-                value: value.map(<[u8]>::to_vec),
-            })
-            .collect()
+        let mut all = Vec::new();
+        RecordHeader::copy_all(headers, &mut all);
+        all
+    }
+
+    /// Makes `into` the headers of a message, as [`RecordHeader::read_all`] reads them,
+    /// copying into the buffers of the headers `into` holds already.
+    fn copy_all(headers: &impl RawHeaders, into: &mut Vec<RecordHeader>) {
+        let mut count = 0;
+        for (key, value) in rdkafka_header_bytes::entries(headers.as_raw()) {
+            match into.get_mut(count) {
+                Some(header) => {
+                    copy_bytes(&mut header.key, key);
+                    copy_optional_bytes(&mut header.value, value);
+                }
+                None => into.push(RecordHeader {
+                    key: key.to_vec(),
+                    value: value.map(<[u8]>::to_vec),
+                }),
+            }
+            count += 1;
+        }
+        into.truncate(count);
+    }
+}
+
+/// Makes `into` a copy of `bytes`, in the buffer it has when that is large enough.
+fn copy_bytes(into: &mut Vec<u8>, bytes: &[u8]) {
+    into.clear();
+    into.extend_from_slice(bytes);
+}
+
+/// Makes `into` a copy of `bytes`, in the buffer it has when that is large enough.
+fn copy_optional_bytes(into: &mut Option<Vec<u8>>, bytes: Option<&[u8]>) {
+    match (into.as_mut(), bytes) {
+        (Some(buffer), Some(bytes)) => copy_bytes(buffer, bytes),
+        (None, Some(bytes)) => *into = Some(bytes.to_vec()),
+        (_, None) => *into = None,
     }
 }
 
@@ -178,34 +210,68 @@ impl Record {
     where
         M::Headers: RawHeaders,
     {
-        let headers: Vec<RecordHeader> = message
-            .headers()
-            .map(RecordHeader::read_all)
-            .unwrap_or_default();
-        let topic = message.topic().to_string();
-        let id = record_id(
-            &headers,
-            id_header,
-            &topic,
-            message.partition(),
-            message.offset(),
-        );
+        let mut record = Record::blank();
+        record.copy_from_message(message, id_header);
+        record
+    }
+
+    /// A record with every field empty: no id, no topic, offset 0, allocating nothing.
+    pub(crate) fn blank() -> Record {
         Record {
-            id,
-            partition: message.partition(),
-            offset: message.offset(),
-            key: message.key().map(<[u8]>::to_vec),
-            payload: message.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp: message
-                .timestamp()
-                .to_millis()
-                .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
-            timestamp_type: TimestampType::of(message.timestamp()),
-            topic,
+            id: String::new(),
+            topic: String::new(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: None,
+            headers: Vec::new(),
+            timestamp: None,
+            timestamp_type: None,
             retry: None,
             delivery_count: None,
         }
+    }
+
+    /// Makes this record what [`Record::from_message`] makes of `message`, every field
+    /// overwritten, copying into the buffers it holds already (a settled record reused, see
+    /// `consumer::spare_records`).
+    pub(crate) fn copy_from_message<M: Message>(&mut self, message: &M, id_header: Option<&str>)
+    where
+        M::Headers: RawHeaders,
+    {
+        // Every field named, so that a field added to `Record` cannot be left over from the
+        // record this one was before.
+        let Record {
+            id,
+            topic,
+            partition,
+            offset,
+            key,
+            payload,
+            headers,
+            timestamp,
+            timestamp_type,
+            retry,
+            delivery_count,
+        } = self;
+        match message.headers() {
+            Some(read) => RecordHeader::copy_all(read, headers),
+            None => headers.clear(),
+        }
+        topic.clear();
+        topic.push_str(message.topic());
+        *partition = message.partition();
+        *offset = message.offset();
+        copy_optional_bytes(key, message.key());
+        copy_optional_bytes(payload, message.payload());
+        let at = message.timestamp();
+        *timestamp = at
+            .to_millis()
+            .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
+        *timestamp_type = TimestampType::of(at);
+        *retry = None;
+        *delivery_count = None;
+        write_record_id(id, headers, id_header, topic, *partition, *offset);
     }
 
     /// Parses the value as JSON. A missing or malformed value is a **permanent** failure whose
@@ -265,6 +331,7 @@ impl Record {
 /// A record's id: the value of the header `id_header` names, else
 /// `<topic>-<partition>-<offset>` (also when that header is missing, null, empty or not
 /// UTF-8).
+#[cfg(feature = "share")]
 pub(crate) fn record_id(
     headers: &[RecordHeader],
     id_header: Option<&str>,
@@ -272,26 +339,48 @@ pub(crate) fn record_id(
     partition: i32,
     offset: i64,
 ) -> String {
-    id_header
+    let mut id = String::new();
+    write_record_id(&mut id, headers, id_header, topic, partition, offset);
+    id
+}
+
+/// Makes `id` the record id [`record_id`] gives, in the buffer it has.
+fn write_record_id(
+    id: &mut String,
+    headers: &[RecordHeader],
+    id_header: Option<&str>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) {
+    id.clear();
+    match id_header
         .and_then(|name| headers.iter().find(|h| h.key == name.as_bytes()))
         .and_then(|h| h.value.as_deref())
         .and_then(|v| std::str::from_utf8(v).ok())
         .filter(|v| !v.is_empty())
-        .map(str::to_string)
-        .unwrap_or_else(|| fallback_id(topic, partition, offset))
+    {
+        Some(from_header) => id.push_str(from_header),
+        None => write_fallback_id(id, topic, partition, offset),
+    }
 }
 
 /// `<topic>-<partition>-<offset>`, built without the formatting machinery: it is made for
 /// nearly every record.
 pub(crate) fn fallback_id(topic: &str, partition: i32, offset: i64) -> String {
-    let mut numbers = itoa::Buffer::new();
     let mut id = String::with_capacity(topic.len() + 32);
+    write_fallback_id(&mut id, topic, partition, offset);
+    id
+}
+
+/// Appends `<topic>-<partition>-<offset>` to `id`.
+fn write_fallback_id(id: &mut String, topic: &str, partition: i32, offset: i64) {
+    let mut numbers = itoa::Buffer::new();
     id.push_str(topic);
     id.push('-');
     id.push_str(numbers.format(partition));
     id.push('-');
     id.push_str(numbers.format(offset));
-    id
 }
 
 #[cfg(test)]
@@ -338,6 +427,92 @@ mod tests {
         assert_eq!(record.headers.len(), 2);
         assert_eq!(record.headers[1].value, None);
         assert_eq!(record.header("event-id"), Some(&b"evt-9"[..]));
+    }
+
+    mod reuse {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A header name: the id header's sometimes, else any bytes (no NUL).
+        fn header_name() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"event-id".to_vec()),
+                proptest::collection::vec(1..=255_u8, 1..8),
+            ]
+        }
+
+        /// A message's key, value, headers, timestamp, topic, partition and offset.
+        type Parts = (
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Vec<(Vec<u8>, Option<Vec<u8>>)>,
+            Option<i64>,
+            String,
+            i32,
+            i64,
+        );
+
+        fn parts() -> impl Strategy<Value = Parts> {
+            (
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+                proptest::collection::vec(
+                    (
+                        header_name(),
+                        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20)),
+                    ),
+                    0..4,
+                ),
+                proptest::option::of(0_i64..4_000_000_000_000),
+                "[a-z.]{1,12}",
+                0_i32..100,
+                0_i64..i64::MAX,
+            )
+        }
+
+        proptest! {
+            /// A record copied into again and again, as the consumer reuses settled records,
+            /// is each time exactly what `from_message` makes of the message: nothing of the
+            /// record it was before is left (its headers, key, value, timestamp, id, retry
+            /// account, delivery count).
+            #[test]
+            fn a_reused_record_is_a_fresh_copy_of_each_message(
+                messages in proptest::collection::vec(parts(), 1..12),
+                id_header in proptest::option::of(Just("event-id")),
+            ) {
+                let mut reused = Record::blank();
+                reused.retry = Some(Box::new(retry::RetryDelivery {
+                    group: None,
+                    tier: Some(0),
+                    topic: "orders-retry-0".into(),
+                    partition: 0,
+                    offset: 1,
+                    due: Utc::now(),
+                    attempts: 2,
+                    history: vec![],
+                }));
+                reused.delivery_count = Some(3);
+                for (key, value, headers, timestamp, topic, partition, offset) in messages {
+                    let mut owned = OwnedHeaders::new();
+                    for (name, value) in &headers {
+                        owned = crate::kafka::headers::add(owned, name, value.as_deref());
+                    }
+                    let message = OwnedMessage::new(
+                        value,
+                        key,
+                        topic,
+                        timestamp.map_or(Timestamp::NotAvailable, Timestamp::CreateTime),
+                        partition,
+                        offset,
+                        // A message without headers has none, or an empty set, in librdkafka.
+                        (!headers.is_empty() || offset % 2 == 0).then_some(owned),
+                    );
+                    reused.copy_from_message(&message, id_header);
+                    prop_assert_eq!(&reused, &Record::from_message(&message, id_header));
+                    prop_assert_eq!(reused.headers.len(), headers.len());
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,18 +24,20 @@ use crate::record::Record;
 use crate::stopped::Stopped;
 
 /// Calls the handler with `records`, catching a panic as a permanent failure, and tells the
-/// breaker how it went. Also returns when the call ended.
+/// breaker how it went. The call starts now, or at `started` when the worker came straight
+/// from another call that ended then. Also returns when the call ended.
 pub(super) async fn call<H: BatchHandler>(
     shared: &Shared<H>,
     metrics: &mut TopicMetrics<'_>,
     records: &[Record],
     permit: Permit,
+    started: Option<tokio::time::Instant>,
 ) -> (Result<(), HandlerError>, tokio::time::Instant) {
     // A probe whose call is dropped before it ends (revocation, shutdown deadline) is given
     // back, or the breaker would wait for it forever.
     let probe = (permit == Permit::Probe).then(|| ProbeGuard(&shared.breaker));
     // tokio's clock, which the breaker reads too (and tests pause).
-    let started = tokio::time::Instant::now();
+    let started = started.unwrap_or_else(tokio::time::Instant::now);
     let span = if shared.trace_records {
         handler_span(records)
     } else {
@@ -118,7 +120,7 @@ pub(crate) async fn permit(
         return Err(Stopped);
     }
     // A closed breaker answers at once: no cancellation future to set up for every record.
-    if let Some(permit) = breaker.permit().now_or_never() {
+    if let Some(permit) = breaker.permit_now() {
         return Ok(permit);
     }
     tokio::select! {
@@ -151,14 +153,28 @@ pub(super) async fn settle_record<H: BatchHandler>(
             return Err(Stopped);
         }
         settled.store(shared);
+        metrics.flush();
         if let Some(writes) = settled.writes.as_mut() {
             writes.catch_up(at).await;
         }
     }
-    let granted = permit(&shared.breaker, cancel).await?;
-    let (result, ended) = call(shared, metrics, std::slice::from_ref(record), granted).await;
+    // Straight on from the last record's call, unless the breaker makes this one wait.
+    let follows = metrics.follows.take();
+    let (granted, follows) = match shared.breaker.permit_now() {
+        Some(granted) if !cancel.is_cancelled() => (granted, follows),
+        _ => (permit(&shared.breaker, cancel).await?, None),
+    };
+    let (result, ended) = call(
+        shared,
+        metrics,
+        std::slice::from_ref(record),
+        granted,
+        follows,
+    )
+    .await;
     match narrow(result, record.offset) {
         Ok(()) => {
+            metrics.follows = Some(ended);
             tracing::debug!(event = "record_handled", topic = %record.topic,
                 partition = record.partition, offset = record.offset, id = %record.id);
             settled.settle(record);
@@ -283,9 +299,15 @@ async fn settle_one<H: BatchHandler>(
                 };
                 state.attempts += 1;
                 narrow(
-                    call(shared, state.metrics, std::slice::from_ref(record), granted)
-                        .await
-                        .0,
+                    call(
+                        shared,
+                        state.metrics,
+                        std::slice::from_ref(record),
+                        granted,
+                        None,
+                    )
+                    .await
+                    .0,
                     record.offset,
                 )
             }

@@ -37,7 +37,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
             continue;
         }
         let granted = permit(&shared.breaker, cancel).await?;
-        let answer = call(shared, metrics, records, granted).await.0;
+        let answer = call(shared, metrics, records, granted, None).await.0;
         match answer.map_err(|error| names_only_batch_records(error, records)) {
             Ok(()) => {
                 tracing::debug!(event = "batch_handled", topic = %records[0].topic,

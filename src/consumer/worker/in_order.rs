@@ -63,14 +63,20 @@ pub(super) async fn run<H: BatchHandler>(
                 }
                 // No call starts once `cancel` fired (`settle_record` asks the breaker's
                 // permit, which checks it), nor a retry record's wait.
-                if (record.retry.is_some()
-                    && (cancel.is_cancelled()
+                if record.retry.is_some() {
+                    // It waits until it is due: its call does not follow the last one.
+                    metrics.flush();
+                    if cancel.is_cancelled()
                         || wait_until_due(&shared, record, &mut settled, &cancel)
                             .await
-                            .is_err()))
-                    || settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
-                        .await
-                        .is_err()
+                            .is_err()
+                    {
+                        break 'work;
+                    }
+                }
+                if settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
+                    .await
+                    .is_err()
                 {
                     break 'work;
                 }
@@ -90,6 +96,7 @@ pub(super) async fn run<H: BatchHandler>(
         }
         settled.store(&shared);
         metrics.flush();
+        source.give_back(records);
         // Until the next record comes, store the offsets of the dead letters as they are
         // acknowledged (an idle partition's last dead letters get committed too).
         if settled.writing() {

@@ -9,6 +9,7 @@ use super::records::Records;
 use super::source::InboxSource;
 use crate::consumer::context::Assigned;
 use crate::consumer::inbox::Inbox;
+use crate::consumer::spare_records::SpareRecords;
 use crate::metrics::Metrics;
 use crate::record::retry::Stage;
 
@@ -25,6 +26,8 @@ pub(crate) struct PartitionInput {
     client: Arc<dyn Client>,
     /// The bytes every inbox of the consumer holds.
     buffered: prometheus::IntGauge,
+    /// Where settled records go back to, for the poll loop to reuse.
+    spares: Arc<SpareRecords>,
     /// Of a source, a retry tier's or the redrive topic: the records of the last two are
     /// restored to the originals they carry ([`crate::retry_tier::restore`]).
     pub(super) stage: Stage,
@@ -53,6 +56,7 @@ impl PartitionInput {
             reader: assigned.reader,
             client,
             buffered: metrics.buffered_bytes.clone(),
+            spares: assigned.spares,
             stage,
         }
     }
@@ -71,6 +75,7 @@ impl PartitionInput {
             inbox: &self.inbox,
             client: self.client.as_ref(),
             buffered: &self.buffered,
+            spares: &self.spares,
         };
         Records::new(
             source,

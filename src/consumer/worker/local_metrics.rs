@@ -54,6 +54,7 @@ impl TopicHandles {
             settle_seconds: self.settle_seconds.local(),
             breaker,
             answered: None,
+            follows: None,
         }
     }
 }
@@ -68,6 +69,10 @@ pub(super) struct TopicMetrics<'a> {
     /// Calls made with [`Permit::Normal`] and answered, not yet told to the breaker, and when
     /// the last of them ended.
     answered: Option<(u32, Instant)>,
+    /// When the last record handled ended its call, while the worker goes straight on from
+    /// there to the next record's call: that call's start, without reading the clock again.
+    /// Cleared by [`TopicMetrics::flush`], which comes before every wait.
+    pub(super) follows: Option<Instant>,
 }
 
 impl TopicMetrics<'_> {
@@ -97,6 +102,7 @@ impl TopicMetrics<'_> {
     }
 
     pub(super) fn flush(&mut self) {
+        self.follows = None;
         self.succeeded.flush();
         self.handler_duration.flush();
         self.settle_seconds.flush();

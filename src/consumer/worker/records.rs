@@ -9,6 +9,10 @@ use super::source::InboxSource;
 use crate::record::retry::Stage;
 use crate::record::Record;
 
+/// A vector of records given back keeps its room for the next take up to this many records:
+/// a chunk's, not a large batch's.
+const KEPT_CAPACITY: usize = 256;
+
 /// A worker's reader of its partition's records; see [`super::input::PartitionInput::records`].
 pub(crate) struct Records<'a> {
     /// A record taken while waiting for something else; the next to hand out.
@@ -177,6 +181,18 @@ impl<'a> Records<'a> {
     }
 }
 
+impl Records<'_> {
+    /// Gives `records` back once settled, for the poll loop to copy the next messages into
+    /// (see `consumer::spare_records`); their vector becomes the next take's (unless it has
+    /// room for more than a chunk: a large batch's is freed).
+    pub(super) fn give_back(&mut self, mut records: Vec<Record>) {
+        self.source.give_back(&mut records);
+        if self.taking.capacity() == 0 && records.capacity() <= KEPT_CAPACITY {
+            self.taking = records;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +233,7 @@ mod tests {
         client: Resumes,
         buffered: prometheus::IntGauge,
         consumed: prometheus::IntCounter,
+        spares: crate::consumer::spare_records::SpareRecords,
     }
 
     impl Default for Reader {
@@ -225,6 +242,7 @@ mod tests {
                 client: Resumes::default(),
                 buffered: prometheus::IntGauge::new("b", "b").unwrap(),
                 consumed: prometheus::IntCounter::new("c", "c").unwrap(),
+                spares: Default::default(),
             }
         }
     }
@@ -238,6 +256,7 @@ mod tests {
                 inbox,
                 client: &self.client,
                 buffered: &self.buffered,
+                spares: &self.spares,
             };
             Records::new(source, "t", partition, &Stage::Source, &self.consumed)
         }

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use super::client::Client;
 use crate::consumer::inbox::Inbox;
+use crate::consumer::spare_records::SpareRecords;
 use crate::record::Record;
 
 /// The partition's inbox, filled by the consumer's poll loop; resumes the partition's fetches
@@ -17,6 +18,8 @@ pub(super) struct InboxSource<'a> {
     pub(super) client: &'a dyn Client,
     /// The bytes every inbox of the consumer holds.
     pub(super) buffered: &'a prometheus::IntGauge,
+    /// Where settled records go back to, for the poll loop to reuse.
+    pub(super) spares: &'a SpareRecords,
 }
 
 impl InboxSource<'_> {
@@ -79,6 +82,11 @@ impl InboxSource<'_> {
             }
         }
         bytes
+    }
+
+    /// Gives settled records back to the consumer's spares (`records` keeps its capacity).
+    pub(super) fn give_back(&self, records: &mut Vec<Record>) {
+        self.spares.give_back(records);
     }
 
     /// The partition's share of the inboxes' budget now.

@@ -20,8 +20,38 @@ pub(super) struct SimHandler {
 /// The marker of a simulated panic, kept out of the test output.
 pub(super) use crate::consumer::simulated_panics::SIMULATED_PANIC;
 
+/// Adds how long a handler call took to the world's handler time when the call ends: when it
+/// returns or panics, not when it is dropped before its end (the worker does not time those).
+struct Timed<'a> {
+    world: &'a WorldRef,
+    started: tokio::time::Instant,
+    returned: bool,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if self.returned || std::thread::panicking() {
+            self.world.lock().handler_time += self.started.elapsed();
+        }
+    }
+}
+
 impl BatchHandler for SimHandler {
     async fn handle_batch(&self, records: &[Record]) -> Result<(), HandlerError> {
+        let mut timed = Timed {
+            world: &self.world,
+            started: tokio::time::Instant::now(),
+            returned: false,
+        };
+        let result = self.call(records).await;
+        timed.returned = true;
+        result
+    }
+}
+
+impl SimHandler {
+    /// One call of `records`, as their plans say.
+    async fn call(&self, records: &[Record]) -> Result<(), HandlerError> {
         let (results, wait, down, partial) = {
             let mut world = self.world.lock();
             let down = world.downstream_down;

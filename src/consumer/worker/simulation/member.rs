@@ -92,11 +92,11 @@ pub(super) fn start_worker(
     tp: &TopicPartition,
     reader: Arc<tokio::sync::Mutex<()>>,
 ) -> (CancellationToken, JoinHandle<()>) {
-    let inbox = {
+    let (inbox, spares) = {
         let mut world = world.lock();
         let inbox = Arc::new(Inbox::new(world.members[member].budget.clone()));
         world.assign(member, tp, inbox.clone());
-        inbox
+        (inbox, world.members[member].spares.clone())
     };
     let tiers = &shared.retry_tiers;
     let stage = tiers.stage_of(&tp.0, &[SOURCE.to_string()], &shared.group);
@@ -107,6 +107,7 @@ pub(super) fn start_worker(
         inbox,
         reader,
         cancel: cancel.clone(),
+        spares,
     };
     let input = PartitionInput::new(
         assigned,

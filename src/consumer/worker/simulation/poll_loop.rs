@@ -1,13 +1,23 @@
 //! A member's poll loop, simulated: moves what librdkafka fetched (the world's queues) into
 //! the partitions' real inboxes, pausing a partition when its inbox says so and waking the
 //! workers, as `consumer::dispatch` does; and the memory bound checked at every record.
+//!
+//! A source topic's record is copied out of its message into a settled record the workers
+//! gave back, as `dispatch` does (`Record::copy_from_message`), so a field left over from the
+//! record it was before would show in what the handler is called with. (A retry or redrive
+//! topic's record, restored already to the original it carries, goes in as it is.)
 
 use std::future::poll_fn;
 use std::task::Poll;
 
 use super::super::client::TopicPartition;
 use super::world::{delivered, WorldRef};
+use rdkafka::message::{OwnedHeaders, OwnedMessage};
+use rdkafka::Timestamp;
+
 use crate::consumer::inbox::footprint;
+use crate::consumer::spare_records::SpareRecords;
+use crate::record::Record;
 
 /// Runs member `member`'s poll loop until the runtime ends: each time librdkafka has fetched
 /// records, they go into their partitions' inboxes, oldest first, partition by partition.
@@ -27,6 +37,7 @@ pub(super) async fn poll_loop(world: WorldRef, member: usize) {
                 else {
                     break;
                 };
+                let record = as_copied(record, &mut m.spares_taken, &m.spares);
                 let offset = delivered(&record).1;
                 let size = footprint(&record);
                 m.queues.get_mut(&tp).expect("its queue").app = offset + 1;
@@ -57,4 +68,34 @@ pub(super) async fn poll_loop(world: WorldRef, member: usize) {
         Poll::<()>::Pending
     })
     .await
+}
+
+/// `record` as the consumer's poll loop hands it over: a source topic's record copied out of
+/// its message into a spare record (taken from `spares` into `taken` when none is left there)
+/// or a new one; a retry or redrive topic's record as it is.
+fn as_copied(record: Record, taken: &mut Vec<Record>, spares: &SpareRecords) -> Record {
+    if record.retry.is_some() {
+        return record;
+    }
+    let mut headers = OwnedHeaders::new();
+    for header in &record.headers {
+        headers = crate::kafka::headers::add(headers, &header.key, header.value.as_deref());
+    }
+    let message = OwnedMessage::new(
+        record.payload,
+        record.key,
+        record.topic,
+        record.timestamp.map_or(Timestamp::NotAvailable, |t| {
+            Timestamp::CreateTime(t.timestamp_millis())
+        }),
+        record.partition,
+        record.offset,
+        Some(headers),
+    );
+    if taken.is_empty() {
+        spares.take_all(taken);
+    }
+    let mut copy = taken.pop().unwrap_or_else(Record::blank);
+    copy.copy_from_message(&message, None);
+    copy
 }

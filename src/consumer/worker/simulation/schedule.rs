@@ -187,6 +187,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     }
     run.heal().await?;
     run.shutdown().await?;
+    run.check_handler_time()?;
     let world = run.world.lock();
     Ok(Report {
         records: world.partitions.values().map(|p| p.log.len()).sum(),
@@ -425,6 +426,28 @@ impl Run {
                 ));
             }
         }
+    }
+
+    /// The workers timed every handler call that ended (`kafka_dlq_handler_duration_seconds`)
+    /// as long as it took on the simulated clock, no more: a call timed from the end of the one
+    /// before it (a worker going straight on) had nothing in between, no wait counted in.
+    fn check_handler_time(&self) -> Result<(), String> {
+        use prometheus::core::Collector;
+        let timed: f64 = self
+            .members
+            .iter()
+            .flat_map(|shared| shared.metrics.handler_duration.collect())
+            .flat_map(|family| family.get_metric().to_vec())
+            .map(|metric| metric.get_histogram().get_sample_sum())
+            .sum();
+        let took = self.world.lock().handler_time.as_secs_f64();
+        if (timed - took).abs() > 1e-6 {
+            return Err(format!(
+                "the workers timed the handler calls at {timed:.6} s, but they took {took:.6} s; {}",
+                self.context()
+            ));
+        }
+        Ok(())
     }
 
     /// Every worker stopped: each must end within its bound.

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use super::super::client::TopicPartition;
 use super::plan::Plan;
 use crate::consumer::inbox::{Budget, Inbox};
+use crate::consumer::spare_records::SpareRecords;
 use crate::record::Record;
 
 /// The source topic every schedule reads.
@@ -82,6 +83,10 @@ pub(super) struct Member {
     pub inboxes: BTreeMap<TopicPartition, Arc<Inbox>>,
     /// What the member's inboxes may hold together.
     pub budget: Arc<Budget>,
+    /// Settled records its workers gave back, for its poll loop to copy records into.
+    pub spares: Arc<SpareRecords>,
+    /// Those its poll loop took from there and has not used yet.
+    pub spares_taken: Vec<Record>,
     /// The member's poll loop, waiting for fetched records.
     pub poll_loop: Option<Waker>,
     /// The footprint of the largest record its poll loop moved into an inbox.
@@ -97,6 +102,8 @@ pub(super) struct World {
     pub members: Vec<Member>,
     pub committed: BTreeMap<TopicPartition, i64>,
     pub dead_letters: u64,
+    /// How long the handler calls that ended (returned or panicked) took, together.
+    pub handler_time: Duration,
     /// Calls per record id (its source record's, kept by its retry records).
     pub calls: BTreeMap<String, u32>,
     pub plans: BTreeMap<String, Plan>,
@@ -153,6 +160,7 @@ impl World {
                 .collect(),
             committed: BTreeMap::new(),
             dead_letters: 0,
+            handler_time: Duration::ZERO,
             calls: BTreeMap::new(),
             plans: BTreeMap::new(),
             downstream_down: false,
