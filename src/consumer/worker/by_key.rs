@@ -15,6 +15,10 @@ use super::Shared;
 use crate::handler::BatchHandler;
 use crate::record::Record;
 
+/// Settled records are given back to the poll loop in bunches of this many (one lock of the
+/// spares each).
+const GIVEN_BACK_AT_ONCE: usize = 32;
+
 /// Key-ordered mode: records with the same key one after another, in offset order; records of
 /// different keys concurrently, at most `max_in_flight` at once. Each record goes through the
 /// usual retry and dead-letter policy. The stored offset advances only over the longest prefix
@@ -36,6 +40,8 @@ pub(super) async fn run<H: BatchHandler>(
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     let metrics = input.metrics.clone();
     let mut source = input.records();
+    // Settled records, given back to the poll loop a few at a time.
+    let mut spent = Vec::new();
 
     let start = |record: Record, at: Instant, running: &mut FuturesUnordered<Running>| {
         let (shared, metrics, cancel) = (shared.clone(), metrics.clone(), cancel.clone());
@@ -91,6 +97,10 @@ pub(super) async fn run<H: BatchHandler>(
                     }
                 }
                 progress.store(&shared);
+                spent.push(record);
+                if spent.len() >= GIVEN_BACK_AT_ONCE {
+                    source.give_back(std::mem::take(&mut spent));
+                }
             }
             _ = cancel.cancelled(), if !stopping => stopping = true,
             taken = source.take(free, Duration::ZERO, &cancel), if room => {
