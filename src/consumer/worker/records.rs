@@ -179,9 +179,7 @@ impl<'a> Records<'a> {
         self.consumed.inc_by(records.len() as u64);
         Some((records, self.taking_since))
     }
-}
 
-impl Records<'_> {
     /// Gives `records` back once settled, for the poll loop to copy the next messages into
     /// (see `consumer::spare_records`); their vector becomes the next take's (unless it has
     /// room for more than a chunk: a large batch's is freed).

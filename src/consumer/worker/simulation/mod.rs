@@ -4,7 +4,8 @@
 //! runs against simulated partitions ([`world`]) on tokio's paused clock, with no broker.
 //! Each member's poll loop ([`poll_loop`]) moves what its librdkafka queues fetched into the
 //! partitions' real inboxes (`consumer::inbox`), which pause and resume the partitions as in
-//! production, and the workers take their records from there.
+//! production, copying each source record into a settled record the workers gave back, as
+//! production does; the workers take their records from there.
 //!
 //! Each schedule ([`schedule`]) is drawn from one seed: the mode and its settings, the retry
 //! tiers, the size of the fetch queues, the inboxes' budget (from less than one record, so
@@ -26,6 +27,10 @@
 //! - a member's inboxes never hold more than their budget and one record each (checked at
 //!   every record the poll loop delivers);
 //! - a revoked or stopped worker ends within its bound;
+//! - once every worker has stopped, the handler time the workers measured
+//!   (`kafka_dlq_handler_duration_seconds`) is what the calls that ended took on the simulated
+//!   clock: a call timed from the end of the one before (the worker went straight on) had no
+//!   wait in between;
 //!
 //! and at the end, with the outages over and every partition assigned, that every record is
 //! settled and committed (none dropped, none stalled).
