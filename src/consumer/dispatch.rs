@@ -35,7 +35,8 @@ pub(super) struct Dispatch {
     recent: Option<Recent>,
     /// The workers to wake once the records ready now are delivered.
     wake: Vec<Waker>,
-    /// Settled records taken from the consumer's spares, to copy the next messages into.
+    /// Settled records taken from the consumer's spares, to copy the next messages into
+    /// (refilled at [`Dispatch::wake`]).
     spares: Vec<Record>,
 }
 
@@ -63,9 +64,6 @@ impl Dispatch {
     /// owner consumes it. The worker waiting for it, if any, is woken by [`Dispatch::wake`].
     pub(super) fn deliver(&mut self, message: &BorrowedMessage<'_>) {
         let context = self.consumer.context();
-        if self.spares.is_empty() {
-            context.spares.take_all(&mut self.spares);
-        }
         let mut record = self.spares.pop().unwrap_or_else(Record::blank);
         record.copy_from_message(message, self.id_header.as_deref());
         let rebalances = context
@@ -110,8 +108,13 @@ impl Dispatch {
         self.buffered.add(change as i64);
     }
 
-    /// Wakes the workers waiting for the records delivered since the last call.
+    /// Wakes the workers waiting for the records delivered since the last call, and takes the
+    /// records they gave back meanwhile when none is left to copy into (once a burst, not a
+    /// record: with records too large to keep, there never are any).
     pub(super) fn wake(&mut self) {
         self.wake.drain(..).for_each(Waker::wake);
+        if self.spares.is_empty() {
+            self.consumer.context().spares.take_all(&mut self.spares);
+        }
     }
 }

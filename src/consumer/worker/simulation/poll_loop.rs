@@ -16,7 +16,6 @@ use rdkafka::message::{OwnedHeaders, OwnedMessage};
 use rdkafka::Timestamp;
 
 use crate::consumer::inbox::footprint;
-use crate::consumer::spare_records::SpareRecords;
 use crate::record::Record;
 
 /// Runs member `member`'s poll loop until the runtime ends: each time librdkafka has fetched
@@ -37,7 +36,7 @@ pub(super) async fn poll_loop(world: WorldRef, member: usize) {
                 else {
                     break;
                 };
-                let record = as_copied(record, &mut m.spares_taken, &m.spares);
+                let record = as_copied(record, &mut m.spares_taken);
                 let offset = delivered(&record).1;
                 let size = footprint(&record);
                 m.queues.get_mut(&tp).expect("its queue").app = offset + 1;
@@ -62,6 +61,11 @@ pub(super) async fn poll_loop(world: WorldRef, member: usize) {
                 world.fetch(member, &tp);
             }
         }
+        // What the workers gave back, for the next records, as `dispatch` takes it.
+        let m = &mut world.members[member];
+        if m.spares_taken.is_empty() {
+            m.spares.take_all(&mut m.spares_taken);
+        }
         world.members[member].poll_loop = Some(cx.waker().clone());
         drop(guard);
         wake.into_iter().for_each(std::task::Waker::wake);
@@ -71,9 +75,9 @@ pub(super) async fn poll_loop(world: WorldRef, member: usize) {
 }
 
 /// `record` as the consumer's poll loop hands it over: a source topic's record copied out of
-/// its message into a spare record (taken from `spares` into `taken` when none is left there)
-/// or a new one; a retry or redrive topic's record as it is.
-fn as_copied(record: Record, taken: &mut Vec<Record>, spares: &SpareRecords) -> Record {
+/// its message into a spare record of `taken`, or a new one when none is left; a retry or
+/// redrive topic's record as it is.
+fn as_copied(record: Record, taken: &mut Vec<Record>) -> Record {
     if record.retry.is_some() {
         return record;
     }
@@ -92,9 +96,6 @@ fn as_copied(record: Record, taken: &mut Vec<Record>, spares: &SpareRecords) -> 
         record.offset,
         Some(headers),
     );
-    if taken.is_empty() {
-        spares.take_all(taken);
-    }
     let mut copy = taken.pop().unwrap_or_else(Record::blank);
     copy.copy_from_message(&message, None);
     copy
