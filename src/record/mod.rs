@@ -64,7 +64,7 @@ fn copy_bytes(into: &mut Vec<u8>, bytes: &[u8]) {
     into.extend_from_slice(bytes);
 }
 
-/// Makes `into` a copy of `bytes`, in the buffer it has when that is large enough.
+/// Makes `into` a copy of `bytes` (or none), in the buffer it has when that is large enough.
 fn copy_optional_bytes(into: &mut Option<Vec<u8>>, bytes: Option<&[u8]>) {
     match (into.as_mut(), bytes) {
         (Some(buffer), Some(bytes)) => copy_bytes(buffer, bytes),
