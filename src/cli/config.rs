@@ -3,17 +3,18 @@
 //! One TOML file (`--config FILE` or `KAFKA_DLQ_CONFIG`) gives values for any flag, under the
 //! flag's name with `_` for `-`. Precedence: flags, then environment variables, then the file,
 //! then built-in defaults. Top-level keys apply to every subcommand that has the flag (such as
-//! `brokers`); a `[run]`, `[monitor]` or `[dlq]` table applies to that subcommand only;
-//! `[librdkafka]` holds raw librdkafka properties for every Kafka client:
+//! `brokers` and the connection settings); a `[run]`, `[monitor]` or `[dlq]` table applies to
+//! that subcommand only; `[librdkafka]` holds raw librdkafka properties for every Kafka client:
 //!
 //! ```toml
 //! brokers = "kafka-1:9092,kafka-2:9092"
+//! security_protocol = "SASL_SSL"
+//! sasl_mechanism = "SCRAM-SHA-512"
+//! sasl_username = "svc-deliveries"
+//! sasl_password = "…"
 //!
 //! [librdkafka]
-//! "security.protocol" = "SASL_SSL"
-//! "sasl.mechanism" = "PLAIN"
-//! "sasl.username" = "svc-deliveries"
-//! "sasl.password" = "…"
+//! "socket.keepalive.enable" = true
 //!
 //! [run]
 //! group_id = "deliveries"
@@ -27,6 +28,11 @@
 //!
 //! The file is read by the library's one reader ([`ConfigFile`]): a key that no flag has, or
 //! a value of the wrong type, is an error naming the file and the key, in the library and here.
+//!
+//! A value from the file becomes its flag's default, hidden from `--help` (as every value from
+//! the environment is): help never shows a setting's value, which may be a secret. The
+//! `[librdkafka]` table does not go through the flags at all (a comma in a value would split
+//! it): it is handed to each command's connection settings after parsing.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -59,11 +65,25 @@ pub fn config_path(argv: &[OsString]) -> Option<PathBuf> {
     std::env::var_os("KAFKA_DLQ_CONFIG").map(PathBuf::from)
 }
 
-/// The settings a file gave, by subcommand path (`run`, `monitor`, `dlq list`, …) and arg id.
-pub type FileValues = BTreeMap<String, BTreeMap<String, String>>;
+/// What a config file gave.
+#[derive(Debug, Default)]
+pub struct FileValues {
+    /// The settings, by subcommand path (`run`, `monitor`, `dlq list`, …) and arg id.
+    pub values: BTreeMap<String, BTreeMap<String, String>>,
+    /// The `[librdkafka]` table.
+    pub librdkafka: kafka_dlq::kafka::ClientOptions,
+}
+
+/// Hides every argument's value from the environment in `--help` (a variable may hold a
+/// secret), in `command` and its subcommands.
+pub fn hide_env_values(command: Command) -> Command {
+    command
+        .mut_args(|a| a.hide_env_values(true))
+        .mut_subcommands(hide_env_values)
+}
 
 /// Reads `path` with the library's reader ([`ConfigFile::read`], which checks every key) and
-/// sets its values as the defaults of `command`'s arguments.
+/// sets its values as the defaults of `command`'s arguments, hidden from `--help`.
 pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues), ConfigError> {
     let file = ConfigFile::read(path)?;
     let leaves = leaf_commands(&command);
@@ -71,14 +91,6 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
     // the setting, a section's for its commands, which win.
     let mut global: BTreeMap<String, String> = BTreeMap::new();
     let mut wanted: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    if !file.librdkafka().is_empty() {
-        let pairs: Vec<String> = file
-            .librdkafka()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        global.insert("kafka_options".into(), pairs.join(","));
-    }
     for setting in file.settings() {
         match &setting.section {
             None => {
@@ -97,11 +109,16 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
             }
         }
     }
-    let mut applied: FileValues = BTreeMap::new();
+    let mut applied = FileValues {
+        values: BTreeMap::new(),
+        librdkafka: file.librdkafka().clone(),
+    };
     let mut command = command;
     for (key, value) in &global {
         if root_has(&command, key) {
-            command = command.mut_arg(key.as_str(), |a| a.default_value(value.clone()));
+            command = command.mut_arg(key.as_str(), |a| {
+                a.default_value(value.clone()).hide_default_value(true)
+            });
         }
     }
     for leaf in &leaves {
@@ -121,7 +138,7 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
             continue;
         }
         command = set_defaults(command, leaf, &values);
-        applied.insert(leaf.clone(), values);
+        applied.values.insert(leaf.clone(), values);
     }
     Ok((command, applied))
 }
@@ -171,7 +188,9 @@ fn set_defaults(command: Command, path: &str, values: &BTreeMap<String, String>)
         None => {
             let mut sub = sub;
             for (k, v) in values {
-                sub = sub.mut_arg(k.as_str(), |a| a.default_value(v.clone()));
+                sub = sub.mut_arg(k.as_str(), |a| {
+                    a.default_value(v.clone()).hide_default_value(true)
+                });
             }
             sub
         }
@@ -185,19 +204,22 @@ fn is_secret(id: &str) -> bool {
         .any(|s| id.contains(s))
 }
 
-/// Redacts the values of secret librdkafka properties in `KEY=VALUE` lists.
-fn redact_options(values: &[String]) -> String {
-    values
+/// Whether an argument is a URL, which may carry credentials in its user info or query.
+fn is_url(id: &str) -> bool {
+    id.ends_with("_url") || id.ends_with("_endpoint")
+}
+
+/// librdkafka properties as `KEY=VALUE` with the secret ones' values redacted; a text that is
+/// no `KEY=VALUE` is not shown at all.
+fn redact_options(options: &kafka_dlq::kafka::ClientOptions) -> String {
+    options
         .iter()
-        .map(|o| match o.split_once('=') {
-            Some((k, _))
-                if ["password", "secret", "jaas", "key", "token"]
-                    .iter()
-                    .any(|s| k.contains(s)) =>
-            {
+        .map(|(k, v)| {
+            if kafka_dlq::kafka::is_secret_property(k) {
                 format!("{k}=<redacted>")
+            } else {
+                format!("{k}={v}")
             }
-            _ => o.clone(),
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -230,7 +252,10 @@ pub fn print_effective(
             Some(ValueSource::CommandLine) => "flag",
             Some(ValueSource::EnvVariable) => "environment",
             Some(ValueSource::DefaultValue)
-                if from_file.get(path).is_some_and(|v| v.contains_key(id)) =>
+                if from_file
+                    .values
+                    .get(path)
+                    .is_some_and(|v| v.contains_key(id)) =>
             {
                 "file"
             }
@@ -242,11 +267,27 @@ pub fn print_effective(
         } else if is_secret(id) {
             "<redacted>".to_string()
         } else if id == "kafka_options" {
-            redact_options(&raw)
+            match super::connection::parse_kafka_options(&raw) {
+                Ok(options) => redact_options(&options),
+                Err(_) => "<not KEY=VALUE: not shown>".to_string(),
+            }
+        } else if is_url(id) {
+            raw.iter()
+                .map(|u| kafka_dlq::sidecar::shown_url::redacted(u))
+                .collect::<Vec<_>>()
+                .join(",")
         } else {
             raw.join(",")
         };
         println!("{id} = {shown}    # {source}");
+    }
+    if !from_file.librdkafka.is_empty()
+        && sub.get_arguments().any(|a| a.get_id() == "kafka_options")
+    {
+        println!(
+            "[librdkafka] = {}    # file",
+            redact_options(&from_file.librdkafka)
+        );
     }
 }
 
@@ -255,7 +296,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use clap::CommandFactory;
-    use kafka_dlq::config::{COMMAND_SETTINGS, OTHER_SETTINGS};
+    use kafka_dlq::config::{COMMAND_SETTINGS, CONNECTION_SETTINGS, OTHER_SETTINGS};
     use kafka_dlq::ConsumerConfig;
 
     use super::*;
@@ -282,7 +323,11 @@ mod tests {
                 .cloned()
                 .collect();
             let mut flags = ids(&command, &of_section);
-            let listed: BTreeSet<String> = listed.iter().map(|k| k.to_string()).collect();
+            let listed: BTreeSet<String> = listed
+                .iter()
+                .chain(CONNECTION_SETTINGS)
+                .map(|k| k.to_string())
+                .collect();
             if *section == "run" {
                 flags.retain(|id| !keys.contains(id));
                 assert!(listed.is_disjoint(&keys), "[run] lists consumer settings");
@@ -301,6 +346,7 @@ mod tests {
         );
         others.retain(|id| {
             !keys.contains(id)
+                && !CONNECTION_SETTINGS.contains(&id.as_str())
                 && !COMMAND_SETTINGS
                     .iter()
                     .any(|(_, l)| l.contains(&id.as_str()))

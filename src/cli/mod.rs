@@ -1,6 +1,8 @@
 //! The `kafka-dlq` command line: flags, environment variables, logging, signals.
 
+mod check;
 mod config;
+mod connection;
 mod demo;
 mod dlq;
 mod monitor;
@@ -59,12 +61,30 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+impl Command {
+    /// The connection settings of a command that talks to Kafka.
+    fn connection_mut(&mut self) -> Option<&mut connection::ConnectionArgs> {
+        match self {
+            Command::Run(args) => Some(args.connection_mut()),
+            Command::Monitor(args) => Some(args.connection_mut()),
+            Command::Dlq(command) => Some(command.connection_mut()),
+            Command::Demo(args) => Some(args.connection_mut()),
+            Command::Config(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Print the effective configuration of a subcommand (file, environment, flags; secrets
-    /// redacted) and check it without connecting to anything. Exit code 2 when it is invalid.
+    /// redacted) and check it: each Kafka client is created as the subcommand would, without
+    /// connecting (exit code 2 when invalid); with --connect, also connect, authenticate and
+    /// look for its topics (exit code 1 when that fails).
     Check {
-        /// The subcommand to check: run or monitor.
+        /// Also connect and authenticate, and look for the topics the subcommand needs.
+        #[arg(long)]
+        connect: bool,
+        /// The subcommand to check: run, monitor or dlq (with its tool: `dlq list …`).
         #[arg(default_value = "run")]
         subcommand: String,
         /// Flags for that subcommand, as you would pass them to it.
@@ -77,8 +97,9 @@ enum ConfigCommand {
 /// 0 success, 1 runtime failure, 2 invalid configuration.
 pub fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    let mut command = Cli::command();
-    let mut from_file = config::FileValues::new();
+    // `--help` never shows a value from the environment: it may be a secret.
+    let mut command = config::hide_env_values(Cli::command());
+    let mut from_file = config::FileValues::default();
     if let Some(path) = config::config_path(&argv) {
         match config::apply_file(command, &path) {
             Ok((with_file, values)) => {
@@ -92,9 +113,17 @@ pub fn main() -> ExitCode {
         }
     }
     let matches = command.clone().get_matches_from(&argv);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    if let Command::Config(ConfigCommand::Check { subcommand, args }) = &cli.command {
-        return check(&command, subcommand, args, &from_file);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Config(ConfigCommand::Check {
+        connect,
+        subcommand,
+        args,
+    }) = &cli.command
+    {
+        return check::check(&command, subcommand, args, *connect, &from_file);
+    }
+    if let Some(connection) = cli.command.connection_mut() {
+        connection.set_file_options(from_file.librdkafka.clone());
     }
     // The demo narrates on stdout; only errors go to the log unless RUST_LOG says otherwise.
     let default_level = if matches!(cli.command, Command::Demo(_)) {
@@ -132,43 +161,6 @@ pub fn main() -> ExitCode {
     exit_code(result)
 }
 
-/// `kafka-dlq config check`: prints the effective settings and validates them.
-fn check(
-    command: &clap::Command,
-    subcommand: &str,
-    args: &[String],
-    from_file: &config::FileValues,
-) -> ExitCode {
-    if !matches!(subcommand, "run" | "monitor") {
-        eprintln!("error: `config check` checks `run` or `monitor`, not `{subcommand}`");
-        return ExitCode::from(2);
-    }
-    let argv = ["kafka-dlq", subcommand]
-        .into_iter()
-        .map(String::from)
-        .chain(args.iter().cloned());
-    let matches = match command.clone().try_get_matches_from(argv) {
-        Ok(m) => m,
-        Err(e) => e.exit(),
-    };
-    let sub = matches
-        .subcommand_matches(subcommand)
-        .expect("the subcommand was given");
-    config::print_effective(command, subcommand, sub, from_file);
-    let checked = match subcommand {
-        "run" => run::RunArgs::from_arg_matches(sub)
-            .map_err(|e| e.exit())
-            .and_then(|a| run::check(&a).map(|_| ())),
-        _ => monitor::MonitorArgs::from_arg_matches(sub)
-            .map_err(|e| e.exit())
-            .and_then(|a| monitor::check(&a).map(|_| ())),
-    };
-    if checked.is_ok() {
-        println!("# configuration OK");
-    }
-    exit_code(checked)
-}
-
 /// Reports a failure on stderr and maps it to the exit code: 0 success, 1 runtime failure,
 /// 2 invalid configuration.
 fn exit_code(result: Result<(), CliError>) -> ExitCode {
@@ -198,21 +190,6 @@ impl From<ConfigError> for CliError {
     fn from(e: ConfigError) -> Self {
         CliError::Config(e)
     }
-}
-
-/// Parses `KEY=VALUE` librdkafka options.
-pub fn parse_kafka_options(
-    options: &[String],
-) -> Result<kafka_dlq::kafka::ClientOptions, ConfigError> {
-    let pairs: Vec<(String, String)> = options
-        .iter()
-        .map(|o| {
-            o.split_once('=')
-                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
-                .ok_or_else(|| ConfigError::new("kafka_option", o, "expected KEY=VALUE"))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(pairs.into_iter().collect())
 }
 
 /// Maps a monitor error to the exit code it deserves.

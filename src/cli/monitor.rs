@@ -20,6 +20,15 @@ pub struct MonitorArgs {
     dlq_topics: Vec<String>,
     #[command(flatten)]
     alerts: AlertArgs,
+    #[command(flatten)]
+    connection: super::connection::ConnectionArgs,
+}
+
+impl MonitorArgs {
+    /// Its connection settings.
+    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+        &mut self.connection
+    }
 }
 
 /// Where and how alerts are sent.
@@ -86,11 +95,12 @@ fn secret(
 }
 
 impl AlertArgs {
-    /// The monitor settings for `dlq_topics` on `brokers`.
+    /// The monitor settings for `dlq_topics` on `brokers`, its clients with `librdkafka`.
     pub fn monitor_config(
         &self,
         brokers: &str,
         dlq_topics: Vec<String>,
+        librdkafka: kafka_dlq::kafka::ClientOptions,
     ) -> Result<MonitorConfig, ConfigError> {
         let webhook = secret(
             &self.slack_webhook_url,
@@ -125,6 +135,7 @@ impl AlertArgs {
                 runbook: self.runbook_url.clone(),
                 topic_page: self.topic_link.clone(),
             },
+            librdkafka,
             ..MonitorConfig::new(brokers, dlq_topics)
         };
         config.validate()?;
@@ -143,7 +154,9 @@ pub fn check(args: &MonitorArgs) -> Result<Monitor, CliError> {
         .iter()
         .map(|t| t.trim().to_string())
         .collect();
-    let config = args.alerts.monitor_config(&brokers, topics)?;
+    let config = args
+        .alerts
+        .monitor_config(&brokers, topics, args.connection.client_options()?)?;
     Monitor::new(config).map_err(super::monitor_error)
 }
 

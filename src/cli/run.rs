@@ -36,15 +36,8 @@ pub struct RunArgs {
     id_header: Option<String>,
     #[command(flatten)]
     consumer: ConsumerFlags,
-    /// A raw librdkafka property KEY=VALUE, applied last (repeatable; the variable takes a
-    /// comma-separated list).
-    #[arg(
-        long = "kafka-option",
-        value_name = "KEY=VALUE",
-        env = "KAFKA_OPTIONS",
-        value_delimiter = ','
-    )]
-    kafka_options: Vec<String>,
+    #[command(flatten)]
+    connection: super::connection::ConnectionArgs,
     /// Timeout of one HTTP request in ms; a timeout is a transient failure.
     #[arg(long, env = "KAFKA_DLQ_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
@@ -71,6 +64,11 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Its connection settings.
+    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+        &mut self.connection
+    }
+
     /// Where spans are exported, when they are.
     pub fn otlp_endpoint(&self) -> Option<&str> {
         self.otlp_endpoint.as_deref()
@@ -83,7 +81,7 @@ impl RunArgs {
             group_id: self.group_id.clone().unwrap_or_default(),
             topics: self.topics.iter().map(|t| t.trim().to_string()).collect(),
             id_header: self.id_header.clone(),
-            librdkafka: super::parse_kafka_options(&self.kafka_options)?,
+            librdkafka: self.connection.client_options()?,
             trace_records: self.otlp_endpoint.is_some(),
             ..ConsumerConfig::default()
         };
@@ -103,6 +101,18 @@ pub struct Checked {
     target: Target,
     addr: std::net::SocketAddr,
     monitor: Option<kafka_dlq::monitor::Monitor>,
+}
+
+impl Checked {
+    /// The consumer's settings.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// The monitor it runs beside it, if it does.
+    pub fn monitor(&self) -> Option<&kafka_dlq::monitor::Monitor> {
+        self.monitor.as_ref()
+    }
 }
 
 /// One record per POST, or batches.
@@ -139,7 +149,9 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
             .map(|t| template.for_topic(t))
             .collect();
         dlq_topics.dedup();
-        let monitor_config = args.alerts.monitor_config(&config.brokers, dlq_topics)?;
+        let monitor_config =
+            args.alerts
+                .monitor_config(&config.brokers, dlq_topics, config.librdkafka.clone())?;
         Some(kafka_dlq::monitor::Monitor::new(monitor_config).map_err(super::monitor_error)?)
     } else {
         None

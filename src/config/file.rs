@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::{ConfigError, ConsumerConfig};
+use super::{ConfigError, ConsumerConfig, Security};
 use crate::kafka::ClientOptions;
 
 /// The settings of `kafka-dlq`'s commands that are not the consumer's ([`ConsumerConfig::KEYS`]),
@@ -23,7 +23,6 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "target_url",
             "request_timeout_ms",
             "content_type",
-            "kafka_options",
             "metrics_addr",
             "otlp_endpoint",
             "monitor",
@@ -67,7 +66,6 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
         &[
             "brokers",
             "dlq_topic",
-            "kafka_options",
             "source_topic",
             "kind",
             "since",
@@ -90,6 +88,26 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "audit_topic",
         ],
     ),
+];
+
+/// The connection settings of every command that talks to Kafka (`run`, `monitor`, `dlq`,
+/// `demo`): the named ones of [`Security`] and `kafka_options` (raw `KEY=VALUE` properties;
+/// the `[librdkafka]` table is the file's way to give them).
+pub const CONNECTION_SETTINGS: &[&str] = &[
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "ssl_key_password",
+    "oauth_token_endpoint",
+    "oauth_client_id",
+    "oauth_client_secret",
+    "oauth_scope",
+    "aws_region",
+    "kafka_options",
 ];
 
 /// Top-level settings of the commands without a section: `log_format` of every command,
@@ -161,6 +179,7 @@ impl ConfigFile {
                 (_, value) => {
                     let known = ConsumerConfig::KEYS.contains(&key.as_str())
                         || OTHER_SETTINGS.contains(&key.as_str())
+                        || CONNECTION_SETTINGS.contains(&key.as_str())
                         || COMMAND_SETTINGS
                             .iter()
                             .any(|(_, keys)| keys.contains(&key.as_str()));
@@ -191,6 +210,30 @@ impl ConfigFile {
     /// The `[librdkafka]` table.
     pub fn librdkafka(&self) -> &ClientOptions {
         &self.librdkafka
+    }
+
+    /// The client options of the command `section` (`run`, `monitor`, `dlq`): the named
+    /// connection settings of the top level and of the section (which wins), and the
+    /// `[librdkafka]` table beside them ([`merge_options`](super::merge_options)). A bad value
+    /// names the setting and the file.
+    pub fn client_options(&self, section: &str) -> Result<ClientOptions, ConfigError> {
+        let mut security = Security::default();
+        let in_file = |e: ConfigError| ConfigError {
+            reason: format!("in {}: {}", self.path, e.reason),
+            ..e
+        };
+        let top = self.settings.iter().filter(|s| s.section.is_none());
+        let own = self
+            .settings
+            .iter()
+            .filter(|s| s.section.as_deref() == Some(section));
+        for setting in top.chain(own) {
+            if Security::KEYS.contains(&setting.key.as_str()) {
+                security.set(&setting.key, &setting.text).map_err(in_file)?;
+            }
+        }
+        let named = security.options().map_err(in_file)?;
+        super::merge_options(named, &self.librdkafka).map_err(in_file)
     }
 
     fn push(
@@ -255,19 +298,22 @@ fn section_keys(section: &str) -> Option<&'static [&'static str]> {
 
 fn is_setting_of(section: &str, key: &str) -> bool {
     let consumer = section == "run" && ConsumerConfig::KEYS.contains(&key) && key != "librdkafka";
-    consumer || section_keys(section).is_some_and(|keys| keys.contains(&key))
+    consumer
+        || section_keys(section).is_some_and(|keys| keys.contains(&key))
+        || CONNECTION_SETTINGS.contains(&key)
 }
 
 impl ConsumerConfig {
     /// Loads and validates the consumer's settings from the file that `kafka-dlq --config`
     /// reads ([`ConfigFile::read`], which rejects a key no command has): its top-level keys
-    /// that are consumer settings ([`ConsumerConfig::KEYS`]), then those of `[run]`, which win,
-    /// and `[librdkafka]` as the raw options. The other commands' settings are left to them.
-    /// A value of the wrong type or a bad value is a [`ConfigError`] naming the setting.
+    /// that are consumer settings ([`ConsumerConfig::KEYS`]), then those of `[run]`, which win;
+    /// the connection settings ([`Security`]) and `[librdkafka]` as the client options
+    /// ([`ConfigFile::client_options`]). The other commands' settings are left to them. A
+    /// value of the wrong type or a bad value is a [`ConfigError`] naming the setting.
     pub fn from_file(path: impl AsRef<Path>) -> Result<ConsumerConfig, ConfigError> {
         let file = ConfigFile::read(path)?;
         let mut config = ConsumerConfig {
-            librdkafka: file.librdkafka().clone(),
+            librdkafka: file.client_options("run")?,
             ..ConsumerConfig::default()
         };
         let consumer = |s: &&FileSetting| ConsumerConfig::KEYS.contains(&s.key.as_str());
@@ -315,6 +361,7 @@ max_retries = 3
 
 [librdkafka]
 "security.protocol" = "SASL_SSL"
+"sasl.mechanism" = "SCRAM-SHA-512"
 "socket.timeout.ms" = 30000
 
 [run]
@@ -344,6 +391,62 @@ slack_webhook_url = "https://hooks.slack.com/services/x"
             config.backoff_initial,
             std::time::Duration::from_secs(1),
             "the rest keeps its default"
+        );
+    }
+
+    #[test]
+    fn connection_settings_come_from_the_top_level_and_the_section_beside_librdkafka() {
+        let ca = tempfile::NamedTempFile::new().unwrap();
+        let file = write(&format!(
+            r#"
+brokers = "b-1.example.com:9096"
+security_protocol = "SASL_SSL"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_username = "svc"
+sasl_password = "top,secret"
+ssl_ca_location = "{}"
+
+[librdkafka]
+"socket.keepalive.enable" = true
+
+[run]
+group_id = "g"
+topics = ["t"]
+sasl_password = "run-secret"
+
+[monitor]
+sasl_username = "monitor-user"
+"#,
+            ca.path().display()
+        ));
+        let config = ConsumerConfig::from_file(file.path()).unwrap();
+        let options = &config.librdkafka;
+        assert_eq!(options.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(
+            options.get("sasl.password"),
+            Some("run-secret"),
+            "[run] wins"
+        );
+        assert_eq!(
+            options.get("sasl.username"),
+            Some("svc"),
+            "[monitor]'s is not run's"
+        );
+        assert_eq!(options.get("socket.keepalive.enable"), Some("true"));
+        assert_eq!(options.setting_of("sasl.password"), Some("sasl_password"));
+        let read = ConfigFile::read(file.path()).unwrap();
+        let monitor = read.client_options("monitor").unwrap();
+        assert_eq!(monitor.get("sasl.username"), Some("monitor-user"));
+        assert_eq!(monitor.get("sasl.password"), Some("top,secret"));
+
+        let file = write(
+            "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nsasl_mechanism = \"PLAIN\"\n",
+        );
+        let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+        assert_eq!(error.key, "sasl_mechanism");
+        assert!(
+            error.reason.contains(&file.path().display().to_string()),
+            "{error}"
         );
     }
 

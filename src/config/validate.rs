@@ -140,12 +140,13 @@ impl ConsumerConfig {
         for (key, value) in self.librdkafka.iter() {
             if let Some(reason) = refuse_raw_option(key, value, self.group_protocol) {
                 return Err(ConfigError::new(
-                    &format!("librdkafka.{key}"),
+                    &self.librdkafka.name_of(key),
                     "<redacted>",
                     reason,
                 ));
             }
         }
+        super::check_options(&self.librdkafka)?;
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::inbox::{Budget, Inbox};
 use super::spare_records::SpareRecords;
+use super::undecodable::Undecodable;
 use crate::metrics::Metrics;
 
 /// A topic and partition.
@@ -61,6 +62,11 @@ pub(super) struct RebalanceContext {
     pub budget: Arc<Budget>,
     /// Settled records given back by the workers, for the poll loop to copy messages into.
     pub spares: Arc<SpareRecords>,
+    /// Batches librdkafka could not decode, and the partitions stopped at them.
+    pub undecodable: Undecodable,
+    /// Where and how the consumer connects (`<brokers> (SASL_SSL, SCRAM-SHA-512)`), for a
+    /// refused connection's report.
+    pub cluster: String,
 }
 
 /// A newly assigned partition, for the poll loop to start its worker.
@@ -81,11 +87,26 @@ impl ClientContext for RebalanceContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        crate::kafka::log_client_error(&error, reason);
+        if self.undecodable.error(reason, &self.metrics) {
+            return;
+        }
+        if let Some(refusal) = crate::kafka::Refusal::of(reason).filter(|r| r.is_lasting()) {
+            // Not ready until a broker connection is up again (the statistics say).
+            self.metrics.set_not_ready(
+                "connection",
+                format!(
+                    "cannot connect to Kafka at {}: {}",
+                    self.cluster,
+                    refusal.advice()
+                ),
+            );
+        }
+        crate::kafka::log_client_error(&error, reason, &self.cluster);
     }
 
     fn stats(&self, statistics: Statistics) {
         self.metrics.observe_statistics(&statistics);
+        self.undecodable.statistics(&statistics, &self.metrics);
     }
 }
 

@@ -78,12 +78,15 @@
 //! committed, and the consumer leaves the group.
 //!
 //! # Broker trouble
-//! librdkafka reconnects and fetches again by itself; the poll loop logs each error of the
-//! main queue and waits 1 s before polling it again, then takes the errors that queued up
-//! meanwhile at once, so a flood of errors neither spins nor delays recovery; a partition's
-//! fetch errors are logged by its worker (`partition_poll_failed`). A broker outage never ends
-//! [`Consumer::run`]; only a fatal client error does (after the usual drain and commit).
+//! librdkafka reconnects and fetches again by itself; the poll loop logs each error (the same
+//! kind once, then a count every 30 s) and polls on at once: an error of one partition never
+//! holds up the others. A connection the brokers refuse (a wrong password, an untrusted CA: see
+//! `kafka::connect`) is logged as what to check and keeps `/readyz` not ready until a broker
+//! connection is up. A record batch librdkafka cannot decode stops its partition there, named
+//! on `/readyz` and counted (`undecodable`). A broker outage never ends [`Consumer::run`];
+//! only a fatal client error does (after the usual drain and commit).
 
+mod cluster;
 mod context;
 mod dispatch;
 mod dlq_topics;
@@ -94,6 +97,7 @@ pub mod share;
 #[cfg(test)]
 mod simulated_panics;
 mod spare_records;
+mod undecodable;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
 mod worker;
@@ -117,10 +121,6 @@ use crate::metrics::Metrics;
 use context::Assigned;
 use context::{commit_stored, Partitions, RebalanceContext};
 use worker::{run_worker, PartitionInput, Shared};
-
-/// How long the poll loop waits after an error from the consumer's main queue before polling
-/// it again (errors that queued up meanwhile are then taken at once).
-const POLL_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records the poll loop moves into inboxes after a wake-up before it waits again.
 const DELIVERIES_PER_WAKE: usize = 256;
@@ -227,9 +227,9 @@ impl<H: BatchHandler> Consumer<H> {
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
         let stop_workers = CancellationToken::new();
         let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
-            config
-                .consumer_client_config()
-                .create_with_context(RebalanceContext {
+            crate::kafka::create(
+                &config.consumer_client_config(),
+                RebalanceContext {
                     partitions: partitions.clone(),
                     metrics: metrics.clone(),
                     assigned: assigned_tx,
@@ -238,8 +238,11 @@ impl<H: BatchHandler> Consumer<H> {
                     rebalances: Default::default(),
                     budget: Arc::new(inbox::Budget::new(config.max_buffered_bytes / 2)),
                     spares: Arc::default(),
-                })
-                .map_err(ConsumerError::CreateConsumer)?,
+                    undecodable: Default::default(),
+                    cluster: crate::kafka::cluster_of(&config.consumer_client_config()),
+                },
+            )
+            .map_err(ConsumerError::CreateConsumer)?,
         );
         let dlq = dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
@@ -284,6 +287,12 @@ impl<H: BatchHandler> Consumer<H> {
     /// an error only when subscribing fails or the client hits a fatal error (after the same
     /// drain and commit); broker trouble is retried, not returned.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
+        tokio::pin!(shutdown);
+        let config = self.config.consumer_client_config();
+        if !cluster::wait_until_admitted(&config, &self.shared.metrics, shutdown.as_mut()).await {
+            self.shutdown(JoinSet::new()).await;
+            return Ok(());
+        }
         // The source topics, then their retry topics (none without retry tiers) and this
         // group's redrive topics.
         let mut topics = self.config.topics.clone();
@@ -310,7 +319,6 @@ impl<H: BatchHandler> Consumer<H> {
         let mut workers = JoinSet::new();
         let mut worker_names = HashMap::new();
         let mut outcome = Ok(());
-        tokio::pin!(shutdown);
         // One message stream for the loop's life (each `recv` would register and unregister
         // a waker), and the inbox the last record went to.
         let consumer = self.consumer.clone();
@@ -370,35 +378,10 @@ impl<H: BatchHandler> Consumer<H> {
                         outcome = Err(ConsumerError::Fatal { code, reason });
                         break;
                     }
-                    crate::kafka::warn_gated("poll_failed", &error, "polling again in 1 s");
-                    let delay = POLL_ERROR_PAUSE;
-                    tokio::select! {
-                        _ = &mut shutdown => break,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    // Errors queued while we slept belong to the same trouble: take them
-                    // without sleeping again. A poll that finds no error may still have
-                    // served a rebalance, log or statistics event, so only a run of empty
-                    // polls means the queue is drained.
-                    let mut skipped = 0u32;
-                    let mut empty = 0u32;
-                    while skipped < 10_000 && empty < 64 {
-                        match stream.next().now_or_never().flatten() {
-                            Some(Err(_)) => {
-                                skipped += 1;
-                                empty = 0;
-                            }
-                            Some(Ok(message)) => {
-                                dispatch.deliver(&message);
-                                dispatch.wake();
-                                break;
-                            }
-                            None => empty += 1,
-                        }
-                    }
-                    if skipped > 0 {
-                        tracing::debug!(event = "poll_errors_skipped", count = skipped);
-                    }
+                    // A partition's error (a batch it cannot decode, an offset out of range)
+                    // is that partition's: the others go on at once. The context has placed
+                    // and reported it already (`undecodable`).
+                    crate::kafka::warn_gated("poll_failed", &error, "polling on");
                 }
             }
             while let Some(done) = workers.try_join_next_with_id() {

@@ -120,7 +120,8 @@ fn find_stranded(
     use rdkafka::consumer::{BaseConsumer, Consumer as _};
     let timeout = Duration::from_secs(5);
     // Only asks the cluster: never subscribes, so it does not join the group.
-    let consumer: BaseConsumer = config.consumer_client_config().create()?;
+    let consumer: BaseConsumer<crate::kafka::LogContext> =
+        crate::kafka::create_logged(&config.consumer_client_config())?;
     let metadata = consumer.fetch_metadata(None, timeout)?;
     let tiers = config.retry_topic_delays_ms.len() as u32;
     let mut topics: Vec<(String, i32)> = metadata

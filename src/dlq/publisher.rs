@@ -50,7 +50,7 @@ impl DeadLetterPublisher {
         format: DlqFormat,
         metrics: Metrics,
     ) -> Result<Self, KafkaError> {
-        let producer = producer.create_with_context(LogContext)?;
+        let producer = crate::kafka::create_logged(producer)?;
         Ok(Self {
             producer,
             topic,

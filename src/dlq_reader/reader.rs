@@ -66,7 +66,7 @@ pub fn check_exists(
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
     librdkafka.apply(&mut config);
-    let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
+    let consumer: BaseConsumer<LogContext> = crate::kafka::create_logged(&config)?;
     let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
     match metadata.topics().first() {
         Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
@@ -114,7 +114,7 @@ impl DlqReader {
         // A partition's end is reported, so one whose last offsets hold no record a consumer
         // sees (a transaction's commit or abort marker, aborted records) still ends.
         config.set("enable.partition.eof", "true");
-        let consumer: BaseConsumer<LogContext> = config.create_with_context(LogContext)?;
+        let consumer: BaseConsumer<LogContext> = crate::kafka::create_logged(&config)?;
         let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
         let t = metadata.topics().first().ok_or(KafkaError::MetadataFetch(
             rdkafka::types::RDKafkaErrorCode::UnknownTopic,

@@ -69,8 +69,7 @@ impl SourceReader {
                 .set("enable.auto.commit", "false")
                 .set("enable.auto.offset.store", "false");
             self.librdkafka.apply(&mut config);
-            let consumer = config
-                .create_with_context(LogContext)
+            let consumer = crate::kafka::create_logged(&config)
                 .map_err(|e| unavailable(format!("cannot create a reader: {e}")))?;
             self.source = Some(consumer);
         }

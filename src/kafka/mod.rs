@@ -1,13 +1,29 @@
 //! Glue between librdkafka and `tracing`: librdkafka's own log lines and client errors become
 //! `tracing` events (target `librdkafka`), so one subscriber sees everything.
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
+use std::sync::Arc;
 
-/// A client context that sends librdkafka's logs and errors to `tracing`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LogContext;
+use rdkafka::client::ClientContext;
+use rdkafka::config::{FromClientConfigAndContext, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::ClientConfig;
+
+/// A client context that sends librdkafka's logs and errors to `tracing`; a refused
+/// connection is reported naming the cluster ([`LogContext::of`]).
+#[derive(Debug, Clone, Default)]
+pub struct LogContext {
+    /// Where and how the client connects: `<brokers> (<protocol>[, <mechanism>])`.
+    cluster: Arc<str>,
+}
+
+impl LogContext {
+    /// The context of a client of `config`.
+    pub fn of(config: &ClientConfig) -> Self {
+        Self {
+            cluster: connect::cluster_of(config).into(),
+        }
+    }
+}
 
 impl ClientContext for LogContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -15,14 +31,29 @@ impl ClientContext for LogContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        log_client_error(&error, reason);
+        log_client_error(&error, reason, &self.cluster);
     }
+}
+
+/// Creates a client of `config` with a [`LogContext`] naming its cluster; an error never
+/// shows a secret of `config` ([`create`]).
+pub fn create_logged<T: FromClientConfigAndContext<LogContext>>(
+    config: &ClientConfig,
+) -> KafkaResult<T> {
+    create(config, LogContext::of(config))
 }
 
 /// Sends one librdkafka log line to `tracing` at the matching level; warnings and worse go
 /// through the [`log_gate`] (repeats held back, a summary every 30 s).
 pub(crate) fn log_rdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
     use RDKafkaLogLevel::*;
+    // A refused connection comes as an error event too, reported once with what to check
+    // ([`log_client_error`]): its log line would say it again. (A token librdkafka could not
+    // get is only logged: kept.)
+    if Refusal::of(message).is_some_and(|r| r.is_lasting() && r != Refusal::Token) {
+        tracing::debug!(target: "librdkafka", facility = fac, "{message}");
+        return;
+    }
     if matches!(level, Emerg | Alert | Critical | Error | Warning) {
         match log_gate::judge(fac, message) {
             log_gate::Verdict::First => {}
@@ -44,9 +75,30 @@ pub(crate) fn log_rdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
     }
 }
 
-/// Logs a client-level error (broker down, authentication failure, …) through the
-/// [`log_gate`]. librdkafka retries these by itself; they are logged, never fatal.
-pub(crate) fn log_client_error(error: &KafkaError, reason: &str) {
+/// Logs a client-level error (broker down, authentication failure, …) of a client of
+/// `cluster` (`<brokers> (<protocol>…)`) through the [`log_gate`]. librdkafka retries these
+/// by itself; they are logged, never fatal. A refusal that retrying cannot mend (a wrong
+/// password, an untrusted CA: [`Refusal`]) is an error line naming the cluster and what to
+/// check, once for all the process's clients (then a count every 30 s).
+pub(crate) fn log_client_error(error: &KafkaError, reason: &str, cluster: &str) {
+    if let Some(refusal) = Refusal::of(reason).filter(|r| r.is_lasting()) {
+        let line = ConnectFailure {
+            cluster: cluster.to_string(),
+            refusal: Some(refusal),
+            detail: reason.to_string(),
+        }
+        .to_string();
+        match log_gate::judge("kafka_connection_refused", refusal.advice()) {
+            log_gate::Verdict::First => {
+                tracing::error!(target: "librdkafka", event = "kafka_connection_refused", "{line}")
+            }
+            log_gate::Verdict::Repeat => {}
+            log_gate::Verdict::Summary { held_back } => tracing::error!(target: "librdkafka",
+                event = "kafka_connection_refused", held_back,
+                "{line} (still refused: {held_back} more like it in the last 30 s)"),
+        }
+        return;
+    }
     let text = format!("{error}: {reason}");
     match log_gate::judge("kafka_client_error", &text) {
         log_gate::Verdict::First => {
@@ -74,9 +126,14 @@ pub(crate) fn warn_gated(event: &'static str, error: &dyn std::fmt::Display, con
 
 impl rdkafka::consumer::ConsumerContext for LogContext {}
 
+mod certificate;
 mod client_options;
+pub mod connect;
 pub mod headers;
 pub mod log_gate;
+mod secrets;
 pub mod topics;
 
 pub use client_options::ClientOptions;
+pub use connect::{cluster_of, security_of, ConnectFailure, Refusal};
+pub use secrets::{create, is_secret_property, redact_error, REDACTED};

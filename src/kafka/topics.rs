@@ -51,9 +51,8 @@ impl Topics {
     /// Reads the cluster's topics through an admin client of `config` (off the async threads:
     /// the read blocks, for at most 10 s).
     pub(crate) async fn read(config: &ClientConfig) -> Result<Self, TopicsError> {
-        let admin: AdminClient<LogContext> = config
-            .create_with_context(LogContext)
-            .map_err(TopicsError::Client)?;
+        let admin: AdminClient<LogContext> =
+            super::create_logged(config).map_err(TopicsError::Client)?;
         let (admin, metadata) = tokio::task::spawn_blocking(move || {
             let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(10));
             (admin, metadata)

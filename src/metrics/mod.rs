@@ -28,6 +28,7 @@
 //! | `kafka_dlq_breaker_open` | gauge | | 1 while the outage breaker is open |
 //! | `kafka_dlq_breaker_opened_total` | counter | | times the outage breaker opened |
 //! | `kafka_dlq_batch_splits_total` | counter | topic | failed batches split in halves |
+//! | `kafka_dlq_undecodable_batches_total` | counter | topic, partition | fetches that failed because librdkafka could not decode a record batch (corrupt); the partition stays where it is (see `/readyz`) |
 //! | `kafka_dlq_share_records_acquired_total` | counter | topic | share groups: records acquired (each delivery counts) |
 //! | `kafka_dlq_share_acknowledgements_total` | counter | topic, ack | share groups: acknowledgements made, `ack` = `accept`, `release`, `reject` or `renew` (a lock renewal) |
 //! | `kafka_dlq_share_locks_lost_total` | counter | topic | share groups: records whose acknowledgement was refused, by the client (it no longer held the record) or the broker (its lock had expired, the session ended): the broker delivers them again |
@@ -78,6 +79,10 @@ pub struct MetricSet {
     pub(crate) share_acquired: IntCounterVec,
     pub(crate) share_acknowledged: IntCounterVec,
     pub(crate) share_lock_lost: IntCounterVec,
+    pub(crate) undecodable_batches: IntCounterVec,
+    /// Why the consumer is not ready beyond the partitions and the broker connection, by
+    /// subject (`connection`, `<topic>-<partition>`): one line each.
+    not_ready: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
     /// Partitions whose worker died (a bug: a panic outside the handler), with the panic.
     dead_workers: std::sync::Mutex<Vec<String>>,
 }
@@ -256,6 +261,11 @@ impl Metrics {
             "Share groups: acknowledgements refused because the record was no longer held (lock expired, session ended); the broker delivers it again.",
             &["topic"],
         );
+        let undecodable_batches = counter(
+            "kafka_dlq_undecodable_batches_total",
+            "Fetches of a partition that failed because librdkafka could not decode a record batch; the partition stays at it.",
+            &["topic", "partition"],
+        );
         Self(std::sync::Arc::new(MetricSet {
             registry,
             consumed,
@@ -279,7 +289,9 @@ impl Metrics {
             share_acquired,
             share_acknowledged,
             share_lock_lost,
+            undecodable_batches,
             dead_letter_bytes_in_flight,
+            not_ready: std::sync::Mutex::default(),
             dead_workers: std::sync::Mutex::default(),
         }))
     }
@@ -368,9 +380,49 @@ impl Metrics {
         }
     }
 
-    /// Ready: at least one partition assigned and a broker connection up.
+    /// Ready: at least one partition assigned, a broker connection up, and nothing of
+    /// [`not_ready`](Self::not_ready).
     pub fn is_ready(&self) -> bool {
-        self.partitions_assigned.get() > 0 && self.broker_up.get() == 1
+        self.not_ready().is_empty()
+    }
+
+    /// Why the consumer is not ready, one line each; empty when it is: no partition
+    /// assigned, no broker connection up, a connection the brokers refuse (wrong password,
+    /// untrusted CA, …), a partition stopped at a batch that cannot be decoded.
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        if self.partitions_assigned.get() == 0 {
+            reasons.push("no partitions assigned".to_string());
+        }
+        if self.broker_up.get() != 1 {
+            reasons.push("no broker reachable".to_string());
+        }
+        reasons.extend(
+            self.not_ready
+                .lock()
+                .expect("not ready lock")
+                .values()
+                .cloned(),
+        );
+        reasons
+    }
+
+    /// Records that `subject` (`connection`, `<topic>-<partition>`) keeps the consumer from
+    /// being ready, for `why`; replaces what it said before.
+    pub(crate) fn set_not_ready(&self, subject: &str, why: String) {
+        self.not_ready
+            .lock()
+            .expect("not ready lock")
+            .insert(subject.to_string(), why);
+    }
+
+    /// `subject` no longer keeps the consumer from being ready; says whether it did.
+    pub(crate) fn clear_not_ready(&self, subject: &str) -> bool {
+        self.not_ready
+            .lock()
+            .expect("not ready lock")
+            .remove(subject)
+            .is_some()
     }
 
     /// Takes librdkafka's periodic statistics: broker reachability and per-partition lag.
@@ -380,6 +432,9 @@ impl Metrics {
             .values()
             .any(|b| b.nodeid >= 0 && b.state == "UP");
         self.broker_up.set(i64::from(up));
+        if up {
+            self.clear_not_ready("connection");
+        }
         self.consumer_lag.reset();
         let mut buffered = 0;
         for (topic, t) in &stats.topics {

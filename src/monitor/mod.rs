@@ -101,6 +101,7 @@ impl MonitorConfig {
         if self.brokers.trim().is_empty() {
             return Err(ConfigError::new("brokers", &self.brokers, "is required"));
         }
+        crate::config::check_options(&self.librdkafka)?;
         if self.dlq_topics.is_empty() {
             return Err(ConfigError::new(
                 "dlq_topics",
@@ -171,6 +172,11 @@ pub struct Monitor {
 }
 
 impl Monitor {
+    /// Its settings.
+    pub fn config(&self) -> &MonitorConfig {
+        &self.config
+    }
+
     /// Checks the settings and builds the Slack client.
     pub fn new(config: MonitorConfig) -> Result<Self, MonitorError> {
         config.validate()?;
@@ -203,11 +209,8 @@ impl Monitor {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest");
         c.librdkafka.apply(&mut client);
-        let consumer: Arc<StreamConsumer<LogContext>> = Arc::new(
-            client
-                .create_with_context(LogContext)
-                .map_err(MonitorError::CreateConsumer)?,
-        );
+        let consumer: Arc<StreamConsumer<LogContext>> =
+            Arc::new(crate::kafka::create_logged(&client).map_err(MonitorError::CreateConsumer)?);
         let topics: Vec<&str> = c.dlq_topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)

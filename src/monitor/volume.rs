@@ -28,7 +28,7 @@ impl Volume {
             .set("enable.auto.commit", "false");
         c.librdkafka.apply(&mut client);
         Ok(Self {
-            reader: Arc::new(client.create_with_context(LogContext)?),
+            reader: Arc::new(crate::kafka::create_logged(&client)?),
             topics: c.dlq_topics.clone(),
         })
     }

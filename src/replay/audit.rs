@@ -203,10 +203,11 @@ pub async fn append(
     topic: &str,
     run: &ReplayRun,
 ) -> Result<(), KafkaError> {
-    let producer: FutureProducer<LogContext> = client(brokers, options)
-        .set("acks", "all")
-        .set("message.timeout.ms", "30000")
-        .create_with_context(LogContext)?;
+    let producer: FutureProducer<LogContext> = crate::kafka::create_logged(
+        client(brokers, options)
+            .set("acks", "all")
+            .set("message.timeout.ms", "30000"),
+    )?;
     let exists = {
         let (producer, topic) = (producer.clone(), topic.to_string());
         tokio::task::spawn_blocking(move || {
@@ -225,7 +226,7 @@ pub async fn append(
     };
     if !exists {
         let admin: AdminClient<LogContext> =
-            client(brokers, options).create_with_context(LogContext)?;
+            crate::kafka::create_logged(&client(brokers, options))?;
         let created = admin
             .create_topics(
                 &[NewTopic::new(topic, 1, TopicReplication::Fixed(-1))],
@@ -258,11 +259,12 @@ pub fn history(
     topic: &str,
     dlq_topic: Option<&str>,
 ) -> Result<Vec<ReplayRun>, KafkaError> {
-    let consumer: BaseConsumer<LogContext> = client(brokers, options)
-        .set("group.id", "kafka-dlq-history")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create_with_context(LogContext)?;
+    let consumer: BaseConsumer<LogContext> = crate::kafka::create_logged(
+        client(brokers, options)
+            .set("group.id", "kafka-dlq-history")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false"),
+    )?;
     let timeout = Duration::from_secs(10);
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let Some(found) = metadata.topics().first() else {

@@ -103,9 +103,8 @@ impl ReplayLock {
             .set("heartbeat.interval.ms", "500");
         librdkafka.apply(&mut config);
         let joined = Arc::new(AtomicBool::new(false));
-        let consumer: BaseConsumer<Joined> = config
-            .create_with_context(Joined(joined.clone()))
-            .map_err(kafka)?;
+        let consumer: BaseConsumer<Joined> =
+            crate::kafka::create(&config, Joined(joined.clone())).map_err(kafka)?;
         consumer.subscribe(&[topic]).map_err(kafka)?;
         let deadline = Instant::now() + JOIN_TIMEOUT;
         while !joined.load(Ordering::Acquire) {

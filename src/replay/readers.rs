@@ -35,7 +35,7 @@ pub fn groups_reading(
                 .set("group.id", group)
                 .set("enable.auto.commit", "false");
         }
-        config.create_with_context(LogContext)
+        crate::kafka::create_logged(&config)
     };
     let lister = client(None)?;
     let metadata = lister.fetch_metadata(Some(topic), TIMEOUT)?;

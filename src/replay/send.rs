@@ -43,9 +43,8 @@ impl<'a> Sender<'a> {
             .set("enable.idempotence", "true")
             .set("acks", "all");
         options.librdkafka.apply(&mut config);
-        let producer: FutureProducer<LogContext> = config
-            .create_with_context(LogContext)
-            .map_err(ReplayError::CreateProducer)?;
+        let producer: FutureProducer<LogContext> =
+            crate::kafka::create_logged(&config).map_err(ReplayError::CreateProducer)?;
         let redrive = match options.destination {
             Destination::Group if !options.dry_run => {
                 Some(RedriveTopics::read(&config).await.map_err(|source| {

@@ -102,19 +102,13 @@ async fn health(State(metrics): State<Metrics>) -> impl IntoResponse {
 }
 
 async fn ready(State(metrics): State<Metrics>) -> impl IntoResponse {
-    if metrics.is_ready() {
+    let reasons = metrics.not_ready();
+    if reasons.is_empty() {
         (StatusCode::OK, "ready".to_string())
     } else {
-        let mut reasons = Vec::new();
-        if metrics.partitions_assigned.get() == 0 {
-            reasons.push("no partitions assigned");
-        }
-        if metrics.broker_up.get() != 1 {
-            reasons.push("no broker reachable");
-        }
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {}", reasons.join(", ")),
+            format!("not ready: {}", reasons.join("; ")),
         )
     }
 }

@@ -178,6 +178,8 @@ impl HttpTarget {
         read_body: bool,
     ) -> Result<Vec<u8>, HandlerError> {
         let mut response = request.send().await.map_err(|e| {
+            // reqwest's error shows the URL whole, query included: left out.
+            let e = e.without_url();
             HandlerError::transient(format!("POST {} failed: {}", self.shown, error_chain(&e)))
         })?;
         let status = response.status().as_u16();
@@ -191,7 +193,7 @@ impl HttpTarget {
                         return Err(HandlerError::transient(format!(
                             "reading the answer of {} failed: {}",
                             self.shown,
-                            error_chain(&e)
+                            error_chain(&e.without_url())
                         )))
                     }
                 }
@@ -340,7 +342,7 @@ pub fn redirected(status: u16, location: Option<&str>) -> HandlerError {
         "target answered HTTP {status} (redirect to {}); redirects are not followed, since a \
          POST would be replayed as a GET without the record: point target_url at the final \
          address",
-        location.unwrap_or("no Location")
+        location.map_or_else(|| "no Location".to_string(), shown_url::redacted)
     ))
 }
 

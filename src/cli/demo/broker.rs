@@ -5,16 +5,27 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use kafka_dlq::kafka::{ClientOptions, LogContext};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-pub(super) async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
+/// A client of `brokers` with `options`.
+fn client(brokers: &str, options: &ClientOptions) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    options.apply(&mut config);
+    config
+}
+
+pub(super) async fn create_topics(
+    brokers: &str,
+    options: &ClientOptions,
+    topics: &[(&str, i32)],
+) -> anyhow::Result<()> {
+    let admin: AdminClient<LogContext> =
+        kafka_dlq::kafka::create_logged(&client(brokers, options))?;
     let new: Vec<NewTopic> = topics
         .iter()
         .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
@@ -36,13 +47,13 @@ pub(super) async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyh
 
 pub(super) async fn produce(
     brokers: &str,
+    options: &ClientOptions,
     topic: &str,
     events: &[(String, String, Vec<u8>)],
 ) -> anyhow::Result<()> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .create()?;
+    let producer: FutureProducer<LogContext> = kafka_dlq::kafka::create_logged(
+        client(brokers, options).set("enable.idempotence", "true"),
+    )?;
     let sends = events.iter().map(|(id, parcel, value)| {
         let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
             key: "event-id",
@@ -63,17 +74,24 @@ pub(super) async fn produce(
     Ok(())
 }
 
-pub(super) fn reader(brokers: &str, group: &str) -> anyhow::Result<BaseConsumer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .create()?)
+pub(super) fn reader(
+    brokers: &str,
+    options: &ClientOptions,
+    group: &str,
+) -> anyhow::Result<BaseConsumer<LogContext>> {
+    Ok(kafka_dlq::kafka::create_logged(
+        client(brokers, options).set("group.id", group),
+    )?)
 }
 
-pub(super) async fn total_records(brokers: &str, topic: &str) -> anyhow::Result<HashMap<i32, i64>> {
-    let (b, t) = (brokers.to_string(), topic.to_string());
+pub(super) async fn total_records(
+    brokers: &str,
+    options: &ClientOptions,
+    topic: &str,
+) -> anyhow::Result<HashMap<i32, i64>> {
+    let (b, t, o) = (brokers.to_string(), topic.to_string(), options.clone());
     tokio::task::spawn_blocking(move || {
-        let c = reader(&b, "kafka-dlq-demo-reader")?;
+        let c = reader(&b, &o, "kafka-dlq-demo-reader")?;
         let md = c.fetch_metadata(Some(&t), Duration::from_secs(10))?;
         let mut ends = HashMap::new();
         for p in md.topics()[0].partitions() {
@@ -88,19 +106,25 @@ pub(super) async fn total_records(brokers: &str, topic: &str) -> anyhow::Result<
 }
 
 /// Waits until `group` has committed every record of `topic` (as far as it is now).
-pub(super) async fn wait_committed(brokers: &str, group: &str, topic: &str) -> anyhow::Result<()> {
-    let end = total_records(brokers, topic).await?;
+pub(super) async fn wait_committed(
+    brokers: &str,
+    options: &ClientOptions,
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<()> {
+    let end = total_records(brokers, options, topic).await?;
     let deadline = Instant::now() + Duration::from_secs(45);
     loop {
-        let (b, g, t, parts) = (
+        let (b, o, g, t, parts) = (
             brokers.to_string(),
+            options.clone(),
             group.to_string(),
             topic.to_string(),
             end.keys().copied().collect::<Vec<_>>(),
         );
         let committed =
             tokio::task::spawn_blocking(move || -> anyhow::Result<HashMap<i32, i64>> {
-                let c = reader(&b, &g)?;
+                let c = reader(&b, &o, &g)?;
                 let mut tpl = TopicPartitionList::new();
                 for p in parts {
                     tpl.add_partition(&t, p);

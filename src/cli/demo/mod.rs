@@ -46,6 +46,15 @@ pub struct DemoArgs {
     /// Print the final report as one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    connection: super::connection::ConnectionArgs,
+}
+
+impl DemoArgs {
+    /// Its connection settings (for `--brokers`).
+    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+        &mut self.connection
+    }
 }
 
 /// What happened, counted.
@@ -79,6 +88,7 @@ pub async fn run(args: DemoArgs) -> Result<(), CliError> {
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut out = std::io::stdout();
+    let options = args.connection.client_options()?;
     let mock = match &args.brokers {
         Some(_) => None,
         None => Some(MockCluster::new(1).context("starting the embedded broker")?),
@@ -106,7 +116,13 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     match &mock {
         None => {
             say(&mut out, &format!("Broker: {brokers}"));
-            create_topics(&brokers, &topics).await?;
+            super::connection::admitted(&brokers, &options)
+                .await
+                .map_err(|e| match e {
+                    CliError::Runtime(e) => e,
+                    CliError::Config(e) => e.into(),
+                })?;
+            create_topics(&brokers, &options, &topics).await?;
         }
         Some(mock) => {
             say(
@@ -125,7 +141,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let webhook = slack_stand_in(alerts.clone(), increases.clone()).await?;
 
     let all = events(args.events);
-    produce(&brokers, &topic, &all).await?;
+    produce(&brokers, &options, &topic, &all).await?;
     say(&mut out, &format!("Produced {} delivery events to `{topic}` (3 partitions): a few malformed, some for a flaky carrier, some for a carrier v1 cannot reach, some with a status v1 does not know.", all.len()));
 
     let stop_monitor = CancellationToken::new();
@@ -137,6 +153,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         slack: SlackTarget::Webhook {
             url: Secret::new(webhook),
         },
+        librdkafka: options.clone(),
         ..MonitorConfig::new(&brokers, [dlq.clone()])
     })?;
     let monitor = tokio::spawn(monitor.run(stop_monitor.clone().cancelled_owned()));
@@ -147,6 +164,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(400),
         shutdown_timeout: Duration::from_millis(5_000),
+        librdkafka: options.clone(),
         ..ConsumerConfig::new(&brokers, &group, [topic.as_str()])
     };
     let store = Arc::new(Mutex::new(HashMap::new()));
@@ -165,7 +183,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         &mut out,
         "\n== 1. tracking-service v1 consumes (max 3 retries, 50 ms doubling) ==",
     );
-    wait_committed(&brokers, &group, &topic).await?;
+    wait_committed(&brokers, &options, &group, &topic).await?;
     let retried_v1 = metrics.total("kafka_dlq_records_retried_total");
     let dead_v1 = metrics.total("kafka_dlq_records_dead_lettered_total");
     say(
@@ -179,15 +197,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 
     say(&mut out, &format!("\n== 2. the dead-letter topic `{dlq}` ==\n$ kafka-dlq dlq list --brokers {brokers} --dlq-topic {dlq}"));
     let mut reader = {
-        let (b, d) = (brokers.clone(), dlq.clone());
+        let (b, d, o) = (brokers.clone(), dlq.clone(), options.clone());
         tokio::task::spawn_blocking(move || {
-            kafka_dlq::dlq_reader::DlqReader::open(
-                &b,
-                &Default::default(),
-                &d,
-                "kafka-dlq-reader",
-                false,
-            )
+            kafka_dlq::dlq_reader::DlqReader::open(&b, &o, &d, "kafka-dlq-reader", false)
         })
         .await??
     };
@@ -204,7 +216,10 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         &format!("$ kafka-dlq dlq replay --brokers {brokers} --dlq-topic {dlq}"),
     );
     let report = replay(
-        &ReplayOptions::new(&brokers, &dlq),
+        &ReplayOptions {
+            librdkafka: options.clone(),
+            ..ReplayOptions::new(&brokers, &dlq)
+        },
         |_, _, _| {},
         &CancellationToken::new(),
     )
@@ -221,14 +236,14 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         &format!("$ kafka-dlq dlq history --brokers {brokers} --dlq-topic {dlq}"),
     );
     let runs = {
-        let (brokers, dlq) = (brokers.clone(), dlq.clone());
+        let (brokers, dlq, options) = (brokers.clone(), dlq.clone(), options.clone());
         tokio::task::spawn_blocking(move || {
-            kafka_dlq::replay::audit::history(&brokers, &Default::default(), audit, Some(&dlq))
+            kafka_dlq::replay::audit::history(&brokers, &options, audit, Some(&dlq))
         })
         .await??
     };
     super::dlq::print_history(&runs, &mut out);
-    wait_committed(&brokers, &group, &redrive).await?;
+    wait_committed(&brokers, &options, &group, &redrive).await?;
     stop.cancel();
     running.await??;
     let dead_after_fix = metrics.total("kafka_dlq_records_dead_lettered_total") - dead_v1;

@@ -24,6 +24,16 @@ pub struct HistoryArgs {
     json: bool,
 }
 
+impl HistoryArgs {
+    pub(super) fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    pub(super) fn cluster_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+}
+
 /// Lists the replay runs on the audit topic, oldest first.
 pub(super) async fn run(args: HistoryArgs) -> Result<(), CliError> {
     let (brokers, options) = (args.cluster.brokers()?, args.cluster.librdkafka()?);

@@ -30,20 +30,40 @@ pub enum DlqCommand {
     History(HistoryArgs),
 }
 
+impl DlqCommand {
+    /// The cluster the tool reads: its brokers, client options and dead-letter topic (none
+    /// for `history`, which reads the audit topic).
+    pub fn cluster(
+        &self,
+    ) -> Result<(String, kafka_dlq::kafka::ClientOptions, Option<String>), ConfigError> {
+        let (cluster, topic) = match self {
+            DlqCommand::List(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
+            DlqCommand::Show(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
+            DlqCommand::Replay(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
+            DlqCommand::History(a) => (a.cluster(), None),
+        };
+        Ok((cluster.brokers()?, cluster.librdkafka()?, topic))
+    }
+
+    /// The connection settings of the command.
+    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+        match self {
+            DlqCommand::List(a) => a.source.cluster.connection_mut(),
+            DlqCommand::Show(a) => a.source.cluster.connection_mut(),
+            DlqCommand::Replay(a) => a.source.cluster.connection_mut(),
+            DlqCommand::History(a) => a.cluster_mut().connection_mut(),
+        }
+    }
+}
+
 /// The cluster the tools talk to.
 #[derive(Debug, Args)]
 pub struct Cluster {
     /// Bootstrap servers, comma-separated host:port.
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
-    /// A raw librdkafka property KEY=VALUE (SASL, SSL, …), repeatable.
-    #[arg(
-        long = "kafka-option",
-        value_name = "KEY=VALUE",
-        env = "KAFKA_OPTIONS",
-        value_delimiter = ','
-    )]
-    kafka_options: Vec<String>,
+    #[command(flatten)]
+    connection: super::connection::ConnectionArgs,
 }
 
 impl Cluster {
@@ -55,7 +75,12 @@ impl Cluster {
     }
 
     fn librdkafka(&self) -> Result<kafka_dlq::kafka::ClientOptions, ConfigError> {
-        super::parse_kafka_options(&self.kafka_options)
+        self.connection.client_options()
+    }
+
+    /// Its connection settings.
+    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+        &mut self.connection
     }
 }
 
@@ -267,6 +292,8 @@ pub struct ReplayArgs {
 
 /// Runs a `dlq` subcommand.
 pub async fn run(command: DlqCommand) -> Result<(), CliError> {
+    let (brokers, options, _) = command.cluster()?;
+    super::connection::admitted(&brokers, &options).await?;
     match command {
         DlqCommand::List(args) => list(args).await,
         DlqCommand::Show(args) => show(args).await,

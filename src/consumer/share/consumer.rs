@@ -39,6 +39,8 @@ impl<H: BatchHandler> ShareConsumer<H> {
             )
             .into());
         }
+        // What krafka cannot honour is refused now, not found out at the first connection.
+        super::auth::auth_config(&config.librdkafka)?;
         let metrics = Metrics::for_group(&config.group_id);
         let dlq = crate::consumer::dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
@@ -65,7 +67,14 @@ impl<H: BatchHandler> ShareConsumer<H> {
     /// dead-letter topic is missing and not created, or when the cluster refuses the share
     /// group (Kafka before 4.2, Redpanda, a group id in use by a consumer group).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
+        tokio::pin!(shutdown);
         let config = self.config;
+        let client = config.consumer_client_config();
+        if !crate::consumer::cluster::wait_until_admitted(&client, &self.metrics, shutdown.as_mut())
+            .await
+        {
+            return Ok(());
+        }
         let group = config.group_id.clone();
         let refused = |reason: String| ConsumerError::ShareGroup {
             group: group.clone(),
@@ -82,6 +91,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
             .collect();
         let kafka = krafka::Kafka::builder(config.brokers.clone())
             .client_id("kafka-dlq")
+            .security(super::auth::auth_config(&config.librdkafka)?)
             .connect()
             .await
             .map_err(|e| refused(format!("cannot connect to {}: {e}", config.brokers)))?;

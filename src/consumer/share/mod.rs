@@ -48,6 +48,8 @@
 #![cfg_attr(not(any(feature = "share", test)), allow(dead_code))]
 
 mod acknowledgement;
+#[cfg(feature = "share")]
+mod auth;
 mod client;
 pub(crate) mod delivery;
 #[cfg(feature = "share")]
@@ -56,6 +58,8 @@ pub(crate) mod member;
 #[cfg(test)]
 mod simulation;
 
+#[cfg(feature = "share")]
+pub use auth::auth_config;
 #[cfg(feature = "share")]
 pub use consumer::ShareConsumer;
 

@@ -1,0 +1,199 @@
+//! A share group's connection: the consumer's client options (the named connection settings
+//! and the raw librdkafka properties, the same as every other client's) as krafka's
+//! [`AuthConfig`]. A property that would secure or reach the cluster and that krafka cannot
+//! honour is refused by name rather than left out.
+
+use krafka::auth::{AuthConfig, TlsConfig};
+
+use crate::config::ConfigError;
+use crate::kafka::ClientOptions;
+
+/// The librdkafka properties this translates; another one starting with a prefix of
+/// [`REFUSED_PREFIXES`] is refused.
+const TRANSLATED: &[&str] = &[
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+    "enable.ssl.certificate.verification",
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.scope",
+    "https.ca.location",
+];
+
+/// Properties of these kinds change how the cluster is reached or trusted.
+const REFUSED_PREFIXES: &[&str] = &[
+    "security.",
+    "sasl.",
+    "ssl.",
+    "enable.ssl",
+    "https.",
+    "client.dns",
+    "socket.",
+];
+
+/// krafka's authentication for `options`; a property it cannot honour is a [`ConfigError`]
+/// naming it (or the named setting that set it).
+pub fn auth_config(options: &ClientOptions) -> Result<AuthConfig, ConfigError> {
+    if let Some((key, _)) = options.iter().find(|(key, _)| {
+        !TRANSLATED.contains(key) && REFUSED_PREFIXES.iter().any(|p| key.starts_with(p))
+    }) {
+        return Err(ConfigError::new(
+            &options.name_of(key),
+            "<not shown>",
+            "is not applied to a share group's consumer (krafka), which takes the connection \
+             settings of docs/connecting.md only",
+        ));
+    }
+    let refuse = |key: &str, value: &str, reason: &str| {
+        Err(ConfigError::new(
+            &options.name_of(key),
+            if crate::kafka::is_secret_property(key) {
+                crate::kafka::REDACTED
+            } else {
+                value
+            },
+            reason,
+        ))
+    };
+    let protocol = options
+        .get("security.protocol")
+        .unwrap_or("PLAINTEXT")
+        .trim()
+        .to_ascii_uppercase();
+    let (tls, sasl) = match protocol.as_str() {
+        "PLAINTEXT" => (false, false),
+        "SSL" => (true, false),
+        "SASL_PLAINTEXT" => (false, true),
+        "SASL_SSL" => (true, true),
+        other => {
+            return refuse(
+                "security.protocol",
+                other,
+                "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+            )
+        }
+    };
+    let text = |key: &str| options.get(key).unwrap_or_default().to_string();
+    let mut auth = if sasl {
+        let mechanism = options
+            .get("sasl.mechanism")
+            .or(options.get("sasl.mechanisms"))
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_uppercase();
+        let (user, password) = (text("sasl.username"), text("sasl.password"));
+        match mechanism.as_str() {
+            "PLAIN" => AuthConfig::sasl_plain(user, password),
+            "SCRAM-SHA-256" => AuthConfig::sasl_scram_sha256(user, password),
+            "SCRAM-SHA-512" => AuthConfig::sasl_scram_sha512(user, password),
+            "OAUTHBEARER" => oauthbearer(options)?,
+            other => {
+                return refuse(
+                    "sasl.mechanism",
+                    other,
+                    "expected PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+                )
+            }
+        }
+    } else {
+        AuthConfig::plaintext()
+    };
+    if tls {
+        auth = auth.with_tls(tls_config(options)?);
+    }
+    Ok(auth)
+}
+
+/// The TLS settings: the CA (or the system's store), the client's certificate and key.
+fn tls_config(options: &ClientOptions) -> Result<TlsConfig, ConfigError> {
+    let verify = options
+        .get("enable.ssl.certificate.verification")
+        .is_none_or(|v| v.trim() != "false");
+    if let Some(algorithm) = options.get("ssl.endpoint.identification.algorithm") {
+        if !algorithm.trim().eq_ignore_ascii_case("https") {
+            return Err(ConfigError::new(
+                &options.name_of("ssl.endpoint.identification.algorithm"),
+                algorithm,
+                "krafka always checks the broker's host name: only `https` is taken",
+            ));
+        }
+    }
+    let mut tls = if verify {
+        TlsConfig::new()
+    } else {
+        TlsConfig::insecure()
+    };
+    tls = match options.get("ssl.ca.location") {
+        Some(ca) if ca != "probe" => tls.with_ca_cert(ca),
+        _ => tls.with_native_roots(),
+    };
+    match (
+        options.get("ssl.certificate.location"),
+        options.get("ssl.key.location"),
+    ) {
+        (Some(cert), Some(key)) => tls = tls.with_client_cert(cert, key),
+        (None, None) => {}
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(ConfigError::new(
+                &options.name_of("ssl.key.location"),
+                options.get("ssl.key.location").unwrap_or_default(),
+                "mutual TLS needs both ssl.certificate.location and ssl.key.location",
+            ))
+        }
+    }
+    if let Some(password) = options.get("ssl.key.password") {
+        tls = tls.with_client_key_password(password);
+    }
+    Ok(tls)
+}
+
+/// OAUTHBEARER from an OpenID Connect token endpoint (client credentials): krafka fetches a
+/// token for each new connection and keeps it until it nears its expiry.
+fn oauthbearer(options: &ClientOptions) -> Result<AuthConfig, ConfigError> {
+    use krafka::auth::{ClientCredentials, OidcTokenProvider};
+    if options.get("sasl.oauthbearer.method") != Some("oidc") {
+        return Err(ConfigError::new(
+            &options.name_of("sasl.mechanism"),
+            "OAUTHBEARER",
+            "a share group's consumer takes its tokens from an OpenID Connect provider: set \
+             oauth_token_endpoint, oauth_client_id and oauth_client_secret",
+        ));
+    }
+    let field = |key: &str| {
+        options.get(key).map(str::to_string).ok_or_else(|| {
+            ConfigError::new(&options.name_of(key), "", "is required with OAUTHBEARER")
+        })
+    };
+    let endpoint = field("sasl.oauthbearer.token.endpoint.url")?;
+    let mut builder =
+        OidcTokenProvider::builder(endpoint.clone()).credentials(ClientCredentials::secret(
+            field("sasl.oauthbearer.client.id")?,
+            field("sasl.oauthbearer.client.secret")?,
+        ));
+    if let Some(scope) = options.get("sasl.oauthbearer.scope") {
+        builder = builder.scope(scope);
+    }
+    // As librdkafka: the token endpoint's own CA (`https.ca.location`), else the system's.
+    builder = match options.get("https.ca.location") {
+        Some(ca) if ca != "probe" => builder.ca_cert(ca),
+        _ => builder.native_roots(),
+    };
+    let provider = builder.build().map_err(|e| {
+        ConfigError::new(
+            &options.name_of("sasl.oauthbearer.token.endpoint.url"),
+            &endpoint,
+            e,
+        )
+    })?;
+    Ok(AuthConfig::sasl_oauthbearer_provider(provider))
+}
