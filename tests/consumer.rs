@@ -753,3 +753,179 @@ async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
     assert_eq!(envelope.key_bytes().unwrap(), Some(vec![0xfe, 0x01]));
     assert_eq!(envelope.headers().unwrap()[0].value, Some(vec![0xff]));
 }
+
+/// Produces `values` to `topic`'s `partition` through a producer compressing with `codec`,
+/// lingering so that they share record batches; waits for every acknowledgement.
+async fn produce_compressed(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    codec: &str,
+    values: &[String],
+) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("compression.type", codec)
+        .set("linger.ms", "50")
+        .create()
+        .unwrap();
+    let sends = values.iter().map(|v| {
+        producer.send(
+            FutureRecord::<(), str>::to(topic)
+                .partition(partition)
+                .payload(v.as_str()),
+            Duration::from_secs(10),
+        )
+    });
+    for sent in futures_util::future::join_all(sends).await {
+        sent.map_err(|(e, _)| e).expect("produce");
+    }
+}
+
+/// Batches compressed by each codec a producer may use (Java clients, Connect and a topic's
+/// own `compression.type=zstd` among them) are all read: every record handled, the group
+/// committed to the end. The dead-letter producer compresses with zstd too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_every_codec_are_read_and_committed_to_the_end() {
+    let brokers = brokers();
+    let topic = unique("codecs");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 2).await;
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        for partition in 0..2 {
+            let mut records = values(&format!("ok-{codec}-{partition}"), 99);
+            records.push(format!("perm-{codec}-{partition}"));
+            produce_compressed(&brokers, &topic, partition, codec, &records).await;
+        }
+    }
+    let handler = Scripted::default();
+    let mut config = test_config(&brokers, &group, &topic);
+    config.librdkafka.insert("compression.type", "zstd");
+    let running = Running::start(config, handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2)
+            == HashMap::from([(0, 400), (1, 400)]))
+        .await,
+        "committed {:?} of 400 per partition; handled {}",
+        committed(&brokers, &group, &topic, 2),
+        handler.count()
+    );
+    running.stop().await;
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        for partition in 0..2 {
+            for v in values(&format!("ok-{codec}-{partition}"), 99) {
+                assert_eq!(handler.attempts(&v), 1, "{v}");
+            }
+        }
+    }
+    let dead = read_all(&brokers, &format!("{topic}-dlt"));
+    assert_eq!(
+        dead.len(),
+        8,
+        "one dead letter per codec and partition, zstd-compressed"
+    );
+}
+
+/// A record batch whose bytes are corrupt (here: a gzip batch whose compressed bytes were
+/// overwritten in the broker's log) cannot be decoded. Its partition stops there, loudly:
+/// `/readyz` names it and the offset, the metric counts it, nothing past it is committed; the
+/// other partition goes on. Once the group's offset is moved past the batch, the partition
+/// reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_cannot_be_decoded_stops_its_partition_loudly_and_only_it() {
+    let brokers = brokers();
+    let Some(kafka) = local_kafka(&brokers) else {
+        eprintln!("skipped: the broker's log cannot be reached on KAFKA_DLQ_TEST_BROKERS");
+        return;
+    };
+    let topic = unique("corrupt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 2).await;
+    produce_compressed(&brokers, &topic, 1, "gzip", &values("lost-cause", 10)).await;
+    produce(&brokers, &topic, vec![Out::new(1, "ok-after-the-batch")]).await;
+    produce(
+        &brokers,
+        &topic,
+        values("ok-p0", 20).iter().map(|v| Out::new(0, v)).collect(),
+    )
+    .await;
+    // The first batch of partition 1: its header (61 bytes) kept, its gzip stream broken.
+    let segment = kafka
+        .partition_dir(&topic, 1)
+        .join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    for b in &mut bytes[61 + 12..61 + 40] {
+        *b = 0xA5;
+    }
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segment)
+            .unwrap();
+        file.seek(SeekFrom::Start(0)).unwrap();
+        file.write_all(&bytes).unwrap();
+    }
+
+    let handler = Scripted::default();
+    let consumer =
+        kafka_dlq::Consumer::new(test_config(&brokers, &group, &topic), handler.clone()).unwrap();
+    let metrics = consumer.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let subject = format!("{topic}-1 is stopped at offset 0");
+    assert!(
+        eventually(WAIT, || metrics
+            .not_ready()
+            .iter()
+            .any(|r| r.contains(&subject)))
+        .await,
+        "/readyz names the partition: {:?}",
+        metrics.not_ready()
+    );
+    assert!(metrics.total("kafka_dlq_undecodable_batches_total") >= 1.0);
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 2).get(&0)
+            == Some(&20))
+        .await,
+        "the other partition goes on"
+    );
+    assert!(committed(&brokers, &group, &topic, 2)
+        .get(&1)
+        .is_none_or(|o| *o == 0));
+    assert_eq!(
+        handler.attempts("ok-after-the-batch"),
+        0,
+        "nothing past the batch"
+    );
+    let reason = metrics.not_ready().join("; ");
+    assert!(reason.contains("cannot be decoded"), "{reason}");
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+
+    // The operator's way out: the group's offset past the batch (docs/operating.md).
+    {
+        use rdkafka::consumer::{BaseConsumer, Consumer as _};
+        let mover: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", &group)
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 1, rdkafka::Offset::Offset(10))
+            .unwrap();
+        mover
+            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+            .unwrap();
+    }
+    let running = Running::start(test_config(&brokers, &group, &topic), handler.clone());
+    assert!(
+        eventually(WAIT, || handler.attempts("ok-after-the-batch") == 1).await,
+        "past the batch, the partition reads again"
+    );
+    running.stop().await;
+    assert_eq!(committed(&brokers, &group, &topic, 2).get(&1), Some(&11));
+}

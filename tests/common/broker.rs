@@ -40,6 +40,15 @@ const JVM_OPTIONS: [&str; 4] = [
     "-XX:TieredStopAtLevel=1",
 ];
 
+/// A listener beside the plaintext one: its name in the broker's settings and its protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct Extra {
+    /// `SSL`, `MTLS`, …
+    pub name: &'static str,
+    /// `SSL`, `SASL_SSL`, …
+    pub protocol: &'static str,
+}
+
 /// Marks a broker directory kept to look at: a test of its binary failed.
 const FAILED_MARK: &str = "test-failed";
 
@@ -76,28 +85,76 @@ pub struct Kafka {
     dir: PathBuf,
     /// Its jars.
     libs: PathBuf,
+    /// JVM options beyond [`JVM_OPTIONS`].
+    jvm: Vec<String>,
+    /// The listeners beside the plaintext one ([`Kafka::start_with`]): name, protocol, port.
+    extra: Vec<(String, String, u16)>,
     pid: u32,
-    exited: std::sync::mpsc::Receiver<()>,
+    /// Says when the JVM has exited (behind a lock: a broker is shared between threads).
+    exited: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 impl Kafka {
     /// Formats a fresh node on free loopback ports and starts it; returns once it serves
     /// metadata.
     pub fn start() -> Result<Kafka, String> {
-        Self::start_version(KAFKA_VERSION, &[], "")
+        Self::start_version(KAFKA_VERSION, &[], "", Vec::new(), &[])
+    }
+
+    /// Like [`Kafka::start`] (of Kafka `version`, [`SHARE_KAFKA_VERSION`] formatted for
+    /// share groups), with `listeners` beside the plaintext one, `settings` for them,
+    /// `jvm` options and `format` arguments of the storage tool (SCRAM users); see
+    /// `security::start_secured`.
+    pub fn start_with(
+        share: bool,
+        listeners: &[Extra],
+        settings: &str,
+        jvm: Vec<String>,
+        format: &[String],
+    ) -> Result<Kafka, String> {
+        let (version, features, base) = if share {
+            (
+                SHARE_KAFKA_VERSION,
+                &["--feature", "share.version=2"][..],
+                SHARE_SETTINGS,
+            )
+        } else {
+            (KAFKA_VERSION, &[][..], "")
+        };
+        let mut args: Vec<String> = features.iter().map(|f| f.to_string()).collect();
+        args.extend(format.iter().cloned());
+        Self::start_version(version, &args, &format!("{base}{settings}"), jvm, listeners)
+    }
+
+    /// The bootstrap address of the listener `name` (of a broker from [`Kafka::start_with`]).
+    pub fn listener(&self, name: &str) -> String {
+        let port = self
+            .extra
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, port)| *port)
+            .unwrap_or_else(|| panic!("no listener {name}"));
+        format!("127.0.0.1:{port}")
+    }
+
+    /// The directory of the partition's log segments (`<topic>-<partition>`).
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.dir.join("data").join(format!("{topic}-{partition}"))
     }
 
     /// Like [`Kafka::start`], a node of Kafka [`SHARE_KAFKA_VERSION`] formatted with
     /// `share.version=2` (share groups with the broker's dead-letter queue), with 3 s locks.
     pub fn start_share() -> Result<Kafka, String> {
-        Self::start_version(
-            SHARE_KAFKA_VERSION,
-            &["--feature", "share.version=2"],
-            SHARE_SETTINGS,
-        )
+        Self::start_with(true, &[], "", Vec::new(), &[])
     }
 
-    fn start_version(version: &str, features: &[&str], settings: &str) -> Result<Kafka, String> {
+    fn start_version(
+        version: &str,
+        format: &[String],
+        settings: &str,
+        jvm: Vec<String>,
+        listeners: &[Extra],
+    ) -> Result<Kafka, String> {
         let libs = kafka_libs_of(version);
         if !libs.join(format!("kafka_2.13-{version}.jar")).exists() {
             return Err(format!(
@@ -110,9 +167,13 @@ impl Kafka {
         remove_dirs_of_ended_runs();
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        write_config(&dir, port, controller_port, settings)?;
+        let extra: Vec<(String, String, u16)> = listeners
+            .iter()
+            .map(|l| (l.name.to_string(), l.protocol.to_string(), free_port()))
+            .collect();
+        write_config(&dir, port, controller_port, &extra, settings)?;
         let cluster_id = cluster_id();
-        let format = java(&dir, &libs)
+        let format = java(&dir, &libs, &jvm)
             .args([
                 "kafka.tools.StorageTool",
                 "format",
@@ -120,7 +181,7 @@ impl Kafka {
                 "-t",
             ])
             .arg(&cluster_id)
-            .args(features)
+            .args(format)
             .arg("-c")
             .arg(dir.join("server.properties"))
             .output()
@@ -132,7 +193,7 @@ impl Kafka {
                 String::from_utf8_lossy(&format.stderr)
             ));
         }
-        Self::spawn(port, controller_port, dir, libs)
+        Self::spawn(port, controller_port, dir, libs, jvm, extra)
     }
 
     fn spawn(
@@ -140,13 +201,15 @@ impl Kafka {
         controller_port: u16,
         dir: PathBuf,
         libs: PathBuf,
+        jvm: Vec<String>,
+        extra: Vec<(String, String, u16)>,
     ) -> Result<Kafka, String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("broker.log"))
             .map_err(|e| e.to_string())?;
-        let mut command = java(&dir, &libs);
+        let mut command = java(&dir, &libs, &jvm);
         command
             .arg("kafka.Kafka")
             .arg(dir.join("server.properties"))
@@ -181,8 +244,10 @@ impl Kafka {
             controller_port,
             dir,
             libs,
+            jvm,
+            extra,
             pid,
-            exited: exited_rx,
+            exited: std::sync::Mutex::new(exited_rx),
         };
         kafka.wait_until_serving(Duration::from_secs(90))?;
         Ok(kafka)
@@ -199,7 +264,7 @@ impl Kafka {
             ))
         };
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if self.exited.try_recv().is_ok() {
+            if self.exited.lock().unwrap().try_recv().is_ok() {
                 return failed("exited while starting");
             }
             if Instant::now() > deadline {
@@ -240,7 +305,11 @@ impl Kafka {
         unsafe {
             libc::kill(self.pid as i32, libc::SIGKILL);
         }
-        let _ = self.exited.recv_timeout(Duration::from_secs(20));
+        let _ = self
+            .exited
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(20));
     }
 
     /// Kills the broker and starts it again on the same ports and storage.
@@ -248,8 +317,9 @@ impl Kafka {
         self.kill();
         let (port, controller_port) = (self.port, self.controller_port);
         let (dir, libs) = (self.dir.clone(), self.libs.clone());
+        let (jvm, extra) = (self.jvm.clone(), self.extra.clone());
         std::mem::forget(self);
-        Self::spawn(port, controller_port, dir, libs).expect("Kafka restarts")
+        Self::spawn(port, controller_port, dir, libs, jvm, extra).expect("Kafka restarts")
     }
 
     /// Marks the directory as a failed test's, so that later runs keep it, and says where
@@ -317,14 +387,16 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `java` with the broker's JVM options, Kafka's jars and the log configuration, in `dir`.
-fn java(dir: &Path, libs: &Path) -> Command {
+/// `java` with the broker's JVM options (and `extra`), Kafka's jars and the log
+/// configuration, in `dir`.
+fn java(dir: &Path, libs: &Path, extra: &[String]) -> Command {
     let java = std::env::var("JAVA_HOME")
         .map(|home| PathBuf::from(home).join("bin/java"))
         .unwrap_or_else(|_| PathBuf::from("java"));
     let mut command = Command::new(java);
     command
         .args(JVM_OPTIONS)
+        .args(extra)
         .arg("-cp")
         .arg(format!("{}/*", libs.display()))
         .arg(format!(
@@ -335,16 +407,30 @@ fn java(dir: &Path, libs: &Path) -> Command {
     command
 }
 
-fn write_config(dir: &Path, port: u16, controller_port: u16, settings: &str) -> Result<(), String> {
+fn write_config(
+    dir: &Path,
+    port: u16,
+    controller_port: u16,
+    extra: &[(String, String, u16)],
+    settings: &str,
+) -> Result<(), String> {
     let data = dir.join("data");
+    let listeners: String = extra
+        .iter()
+        .map(|(name, _, p)| format!(",{name}://127.0.0.1:{p}"))
+        .collect();
+    let protocols: String = extra
+        .iter()
+        .map(|(name, protocol, _)| format!(",{name}:{protocol}"))
+        .collect();
     let server = format!(
         "process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}{listeners}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}{listeners}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}
 inter.broker.listener.name=PLAINTEXT
 log.dirs={data}
 num.partitions=1

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod security;
 #[allow(unused_imports)]
 pub use broker::{group_lag, Kafka};
 
@@ -50,6 +51,20 @@ pub fn share_brokers() -> String {
     shared_broker(&BROKER, "KAFKA_DLQ_TEST_SHARE_BROKERS", Kafka::start_share)
 }
 
+/// The brokers this binary started.
+static LOCAL: Mutex<Vec<&'static Kafka>> = Mutex::new(Vec::new());
+
+/// The broker at `brokers` if this binary started it (`None` for `KAFKA_DLQ_TEST_BROKERS`):
+/// for a test that reaches into its storage.
+pub fn local_kafka(brokers: &str) -> Option<&'static Kafka> {
+    LOCAL
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|k| k.brokers() == brokers)
+        .copied()
+}
+
 /// The address in `cell`: the variable `own` when set, else a node `start` starts on first
 /// use, kept for the test binary's life.
 fn shared_broker(
@@ -65,7 +80,8 @@ fn shared_broker(
         start().map(|kafka| {
             kafka.keep_log_on_panic();
             let brokers = kafka.brokers();
-            std::mem::forget(kafka);
+            // Kept for the binary's life (never dropped: the JVM dies with the binary).
+            LOCAL.lock().unwrap().push(Box::leak(Box::new(kafka)));
             brokers
         })
     })
