@@ -15,6 +15,9 @@ fn kafka_dlq(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         "KAFKA_DLQ_CONFIG",
         "SLACK_BOT_TOKEN",
         "SLACK_WEBHOOK_URL",
+        "KAFKA_OPTIONS",
+        "KAFKA_SECURITY_PROTOCOL",
+        "KAFKA_SASL_PASSWORD",
     ] {
         command.env_remove(var);
     }
@@ -42,6 +45,8 @@ slack_channel = "#alerts"
 
 [librdkafka]
 "security.protocol" = "SASL_SSL"
+"sasl.mechanism" = "SCRAM-SHA-512"
+"sasl.username" = "svc"
 "sasl.password" = "hunter2"
 
 [run]
@@ -120,8 +125,171 @@ fn secrets_are_redacted_in_the_effective_configuration() {
         line(&out, "slack_token"),
         "slack_token = <redacted>    # file"
     );
-    assert!(line(&out, "kafka_options").contains("sasl.password=<redacted>"));
-    assert!(line(&out, "kafka_options").contains("security.protocol=SASL_SSL"));
+    assert!(line(&out, "[librdkafka]").contains("sasl.password=<redacted>"));
+    assert!(line(&out, "[librdkafka]").contains("security.protocol=SASL_SSL"));
+}
+
+/// Every variable a secret may be given in, and a config file holding the rest.
+const SECRET_ENV: [(&str, &str); 5] = [
+    ("KAFKA_OPTIONS", "sasl.password=env-hunter2"),
+    (
+        "TARGET_URL",
+        "http://svc:url-pass@target:8080/events?code=url-token",
+    ),
+    ("KAFKA_SASL_PASSWORD", "env-sasl-secret"),
+    ("KAFKA_OAUTH_CLIENT_SECRET", "env-client-secret"),
+    (
+        "SLACK_WEBHOOK_URL",
+        "https://hooks.slack.com/services/T0/B0/env-webhook",
+    ),
+];
+
+#[test]
+fn help_never_shows_a_value_from_the_environment_or_the_file() {
+    let f = file(&format!(
+        "{BASE}sasl_password = \"file-sasl-secret\"\nslack_webhook_url = \"https://hooks.slack.com/services/T0/B0/file-webhook\"\n"
+    ));
+    let path = f.path().to_str().unwrap();
+    for command in [
+        vec!["run", "--help"],
+        vec!["monitor", "--help"],
+        vec!["dlq", "list", "--help"],
+        vec!["dlq", "replay", "--help"],
+        vec!["demo", "--help"],
+    ] {
+        let mut args = vec!["--config", path];
+        args.extend(&command);
+        let (code, out, err) = kafka_dlq(&args, &SECRET_ENV);
+        assert_eq!(code, 0, "{command:?}: {err}");
+        for secret in [
+            "env-hunter2",
+            "url-pass",
+            "url-token",
+            "env-sasl-secret",
+            "env-client-secret",
+            "env-webhook",
+            "file-sasl-secret",
+            "file-webhook",
+            "hunter2",
+            "xoxb-very-secret",
+        ] {
+            assert!(
+                !out.contains(secret),
+                "{command:?} --help shows {secret}:\n{out}"
+            );
+        }
+    }
+    let (_, out, _) = kafka_dlq(&["run", "--help"], &SECRET_ENV);
+    assert!(
+        out.contains("KAFKA_SASL_PASSWORD"),
+        "the variable is named, its value not:\n{out}"
+    );
+}
+
+#[test]
+fn config_check_shows_no_credentials_of_a_url_or_a_comma_split_password() {
+    let env = [
+        (
+            "KAFKA_OPTIONS",
+            "security.protocol=SASL_SSL,sasl.mechanism=PLAIN,sasl.username=svc,sasl.password=pa,ss=wo,rd",
+        ),
+        ("TARGET_URL", "http://svc:url-pass@target:8080/events?code=url-token"),
+    ];
+    let (code, out, err) = kafka_dlq(
+        &[
+            "config",
+            "check",
+            "run",
+            "--brokers",
+            "k:9092",
+            "--group-id",
+            "g",
+            "--topics",
+            "t",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for secret in ["url-pass", "url-token", "pa,ss", "ss=wo", "wo,rd"] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret}:\n{out}{err}"
+        );
+    }
+    assert_eq!(
+        line(&out, "target_url"),
+        "target_url = http://***@target:8080/events?code=***    # environment"
+    );
+    assert!(
+        line(&out, "kafka_options").contains("sasl.password=<redacted>"),
+        "{out}"
+    );
+    assert!(
+        line(&out, "kafka_options").contains("sasl.username=svc"),
+        "{out}"
+    );
+}
+
+#[test]
+fn config_check_creates_each_client_and_names_what_librdkafka_refuses() {
+    let not_pem = file("this is no certificate\n");
+    let ca = not_pem.path().to_str().unwrap();
+    let cases = [
+        (
+            format!("security_protocol = \"SSL\"\nssl_ca_location = \"{ca}\"\n"),
+            "invalid setting `ssl_ca_location` (--ssl-ca-location)",
+        ),
+        (
+            "security_protocol = \"SASL_SSL\"\nsasl_mechanism = \"GSSAPI\"\n".to_string(),
+            "Kerberos (GSSAPI) is not supported",
+        ),
+        (
+            "security_protocol = \"SASL_SSL\"\n".to_string(),
+            "needs a SASL mechanism",
+        ),
+        (
+            "[librdkafka]\n\"ssl.key.password\" = \"hunter2\"\n\"security.protocol\" = \"SSL\"\n\"ssl.key.location\" = \"/nonexistent/key.pem\"\n".to_string(),
+            "librdkafka refuses it",
+        ),
+    ];
+    for (text, expected) in cases {
+        let f = file(&format!(
+            "brokers = \"k:9092\"\n{text}\n[run]\ngroup_id = \"g\"\ntopics = [\"t\"]\ntarget_url = \"http://localhost:8080/\"\n"
+        ));
+        let (code, out, err) = kafka_dlq(
+            &[
+                "--config",
+                f.path().to_str().unwrap(),
+                "config",
+                "check",
+                "run",
+            ],
+            &[],
+        );
+        assert_eq!(code, 2, "{text}: {out}{err}");
+        assert!(err.contains(expected), "{text}: {err}");
+        assert!(!out.contains("configuration OK"), "{out}");
+        assert!(
+            !err.contains("hunter2") && !out.contains("hunter2"),
+            "{err}"
+        );
+    }
+    // The manual's own example (docs/operating.md) checks out: this build has TLS and SCRAM.
+    let f = file(
+        "brokers = \"b-1.kafka.example.com:9096\"\nsecurity_protocol = \"SASL_SSL\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"svc-deliveries\"\nsasl_password = \"pw\"\n[run]\ngroup_id = \"g\"\ntopics = [\"t\"]\ntarget_url = \"http://localhost:8080/\"\n",
+    );
+    let (code, out, err) = kafka_dlq(
+        &[
+            "--config",
+            f.path().to_str().unwrap(),
+            "config",
+            "check",
+            "run",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("# configuration OK"));
 }
 
 #[test]

@@ -116,9 +116,7 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
     let mut command = command;
     for (key, value) in &global {
         if root_has(&command, key) {
-            command = command.mut_arg(key.as_str(), |a| {
-                a.default_value(value.clone()).hide_default_value(true)
-            });
+            command = command.mut_arg(key.as_str(), |a| hidden_default(a, value));
         }
     }
     for leaf in &leaves {
@@ -188,13 +186,22 @@ fn set_defaults(command: Command, path: &str, values: &BTreeMap<String, String>)
         None => {
             let mut sub = sub;
             for (k, v) in values {
-                sub = sub.mut_arg(k.as_str(), |a| {
-                    a.default_value(v.clone()).hide_default_value(true)
-                });
+                sub = sub.mut_arg(k.as_str(), |a| hidden_default(a, v));
             }
             sub
         }
     })
+}
+
+/// `arg` with `value` (from the config file) as its default, which `--help` does not show.
+fn hidden_default(arg: clap::Arg, value: &str) -> clap::Arg {
+    let arg = arg.default_value(value.to_string());
+    // A switch (`--monitor`) shows no default anyway, and clap refuses to hide one.
+    if arg.get_action().takes_values() {
+        arg.hide_default_value(true)
+    } else {
+        arg
+    }
 }
 
 /// Whether an argument holds a secret.
