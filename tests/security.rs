@@ -30,19 +30,19 @@ struct Secured {
     oidc: &'static Oidc,
 }
 
-/// How long the token endpoint's tokens live: short, so that a run outlives several.
-const TOKEN_LIFETIME_S: u64 = 12;
-
 fn secured() -> &'static Secured {
     static SECURED: OnceLock<Secured> = OnceLock::new();
     SECURED.get_or_init(|| {
         common::init_logs();
-        let dir = std::env::temp_dir().join(format!("kafka-dlq-pki-{}", std::process::id()));
-        let pki = Pki::create(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let oidc = Oidc::shared(&pki, TOKEN_LIFETIME_S);
-        let kafka = security::start_secured(&pki, oidc, false).unwrap_or_else(|e| panic!("{e}"));
+        let fixture = security::fixture();
+        let kafka = security::start_secured(&fixture.pki, fixture.oidc, false)
+            .unwrap_or_else(|e| panic!("{e}"));
         kafka.keep_log_on_panic();
-        Secured { kafka, pki, oidc }
+        Secured {
+            kafka,
+            pki: fixture.pki.clone(),
+            oidc: fixture.oidc,
+        }
     })
 }
 
@@ -492,7 +492,7 @@ async fn oidc_recipe_fetches_tokens_and_refreshes_them_before_they_expire() {
     let status = common::terminate(&mut child).await;
     assert_eq!(status.code(), Some(0));
     let issued = s.oidc.issued() - before;
-    let tokens_needed = started.elapsed().as_secs() / TOKEN_LIFETIME_S;
+    let tokens_needed = started.elapsed().as_secs() / security::TOKEN_LIFETIME_S;
     assert!(
         issued as u64 > tokens_needed,
         "{issued} tokens over {:?}: tokens were refreshed before they expired",

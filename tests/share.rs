@@ -101,10 +101,11 @@ async fn answer(
     }
 }
 
-/// A member of a share group: `kafka-dlq run --share-group`, and its metrics port.
+/// A member of a share group: `kafka-dlq run --share-group`, its metrics port and its log.
 struct Member {
     child: tokio::process::Child,
     port: u16,
+    log: std::path::PathBuf,
 }
 
 impl Member {
@@ -152,6 +153,18 @@ fn free_port() -> u16 {
 
 /// `kafka-dlq run --share-group <group>`, delivering to `url`, its log in a file of its own.
 fn member(brokers: &str, group: &str, topic: &str, url: &str, extra: &[&str]) -> Member {
+    member_with(brokers, group, topic, url, extra, &[])
+}
+
+/// [`member`] with the variables `env`.
+fn member_with(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    url: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Member {
     let log = std::env::temp_dir().join(format!("{}.log", unique(group)));
     eprintln!("member of {group}: log {}", log.display());
     let port = free_port();
@@ -179,12 +192,13 @@ fn member(brokers: &str, group: &str, topic: &str, url: &str, extra: &[&str]) ->
         .args(["--backoff-initial-ms", "20", "--breaker-failure-ratio", "0"])
         .args(extra)
         .env("RUST_LOG", "info,kafka_dlq=debug")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    Member { child, port }
+    Member { child, port, log }
 }
 
 /// The dead letters of `dlt`, by id: (kind, message, attempts, delivery_count).
@@ -528,6 +542,95 @@ async fn a_replayed_dead_letter_comes_back_through_the_groups_redrive_topic() {
         acknowledged_up_to(&brokers, &group, &redrive, 1).await,
         Some(0)
     );
+}
+
+/// Share groups on a managed cluster: krafka's share client and the dead-letter producer
+/// (librdkafka) take the same connection settings, here SCRAM-SHA-512 over TLS and then
+/// OAUTHBEARER from the token endpoint over TLS, on Kafka 4.4's secured listeners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_runs_over_tls_with_scram_and_with_oauth() {
+    use common::security::{self, Listener};
+    let brokers = share_brokers();
+    let Some(kafka) = local_kafka(&brokers) else {
+        eprintln!("skipped: KAFKA_DLQ_TEST_SHARE_BROKERS has no secured listeners of ours");
+        return;
+    };
+    let fixture = security::fixture();
+    let ca = fixture.pki.ca();
+    let endpoint = fixture.oidc.token_endpoint();
+    let scram = [
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        "SCRAM-SHA-512",
+        "--sasl-username",
+        security::USER,
+        "--ssl-ca-location",
+        &ca,
+    ];
+    let oauth = [
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        "OAUTHBEARER",
+        "--oauth-token-endpoint",
+        &endpoint,
+        "--oauth-client-id",
+        security::OIDC_LONG_CLIENT_ID,
+        "--oauth-scope",
+        security::OIDC_SCOPE,
+    ];
+    let scram_secret = [("KAFKA_SASL_PASSWORD", security::SCRAM_PASSWORD)];
+    let oauth_secret = [
+        ("KAFKA_OAUTH_CLIENT_SECRET", security::OIDC_CLIENT_SECRET),
+        // The token endpoint's CA, as the system's store (OAUTHBEARER's recipe sets none).
+        ("SSL_CERT_FILE", ca.as_str()),
+    ];
+    for (listener, flags, secrets) in [
+        (Listener::SaslSsl, &scram[..], &scram_secret[..]),
+        (Listener::Oauth, &oauth[..], &oauth_secret[..]),
+    ] {
+        let secured = kafka.listener(listener.name());
+        let topic = unique("parcels");
+        let group = unique("couriers");
+        create_topic(&brokers, &topic, 1).await;
+        let downstream = Downstream::default();
+        let m = member_with(
+            &secured,
+            &group,
+            &topic,
+            &downstream.url(0).await,
+            flags,
+            &secrets,
+        );
+        m.ready().await;
+        produce(
+            &brokers,
+            &topic,
+            values(&["ok-1".to_string(), "perm-2".to_string()]),
+        )
+        .await;
+        let dlt = format!("{topic}-dlt");
+        assert!(
+            eventually(WAIT, || read_all(&brokers, &dlt).len() == 1
+                && downstream.calls_of("ok-1").len() == 1)
+            .await,
+            "{listener:?}: handled and dead-lettered"
+        );
+        assert_eq!(
+            acknowledged_up_to(&brokers, &group, &topic, 2).await,
+            Some(0)
+        );
+        let log = m.log.clone();
+        m.stop().await;
+        let log = std::fs::read_to_string(log).unwrap();
+        for secret in security::SECRETS {
+            assert!(
+                !log.contains(secret),
+                "{listener:?}: the member's log shows a secret"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -245,19 +245,6 @@ impl ConsumerConfig {
                 "must be 1 to 10000 with consumption = \"share\" (records acquired per fetch)",
             ));
         }
-        // The share consumer (krafka) does not take librdkafka's properties: one that would
-        // secure or reach the cluster differently must not be silently left out.
-        if let Some((key, _)) = self.librdkafka.iter().find(|(key, _)| {
-            ["security.", "sasl.", "ssl.", "client.dns", "socket."]
-                .iter()
-                .any(|prefix| key.starts_with(prefix))
-        }) {
-            return Err(ConfigError::new(
-                "librdkafka",
-                key,
-                "is not applied to a share group's consumer (it connects in plaintext): share groups run on a PLAINTEXT listener for now",
-            ));
-        }
         Ok(())
     }
 }

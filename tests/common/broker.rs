@@ -249,7 +249,11 @@ impl Kafka {
             pid,
             exited: std::sync::Mutex::new(exited_rx),
         };
-        kafka.wait_until_serving(Duration::from_secs(90))?;
+        if let Err(e) = kafka.wait_until_serving(Duration::from_secs(90)) {
+            // The error names the log: kept to look at.
+            Kafka::keep_for_failure(&kafka.dir);
+            return Err(e);
+        }
         Ok(kafka)
     }
 

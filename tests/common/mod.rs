@@ -44,11 +44,15 @@ pub fn brokers() -> String {
 
 /// The share-group broker of this test binary: an Apache Kafka
 /// [`SHARE_KAFKA_VERSION`](broker::SHARE_KAFKA_VERSION) node formatted with `share.version=2`,
-/// with 3 s acquisition locks ([`Kafka::start_share`]); `KAFKA_DLQ_TEST_SHARE_BROKERS` when
-/// set.
+/// with 3 s acquisition locks ([`Kafka::start_share`]) and the secured listeners of
+/// [`security::start_secured`] beside the plaintext one returned here;
+/// `KAFKA_DLQ_TEST_SHARE_BROKERS` when set.
 pub fn share_brokers() -> String {
     static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
-    shared_broker(&BROKER, "KAFKA_DLQ_TEST_SHARE_BROKERS", Kafka::start_share)
+    shared_broker(&BROKER, "KAFKA_DLQ_TEST_SHARE_BROKERS", || {
+        let fixture = security::fixture();
+        security::start_secured(&fixture.pki, fixture.oidc, true)
+    })
 }
 
 /// The brokers this binary started.

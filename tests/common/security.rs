@@ -38,6 +38,9 @@ pub const OIDC_SCOPE: &str = "kafka";
 /// An OIDC client (with [`OIDC_CLIENT_SECRET`]) whose tokens expired a minute before they
 /// were issued.
 pub const OIDC_EXPIRED_CLIENT_ID: &str = "kafka-dlq-expired";
+/// An OIDC client (with [`OIDC_CLIENT_SECRET`]) whose tokens live 5 minutes, as a real
+/// provider's do: krafka refuses a token with less than 30 s to live.
+pub const OIDC_LONG_CLIENT_ID: &str = "kafka-dlq-long";
 
 /// Every secret above: no output of a test run may contain one.
 pub const SECRETS: [&str; 5] = [
@@ -97,6 +100,28 @@ impl Listener {
     }
 }
 
+/// The binary's CA and token endpoint, made on first use (tokens live 12 s).
+pub struct Fixture {
+    /// The CA and what it signed.
+    pub pki: Pki,
+    /// The token endpoint.
+    pub oidc: &'static Oidc,
+}
+
+/// How long the token endpoint's tokens live: short, so that a run outlives several.
+pub const TOKEN_LIFETIME_S: u64 = 12;
+
+/// The binary's [`Fixture`].
+pub fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("kafka-dlq-pki-{}", std::process::id()));
+        let pki = Pki::create(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let oidc = Oidc::shared(&pki, TOKEN_LIFETIME_S);
+        Fixture { pki, oidc }
+    })
+}
+
 /// A Kafka node (of the share-group version when `share`) with a listener of each
 /// [`Listener`] kind beside the plaintext one: certificates of `pki`, SCRAM users added at
 /// format time, PLAIN users in the JAAS configuration, OAUTHBEARER tokens validated against
@@ -151,6 +176,7 @@ listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.securit
 listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
 sasl.oauthbearer.jwks.endpoint.url={jwks}
 sasl.oauthbearer.expected.audience=kafka
+sasl.oauthbearer.expected.issuer=kafka-dlq-test-idp
 listener.name.oauth.oauthbearer.connections.max.reauth.ms=10000
 ",
         server = file("server.pem"),
@@ -567,7 +593,8 @@ async fn token(
         return refused("unsupported_grant_type");
     }
     let expired = id == OIDC_EXPIRED_CLIENT_ID;
-    if !(id == OIDC_CLIENT_ID || expired) || secret != OIDC_CLIENT_SECRET {
+    let long = id == OIDC_LONG_CLIENT_ID;
+    if !(id == OIDC_CLIENT_ID || expired || long) || secret != OIDC_CLIENT_SECRET {
         return refused("invalid_client");
     }
     let now = SystemTime::now()
@@ -576,6 +603,8 @@ async fn token(
         .as_secs();
     let (iat, exp) = if expired {
         (now - 3_600, now - 60)
+    } else if long {
+        (now, now + 300)
     } else {
         (now, now + endpoint.lifetime_s)
     };
@@ -598,7 +627,7 @@ async fn token(
             &mut signature,
         )
         .unwrap();
-    if !expired {
+    if id == OIDC_CLIENT_ID {
         endpoint.issued.fetch_add(1, Ordering::SeqCst);
     }
     (

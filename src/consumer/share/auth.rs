@@ -197,3 +197,86 @@ fn oauthbearer(options: &ClientOptions) -> Result<AuthConfig, ConfigError> {
     })?;
     Ok(AuthConfig::sasl_oauthbearer_provider(provider))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(pairs: &[(&str, &str)]) -> ClientOptions {
+        let mut security = crate::config::Security::default();
+        for (k, v) in pairs {
+            security.set(k, v).unwrap();
+        }
+        security.options().unwrap()
+    }
+
+    #[test]
+    fn the_named_settings_become_krafkas_authentication() {
+        let ca = tempfile::NamedTempFile::new().unwrap();
+        let ca = ca.path().to_str().unwrap();
+        let auth = auth_config(&named(&[
+            ("security_protocol", "SASL_SSL"),
+            ("sasl_mechanism", "SCRAM-SHA-512"),
+            ("sasl_username", "svc"),
+            ("sasl_password", "pw"),
+            ("ssl_ca_location", ca),
+        ]))
+        .unwrap();
+        assert_eq!(
+            auth.security_protocol(),
+            &krafka::auth::SecurityProtocol::SaslSsl
+        );
+        assert_eq!(
+            auth.sasl_mechanism(),
+            Some(&krafka::auth::SaslMechanism::ScramSha512)
+        );
+        assert_eq!(auth.tls_config().and_then(|t| t.ca_cert_path()), Some(ca));
+        let plain = auth_config(&ClientOptions::new()).unwrap();
+        assert!(!plain.requires_tls() && !plain.requires_sasl());
+        let oauth = auth_config(&named(&[
+            ("security_protocol", "SASL_SSL"),
+            ("sasl_mechanism", "OAUTHBEARER"),
+            ("oauth_token_endpoint", "https://idp.example.com/token"),
+            ("oauth_client_id", "svc"),
+            ("oauth_client_secret", "s3cret"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            oauth.sasl_mechanism(),
+            Some(&krafka::auth::SaslMechanism::OAuthBearer)
+        );
+    }
+
+    #[test]
+    fn what_krafka_cannot_honour_is_refused_by_name() {
+        for (key, value, named) in [
+            ("socket.timeout.ms", "30000", "librdkafka.socket.timeout.ms"),
+            (
+                "ssl.endpoint.identification.algorithm",
+                "none",
+                "librdkafka.ssl.endpoint.identification.algorithm",
+            ),
+            (
+                "sasl.kerberos.service.name",
+                "kafka",
+                "librdkafka.sasl.kerberos.service.name",
+            ),
+        ] {
+            let mut options: ClientOptions = [("security.protocol", "SSL")].into_iter().collect();
+            options.insert(key, value);
+            let error = auth_config(&options).unwrap_err();
+            assert_eq!(error.key, named, "{error}");
+        }
+        let mut raw: ClientOptions = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+        ]
+        .into_iter()
+        .collect();
+        raw.insert("enable.sasl.oauthbearer.unsecure.jwt", "true");
+        assert!(
+            auth_config(&raw).is_err(),
+            "an unsecured token is not taken"
+        );
+    }
+}
