@@ -7,7 +7,8 @@
 # The JVM gets a 1 GB heap and the full JIT (the test brokers use less, to start faster).
 # KAFKA_VERSION=4.4.0 starts Apache Kafka 4.4 formatted with share.version=2 (share groups and
 # their broker dead-letter queue), for the share-group benchmark; KAFKA_FEATURES overrides the
-# features it is formatted with.
+# features it is formatted with. KAFKA_TLS_PORT=19094 adds a TLS listener on that port, its
+# certificate signed by a CA made here ($dir/tls/ca.pem), for the benchmark's TLS rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
@@ -29,14 +30,36 @@ case "$action" in
     fi
     rm -rf "$dir" && mkdir -p "$dir"
     controller=$((port + 1))
+    listeners="PLAINTEXT://127.0.0.1:$port"
+    protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    tls=""
+    if [ -n "${KAFKA_TLS_PORT:-}" ]; then
+      mkdir -p "$dir/tls"
+      (
+        cd "$dir/tls"
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 30 \
+          -subj "/CN=kafka-dlq local CA" 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+          -subj "/CN=localhost" 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+          -out server.crt -days 30 -extfile server.ext 2>/dev/null
+        cat server.key server.crt ca.pem > server.pem
+      )
+      listeners="$listeners,SSL://127.0.0.1:$KAFKA_TLS_PORT"
+      protocols="$protocols,SSL:SSL"
+      tls="ssl.keystore.type=PEM
+ssl.keystore.location=$dir/tls/server.pem"
+    fi
     cat > "$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners,CONTROLLER://127.0.0.1:$controller
+advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
+$tls
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
 offsets.topic.replication.factor=1
@@ -61,6 +84,9 @@ while True:
     for _ in $(seq 1 300); do
       if (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         echo "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$port (log: $dir/broker.log)"
+        if [ -n "${KAFKA_TLS_PORT:-}" ]; then
+          echo "TLS listener on 127.0.0.1:$KAFKA_TLS_PORT, its CA: $dir/tls/ca.pem"
+        fi
         exit 0
       fi
       sleep 0.2

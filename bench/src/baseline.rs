@@ -12,6 +12,15 @@ use crate::figures::{cpu_time, peak_rss_mb, since, Figures};
 /// The bare loop's client: kafka-dlq's fetch settings and buffer bounds, offsets stored by
 /// the loop and committed every 5 s.
 pub fn client_config(brokers: &str, group: &str) -> ClientConfig {
+    client_config_with(brokers, &kafka_dlq::kafka::ClientOptions::new(), group)
+}
+
+/// [`client_config`] with `options` (how to reach the brokers) applied last.
+pub fn client_config_with(
+    brokers: &str,
+    options: &kafka_dlq::kafka::ClientOptions,
+    group: &str,
+) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)
@@ -35,12 +44,19 @@ pub fn client_config(brokers: &str, group: &str) -> ClientConfig {
             "queued.min.messages",
             defaults.max_buffered_records.to_string(),
         );
+    options.apply(&mut config);
     config
 }
 
 /// Consumes `n` records of `topic` in `group`.
-pub async fn run(brokers: &str, group: &str, topic: &str, n: u64) -> anyhow::Result<Figures> {
-    let config = client_config(brokers, group);
+pub async fn run(
+    brokers: &str,
+    options: &kafka_dlq::kafka::ClientOptions,
+    group: &str,
+    topic: &str,
+    n: u64,
+) -> anyhow::Result<Figures> {
+    let config = client_config_with(brokers, options, group);
     let consumer: StreamConsumer = config.create()?;
     consumer.subscribe(&[topic])?;
     let mut count = 0u64;

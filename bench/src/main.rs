@@ -147,6 +147,40 @@ pub struct Args {
     /// The `kafka-dlq` binary `--tools-memory` runs.
     #[arg(long, default_value = "target/release/kafka-dlq")]
     kafka_dlq_bin: PathBuf,
+    /// A librdkafka property KEY=VALUE for the clients of the scenarios kafka-dlq and the bare
+    /// loop run (repeatable): how they reach `--brokers`.
+    #[arg(long = "kafka-option", value_name = "KEY=VALUE")]
+    kafka_options: Vec<String>,
+    /// Also run each kafka-dlq and bare-loop scenario over TLS, right after it runs in
+    /// plaintext, on this listener of the same broker (e.g. `scripts/kafka.sh` started with
+    /// `KAFKA_TLS_PORT`), and print what TLS costs beside plaintext.
+    #[arg(long, requires = "brokers")]
+    tls_brokers: Option<String>,
+    /// The CA of `--tls-brokers`' certificate (PEM).
+    #[arg(long, requires = "tls_brokers")]
+    tls_ca: Option<String>,
+}
+
+impl Args {
+    /// The client options of `--kafka-option`.
+    fn client_options(&self) -> anyhow::Result<kafka_dlq::kafka::ClientOptions> {
+        self.kafka_options
+            .iter()
+            .map(|o| {
+                o.split_once('=')
+                    .with_context(|| format!("--kafka-option {o}: expected KEY=VALUE"))
+            })
+            .collect()
+    }
+
+    /// The `--kafka-option`s of the TLS twin of a scenario.
+    fn tls_options(&self) -> Vec<String> {
+        let mut options = vec!["security.protocol=SSL".to_string()];
+        if let Some(ca) = &self.tls_ca {
+            options.push(format!("ssl.ca.location={ca}"));
+        }
+        options
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -356,6 +390,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     // falls on all of them rather than on one. Only whole-topic scenarios make more than one
     // pass: the others measure a handler-bound rate, which more passes would not change.
     let mut results: HashMap<&'static str, Figures> = HashMap::new();
+    let mut tls_results: HashMap<&'static str, Figures> = HashMap::new();
     for pass in 0..passes {
         for scenario in &scenarios {
             if pass > 0 && matches!(scenario.data, Data::Slow | Data::Readme) {
@@ -368,12 +403,24 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             };
             let figures = run_one(&args, &peers, &brokers, on, scenario, pass).await?;
             results.entry(scenario.name).or_default().add(figures);
+            if let Some(tls) = args
+                .tls_brokers
+                .clone()
+                .filter(|_| !scenario.runner.is_peer())
+            {
+                let options = args.tls_options();
+                let figures = scenario_process(&args, &tls, &options, on, scenario, pass).await?;
+                tls_results.entry(scenario.name).or_default().add(figures);
+            }
         }
         if passes > 1 {
             eprintln!("pass {} of {passes} done", pass + 1);
         }
     }
     report::print(&args, &scenarios, &results);
+    if !tls_results.is_empty() {
+        report::print_tls(&scenarios, &results, &tls_results);
+    }
     drop(mock);
     Ok(())
 }
@@ -387,7 +434,9 @@ async fn targets(args: &Args, brokers: &str, topic: &str, data: Data) -> anyhow:
     };
     let mut per_partition = Vec::new();
     for partition in 0..partitions {
-        per_partition.push(topic::partition_records(brokers, topic, partition).await?);
+        per_partition.push(
+            topic::partition_records(brokers, &args.client_options()?, topic, partition).await?,
+        );
     }
     if data == Data::AllButPartition0 {
         per_partition[0] = 0;
@@ -426,7 +475,8 @@ async fn run_one(
             args.max_in_flight * partitions as usize,
         ),
         Runner::Baseline | Runner::Ours(..) => {
-            return scenario_process(args, brokers, topic, scenario, pass).await
+            return scenario_process(args, brokers, &args.kafka_options, topic, scenario, pass)
+                .await
         }
     };
     peers
@@ -447,12 +497,14 @@ async fn run_one(
 async fn scenario_process(
     args: &Args,
     brokers: &str,
+    options: &[String],
     topic: &str,
     scenario: &Scenario,
     pass: u64,
 ) -> anyhow::Result<Figures> {
     let output = tokio::process::Command::new(std::env::current_exe()?)
         .args(["--brokers", brokers, "--topic", topic])
+        .args(options.iter().flat_map(|o| ["--kafka-option", o.as_str()]))
         .args(["--run-scenario", scenario.name])
         .args(["--pass", &pass.to_string()])
         .args(["--records", &args.records.to_string()])
@@ -490,6 +542,7 @@ async fn run_here(
     } else {
         args.partitions
     };
+    let options = args.client_options()?;
     let per_partition = match scenario.data {
         Data::Slow => Vec::new(),
         data => targets(args, brokers, topic, data).await?,
@@ -499,10 +552,11 @@ async fn run_here(
         _ => ours::End::Partitions(&per_partition),
     };
     match scenario.runner {
-        Runner::Baseline => baseline::run(brokers, &group, topic, args.records).await,
+        Runner::Baseline => baseline::run(brokers, &options, &group, topic, args.records).await,
         Runner::Ours(behaviour, ordering) => {
             ours::run(ours::Run {
                 brokers,
+                options: &options,
                 group: &group,
                 topic,
                 partitions,

@@ -26,6 +26,8 @@ pub enum End<'a> {
 /// One pass of a kafka-dlq scenario.
 pub struct Run<'a> {
     pub brokers: &'a str,
+    /// How the clients reach the brokers.
+    pub options: &'a kafka_dlq::kafka::ClientOptions,
     pub group: &'a str,
     pub topic: &'a str,
     pub partitions: i32,
@@ -45,6 +47,7 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
         backoff_initial: Duration::from_millis(600_000),
         backoff_max: Duration::from_millis(600_000),
         shutdown_timeout: Duration::from_millis(2_000),
+        librdkafka: run.options.clone(),
         ..ConsumerConfig::new(run.brokers, run.group, [run.topic])
     };
     let (settled, goal) = match run.end {

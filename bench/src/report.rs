@@ -126,3 +126,46 @@ pub fn print(args: &Args, scenarios: &[Scenario], results: &HashMap<&str, Figure
         println!("{line}");
     }
 }
+
+/// What TLS costs: each kafka-dlq and bare-loop scenario run over TLS right after it ran in
+/// plaintext on the same broker (`--tls-brokers`), and the ratio of the two.
+pub fn print_tls(
+    scenarios: &[Scenario],
+    plain: &HashMap<&str, Figures>,
+    tls: &HashMap<&str, Figures>,
+) {
+    println!("\nTLS beside plaintext (each scenario over TLS right after it ran in plaintext):");
+    println!(
+        "{:<16} {:>13} {:>11} {:>9} {:>16} {:>14} {:>13}",
+        "scenario",
+        "plain rec/s",
+        "TLS rec/s",
+        "TLS/plain",
+        "plain cpu µs/rec",
+        "TLS cpu µs/rec",
+        "TLS rss MB"
+    );
+    for scenario in scenarios {
+        let (Some(p), Some(t)) = (plain.get(scenario.name), tls.get(scenario.name)) else {
+            continue;
+        };
+        println!(
+            "{:<16} {:>13.0} {:>11.0} {:>9.3} {:>16.2} {:>14.2} {:>13.1}",
+            scenario.name,
+            p.rate(),
+            t.rate(),
+            t.rate() / p.rate(),
+            p.cpu_us(),
+            t.cpu_us(),
+            t.rss_mb
+        );
+        println!(
+            "RESULT {}+tls records_per_s={:.0} ratio_to_plaintext={:.3} cpu_us={:.2} rss_mb={:.1}",
+            scenario.name,
+            t.rate(),
+            t.rate() / p.rate(),
+            t.cpu_us(),
+            t.rss_mb
+        );
+    }
+}

@@ -126,12 +126,19 @@ pub async fn produce_in_batches(
     Ok(())
 }
 
-/// Records in `partition` of `topic` (high watermark less low).
-pub async fn partition_records(brokers: &str, topic: &str, partition: i32) -> anyhow::Result<u64> {
+/// Records in `partition` of `topic` (high watermark less low), asked with `options`.
+pub async fn partition_records(
+    brokers: &str,
+    options: &kafka_dlq::kafka::ClientOptions,
+    topic: &str,
+    partition: i32,
+) -> anyhow::Result<u64> {
     let (b, t) = (brokers.to_string(), topic.to_string());
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &b);
+    options.apply(&mut config);
     tokio::task::spawn_blocking(move || -> anyhow::Result<u64> {
-        let c: rdkafka::consumer::BaseConsumer =
-            ClientConfig::new().set("bootstrap.servers", &b).create()?;
+        let c: rdkafka::consumer::BaseConsumer = config.create()?;
         let (low, high) = rdkafka::consumer::Consumer::fetch_watermarks(
             &c,
             &t,

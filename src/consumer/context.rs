@@ -145,6 +145,10 @@ impl ConsumerContext for RebalanceContext {
                 let mut readers = self.readers.lock().expect("readers lock");
                 for e in tpl.elements() {
                     let key = (e.topic().to_string(), e.partition());
+                    // At 0 from the first assignment: an alert has a series to read.
+                    self.metrics
+                        .undecodable_batches
+                        .with_label_values(&[e.topic(), &e.partition().to_string()]);
                     let reader = readers.entry(key.clone()).or_default().clone();
                     let cancel = self.stop.child_token();
                     let inbox = Arc::new(Inbox::new(self.budget.clone()));
