@@ -30,12 +30,28 @@
 //! The modules are named after the concepts: [`consumer`], [`handler`], [`record`],
 //! [`failure`], [`backoff`], [`dlq`], [`dlq_reader`], [`retry_tier`], [`replay`], [`config`].
 //!
-//! By default the crate is this library alone. Features add the application's parts: `sidecar`
-//! (a handler that delivers records over HTTP), `server` (`/metrics` and the health probes),
-//! `monitor` (the DLQ monitor and its Slack alerts), `cli` (the `kafka-dlq` binary: all of
-//! them) and `otel` (OpenTelemetry spans).
+//! Every client reaches a managed cluster the same way: TLS, SASL (PLAIN, SCRAM), OAuth from an
+//! OpenID Connect provider, mutual TLS ([`config::Security`]), and reads batches of every codec.
+//!
+//! # Features
+//!
+//! By default the crate is this library alone, with librdkafka linking the system's OpenSSL
+//! and libcurl. Features add the application's parts and the rest:
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sidecar` | `kafka_dlq::sidecar`: a handler that delivers records over HTTP |
+//! | `server` | `kafka_dlq::server`: `/metrics` and the health probes |
+//! | `monitor` | `kafka_dlq::monitor`: the DLQ monitor and its Slack alerts |
+//! | `cli` | the `kafka-dlq` binary: all of the above |
+//! | `otel` | `kafka_dlq::telemetry`: OpenTelemetry spans, exported over OTLP/HTTP |
+//! | `share` | `kafka_dlq::consumer::ShareConsumer`: share groups (KIP-932) on the krafka crate; Rust 1.95 |
+//! | `msk-iam` | `sasl_mechanism = "AWS_MSK_IAM"`: Amazon MSK's IAM access control (`kafka::msk_iam`) |
+//! | `vendored` | OpenSSL, libcurl and zlib built from source and linked in |
+//! | `broker-tests` | the tests that run Apache Kafka (`./scripts/test.sh`) |
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 pub mod breaker;

@@ -108,6 +108,7 @@ fn local(name: &str) -> Local {
         "aiven" => (Listener::Mtls, "", ""),
         "oidc" => (Listener::Oauth, "", ""),
         "private-ca" => (Listener::Ssl, "", ""),
+        "msk-iam" => (Listener::MskIam, "", ""),
         other => panic!("no listener for {other}"),
     };
     Local {
@@ -174,6 +175,29 @@ fn recipe_vars(name: &str) -> Vec<(String, String)> {
 /// clouds set no `ssl_ca_location`).
 fn system_store() -> (&'static str, String) {
     ("SSL_CERT_FILE", secured().pki.ca())
+}
+
+/// What the processes of recipe `name` find in their environment: the system's CA store (the
+/// test CA) and, for MSK IAM, the AWS credentials the default chain reads first (and nothing
+/// of this machine's own AWS set-up).
+fn recipe_env(name: &str) -> Vec<(String, String)> {
+    let (store, ca) = system_store();
+    let mut env = vec![(store.to_string(), ca)];
+    if name == "msk-iam" {
+        for (var, value) in [
+            ("AWS_ACCESS_KEY_ID", security::AWS_ACCESS_KEY_ID),
+            ("AWS_SECRET_ACCESS_KEY", security::AWS_SECRET_ACCESS_KEY),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_CONFIG_FILE", "/nonexistent/aws-config"),
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/aws-credentials",
+            ),
+        ] {
+            env.push((var.to_string(), value.to_string()));
+        }
+    }
+    env
 }
 
 /// Fails when `text` holds any secret of the test.
@@ -275,7 +299,7 @@ async fn recipe_runs_end_to_end(name: &str) {
     let file = recipe_file(name);
     let config = file.path().display().to_string();
     let log_path = std::env::temp_dir().join(format!("{group}.log"));
-    let (store, ca) = system_store();
+    let env = recipe_env(name);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
         .args([
             "--config",
@@ -303,7 +327,7 @@ async fn recipe_runs_end_to_end(name: &str) {
         ])
         .args(["--check-interval-ms", "500", "--min-interval-ms", "0"])
         .args(["--monitor-group-id", &unique("monitor")])
-        .env(store, &ca)
+        .envs(env.iter().cloned())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
         .kill_on_drop(true)
@@ -329,7 +353,6 @@ async fn recipe_runs_end_to_end(name: &str) {
         logs()
     );
 
-    let env = vec![(store.to_string(), ca.clone())];
     let (code, listed, err) = cli(
         &[
             "--config",
@@ -361,7 +384,7 @@ async fn recipe_runs_end_to_end(name: &str) {
     );
 
     let mut vars = recipe_vars(name);
-    vars.push(env[0].clone());
+    vars.extend(env.iter().cloned());
     let (code, checked, err) = cli(
         &[
             "config",
@@ -425,6 +448,11 @@ async fn event_hubs_recipe_connection_string_as_the_plain_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aiven_recipe_mutual_tls_with_an_encrypted_key() {
     recipe_runs_end_to_end("aiven").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_recipe_tokens_signed_with_the_default_chains_credentials() {
+    recipe_runs_end_to_end("msk-iam").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -604,6 +632,24 @@ fn each_refused_connection_is_one_line_naming_its_cause() {
         &[system_store_var()],
         "no valid OAuth token",
     );
+    // Amazon MSK IAM with the wrong secret key: the broker's check of the signature says no.
+    let msk = [
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        "AWS_MSK_IAM",
+        "--aws-region",
+        "eu-west-1",
+        "--ssl-ca-location",
+        &ca,
+    ];
+    let mut env = recipe_env("msk-iam");
+    for (var, value) in &mut env {
+        if var == "AWS_SECRET_ACCESS_KEY" {
+            *value = "not-the-secret-key".to_string();
+        }
+    }
+    refused(Listener::MskIam, &msk, &env, "no valid OAuth token");
 }
 
 fn system_store_var() -> (String, String) {

@@ -48,5 +48,15 @@ fn the_tests_on_apache_kafka_start_a_broker() {
         // metadata; its error says what is missing (Kafka's jars, Java).
         let kafka = common::broker::Kafka::start().unwrap_or_else(|e| panic!("{e}"));
         assert!(kafka.port > 0);
+        // The secured brokers' CA and certificates are made with openssl, their MSK IAM
+        // check compiled with javac.
+        for tool in [["openssl", "version"], ["javac", "-version"]] {
+            let ran = std::process::Command::new(tool[0]).arg(tool[1]).output();
+            assert!(
+                ran.is_ok_and(|o| o.status.success()),
+                "`{}` is missing: ./scripts/test.sh installs it",
+                tool[0]
+            );
+        }
     }
 }

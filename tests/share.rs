@@ -545,10 +545,11 @@ async fn a_replayed_dead_letter_comes_back_through_the_groups_redrive_topic() {
 }
 
 /// Share groups on a managed cluster: krafka's share client and the dead-letter producer
-/// (librdkafka) take the same connection settings, here SCRAM-SHA-512 over TLS and then
-/// OAUTHBEARER from the token endpoint over TLS, on Kafka 4.4's secured listeners.
+/// (librdkafka) take the same connection settings, here SCRAM-SHA-512 over TLS, OAUTHBEARER
+/// from the token endpoint over TLS, and Amazon MSK IAM tokens, on Kafka 4.4's secured
+/// listeners.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_share_group_runs_over_tls_with_scram_and_with_oauth() {
+async fn a_share_group_runs_over_tls_with_scram_oauth_and_msk_iam() {
     use common::security::{self, Listener};
     let brokers = share_brokers();
     let Some(kafka) = local_kafka(&brokers) else {
@@ -586,9 +587,30 @@ async fn a_share_group_runs_over_tls_with_scram_and_with_oauth() {
         // The token endpoint's CA, as the system's store (OAUTHBEARER's recipe sets none).
         ("SSL_CERT_FILE", ca.as_str()),
     ];
+    let msk = [
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        "AWS_MSK_IAM",
+        "--aws-region",
+        "eu-west-1",
+        "--ssl-ca-location",
+        &ca,
+    ];
+    let msk_secret = [
+        ("AWS_ACCESS_KEY_ID", security::AWS_ACCESS_KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", security::AWS_SECRET_ACCESS_KEY),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_CONFIG_FILE", "/nonexistent/aws-config"),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/aws-credentials",
+        ),
+    ];
     for (listener, flags, secrets) in [
         (Listener::SaslSsl, &scram[..], &scram_secret[..]),
         (Listener::Oauth, &oauth[..], &oauth_secret[..]),
+        (Listener::MskIam, &msk[..], &msk_secret[..]),
     ] {
         let secured = kafka.listener(listener.name());
         let topic = unique("parcels");

@@ -6,8 +6,8 @@
 //! librdkafka's C API instead. librdkafka hands names out as NUL-terminated strings, so a name
 //! is read up to its first NUL byte (Kafka's own clients cannot read past one either).
 //!
-//! This crate holds kafka-dlq's only `unsafe` code, so that the library can
-//! `#![forbid(unsafe_code)]`.
+//! This crate holds, with `rdkafka-oauth-token`, kafka-dlq's `unsafe` code, so that the
+//! library can `#![forbid(unsafe_code)]`.
 
 use std::ffi::CStr;
 

@@ -153,6 +153,10 @@ impl fmt::Display for SaslMechanism {
     }
 }
 
+/// What `sasl.oauthbearer.config` says for an MSK IAM client (`kafka::msk_iam::MARKER`; the
+/// settings layer cannot name the feature-gated module).
+const MSK_MARKER: &str = "kafka-dlq:aws-msk-iam";
+
 /// Why Kerberos is refused.
 const KERBEROS: &str = "Kerberos (GSSAPI) is not supported by kafka-dlq: it needs the Cyrus \
     SASL library and a keytab on every host; use SCRAM-SHA-512, OAUTHBEARER or mutual TLS";
@@ -414,6 +418,15 @@ impl Security {
             };
             set("sasl_mechanism", "sasl.mechanism", name);
         }
+        // An MSK IAM client asks kafka-dlq for its tokens, naming the region
+        // (`kafka::msk_iam`).
+        let msk_question =
+            mechanism
+                .filter(|m| *m == SaslMechanism::AwsMskIam)
+                .map(|_| match &self.aws_region {
+                    Some(region) => format!("{MSK_MARKER} region={region}"),
+                    None => MSK_MARKER.to_string(),
+                });
         if let (Some(user), Some(password)) = (&self.sasl_username, &self.sasl_password) {
             set("sasl_username", "sasl.username", user);
             set("sasl_password", "sasl.password", password);
@@ -470,7 +483,7 @@ impl Security {
             ));
         }
         match (mechanism, &self.aws_region) {
-            (Some(SaslMechanism::AwsMskIam), region) => {
+            (Some(SaslMechanism::AwsMskIam), _) => {
                 if !cfg!(feature = "msk-iam") {
                     return Err(ConfigError::new(
                         "sasl_mechanism",
@@ -479,10 +492,9 @@ impl Security {
                          build it with the `msk-iam` feature",
                     ));
                 }
-                #[cfg(feature = "msk-iam")]
-                options.set_msk_iam(region.clone());
-                #[cfg(not(feature = "msk-iam"))]
-                let _ = region;
+                if let Some(question) = &msk_question {
+                    options.insert_named("sasl.oauthbearer.config", question, "sasl_mechanism");
+                }
             }
             (_, Some(region)) => {
                 return Err(ConfigError::new(
@@ -748,6 +760,28 @@ mod tests {
             assert_eq!(error.key, bad, "{pairs:?}: {error}");
             assert!(error.reason.contains(reason), "{pairs:?}: {error}");
         }
+    }
+
+    #[test]
+    fn aws_msk_iam_asks_kafka_dlq_for_its_tokens_naming_the_region() {
+        let msk = security(&[
+            ("security_protocol", "SASL_SSL"),
+            ("sasl_mechanism", "AWS_MSK_IAM"),
+            ("aws_region", "eu-west-1"),
+        ]);
+        if cfg!(feature = "msk-iam") {
+            let options = msk.unwrap();
+            assert_eq!(options.get("sasl.mechanism"), Some("OAUTHBEARER"));
+            assert_eq!(
+                options.get("sasl.oauthbearer.config"),
+                Some("kafka-dlq:aws-msk-iam region=eu-west-1")
+            );
+        } else {
+            let error = msk.unwrap_err();
+            assert!(error.reason.contains("`msk-iam` feature"), "{error}");
+        }
+        let error = security(&[("aws_region", "eu-west-1")]).unwrap_err();
+        assert_eq!(error.key, "aws_region");
     }
 
     #[test]

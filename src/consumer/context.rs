@@ -82,6 +82,15 @@ pub(super) struct Assigned {
 }
 
 impl ClientContext for RebalanceContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::kafka::oauth_token(config)
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         crate::kafka::log_rdkafka(level, fac, log_message);
     }

@@ -10,7 +10,7 @@ use openssl::ssl::{HandshakeError, SslConnector, SslMethod, SslVerifyMode};
 use openssl::x509::X509VerifyResult;
 use rdkafka::ClientConfig;
 
-use super::connect::Refusal;
+use super::refusal::Refusal;
 
 /// How long the handshake may take.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rdkafka::client::ClientContext;
+use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::{FromClientConfigAndContext, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::ClientConfig;
@@ -26,6 +26,8 @@ impl LogContext {
 }
 
 impl ClientContext for LogContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         log_rdkafka(level, fac, log_message);
     }
@@ -33,11 +35,81 @@ impl ClientContext for LogContext {
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&error, reason, &self.cluster);
     }
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        oauth_token(config)
+    }
+}
+
+/// The OAUTHBEARER token librdkafka asks a client for, `config` being its
+/// `sasl.oauthbearer.config`: Amazon MSK IAM's ([`msk_iam`], feature `msk-iam`). Tokens from
+/// an OpenID Connect endpoint are librdkafka's own business and never asked for here. Every
+/// context of kafka-dlq answers with this.
+pub fn oauth_token(config: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+    #[cfg(feature = "msk-iam")]
+    {
+        let token = msk_iam::token_for(config)?;
+        Ok(OAuthToken {
+            token: token.value,
+            principal_name: token.principal,
+            lifetime_ms: token.expires_ms,
+        })
+    }
+    #[cfg(not(feature = "msk-iam"))]
+    {
+        let _ = config;
+        Err(
+            "no OAUTHBEARER token source: set oauth_token_endpoint, oauth_client_id and \
+             oauth_client_secret (OpenID Connect)"
+                .into(),
+        )
+    }
+}
+
+/// A client type of rust-rdkafka, seen as the librdkafka client under it.
+pub trait Handle {
+    /// The context of the client under it.
+    type Context: ClientContext;
+    /// The client.
+    fn handle(&self) -> &rdkafka::client::Client<Self::Context>;
+}
+
+impl<C: rdkafka::consumer::ConsumerContext> Handle for rdkafka::consumer::BaseConsumer<C> {
+    type Context = C;
+    fn handle(&self) -> &rdkafka::client::Client<C> {
+        rdkafka::consumer::Consumer::client(self)
+    }
+}
+
+impl<C: rdkafka::consumer::ConsumerContext + 'static> Handle
+    for rdkafka::consumer::StreamConsumer<C>
+{
+    type Context = C;
+    fn handle(&self) -> &rdkafka::client::Client<C> {
+        rdkafka::consumer::Consumer::client(self)
+    }
+}
+
+impl<C: ClientContext + 'static> Handle for rdkafka::producer::FutureProducer<C> {
+    type Context = rdkafka::producer::future_producer::FutureProducerContext<C>;
+    fn handle(&self) -> &rdkafka::client::Client<Self::Context> {
+        rdkafka::producer::Producer::client(self)
+    }
+}
+
+impl<C: ClientContext> Handle for rdkafka::admin::AdminClient<C> {
+    type Context = C;
+    fn handle(&self) -> &rdkafka::client::Client<C> {
+        self.inner()
+    }
 }
 
 /// Creates a client of `config` with a [`LogContext`] naming its cluster; an error never
 /// shows a secret of `config` ([`create`]).
-pub fn create_logged<T: FromClientConfigAndContext<LogContext>>(
+pub fn create_logged<T: FromClientConfigAndContext<LogContext> + Handle>(
     config: &ClientConfig,
 ) -> KafkaResult<T> {
     create(config, LogContext::of(config))
@@ -131,9 +203,13 @@ mod client_options;
 pub mod connect;
 pub mod headers;
 pub mod log_gate;
+#[cfg(feature = "msk-iam")]
+pub mod msk_iam;
+mod refusal;
 mod secrets;
 pub mod topics;
 
 pub use client_options::ClientOptions;
-pub use connect::{cluster_of, security_of, ConnectFailure, Refusal};
+pub use connect::{cluster_of, security_of, ConnectFailure};
+pub use refusal::Refusal;
 pub use secrets::{create, is_secret_property, redact_error, REDACTED};

@@ -29,14 +29,19 @@ pub fn is_secret_property(key: &str) -> bool {
 }
 
 /// Creates a client of `config` with `context`; an error never shows a secret of `config`.
+/// A client whose OAUTHBEARER tokens are Amazon MSK IAM's gets its first token now
+/// (`msk_iam::hand_over`: an admin client would never ask for one).
 pub fn create<C, T>(config: &ClientConfig, context: C) -> KafkaResult<T>
 where
     C: ClientContext,
-    T: FromClientConfigAndContext<C>,
+    T: FromClientConfigAndContext<C> + super::Handle,
 {
-    config
+    let client: T = config
         .create_with_context(context)
-        .map_err(|e| redact_error(config, e))
+        .map_err(|e| redact_error(config, e))?;
+    #[cfg(feature = "msk-iam")]
+    super::msk_iam::hand_over(config, client.handle()).map_err(KafkaError::ClientCreation)?;
+    Ok(client)
 }
 
 /// `error` with the secrets of `config` cut out.

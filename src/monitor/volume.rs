@@ -37,10 +37,14 @@ impl Volume {
     pub(super) async fn outstanding(&self) -> Option<u64> {
         let reader = self.reader.clone();
         let topics = self.topics.clone();
-        tokio::task::spawn_blocking(move || outstanding(&reader, &topics))
-            .await
-            .ok()
-            .flatten()
+        tokio::task::spawn_blocking(move || {
+            // Nothing else polls this reader: its events (a token to refresh) are served here.
+            let _ = reader.poll(Duration::ZERO);
+            outstanding(&reader, &topics)
+        })
+        .await
+        .ok()
+        .flatten()
     }
 }
 

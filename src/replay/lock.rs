@@ -26,8 +26,17 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 struct Joined(Arc<AtomicBool>);
 
 impl ClientContext for Joined {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         crate::kafka::log_rdkafka(level, fac, message);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::kafka::oauth_token(config)
     }
 }
 

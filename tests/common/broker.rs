@@ -62,7 +62,7 @@ pub fn kafka_libs() -> PathBuf {
 
 /// The directory holding the jars of Kafka `version`: `KAFKA_LIBS` for the pinned version
 /// when set, else the cache.
-fn kafka_libs_of(version: &str) -> PathBuf {
+pub fn kafka_libs_of(version: &str) -> PathBuf {
     if version == KAFKA_VERSION {
         if let Ok(dir) = std::env::var("KAFKA_LIBS") {
             return PathBuf::from(dir);
@@ -112,6 +112,7 @@ impl Kafka {
         jvm: Vec<String>,
         format: &[String],
     ) -> Result<Kafka, String> {
+        // `jvm` may name classes of the test's own (`-cp` beside Kafka's jars): see `java`.
         let (version, features, base) = if share {
             (
                 SHARE_KAFKA_VERSION,
@@ -391,18 +392,30 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `java` with the broker's JVM options (and `extra`), Kafka's jars and the log
-/// configuration, in `dir`.
+/// `java` with the broker's JVM options (and `extra`, where `-cp DIR` adds a directory of
+/// classes beside Kafka's jars), Kafka's jars and the log configuration, in `dir`.
 fn java(dir: &Path, libs: &Path, extra: &[String]) -> Command {
     let java = std::env::var("JAVA_HOME")
         .map(|home| PathBuf::from(home).join("bin/java"))
         .unwrap_or_else(|_| PathBuf::from("java"));
+    let mut classpath = format!("{}/*", libs.display());
+    let mut options = Vec::new();
+    let mut extra = extra.iter();
+    while let Some(option) = extra.next() {
+        match (option.as_str(), extra.clone().next()) {
+            ("-cp", Some(more)) => {
+                classpath = format!("{classpath}:{more}");
+                extra.next();
+            }
+            _ => options.push(option.clone()),
+        }
+    }
     let mut command = Command::new(java);
     command
         .args(JVM_OPTIONS)
-        .args(extra)
+        .args(options)
         .arg("-cp")
-        .arg(format!("{}/*", libs.display()))
+        .arg(classpath)
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
             dir.join("log4j2.properties").display()

@@ -42,10 +42,16 @@ pub const OIDC_EXPIRED_CLIENT_ID: &str = "kafka-dlq-expired";
 /// provider's do: krafka refuses a token with less than 30 s to live.
 pub const OIDC_LONG_CLIENT_ID: &str = "kafka-dlq-long";
 
+/// The AWS access key id the MSK IAM listener takes (with [`AWS_SECRET_ACCESS_KEY`]).
+pub const AWS_ACCESS_KEY_ID: &str = "AKIAKAFKADLQTEST0001";
+/// Its secret access key.
+pub const AWS_SECRET_ACCESS_KEY: &str = "kafka-dlq/test+Secret/Access0Key";
+
 /// Every secret above: no output of a test run may contain one.
-pub const SECRETS: [&str; 5] = [
+pub const SECRETS: [&str; 6] = [
     PASSWORD,
     SCRAM_PASSWORD,
+    AWS_SECRET_ACCESS_KEY,
     EVENT_HUBS_PASSWORD,
     CLIENT_KEY_PASSWORD,
     OIDC_CLIENT_SECRET,
@@ -66,17 +72,21 @@ pub enum Listener {
     WrongHost,
     /// TLS with a certificate that expired in 2020.
     Expired,
+    /// SASL/OAUTHBEARER over TLS with Amazon MSK IAM tokens, checked by
+    /// `tests/kafka/MskIamTokenValidator.java` against [`AWS_SECRET_ACCESS_KEY`].
+    MskIam,
 }
 
 impl Listener {
     /// Every listener.
-    pub const ALL: [Listener; 6] = [
+    pub const ALL: [Listener; 7] = [
         Listener::Ssl,
         Listener::Mtls,
         Listener::SaslSsl,
         Listener::Oauth,
         Listener::WrongHost,
         Listener::Expired,
+        Listener::MskIam,
     ];
 
     /// Its name in the broker's configuration.
@@ -88,13 +98,14 @@ impl Listener {
             Listener::Oauth => "OAUTH",
             Listener::WrongHost => "WRONGHOST",
             Listener::Expired => "EXPIRED",
+            Listener::MskIam => "MSKIAM",
         }
     }
 
     /// Its security protocol.
     pub fn protocol(self) -> &'static str {
         match self {
-            Listener::SaslSsl | Listener::Oauth => "SASL_SSL",
+            Listener::SaslSsl | Listener::Oauth | Listener::MskIam => "SASL_SSL",
             _ => "SSL",
         }
     }
@@ -134,11 +145,16 @@ pub fn start_secured(pki: &Pki, oidc: &Oidc, share: bool) -> Result<Kafka, Strin
             protocol: l.protocol(),
         })
         .collect();
-    // Kafka 4 fetches only the OAuth URLs it is told it may.
-    let jvm = vec![format!(
-        "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={}",
-        oidc.jwks_endpoint()
-    )];
+    // Kafka 4 fetches only the OAuth URLs it is told it may; the MSK IAM check is a class of
+    // the test's own.
+    let jvm = vec![
+        format!(
+            "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={}",
+            oidc.jwks_endpoint()
+        ),
+        "-cp".to_string(),
+        msk_iam_validator(pki, share)?.display().to_string(),
+    ];
     let mut format = Vec::new();
     for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
         format.push("--add-scram".to_string());
@@ -147,6 +163,42 @@ pub fn start_secured(pki: &Pki, oidc: &Oidc, share: bool) -> Result<Kafka, Strin
         ));
     }
     Kafka::start_with(share, &listeners, &broker_settings(pki, oidc), jvm, &format)
+}
+
+/// `tests/kafka/MskIamTokenValidator.java` compiled against Kafka's jars into a directory of
+/// `pki`'s: the classes for the broker's class path.
+fn msk_iam_validator(pki: &Pki, share: bool) -> Result<PathBuf, String> {
+    let version = if share {
+        super::broker::SHARE_KAFKA_VERSION
+    } else {
+        super::broker::KAFKA_VERSION
+    };
+    let classes = pki.path(&format!("classes-{version}"));
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/MskIamTokenValidator.java");
+    let javac = std::env::var("JAVA_HOME")
+        .map(|home| PathBuf::from(home).join("bin/javac"))
+        .unwrap_or_else(|_| PathBuf::from("javac"));
+    let out = Command::new(javac)
+        .arg("-cp")
+        .arg(format!(
+            "{}/*",
+            super::broker::kafka_libs_of(version).display()
+        ))
+        .arg("-d")
+        .arg(&classes)
+        .arg(&source)
+        .output()
+        .map_err(|e| format!("could not run javac ({e}); is a JDK 17 installed?"))?;
+    if out.status.success() {
+        Ok(classes)
+    } else {
+        Err(format!(
+            "javac {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 /// The broker settings of the secured listeners: the key stores and trust store (PEM), the
@@ -178,6 +230,9 @@ sasl.oauthbearer.jwks.endpoint.url={jwks}
 sasl.oauthbearer.expected.audience=kafka
 sasl.oauthbearer.expected.issuer=kafka-dlq-test-idp
 listener.name.oauth.oauthbearer.connections.max.reauth.ms=10000
+listener.name.mskiam.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.mskiam.oauthbearer.sasl.server.callback.handler.class=kafkadlq.test.MskIamTokenValidator
+listener.name.mskiam.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"broker\" accessKeyId=\"{AWS_ACCESS_KEY_ID}\" secretAccessKey=\"{AWS_SECRET_ACCESS_KEY}\";
 ",
         server = file("server.pem"),
         ca = file("ca.pem"),

@@ -12,6 +12,7 @@ use crate::kafka::ClientOptions;
 /// [`REFUSED_PREFIXES`] is refused.
 const TRANSLATED: &[&str] = &[
     "security.protocol",
+    "sasl.oauthbearer.config",
     "sasl.mechanism",
     "sasl.mechanisms",
     "sasl.username",
@@ -161,6 +162,13 @@ fn tls_config(options: &ClientOptions) -> Result<TlsConfig, ConfigError> {
 /// token for each new connection and keeps it until it nears its expiry.
 fn oauthbearer(options: &ClientOptions) -> Result<AuthConfig, ConfigError> {
     use krafka::auth::{ClientCredentials, OidcTokenProvider};
+    #[cfg(feature = "msk-iam")]
+    if let Some(region) = options
+        .get("sasl.oauthbearer.config")
+        .and_then(crate::kafka::msk_iam::marked_region)
+    {
+        return msk_iam(region, options);
+    }
     if options.get("sasl.oauthbearer.method") != Some("oidc") {
         return Err(ConfigError::new(
             &options.name_of("sasl.mechanism"),
@@ -196,6 +204,27 @@ fn oauthbearer(options: &ClientOptions) -> Result<AuthConfig, ConfigError> {
         )
     })?;
     Ok(AuthConfig::sasl_oauthbearer_provider(provider))
+}
+
+/// Amazon MSK IAM: krafka asks kafka-dlq's signer for each token (the provider built once per
+/// region, its credentials cached by the AWS default chain).
+#[cfg(feature = "msk-iam")]
+fn msk_iam(region: Option<&str>, options: &ClientOptions) -> Result<AuthConfig, ConfigError> {
+    use std::sync::Arc;
+    let signer = crate::kafka::msk_iam::Signer::for_region(region).map_err(|why| {
+        ConfigError::new(
+            &options.name_of("sasl.oauthbearer.config"),
+            region.unwrap_or("(the default chain's)"),
+            why,
+        )
+    })?;
+    Ok(AuthConfig::sasl_oauthbearer_provider(move || {
+        let signer: Arc<crate::kafka::msk_iam::Signer> = signer.clone();
+        async move {
+            let token = signer.token().await.map_err(krafka::KrafkaError::auth)?;
+            Ok(krafka::auth::OAuthBearerToken::new(token.value).with_lifetime_ms(token.expires_ms))
+        }
+    }))
 }
 
 #[cfg(test)]
