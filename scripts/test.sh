@@ -7,8 +7,9 @@
 # machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback, and
 # the Java programs the tests run beside kafka-dlq: Spring Kafka's own code for the interop
 # tests (tests/spring) and the benchmark's peers (bench/peers: Spring Kafka, Parallel
-# Consumer). Runs the tests of the whole workspace (kafka-dlq and kafka-dlq-bench); extra
-# arguments go to `cargo test`.
+# Consumer). Checks that the crates a user installs package and build (`cargo publish
+# --dry-run`), then runs the tests of the whole workspace (kafka-dlq and kafka-dlq-bench);
+# extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,6 +64,9 @@ rm -rf "$prom_tmp"
 
 echo "==> docker/compose.yaml (docker compose config)"
 (cd docker && "$COMPOSE_BIN" -f compose.yaml config -q)
+
+echo "==> cargo publish --dry-run (the crates a user installs, packaged and built as crates.io would)"
+cargo publish --dry-run --locked -p rdkafka-header-bytes -p rdkafka-oauth-token -p kafka-dlq
 
 echo "==> cargo test"
 cargo test --locked --workspace --features kafka-dlq/otel,kafka-dlq/broker-tests "$@"

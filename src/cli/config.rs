@@ -303,7 +303,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use clap::CommandFactory;
-    use kafka_dlq::config::{COMMAND_SETTINGS, CONNECTION_SETTINGS, OTHER_SETTINGS};
+    use kafka_dlq::config::{is_connection_setting, Security, COMMAND_SETTINGS, OTHER_SETTINGS};
     use kafka_dlq::ConsumerConfig;
 
     use super::*;
@@ -332,7 +332,8 @@ mod tests {
             let mut flags = ids(&command, &of_section);
             let listed: BTreeSet<String> = listed
                 .iter()
-                .chain(CONNECTION_SETTINGS)
+                .chain(Security::KEYS.iter())
+                .chain(["kafka_options"].iter())
                 .map(|k| k.to_string())
                 .collect();
             if *section == "run" {
@@ -353,7 +354,7 @@ mod tests {
         );
         others.retain(|id| {
             !keys.contains(id)
-                && !CONNECTION_SETTINGS.contains(&id.as_str())
+                && !is_connection_setting(id)
                 && !COMMAND_SETTINGS
                     .iter()
                     .any(|(_, l)| l.contains(&id.as_str()))

@@ -90,25 +90,12 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// The connection settings of every command that talks to Kafka (`run`, `monitor`, `dlq`,
-/// `demo`): the named ones of [`Security`] and `kafka_options` (raw `KEY=VALUE` properties;
-/// the `[librdkafka]` table is the file's way to give them).
-pub const CONNECTION_SETTINGS: &[&str] = &[
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_ca_location",
-    "ssl_certificate_location",
-    "ssl_key_location",
-    "ssl_key_password",
-    "oauth_token_endpoint",
-    "oauth_client_id",
-    "oauth_client_secret",
-    "oauth_scope",
-    "aws_region",
-    "kafka_options",
-];
+/// Whether `key` is a connection setting of every command that talks to Kafka (`run`,
+/// `monitor`, `dlq`, `demo`): a named one of [`Security`], or `kafka_options` (raw `KEY=VALUE`
+/// properties; the `[librdkafka]` table is the file's way to give them).
+pub fn is_connection_setting(key: &str) -> bool {
+    Security::KEYS.contains(&key) || key == "kafka_options"
+}
 
 /// Top-level settings of the commands without a section: `log_format` of every command,
 /// `events` of `kafka-dlq demo` (its `brokers` and `json` are other commands' too).
@@ -179,7 +166,7 @@ impl ConfigFile {
                 (_, value) => {
                     let known = ConsumerConfig::KEYS.contains(&key.as_str())
                         || OTHER_SETTINGS.contains(&key.as_str())
-                        || CONNECTION_SETTINGS.contains(&key.as_str())
+                        || is_connection_setting(&key)
                         || COMMAND_SETTINGS
                             .iter()
                             .any(|(_, keys)| keys.contains(&key.as_str()));
@@ -300,7 +287,7 @@ fn is_setting_of(section: &str, key: &str) -> bool {
     let consumer = section == "run" && ConsumerConfig::KEYS.contains(&key) && key != "librdkafka";
     consumer
         || section_keys(section).is_some_and(|keys| keys.contains(&key))
-        || CONNECTION_SETTINGS.contains(&key)
+        || is_connection_setting(key)
 }
 
 impl ConsumerConfig {

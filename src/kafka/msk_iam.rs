@@ -239,6 +239,11 @@ pub fn hand_over<C: rdkafka::client::ClientContext>(
     else {
         return Ok(());
     };
+    // A client without brokers connects nowhere (`config check` creates such clients): no
+    // token, and no call to AWS.
+    if config.get("bootstrap.servers").is_none_or(str::is_empty) {
+        return Ok(());
+    }
     let token = Signer::for_region(region)?.token_blocking()?;
     rdkafka_oauth_token::set_token(client, &token.value, token.expires_ms, &token.principal)
 }
