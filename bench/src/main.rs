@@ -101,6 +101,11 @@ pub struct Args {
     /// Internal: which pass `--run-scenario` makes (names its group).
     #[arg(long, hide = true, default_value_t = 0)]
     pass: u64,
+    /// Internal: what sets `--run-scenario` apart from a twin on the same topic and pass (the
+    /// TLS run beside the plaintext one), so that each has a group of its own and starts from
+    /// the first record rather than from the twin's commits.
+    #[arg(long, hide = true, default_value = "")]
+    variant: String,
     /// Instead of the scenarios: fill a DLT with this many dead letters on `--brokers` and
     /// measure the peak RSS of `dlq list` and `dlq replay` on it.
     #[arg(long, requires = "brokers")]
@@ -409,7 +414,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 .filter(|_| !scenario.runner.is_peer())
             {
                 let options = args.tls_options();
-                let figures = scenario_process(&args, &tls, &options, on, scenario, pass).await?;
+                let figures =
+                    scenario_process(&args, &tls, &options, "-tls", on, scenario, pass).await?;
                 tls_results.entry(scenario.name).or_default().add(figures);
             }
         }
@@ -475,7 +481,7 @@ async fn run_one(
             args.max_in_flight * partitions as usize,
         ),
         Runner::Baseline | Runner::Ours(..) => {
-            return scenario_process(args, brokers, &args.kafka_options, topic, scenario, pass)
+            return scenario_process(args, brokers, &args.kafka_options, "", topic, scenario, pass)
                 .await
         }
     };
@@ -498,6 +504,7 @@ async fn scenario_process(
     args: &Args,
     brokers: &str,
     options: &[String],
+    variant: &str,
     topic: &str,
     scenario: &Scenario,
     pass: u64,
@@ -507,6 +514,8 @@ async fn scenario_process(
         .args(options.iter().flat_map(|o| ["--kafka-option", o.as_str()]))
         .args(["--run-scenario", scenario.name])
         .args(["--pass", &pass.to_string()])
+        // `=`: a variant may start with a dash.
+        .arg(format!("--variant={variant}"))
         .args(["--records", &args.records.to_string()])
         .args(["--partitions", &args.partitions.to_string()])
         .args(["--slow-records", &args.slow_records.to_string()])
@@ -536,7 +545,7 @@ async fn run_here(
     topic: &str,
     scenario: Scenario,
 ) -> anyhow::Result<Figures> {
-    let group = format!("{topic}-{}-{}", scenario.name, args.pass);
+    let group = format!("{topic}-{}-{}{}", scenario.name, args.pass, args.variant);
     let partitions = if scenario.data == Data::Readme {
         1
     } else {
