@@ -481,8 +481,16 @@ async fn run_one(
             args.max_in_flight * partitions as usize,
         ),
         Runner::Baseline | Runner::Ours(..) => {
-            return scenario_process(args, brokers, &args.kafka_options, "", topic, scenario, pass)
-                .await
+            return scenario_process(
+                args,
+                brokers,
+                &args.kafka_options,
+                "",
+                topic,
+                scenario,
+                pass,
+            )
+            .await
         }
     };
     peers
