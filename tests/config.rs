@@ -57,6 +57,12 @@ max_retries = 5
 monitor = true
 "##;
 
+/// `kafka-dlq --config <f> config check <command>`, with no variables.
+fn config_check(f: &tempfile::NamedTempFile, command: &str) -> (i32, String, String) {
+    let path = f.path().to_str().unwrap();
+    kafka_dlq(&["--config", path, "config", "check", command], &[])
+}
+
 fn line<'a>(out: &'a str, key: &str) -> &'a str {
     out.lines()
         .find(|l| l.starts_with(&format!("{key} = ")))
@@ -106,16 +112,7 @@ fn flags_beat_environment_beat_the_file_beat_defaults() {
 #[test]
 fn secrets_are_redacted_in_the_effective_configuration() {
     let f = file(BASE);
-    let (code, out, err) = kafka_dlq(
-        &[
-            "--config",
-            f.path().to_str().unwrap(),
-            "config",
-            "check",
-            "run",
-        ],
-        &[],
-    );
+    let (code, out, err) = config_check(&f, "run");
     assert_eq!(code, 0, "{err}");
     assert!(
         !out.contains("hunter2") && !out.contains("xoxb-very-secret"),
@@ -256,16 +253,7 @@ fn config_check_creates_each_client_and_names_what_librdkafka_refuses() {
         let f = file(&format!(
             "brokers = \"k:9092\"\n{text}\n[run]\ngroup_id = \"g\"\ntopics = [\"t\"]\ntarget_url = \"http://localhost:8080/\"\n"
         ));
-        let (code, out, err) = kafka_dlq(
-            &[
-                "--config",
-                f.path().to_str().unwrap(),
-                "config",
-                "check",
-                "run",
-            ],
-            &[],
-        );
+        let (code, out, err) = config_check(&f, "run");
         assert_eq!(code, 2, "{text}: {out}{err}");
         assert!(err.contains(expected), "{text}: {err}");
         assert!(!out.contains("configuration OK"), "{out}");
@@ -278,16 +266,7 @@ fn config_check_creates_each_client_and_names_what_librdkafka_refuses() {
     let f = file(
         "brokers = \"b-1.kafka.example.com:9096\"\nsecurity_protocol = \"SASL_SSL\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"svc-deliveries\"\nsasl_password = \"pw\"\n[run]\ngroup_id = \"g\"\ntopics = [\"t\"]\ntarget_url = \"http://localhost:8080/\"\n",
     );
-    let (code, out, err) = kafka_dlq(
-        &[
-            "--config",
-            f.path().to_str().unwrap(),
-            "config",
-            "check",
-            "run",
-        ],
-        &[],
-    );
+    let (code, out, err) = config_check(&f, "run");
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("# configuration OK"));
 }
@@ -303,16 +282,7 @@ fn unknown_keys_and_bad_values_are_errors_naming_both() {
     ];
     for (text, expected) in cases {
         let f = file(text);
-        let (code, _, err) = kafka_dlq(
-            &[
-                "--config",
-                f.path().to_str().unwrap(),
-                "config",
-                "check",
-                "run",
-            ],
-            &[],
-        );
+        let (code, _, err) = config_check(&f, "run");
         assert_eq!(code, 2, "{text}: {err}");
         assert!(err.contains(expected), "{text}: {err}");
     }
@@ -326,16 +296,7 @@ fn an_invalid_combination_is_reported_by_config_check() {
     let f = file(&format!(
         "{BASE}backoff_initial_ms = 5000\nbackoff_max_ms = 100\n"
     ));
-    let (code, out, err) = kafka_dlq(
-        &[
-            "--config",
-            f.path().to_str().unwrap(),
-            "config",
-            "check",
-            "run",
-        ],
-        &[],
-    );
+    let (code, out, err) = config_check(&f, "run");
     assert_eq!(code, 2, "{out}");
     assert!(
         err.contains("backoff_max_ms") && err.contains("100"),
@@ -348,16 +309,7 @@ fn monitor_settings_come_from_the_same_file() {
     let f = file(&format!(
         "{BASE}\n[monitor]\ndlq_topics = [\"parcel-events-dlt\"]\nwindow_ms = 5000\n"
     ));
-    let (code, out, err) = kafka_dlq(
-        &[
-            "--config",
-            f.path().to_str().unwrap(),
-            "config",
-            "check",
-            "monitor",
-        ],
-        &[],
-    );
+    let (code, out, err) = config_check(&f, "monitor");
     assert_eq!(code, 0, "{err}");
     assert_eq!(line(&out, "window_ms"), "window_ms = 5000    # file");
     assert_eq!(

@@ -216,6 +216,14 @@ struct Target {
 }
 
 impl Target {
+    /// Serves the target on loopback: its URL.
+    async fn serve(&self) -> String {
+        let router = Router::new()
+            .route("/events", post(answer))
+            .with_state(self.clone());
+        format!("http://{}/events", serve_on_loopback(router).await)
+    }
+
     fn count(&self, body: &str) -> usize {
         self.bodies
             .lock()
@@ -277,15 +285,7 @@ async fn recipe_runs_end_to_end(name: &str) {
     )
     .await;
     let target = Target::default();
-    let url = format!(
-        "http://{}/events",
-        serve_on_loopback(
-            Router::new()
-                .route("/events", post(answer))
-                .with_state(target.clone())
-        )
-        .await
-    );
+    let url = target.serve().await;
     let posted = Arc::new(Mutex::new(Vec::new()));
     let webhook = format!(
         "http://{}/hook",
@@ -474,15 +474,7 @@ async fn oidc_recipe_fetches_tokens_and_refreshes_them_before_they_expire() {
     let group = unique("g");
     create_topic(&plain(), &topic, 1).await;
     let target = Target::default();
-    let url = format!(
-        "http://{}/events",
-        serve_on_loopback(
-            Router::new()
-                .route("/events", post(answer))
-                .with_state(target.clone())
-        )
-        .await
-    );
+    let url = target.serve().await;
     let file = recipe_file("oidc");
     let (store, ca) = system_store();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
@@ -567,16 +559,7 @@ fn each_refused_connection_is_one_line_naming_its_cause() {
     let s = secured();
     let ca = s.pki.ca();
     let other_ca = s.pki.other_ca();
-    let scram = [
-        "--security-protocol",
-        "SASL_SSL",
-        "--sasl-mechanism",
-        "SCRAM-SHA-512",
-        "--sasl-username",
-        security::USER,
-        "--ssl-ca-location",
-        &ca,
-    ];
+    let scram = security::scram_flags(&ca);
     let mut wrong = scram.to_vec();
     wrong.extend(["--sasl-password", "not-the-password"]);
     refused(
@@ -633,16 +616,7 @@ fn each_refused_connection_is_one_line_naming_its_cause() {
         "no valid OAuth token",
     );
     // Amazon MSK IAM with the wrong secret key: the broker's check of the signature says no.
-    let msk = [
-        "--security-protocol",
-        "SASL_SSL",
-        "--sasl-mechanism",
-        "AWS_MSK_IAM",
-        "--aws-region",
-        "eu-west-1",
-        "--ssl-ca-location",
-        &ca,
-    ];
+    let msk = security::msk_iam_flags(&ca);
     let mut env = recipe_env("msk-iam");
     for (var, value) in &mut env {
         if var == "AWS_SECRET_ACCESS_KEY" {

@@ -559,16 +559,7 @@ async fn a_share_group_runs_over_tls_with_scram_oauth_and_msk_iam() {
     let fixture = security::fixture();
     let ca = fixture.pki.ca();
     let endpoint = fixture.oidc.token_endpoint();
-    let scram = [
-        "--security-protocol",
-        "SASL_SSL",
-        "--sasl-mechanism",
-        "SCRAM-SHA-512",
-        "--sasl-username",
-        security::USER,
-        "--ssl-ca-location",
-        &ca,
-    ];
+    let scram = security::scram_flags(&ca);
     let oauth = [
         "--security-protocol",
         "SASL_SSL",
@@ -587,16 +578,7 @@ async fn a_share_group_runs_over_tls_with_scram_oauth_and_msk_iam() {
         // The token endpoint's CA, as the system's store (OAUTHBEARER's recipe sets none).
         ("SSL_CERT_FILE", ca.as_str()),
     ];
-    let msk = [
-        "--security-protocol",
-        "SASL_SSL",
-        "--sasl-mechanism",
-        "AWS_MSK_IAM",
-        "--aws-region",
-        "eu-west-1",
-        "--ssl-ca-location",
-        &ca,
-    ];
+    let msk = security::msk_iam_flags(&ca);
     let msk_secret = [
         ("AWS_ACCESS_KEY_ID", security::AWS_ACCESS_KEY_ID),
         ("AWS_SECRET_ACCESS_KEY", security::AWS_SECRET_ACCESS_KEY),

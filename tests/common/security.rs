@@ -57,6 +57,34 @@ pub const SECRETS: [&str; 6] = [
     OIDC_CLIENT_SECRET,
 ];
 
+/// The flags of SCRAM-SHA-512 over TLS as [`USER`], trusting `ca`; the password goes apart.
+pub fn scram_flags(ca: &str) -> [&str; 8] {
+    [
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        "SCRAM-SHA-512",
+        "--sasl-username",
+        USER,
+        "--ssl-ca-location",
+        ca,
+    ]
+}
+
+/// The flags of Amazon MSK IAM in eu-west-1 over TLS, trusting `ca`; the credentials go apart.
+pub fn msk_iam_flags(ca: &str) -> [&str; 8] {
+    [
+        "--security-protocol",
+        "SASL_SSL",
+        "--sasl-mechanism",
+        "AWS_MSK_IAM",
+        "--aws-region",
+        "eu-west-1",
+        "--ssl-ca-location",
+        ca,
+    ]
+}
+
 /// The listeners of a secured broker, each a way managed clusters are reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Listener {
