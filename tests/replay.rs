@@ -1048,3 +1048,88 @@ async fn list_and_replay_select_by_group_partition_offsets_key_and_error_text() 
     assert_eq!(sent, [r#"{"offset":10}"#, r#"{"offset":20}"#]);
     assert!(read_all(&brokers, &redrive_topic(&source, "shipping")).is_empty());
 }
+
+/// Dead letters a transactional writer (Spring with transactions) has written but not yet
+/// committed: the tools read up to the transaction, say so, and never commit past it; once
+/// it commits, the next replay sends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_committed() {
+    use kafka_dlq::dlq::spring;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let brokers = brokers();
+    let topic = unique("open-tx");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("transactional.id", unique("tx"))
+            .create()
+            .unwrap();
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    let write = |offset: i64, value: &str| {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: spring::ORIGINAL_TOPIC,
+                value: Some(topic.as_bytes()),
+            })
+            .insert(Header {
+                key: spring::ORIGINAL_PARTITION,
+                value: Some(&0_i32.to_be_bytes()),
+            })
+            .insert(Header {
+                key: spring::ORIGINAL_OFFSET,
+                value: Some(&offset.to_be_bytes()),
+            });
+        producer
+            .send(
+                BaseRecord::<(), [u8]>::to(&dlq)
+                    .payload(value.as_bytes())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    };
+    producer.begin_transaction().unwrap();
+    write(0, "committed");
+    producer.commit_transaction(timeout).unwrap();
+    // Offset 0 the record, 1 its commit marker; 2 and 3 in a transaction left open.
+    producer.begin_transaction().unwrap();
+    write(1, "open-1");
+    write(2, "open-2");
+    producer.flush(timeout).unwrap();
+
+    let (code, table, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("1 dead letter(s)"), "{table}");
+    let held = "partition 0 was read up to offset 2, its last stable offset: a transaction in progress holds the 2 offset(s) after it";
+    assert!(err.contains(held), "list names the open transaction: {err}");
+
+    let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 1 of 1 scanned"), "{out}");
+    assert!(err.contains(held), "replay names the open transaction: {err}");
+    assert_eq!(
+        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
+        Some(&2),
+        "the position stops at the last stable offset, never past it"
+    );
+
+    producer.commit_transaction(timeout).unwrap();
+    let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 2 of 2 scanned"), "{out}");
+    assert!(!err.contains("transaction in progress"), "{err}");
+    let replayed: Vec<Vec<u8>> = read_all(&brokers, &topic)
+        .iter()
+        .map(|m| m.payload().unwrap().to_vec())
+        .collect();
+    assert_eq!(
+        replayed,
+        vec![b"committed".to_vec(), b"open-1".to_vec(), b"open-2".to_vec()]
+    );
+    assert_eq!(outstanding(&brokers, &dlq), 0);
+}

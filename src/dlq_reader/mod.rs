@@ -22,5 +22,5 @@ mod reference;
 pub use content::DlqContent;
 pub use filter::{ErrorText, Filter};
 pub use position::REPLAY_GROUP;
-pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader};
+pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader, OpenTransaction};
 pub use reference::Unresolved;

@@ -81,6 +81,28 @@ pub fn check_exists(
     }
 }
 
+/// The high watermark of each of `partitions` of `topic`, asked with `read_uncommitted`, so
+/// open transactions' records included; empty when the reader itself reads uncommitted.
+fn uncommitted_ends(
+    brokers: &str,
+    librdkafka: &crate::kafka::ClientOptions,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<HashMap<i32, i64>, KafkaError> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    librdkafka.apply(&mut config);
+    if config.get("isolation.level") == Some("read_uncommitted") {
+        return Ok(HashMap::new()); // its ends are the high watermarks already
+    }
+    config.set("isolation.level", "read_uncommitted");
+    let marks: BaseConsumer<LogContext> = crate::kafka::create_logged(&config)?;
+    partitions
+        .iter()
+        .map(|&p| Ok((p, marks.fetch_watermarks(topic, p, TIMEOUT)?.1)))
+        .collect()
+}
+
 /// Reads a DLQ topic without joining a group (its group id only names where positions are
 /// committed), from given positions up to the high watermarks taken when it was opened.
 pub struct DlqReader {
@@ -92,6 +114,34 @@ pub struct DlqReader {
     positions: HashMap<i32, (i64, i64)>,
     /// Per partition: the committed position's lost dead letters, carried on by each commit.
     lost: HashMap<i32, Position>,
+    /// Partitions whose end is held back by a transaction still open at open.
+    open_transactions: Vec<OpenTransaction>,
+}
+
+/// A partition whose readable end, its last stable offset, stands before its high watermark:
+/// a transaction that was still open when the reader opened holds the offsets between them.
+/// The reader stops at the last stable offset and never commits past it; the records behind
+/// it are read by the next run once the transaction commits (or skipped if it aborts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct OpenTransaction {
+    /// The partition.
+    pub partition: i32,
+    /// Where reading stopped: the first offset of the open transaction.
+    pub last_stable_offset: i64,
+    /// The partition's high watermark, transactional records still open included.
+    pub high_watermark: i64,
+}
+
+impl std::fmt::Display for OpenTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "partition {} was read up to offset {}, its last stable offset: a transaction in progress holds the {} offset(s) after it; run again once it has ended",
+            self.partition,
+            self.last_stable_offset,
+            self.high_watermark - self.last_stable_offset
+        )
+    }
 }
 
 impl DlqReader {
@@ -141,16 +191,32 @@ impl DlqReader {
                 }
             }
         }
+        // Asked before the readable ends: a last stable offset asked later is never behind a
+        // high watermark asked earlier unless a transaction still holds the offsets between.
+        let ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+        let uncommitted = uncommitted_ends(brokers, librdkafka, topic, &ids)?;
+        let mut open_transactions = Vec::new();
         let mut positions = HashMap::new();
         let mut tpl = TopicPartitionList::new();
         for p in t.partitions() {
+            // Under `read_committed` (the default) the end asked here is the last stable
+            // offset (librdkafka asks ListOffsets with the client's isolation level), so
+            // neither reading nor [`DlqReader::commit_ends`] passes an open transaction.
             let (low, high) = consumer.fetch_watermarks(topic, p.id(), TIMEOUT)?;
             let from = start.get(&p.id()).copied().unwrap_or(low).max(low);
             if from < high {
                 tpl.add_partition_offset(topic, p.id(), Offset::Offset(from))?;
             }
             positions.insert(p.id(), (from, high));
+            if let Some(&marked) = uncommitted.get(&p.id()).filter(|&&m| m > high) {
+                open_transactions.push(OpenTransaction {
+                    partition: p.id(),
+                    last_stable_offset: high,
+                    high_watermark: marked,
+                });
+            }
         }
+        open_transactions.sort_by_key(|o| o.partition);
         consumer.assign(&tpl)?;
         Ok(Self {
             consumer,
@@ -158,7 +224,14 @@ impl DlqReader {
             sources: super::reference::SourceReader::new(brokers, librdkafka),
             positions,
             lost,
+            open_transactions,
         })
+    }
+
+    /// The partitions whose reading stops at a transaction still open when the reader
+    /// opened, in partition order.
+    pub fn open_transactions(&self) -> &[OpenTransaction] {
+        &self.open_transactions
     }
 
     /// Records left to read.

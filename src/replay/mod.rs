@@ -158,6 +158,7 @@ async fn send_all(
     let total = reader.remaining();
     let mut report = ReplayReport {
         dry_run: options.dry_run,
+        open_transactions: reader.open_transactions().to_vec(),
         ..ReplayReport::default()
     };
     let mut sends = InFlight::default();

@@ -84,6 +84,9 @@ pub struct ReplayReport {
     /// groups that read it ([`super::groups_reading`]) — every one of them handles the records
     /// again.
     pub source_readers: std::collections::BTreeMap<String, Vec<String>>,
+    /// The partitions read only up to a transaction still open when the replay began: their
+    /// position stops there, and the next run sends what the transaction committed.
+    pub open_transactions: Vec<crate::dlq_reader::OpenTransaction>,
 }
 
 impl ReplayReport {

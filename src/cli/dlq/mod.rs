@@ -321,6 +321,9 @@ async fn read(
     .await
     .expect("reader task")
     .map_err(|e| unreadable(&source.dlq_topic, e))?;
+    for open in reader.open_transactions() {
+        eprintln!("note: `{}` {open}", source.dlq_topic);
+    }
     let mut matched = 0;
     while let Some(entry) = reader.next_entry().await {
         let entry = entry
@@ -505,6 +508,9 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
                 groups.join(", ")
             }
         );
+    }
+    for open in &report.open_transactions {
+        eprintln!("note: `{}` {open}", args.source.dlq_topic);
     }
     if let Some(e) = &report.audit_error {
         eprintln!("warning: the run's summary was not written: {e}");
