@@ -1111,7 +1111,10 @@ async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_c
     let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 1 of 1 scanned"), "{out}");
-    assert!(err.contains(held), "replay names the open transaction: {err}");
+    assert!(
+        err.contains(held),
+        "replay names the open transaction: {err}"
+    );
     assert_eq!(
         committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
         Some(&2),
@@ -1129,7 +1132,112 @@ async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_c
         .collect();
     assert_eq!(
         replayed,
-        vec![b"committed".to_vec(), b"open-1".to_vec(), b"open-2".to_vec()]
+        vec![
+            b"committed".to_vec(),
+            b"open-1".to_vec(),
+            b"open-2".to_vec()
+        ]
     );
     assert_eq!(outstanding(&brokers, &dlq), 0);
+}
+
+/// A Spring dead letter of `group` for the record at `offset` of `source`.
+fn spring_letter(source: &str, group: &str, offset: i64, value: &str) -> Out {
+    use kafka_dlq::dlq::spring;
+    let header = |key: &str, value: Vec<u8>| (key.as_bytes().to_vec(), Some(value));
+    Out {
+        partition: 0,
+        key: None,
+        value: Some(value.as_bytes().to_vec()),
+        headers: vec![
+            header(spring::ORIGINAL_TOPIC, source.as_bytes().to_vec()),
+            header(spring::ORIGINAL_PARTITION, 0_i32.to_be_bytes().to_vec()),
+            header(spring::ORIGINAL_OFFSET, offset.to_be_bytes().to_vec()),
+            header(spring::ORIGINAL_CONSUMER_GROUP, group.as_bytes().to_vec()),
+            header(spring::EXCEPTION_MESSAGE, b"rejected".to_vec()),
+        ],
+    }
+}
+
+/// A default replay (to each group's redrive topic) of a Spring application's DLT: a group no
+/// kafka-dlq consumer runs would never read its redrive topic, so the replay refuses before
+/// sending anything, names `--to-source`, and creates nothing; where the group's redrive
+/// topic exists (a kafka-dlq consumer of that group created it), the dead letter goes there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_replay_of_a_foreign_dlt_goes_only_to_a_group_kafka_dlq_runs() {
+    let brokers = brokers();
+    let topic = unique("spring-orders");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    produce(
+        &brokers,
+        &dlq,
+        vec![spring_letter(&topic, "billing", 4, "a")],
+    )
+    .await;
+    for dry in [&["--dry-run"][..], &[]] {
+        let (code, out, err) = replay_cli(&brokers, &dlq, dry);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            err.contains(&format!("`{topic}-0-4`"))
+                && err.contains("written by Spring Kafka for group `billing`")
+                && err.contains("--to-source"),
+            "{err}"
+        );
+    }
+    let unread = redrive_topic(&topic, "billing");
+    let metadata = {
+        use rdkafka::consumer::Consumer;
+        let admin: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+        admin
+            .fetch_metadata(None, Duration::from_secs(10))
+            .unwrap()
+            .topics()
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(!metadata.contains(&unread), "{unread} was not created");
+    assert_eq!(
+        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
+        None,
+        "nothing committed past it"
+    );
+    assert_eq!(outstanding(&brokers, &dlq), 1);
+
+    // The group's kafka-dlq consumer ran (it created its redrive topic): the replay sends there.
+    create_topic(&brokers, &unread, 1).await;
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 1 of 1 scanned"), "{out}");
+    let redriven = read_all(&brokers, &unread);
+    assert_eq!(redriven.len(), 1);
+    assert_eq!(redriven[0].payload(), Some(&b"a"[..]));
+}
+
+/// A replay that stops on a dead letter quotes its producer-controlled id with the control
+/// characters escaped, as the progress lines do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_error_prints_a_producer_controlled_id_escaped() {
+    let brokers = brokers();
+    let topic = unique("escape-error");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    const ID: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}order-1";
+    let record = source_record(&topic, 0, ID, "x");
+    // No group: the default replay stops on it, quoting its id.
+    let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, "");
+    produce(&brokers, &dlq, vec![letter_of(&envelope)]).await;
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    assert!(
+        err.contains("\\u{1b}[2J\\u{1b}]0;pwned\\u{7}order-1"),
+        "{err:?}"
+    );
 }

@@ -171,7 +171,8 @@ fn exit_code(result: Result<(), CliError>) -> ExitCode {
             ExitCode::from(2)
         }
         Err(CliError::Runtime(e)) => {
-            eprintln!("error: {e:#}");
+            // It may quote a producer's record id: no control character reaches the terminal.
+            eprintln!("error: {}", dlq::view::escaped(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

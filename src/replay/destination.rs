@@ -15,7 +15,10 @@ pub enum Destination {
     /// [`redrive_topic`]), which every kafka-dlq consumer of that group reads and no other
     /// group does: it is handled again by the service that failed it, as its original record,
     /// at once. The default. A dead letter that names no group stops the replay
-    /// ([`super::ReplayError::NoGroup`]).
+    /// ([`super::ReplayError::NoGroup`]), and so does one another tool wrote (Spring, Connect,
+    /// a share group's broker) for a group whose redrive topic does not exist — a group no
+    /// kafka-dlq consumer has run, which would never read it
+    /// ([`super::ReplayError::NotAKafkaDlqGroup`]).
     #[default]
     Group,
     /// Back to its source topic (`--to-source`): **every** group reading that topic handles it
@@ -59,6 +62,12 @@ impl RedriveTopics {
             cluster: Topics::read(config).await?,
             ready: HashSet::new(),
         })
+    }
+
+    /// Whether the redrive topic `topic` exists: a kafka-dlq consumer of its group creates it
+    /// when it starts, so a redrive topic that does not exist is one no consumer reads yet.
+    pub(super) fn exists(&self, topic: &str) -> bool {
+        self.ready.contains(topic) || self.cluster.exists(topic)
     }
 
     /// Makes sure the redrive topic `topic` of the source topic `source` exists.

@@ -80,6 +80,26 @@ pub enum ReplayError {
         /// Its DLQ offset.
         offset: i64,
     },
+    /// A dead letter another tool wrote (Spring, Kafka Connect, a share group's broker) names a
+    /// group whose redrive topic does not exist: no kafka-dlq consumer of that group has run,
+    /// so nothing would read it there. Nothing was sent or committed past it.
+    #[error("dead letter `{id}` ({topic}/{partition}@{offset}) was written by {writer} for group `{group}`, which no kafka-dlq consumer runs (its redrive topic `{redrive}` does not exist), so nothing would read it there; replay it with --to-source (every group reading its source topic handles it again) or --to TOPIC; nothing was committed past it")]
+    NotAKafkaDlqGroup {
+        /// The record id.
+        id: String,
+        /// The DLQ topic.
+        topic: String,
+        /// The dead letter's DLQ partition.
+        partition: i32,
+        /// Its DLQ offset.
+        offset: i64,
+        /// Who wrote it (`Spring Kafka`, `Kafka Connect`, `Kafka share group`).
+        writer: &'static str,
+        /// The group it names.
+        group: String,
+        /// The redrive topic that does not exist.
+        redrive: String,
+    },
     /// A redrive topic was missing and could not be created, or the cluster's topics could
     /// not be read to tell. Nothing was committed past the record bound for it.
     #[error("cannot make sure of the redrive topic `{topic}`: {source}; nothing was committed past its first record")]

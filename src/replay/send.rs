@@ -45,15 +45,14 @@ impl<'a> Sender<'a> {
         options.librdkafka.apply(&mut config);
         let producer: FutureProducer<LogContext> =
             crate::kafka::create_logged(&config).map_err(ReplayError::CreateProducer)?;
+        // Read for a dry run too: it refuses what a real run would refuse.
         let redrive = match options.destination {
-            Destination::Group if !options.dry_run => {
-                Some(RedriveTopics::read(&config).await.map_err(|source| {
-                    ReplayError::RedriveTopic {
-                        topic: options.dlq_topic.clone(),
-                        source,
-                    }
-                })?)
-            }
+            Destination::Group => Some(RedriveTopics::read(&config).await.map_err(|source| {
+                ReplayError::RedriveTopic {
+                    topic: options.dlq_topic.clone(),
+                    source,
+                }
+            })?),
             _ => None,
         };
         Ok(Self {
@@ -114,8 +113,21 @@ impl<'a> Sender<'a> {
             warn_readers(options, &to, readers).await;
         }
         if let Some(redrive) = &mut self.redrive {
-            if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await {
-                return Err(ReplayError::RedriveTopic { topic: to, source });
+            if let Some(writer) = foreign_writer(entry).filter(|_| !redrive.exists(&to)) {
+                return Err(ReplayError::NotAKafkaDlqGroup {
+                    id: envelope.id.clone(),
+                    topic: options.dlq_topic.clone(),
+                    partition: entry.partition,
+                    offset: entry.offset,
+                    writer,
+                    group: envelope.source.group.clone(),
+                    redrive: to,
+                });
+            }
+            if !options.dry_run {
+                if let Err(source) = redrive.ensure(&to, &envelope.source.topic).await {
+                    return Err(ReplayError::RedriveTopic { topic: to, source });
+                }
             }
         }
         headers.retain(|h| !audit::is_audit_header(&h.key));
@@ -147,6 +159,20 @@ impl<'a> Sender<'a> {
             &mut self.next_send,
         )
         .await
+    }
+}
+
+/// Who wrote `entry`, when another tool did: its group is then not known to be one a
+/// kafka-dlq consumer runs. A record waiting in a retry topic is kafka-dlq's own.
+fn foreign_writer(entry: &DlqEntry) -> Option<&'static str> {
+    use crate::dlq_reader::foreign::ForeignFormat;
+    match &entry.content {
+        crate::dlq_reader::DlqContent::Foreign { format, .. }
+            if *format != ForeignFormat::RetryTopic =>
+        {
+            Some(format.as_str())
+        }
+        _ => None,
     }
 }
 

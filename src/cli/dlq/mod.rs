@@ -12,7 +12,7 @@ use kafka_dlq::{ConfigError, DeadLetterKind};
 use super::CliError;
 
 mod history;
-mod view;
+pub(super) mod view;
 pub use history::HistoryArgs;
 use view::entry_json;
 pub use view::{print_history, print_table};

@@ -43,7 +43,7 @@ fn cut(text: &str, n: usize) -> String {
 
 /// `text` with its control characters escaped (`\u{1b}`), so that a producer-controlled id
 /// cannot drive the operator's terminal.
-pub(super) fn escaped(text: &str) -> String {
+pub(crate) fn escaped(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
         if c.is_control() {
