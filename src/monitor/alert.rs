@@ -1,5 +1,6 @@
 //! What an alert says (the dead letters behind one are gathered by the monitor's window).
 
+use super::mrkdwn::code;
 use std::collections::BTreeMap;
 
 /// One message for the team.
@@ -87,7 +88,8 @@ impl Alert {
                 if let Some(total) = i.total {
                     t.push_str(&format!(" ({total} outstanding)"));
                 }
-                t.push_str(&format!(" on `{}`\n", i.dlq_topics.join("`, `")));
+                let topics: Vec<String> = i.dlq_topics.iter().map(|t| code(t)).collect();
+                t.push_str(&format!(" on {}\n", topics.join(", ")));
                 t.push_str(&format!(
                     "*By source topic:* {}\n",
                     join_counts(&i.by_source_topic)
@@ -107,20 +109,25 @@ impl Alert {
                     } else {
                         ""
                     };
-                    t.push_str(&format!("• {}× `{}`{new}\n", g.count, g.fingerprint));
+                    t.push_str(&format!("• {}× {}{new}\n", g.count, code(&g.fingerprint)));
                 }
                 if !i.sample_ids.is_empty() {
-                    t.push_str(&format!("*Sample ids:* `{}`\n", i.sample_ids.join("`, `")));
+                    let ids: Vec<String> = i.sample_ids.iter().map(|id| code(id)).collect();
+                    t.push_str(&format!("*Sample ids:* {}\n", ids.join(", ")));
                 }
                 for p in &i.sample_payloads {
-                    t.push_str(&format!("*Payload:* `{p}`\n"));
+                    t.push_str(&format!("*Payload:* {}\n", code(p)));
                 }
                 for topic in &i.dlq_topics {
                     t.push_str(&format!(
-                        "*Inspect:* `kafka-dlq dlq list --brokers {brokers} --dlq-topic {topic}`\n"
+                        "*Inspect:* {}\n",
+                        code(&format!("kafka-dlq dlq list --brokers {brokers} --dlq-topic {topic}"))
                     ));
                     t.push_str(&format!(
-                        "*Replay (after the fix):* `kafka-dlq dlq replay --brokers {brokers} --dlq-topic {topic} --dry-run`, then without `--dry-run`\n"
+                        "*Replay (after the fix):* {}, then without `--dry-run`\n",
+                        code(&format!(
+                            "kafka-dlq dlq replay --brokers {brokers} --dlq-topic {topic} --dry-run"
+                        ))
                     ));
                 }
                 t.trim_end().to_string()
@@ -141,7 +148,7 @@ fn join_counts(counts: &BTreeMap<String, u64>) -> String {
     let mut v: Vec<_> = counts.iter().collect();
     v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     v.iter()
-        .map(|(k, n)| format!("`{k}` {n}"))
+        .map(|(k, n)| format!("{} {n}", code(k)))
         .collect::<Vec<_>>()
         .join(", ")
 }

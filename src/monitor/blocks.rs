@@ -6,6 +6,7 @@
 use slack_morphism::prelude::*;
 
 use super::alert::{Alert, Increase};
+use super::mrkdwn::code;
 
 /// Where an alert's buttons lead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +154,7 @@ fn counts(counts: &std::collections::BTreeMap<String, u64>) -> String {
     let mut v: Vec<_> = counts.iter().collect();
     v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     v.iter()
-        .map(|(k, n)| format!("`{k}` {n}"))
+        .map(|(k, n)| format!("{} {n}", code(k)))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -186,9 +187,9 @@ fn increase_blocks(i: &Increase, brokers: &str) -> Vec<SlackBlock> {
         } else {
             ""
         };
-        errors.push_str(&format!("\n• {}× `{}`{new}", g.count, g.fingerprint));
+        errors.push_str(&format!("\n• {}× {}{new}", g.count, code(&g.fingerprint)));
         if let Some(id) = &g.sample_id {
-            errors.push_str(&format!(" — e.g. `{id}`"));
+            errors.push_str(&format!(" — e.g. {}", code(id)));
         }
     }
     blocks.push(
@@ -197,7 +198,7 @@ fn increase_blocks(i: &Increase, brokers: &str) -> Vec<SlackBlock> {
             .into(),
     );
     if !i.sample_payloads.is_empty() {
-        let payloads: Vec<String> = i.sample_payloads.iter().map(|p| format!("`{p}`")).collect();
+        let payloads: Vec<String> = i.sample_payloads.iter().map(|p| code(p)).collect();
         blocks.push(
             SlackSectionBlock::new()
                 .with_text(md!(cut(
@@ -210,7 +211,13 @@ fn increase_blocks(i: &Increase, brokers: &str) -> Vec<SlackBlock> {
     let mut commands = String::new();
     for topic in &i.dlq_topics {
         commands.push_str(&format!(
-            "*Inspect:* `kafka-dlq dlq list --brokers {brokers} --dlq-topic {topic}`\n*Replay (after the fix):* `kafka-dlq dlq replay --brokers {brokers} --dlq-topic {topic} --dry-run`, then without `--dry-run`\n"
+            "*Inspect:* {}\n*Replay (after the fix):* {}, then without `--dry-run`\n",
+            code(&format!(
+                "kafka-dlq dlq list --brokers {brokers} --dlq-topic {topic}"
+            )),
+            code(&format!(
+                "kafka-dlq dlq replay --brokers {brokers} --dlq-topic {topic} --dry-run"
+            )),
         ));
     }
     blocks.push(
@@ -314,6 +321,68 @@ mod tests {
             "http://console.example.com/topics/orders-dlt"
         );
         assert_eq!(last["elements"][1]["text"]["text"], "Open orders-dlt");
+    }
+
+    /// Every text object of the message, with its type.
+    fn texts(value: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let (Some(kind), Some(serde_json::Value::String(text))) =
+                    (map.get("type"), map.get("text"))
+                {
+                    out.push((kind.as_str().unwrap_or_default().to_string(), text.clone()));
+                }
+                map.values().for_each(|v| texts(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| texts(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn producer_controlled_text_forms_no_mention_link_or_broken_code_span() {
+        // The review's string: a backtick ends the code span, then a channel mention and a
+        // link under kafka-dlq's name.
+        const HOSTILE: &str = "x` <!channel> <https://evil.example|Re-run the fix here> `";
+        let mut i = increase();
+        i.by_source_topic = [(HOSTILE.to_string(), 1)].into();
+        i.by_kind = [(format!("permanent {HOSTILE}"), 1)].into();
+        i.by_group = [(HOSTILE.to_string(), 1)].into();
+        i.after_retry_topics = [(HOSTILE.to_string(), 1)].into();
+        i.top_errors[0].fingerprint = format!("malformed JSON: invalid type: string \"{HOSTILE}\"");
+        i.top_errors[0].sample_id = Some(HOSTILE.to_string());
+        i.new_fingerprints = vec![i.top_errors[0].fingerprint.clone()];
+        i.sample_ids = vec![HOSTILE.to_string()];
+        i.sample_payloads = vec![format!("{{\"qty\":\"{HOSTILE}\"}}")];
+        let links = Links::default();
+        let json =
+            serde_json::to_value(Alert::Increase(i).message("b:9092", &links).blocks).unwrap();
+        let mut all = Vec::new();
+        texts(&json, &mut all);
+        let mrkdwn: Vec<&String> = all
+            .iter()
+            .filter(|(kind, _)| kind == "mrkdwn")
+            .map(|(_, t)| t)
+            .collect();
+        assert!(mrkdwn.len() >= 5, "{all:?}");
+        for text in &mrkdwn {
+            assert!(
+                !text.contains('<') && !text.contains('>'),
+                "Slack would parse a mention or link: {text}"
+            );
+            assert_eq!(
+                text.matches('`').count() % 2,
+                0,
+                "a code span left open: {text}"
+            );
+        }
+        let shown: String = all.iter().map(|(_, t)| t.as_str()).collect();
+        assert!(
+            shown.contains(
+                "`xˋ &lt;!channel&gt; &lt;https://evil.example|Re-run the fix here&gt; ˋ`"
+            ),
+            "the text is shown, escaped, inside one code span: {shown}"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@
 pub mod alert;
 pub mod blocks;
 mod delivery;
+mod mrkdwn;
 mod seen;
 pub mod slack;
 mod thread;
