@@ -172,6 +172,29 @@ fn a_topic_that_is_another_sources_redrive_topic_is_refused() {
 }
 
 #[test]
+fn a_group_whose_redrive_topic_reads_as_another_sources_retry_topic_is_refused() {
+    // `orders-redrive-billing-retry-0` is both `orders`' redrive topic for group
+    // `billing-retry-0` and tier 0's topic of the source `orders-redrive-billing`.
+    let colliding = ConsumerConfig {
+        group_id: "billing-retry-0".into(),
+        topics: vec!["orders".into(), "orders-redrive-billing".into()],
+        ..valid()
+    };
+    let error = colliding.validate().unwrap_err().to_string();
+    assert!(
+        error.contains("`orders-redrive-billing-retry-0`") && error.contains("retries in"),
+        "{error}"
+    );
+    // Alone, such a group id is fine: its redrive topic is never read as a tier's.
+    ConsumerConfig {
+        group_id: "billing-retry-0".into(),
+        ..valid()
+    }
+    .validate()
+    .unwrap();
+}
+
+#[test]
 fn classic_protocol_is_cooperative_and_consumer_protocol_sets_no_assignor() {
     let classic = valid().consumer_client_config();
     assert_eq!(classic.get("group.protocol"), Some("classic"));

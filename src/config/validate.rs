@@ -201,11 +201,15 @@ impl ConsumerConfig {
         let dlqs: Vec<String> = self.topics.iter().map(|t| template.for_topic(t)).collect();
         for topic in &self.topics {
             let redrive = crate::record::retry::redrive_topic(topic, &self.group_id);
-            if self.topics.contains(&redrive) || dlqs.contains(&redrive) {
+            if self.topics.contains(&redrive)
+                || dlqs.contains(&redrive)
+                || crate::record::retry::parse_topic(&redrive)
+                    .is_some_and(|(source, _)| self.topics.iter().any(|t| t == source))
+            {
                 return Err(ConfigError::new(
                     "topics",
                     self.topics.join(","),
-                    format!("`{topic}`'s redrive topic for group `{}` is `{redrive}`, a topic this consumer already reads or dead-letters to", self.group_id),
+                    format!("`{topic}`'s redrive topic for group `{}` is `{redrive}`, a topic this consumer already reads, dead-letters to or retries in", self.group_id),
                 ));
             }
         }

@@ -307,14 +307,17 @@ impl Record {
     }
 
     /// The topic the record was first consumed from, where its dead letter and retry records
-    /// go: its own topic, or for a record delivered from a retry topic, the source topic that
-    /// retry topic's name gives (`<source>-retry-<n>`) — never the topic the retry record
+    /// go: its own topic, or for a record delivered from a retry tier's topic, the source topic
+    /// that topic's name gives (`<source>-retry-<n>`) — never the topic the retry record
     /// itself claims (`record.topic`, written by whoever wrote the retry record): the consumer
     /// reads only its own sources' retry topics, so a claim naming another topic, one that
-    /// does not exist or an invalid name cannot route the record elsewhere.
+    /// does not exist or an invalid name cannot route the record elsewhere. A record from a
+    /// redrive topic has its topic set from the partition's stage already, so its name is never
+    /// parsed: a group id ending in `-retry-<n>` cannot make it look like a tier.
     pub(crate) fn source_topic(&self) -> &str {
         self.retry
             .as_ref()
+            .filter(|r| r.tier.is_some())
             .and_then(|r| retry::parse_topic(&r.topic))
             .map_or(self.topic.as_str(), |(source, _)| source)
     }

@@ -333,9 +333,17 @@ mod tests {
             "an earlier kafka_dlt- header is dropped"
         );
 
-        let (restored, error) = restore(delivered(&record, 0, headers, 7), Some(0));
+        let (restored, error) = restore(delivered(&record, 0, headers.clone(), 7), Some(0));
         assert_eq!(error, None);
         assert_eq!(restored.source_topic(), "orders");
+        // From the redrive topic of a group whose id ends like a tier's topic: its source is
+        // the record's topic (set from the partition's stage), not a parse of that name.
+        let mut redriven = delivered(&record, 0, headers, 7);
+        redriven.topic = "orders-redrive-billing-retry-1".into();
+        let (mut redriven, _) = restore(redriven, None);
+        redriven.retry.as_mut().unwrap().topic = "orders-redrive-billing-retry-1".into();
+        redriven.topic = "orders".into();
+        assert_eq!(redriven.source_topic(), "orders");
         let retry = restored.retry.clone().unwrap();
         assert_eq!(
             retry.group.as_deref(),

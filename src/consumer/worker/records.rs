@@ -68,8 +68,8 @@ impl<'a> Records<'a> {
     }
 
     /// `record` as the worker settles it: from a retry or redrive topic, the original it
-    /// carries. A redrive topic's record always counts as its source topic's (the one that
-    /// redrive topic belongs to), whatever topic it claims.
+    /// carries. A retry or redrive topic's record always counts as its source topic's (the one that
+    /// topic belongs to), whatever topic it claims.
     fn restored(&self, record: Record) -> Record {
         if !self.stage.is_retry() {
             return record;
@@ -85,14 +85,19 @@ impl<'a> Records<'a> {
             }
             record
         };
-        if let Stage::Redrive { source } = self.stage {
-            if record.topic != *source {
-                tracing::warn!(event = "redrive_record_claims_another_topic", topic = %self.topic,
-                    partition = self.partition, offset = record.delivered_offset(),
-                    claimed = %record.topic, %source,
-                    "handled as a record of the source topic this redrive topic belongs to");
-                record.topic = source.clone();
-            }
+        // Whoever can write a retry or redrive topic writes the claim: the partition's own
+        // source topic is what the handler, the metric labels and the sidecar's headers see.
+        let source = match self.stage {
+            Stage::Redrive { source } => Some(source.as_str()),
+            Stage::Tier(_) => crate::record::retry::parse_topic(self.topic).map(|(s, _)| s),
+            Stage::Source => None,
+        };
+        if let Some(source) = source.filter(|s| record.topic != *s) {
+            tracing::warn!(event = "retry_record_claims_another_topic", topic = %self.topic,
+                partition = self.partition, offset = record.delivered_offset(),
+                claimed = %record.topic, %source,
+                "handled as a record of the source topic this retry or redrive topic belongs to");
+            record.topic = source.to_string();
         }
         record
     }
@@ -258,6 +263,41 @@ mod tests {
             };
             Records::new(source, "t", partition, &Stage::Source, &self.consumed)
         }
+    }
+
+    #[tokio::test]
+    async fn a_retry_record_claiming_another_topic_counts_as_its_partitions_source() {
+        // Written to `t-retry-0` by someone who can write there, claiming `payments`.
+        let claimed = Record::new("payments", 3, 5).with_id("p-1");
+        let left = crate::record::retry::RetryStage {
+            topic: "payments".into(),
+            attempts: 1,
+            error: "e".into(),
+            at: chrono::Utc::now(),
+        };
+        let headers = crate::retry_tier::retry_headers(&claimed, 0, chrono::Utc::now(), left, "g");
+        let mut delivered = Record::new("t-retry-0", 0, 9).with_id("t-retry-0-0-9");
+        delivered.headers = headers;
+        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        inbox.push(delivered, usize::MAX, || {}, &mut Vec::new());
+        let reader = Reader::default();
+        let source = InboxSource {
+            topic: "t-retry-0",
+            partition: 0,
+            inbox: &inbox,
+            client: &reader.client,
+            buffered: &reader.buffered,
+            spares: &reader.spares,
+        };
+        let stage = Stage::Tier(0);
+        let mut records = Records::new(source, "t-retry-0", 0, &stage, &reader.consumed);
+        let record = records.next(&CancellationToken::new()).await.unwrap();
+        assert_eq!(
+            record.topic, "t",
+            "the handler and the labels see the partition's source"
+        );
+        assert_eq!(record.source_topic(), "t");
+        assert_eq!(record.delivered_offset(), 9);
     }
 
     #[tokio::test]
