@@ -739,3 +739,70 @@ async fn the_monitor_names_a_dead_letter_topic_that_does_not_exist_in_one_line()
     assert_eq!(status.code(), Some(0));
     assert_eq!(said(), 1, "said once, not at every check");
 }
+
+/// Deletes the records of `topic`'s partition 0 before `offset`, as retention does.
+async fn delete_before(brokers: &str, topic: &str, offset: i64) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    admin
+        .delete_records(&tpl, &AdminOptions::new())
+        .await
+        .expect("records deleted");
+}
+
+/// Dead letters that retention deletes before anyone replayed them are gone, unhandled: the
+/// monitor says they expired and counts them, and never calls that *went down* or *resolved*.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_deleted_by_retention_are_announced_as_expired_never_as_resolved() {
+    let brokers = brokers();
+    let dlq = unique("expiring-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let monitor = start(config(&brokers, &dlq, web_api(&base)));
+    let letters = (0..3)
+        .map(|i| {
+            dead_letter(
+                "orders",
+                &format!("order-{i}"),
+                DeadLetterKind::Permanent,
+                "rejected",
+            )
+        })
+        .collect();
+    produce(&brokers, &dlq, letters).await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    assert!(slack.delivered()[0].contains("(3 outstanding)"));
+
+    // Retention takes the first two, unreplayed.
+    delete_before(&brokers, &dlq, 2).await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 2).await);
+    let expired = &slack.delivered()[1];
+    assert!(
+        expired.contains("2 dead letters expired") && expired.contains("1 outstanding"),
+        "{expired}"
+    );
+    // Then the last: nothing outstanding, and still not a resolution.
+    delete_before(&brokers, &dlq, 3).await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 3).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let texts = slack.delivered();
+    assert_eq!(texts.len(), 3, "{texts:#?}");
+    assert!(
+        texts[2].contains("1 dead letter expired") && texts[2].contains("0 outstanding"),
+        "{}",
+        texts[2]
+    );
+    for text in &texts {
+        assert!(
+            !text.contains("Resolved") && !text.contains("went down"),
+            "{text}"
+        );
+    }
+    monitor.stop().await;
+}

@@ -687,3 +687,116 @@ async fn a_consumer_refuses_to_start_while_a_dropped_tier_still_holds_its_record
         Err(kafka_dlq::ConsumerError::StrandedRetryRecords { .. })
     ));
 }
+
+/// The `retention.ms` of `topic`, as the broker describes it.
+async fn retention_ms(brokers: &str, topic: &str) -> i64 {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let results = admin
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let resource = results.into_iter().next().unwrap().unwrap();
+    resource
+        .get("retention.ms")
+        .and_then(|e| e.value.clone())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Creates `topic` with `retention.ms`.
+async fn create_topic_keeping(brokers: &str, topic: &str, retention_ms: i64) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let retention = retention_ms.to_string();
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("retention.ms", &retention);
+    for r in admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
+
+/// The topics the consumer creates keep their records long enough: dead-letter and redrive
+/// topics for ever, a retry topic at least twice its delay and a week. A retry topic that
+/// keeps records for less than they wait there stops the start, naming topic, retention and
+/// delay — before any record could be deleted before it is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_topics_outlive_their_records_and_a_retry_topic_that_would_not_refuses_the_start() {
+    let brokers = brokers();
+    let topic = unique("kept");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    init_logs();
+    // A 30-day tier, as the review's case: 60 days.
+    let config = ConsumerConfig {
+        retry_topic_delays_ms: "2000,2592000000".parse().unwrap(),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let consumer = kafka_dlq::Consumer::new(config, Seen::default()).expect("consumer");
+    consumer
+        .run(tokio::time::sleep(Duration::from_secs(2)))
+        .await
+        .expect("starts");
+    const DAY: i64 = 24 * 3600 * 1000;
+    assert_eq!(retention_ms(&brokers, &format!("{topic}-dlt")).await, -1);
+    assert_eq!(
+        retention_ms(
+            &brokers,
+            &kafka_dlq::record::retry::redrive_topic(&topic, &group)
+        )
+        .await,
+        -1
+    );
+    assert_eq!(
+        retention_ms(&brokers, &format!("{topic}-retry-0")).await,
+        7 * DAY
+    );
+    assert_eq!(
+        retention_ms(&brokers, &format!("{topic}-retry-1")).await,
+        60 * DAY
+    );
+
+    // A retry topic someone made with 30 s, under a tier of 120 s.
+    let short = unique("short");
+    create_topic(&brokers, &short, 1).await;
+    create_topic_keeping(&brokers, &format!("{short}-retry-0"), 30_000).await;
+    let config = ConsumerConfig {
+        retry_topic_delays_ms: "120000".parse().unwrap(),
+        ..test_config(&brokers, &unique("g"), &short)
+    };
+    let consumer = kafka_dlq::Consumer::new(config, Seen::default()).expect("consumer");
+    let error = tokio::time::timeout(
+        Duration::from_secs(30),
+        consumer.run(std::future::pending()),
+    )
+    .await
+    .expect("returns at once")
+    .expect_err("refuses to start");
+    assert!(
+        matches!(
+            &error,
+            kafka_dlq::ConsumerError::RetentionTooShort {
+                retention_ms: 30_000,
+                delay_ms: 120_000,
+                needed_ms: 240_000,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("{short}-retry-0")) && message.contains("retention.ms"),
+        "{message}"
+    );
+}

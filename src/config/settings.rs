@@ -198,6 +198,12 @@ settings! {
         /// ([`ConsumerError::DlqTopicMissing`](crate::ConsumerError::DlqTopicMissing)). Either
         /// way a topic it cannot create stops the start with that error.
         create_dlq_topics: bool = true, env "KAFKA_DLQ_CREATE_DLQ_TOPICS";
+        /// The `retention.ms` of the dead-letter and redrive topics the consumer creates: `-1`
+        /// keeps dead letters until they are replayed or deleted on purpose (a broker's default,
+        /// commonly 7 days, would delete them unseen). At start the consumer warns
+        /// (`dlq_retention_finite`) for each dead-letter topic that keeps records for a
+        /// limited time, whoever created it.
+        dlq_retention_ms: i64 = -1, env "KAFKA_DLQ_DLQ_RETENTION_MS";
         /// Retries of a transient failure before the record is dead-lettered (or, with
         /// `retry_topic_delays_ms`, sent to its next retry topic), in each stage.
         max_retries: u32 = 10, env "KAFKA_DLQ_MAX_RETRIES";

@@ -58,6 +58,13 @@ impl ConsumerConfig {
                 ));
             }
         }
+        if self.dlq_retention_ms == 0 || self.dlq_retention_ms < -1 {
+            return Err(ConfigError::new(
+                "dlq_retention_ms",
+                self.dlq_retention_ms,
+                "must be -1 (keep dead letters for ever) or a positive number of milliseconds",
+            ));
+        }
         self.validate_retry_tiers()?;
         self.validate_redrive_topics()?;
         if let Some(header) = &self.id_header {

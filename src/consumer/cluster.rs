@@ -33,10 +33,7 @@ pub(super) async fn wait_until_admitted(
         };
         let refused = tokio::select! {
             _ = &mut shutdown => return false,
-            checked = attempt => match checked.expect("the connection check does not panic") {
-                Ok(_) => None,
-                Err(failure) => Some(failure),
-            },
+            checked = attempt => checked.expect("the connection check does not panic").err(),
         };
         match refused {
             None => {

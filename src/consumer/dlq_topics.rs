@@ -40,7 +40,11 @@ pub(super) async fn ensure(config: &ConsumerConfig) -> Result<(), ConsumerError>
         });
     }
     topics
-        .create(&missing, "dlq_topic_created")
+        .create(
+            &missing,
+            |_| Some(config.dlq_retention_ms),
+            "dlq_topic_created",
+        )
         .await
         .map_err(|error| match error {
             TopicsError::Create { topic, code } => ConsumerError::DlqTopicMissing {

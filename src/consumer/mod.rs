@@ -97,6 +97,7 @@ pub mod share;
 #[cfg(test)]
 mod simulated_panics;
 mod spare_records;
+mod topic_retention;
 mod undecodable;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
@@ -156,6 +157,20 @@ pub enum ConsumerError {
         topic: String,
         /// Its records after the group's committed offsets.
         records: i64,
+    },
+    /// A retry or redrive topic keeps its records for less than they may wait there
+    /// ([`crate::retry_tier::retention::needed`]): they would be deleted before they are due,
+    /// after their source offsets were committed.
+    #[error("{topic} keeps records for {retention_ms} ms (retention.ms), but its records wait up to {delay_ms} ms there: they would be deleted before they are handled; set its retention.ms to at least {needed_ms} (or -1), or shorten that tier's delay in retry_topic_delays_ms")]
+    RetentionTooShort {
+        /// The retry or redrive topic.
+        topic: String,
+        /// Its `retention.ms`.
+        retention_ms: i64,
+        /// How long its records wait (the tier's delay; 0 for a redrive topic).
+        delay_ms: u64,
+        /// The retention it needs at least.
+        needed_ms: i64,
     },
     /// A dead-letter topic does not exist and was not created (`create_dlq_topics` is off, or
     /// creating it failed): the consumer did not start, so no record waits on a write that
@@ -306,6 +321,7 @@ impl<H: BatchHandler> Consumer<H> {
         }
         dlq_topics::ensure(&self.config).await?;
         retry_topics::ensure(&self.config, &self.stop_workers).await;
+        topic_retention::check(&self.config).await?;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.consumer
             .subscribe(&names)

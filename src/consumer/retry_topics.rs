@@ -24,6 +24,18 @@ pub(super) fn follow_up_topics(config: &ConsumerConfig) -> Vec<(String, &str)> {
     topics
 }
 
+/// The `retention.ms` a retry topic of `config` is created with (its tier's delay decides),
+/// or for its redrive topic, the dead-letter topics' (`dlq_retention_ms`).
+fn retention_ms(config: &ConsumerConfig, topic: &str) -> Option<i64> {
+    match config.retry_topic_delays_ms.tier_of(topic, &config.topics) {
+        Some((_, tier)) => config
+            .retry_topic_delays_ms
+            .delay(tier)
+            .map(crate::retry_tier::retention::created_ms),
+        None => Some(config.dlq_retention_ms),
+    }
+}
+
 /// How long the consumer's start waits for its retry and redrive topics.
 const FIRST_ATTEMPT: Duration = Duration::from_secs(10);
 
@@ -65,7 +77,13 @@ pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) 
 async fn try_ensure(config: &ConsumerConfig) -> Result<(), TopicsError> {
     let topics = Topics::read(&config.producer_client_config()).await?;
     let missing = topics.missing(follow_up_topics(config));
-    topics.create(&missing, "retry_topic_created").await?;
+    topics
+        .create(
+            &missing,
+            |topic| retention_ms(config, topic),
+            "retry_topic_created",
+        )
+        .await?;
     shown(config, &missing).await
 }
 

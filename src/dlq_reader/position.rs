@@ -85,6 +85,17 @@ impl Position {
     }
 }
 
+impl Position {
+    /// The dead letters of a partition whose log now starts at `low` that retention (or a
+    /// deletion) removed before a replay passed them: those between the position and `low`,
+    /// and the lost ones below `low`. They are gone, never replayed: not resolved.
+    pub fn expired(&self, low: i64) -> u64 {
+        let unreplayed = (low - self.next).max(0) as u64;
+        let lost = self.lost.iter().filter(|o| **o < low).count() as u64;
+        unreplayed + lost
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +147,20 @@ mod tests {
             2
         );
         assert_eq!(Position::default().outstanding(3, 3), 0);
+    }
+
+    #[test]
+    fn dead_letters_deleted_before_a_replay_passed_them_are_expired_not_resolved() {
+        let p = Position {
+            next: 10,
+            lost: vec![2, 7],
+        };
+        assert_eq!(p.expired(0), 0);
+        // Retention removed 0..5: the lost one at 2 with them; 0..10 were replayed.
+        assert_eq!(p.expired(5), 1);
+        // And 10..14, never replayed.
+        assert_eq!(p.expired(14), 4 + 2);
+        assert_eq!(Position::default().expired(3), 3);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
@@ -25,6 +25,16 @@ pub enum TopicsError {
     #[error("could not create {topic}: {source}")]
     Request {
         /// The first topic of the request.
+        topic: String,
+        /// The cause.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// A topic's configuration could not be read (`DescribeConfigs`: no permission, a
+    /// timeout).
+    #[error("could not read the configuration of {topic}: {source}")]
+    Describe {
+        /// The (first) topic asked about.
         topic: String,
         /// The cause.
         #[source]
@@ -92,19 +102,32 @@ impl Topics {
     }
 
     /// Creates `topics` (each with its partition count), with the broker's default
-    /// replication; one that exists by now counts as created. Logs each one created as
-    /// `event`.
+    /// replication and the `retention.ms` that `retention_ms` gives each (`-1`: for ever;
+    /// `None`: the broker's default); one that exists by now counts as created. Logs each one
+    /// created as `event`.
     pub(crate) async fn create(
         &self,
         topics: &BTreeMap<String, i32>,
+        retention_ms: impl Fn(&str) -> Option<i64>,
         event: &'static str,
     ) -> Result<(), TopicsError> {
         let Some(first) = topics.keys().next() else {
             return Ok(());
         };
+        let retention: Vec<Option<String>> = topics
+            .keys()
+            .map(|topic| retention_ms(topic).map(|ms| ms.to_string()))
+            .collect();
         let new: Vec<NewTopic> = topics
             .iter()
-            .map(|(topic, count)| NewTopic::new(topic, *count, TopicReplication::Fixed(-1)))
+            .zip(&retention)
+            .map(|((topic, count), retention)| {
+                let topic = NewTopic::new(topic, *count, TopicReplication::Fixed(-1));
+                match retention {
+                    Some(ms) => topic.set("retention.ms", ms),
+                    None => topic,
+                }
+            })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let results = self
@@ -119,12 +142,53 @@ impl Topics {
             match result {
                 Ok(topic) => {
                     let partitions = topics.get(&topic).copied().unwrap_or(-1);
-                    tracing::info!(event, %topic, partitions);
+                    let retention_ms = retention_ms(&topic);
+                    tracing::info!(event, %topic, partitions, ?retention_ms);
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((topic, code)) => return Err(TopicsError::Create { topic, code }),
             }
         }
         Ok(())
+    }
+
+    /// The `retention.ms` of each of `topics` that exists (`-1`: for ever), from one
+    /// `DescribeConfigs` request.
+    pub(crate) async fn retention_ms(
+        &self,
+        topics: &[String],
+    ) -> Result<HashMap<String, i64>, TopicsError> {
+        let existing: Vec<&String> = topics.iter().filter(|t| self.exists(t)).collect();
+        let Some(first) = existing.first() else {
+            return Ok(HashMap::new());
+        };
+        let specifiers: Vec<ResourceSpecifier> = existing
+            .iter()
+            .map(|t| ResourceSpecifier::Topic(t.as_str()))
+            .collect();
+        let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+        let results = self
+            .admin
+            .describe_configs(&specifiers, &options)
+            .await
+            .map_err(|source| TopicsError::Describe {
+                topic: first.to_string(),
+                source,
+            })?;
+        let mut found = HashMap::new();
+        for (topic, result) in existing.iter().zip(results) {
+            let resource = result.map_err(|code| TopicsError::Describe {
+                topic: topic.to_string(),
+                source: rdkafka::error::KafkaError::AdminOp(code),
+            })?;
+            let retention = resource
+                .get("retention.ms")
+                .and_then(|e| e.value.as_deref())
+                .and_then(|v| v.parse::<i64>().ok());
+            if let Some(ms) = retention {
+                found.insert(topic.to_string(), ms);
+            }
+        }
+        Ok(found)
     }
 }

@@ -10,10 +10,18 @@ use std::collections::BTreeMap;
 pub enum Alert {
     /// New dead letters arrived.
     Increase(Increase),
-    /// Dead letters left the DLQ (replayed or expired), some remain.
+    /// Dead letters were replayed, some remain.
     Decrease {
         /// Outstanding dead letters before.
         previous: u64,
+        /// Outstanding dead letters now.
+        total: u64,
+    },
+    /// Retention deleted dead letters that no replay had passed: they are gone, unhandled.
+    /// Never a resolution: sent instead of *went down* or *resolved* for that check.
+    Expired {
+        /// Dead letters deleted since the last check.
+        expired: u64,
         /// Outstanding dead letters now.
         total: u64,
     },
@@ -134,6 +142,13 @@ impl Alert {
             }
             Alert::Decrease { previous, total } => format!(
                 ":arrow_down: Dead letters went down from {previous} to {total} outstanding."
+            ),
+            Alert::Expired { expired, total } => format!(
+                ":hourglass: *{expired} dead letter{} expired* before anyone replayed {}: the topic's retention deleted {}, so {} will not be handled. {total} outstanding.",
+                if *expired == 1 { "" } else { "s" },
+                if *expired == 1 { "it" } else { "them" },
+                if *expired == 1 { "it" } else { "them" },
+                if *expired == 1 { "it" } else { "they" },
             ),
             Alert::Resolved { previous } => format!(
                 ":white_check_mark: *Resolved:* no outstanding dead letters (was {previous})."

@@ -52,9 +52,10 @@ impl SlackMessage {
 /// The runbook section for `alert` (the anchor of its heading in `alerting/RUNBOOK.md`).
 fn runbook_anchor(alert: &Alert) -> &'static str {
     match alert {
-        Alert::Increase(_) | Alert::Decrease { .. } | Alert::Resolved { .. } => {
-            "#kafkadlqdeadlettersgrowing"
-        }
+        Alert::Increase(_)
+        | Alert::Decrease { .. }
+        | Alert::Expired { .. }
+        | Alert::Resolved { .. } => "#kafkadlqdeadlettersgrowing",
         Alert::BreakerOpened | Alert::BreakerClosed => "#slack-messages-of-the-monitor",
     }
 }

@@ -13,6 +13,8 @@
 //!   the outstanding dead letters — on each DLQ partition, the records after both the log start
 //!   (retention) and the replay position (the committed offset of group `kafka-dlq-replay`,
 //!   which `kafka-dlq dlq replay` advances) — and says when that number went down, or to zero.
+//! - **expired**: dead letters that retention deleted before a replay passed them are counted
+//!   apart and announced as such (never as *went down* or *resolved*): they are gone unhandled.
 //!
 //! Payloads are never sent unless `include_payloads` is set: they may hold personal data.
 //!
@@ -45,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 pub use alert::{Alert, Increase};
 pub use blocks::{Links, SlackMessage};
 pub use slack::{DeliveryError, Notifier, Secret, SlackTarget};
-pub use volume::outstanding;
+pub use volume::{count, outstanding, DlqCount};
 
 use delivery::{deliver_all, send_or_stop};
 use volume::Volume;
@@ -264,6 +266,7 @@ impl Monitor {
         let mut positions: HashMap<(String, i32), i64> = HashMap::new();
         let mut seen = seen::Seen::default();
         let mut last_total: Option<u64> = None;
+        let mut last_expired: Option<u64> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut check = tokio::time::interval(Duration::from_millis(c.check_interval_ms));
         let mut breaker = self.breaker.clone();
@@ -320,8 +323,18 @@ impl Monitor {
                     }
                 }
                 _ = check.tick() => {
-                    let Some(total) = volume.outstanding().await else { continue };
+                    let Some(count) = volume.count().await else { continue };
+                    let total = count.outstanding;
+                    // Expired since the last check: counted from the first check on, so those
+                    // deleted before the monitor started are not announced again at each start.
+                    let expired = last_expired.map_or(0, |e| count.expired.saturating_sub(e));
+                    last_expired = Some(count.expired);
                     let alert = match last_total {
+                        _ if expired > 0 => {
+                            tracing::warn!(event = "dead_letters_expired", expired, outstanding = total,
+                                "retention deleted dead letters nobody replayed");
+                            Some(Alert::Expired { expired, total })
+                        }
                         Some(prev) if total < prev && total == 0 => Some(Alert::Resolved { previous: prev }),
                         Some(prev) if total < prev => Some(Alert::Decrease { previous: prev, total }),
                         _ => None,

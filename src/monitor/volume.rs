@@ -33,19 +33,35 @@ impl Volume {
         })
     }
 
-    /// Σ over DLQ partitions of [`Position::outstanding`]; `None` when the broker cannot tell.
-    pub(super) async fn outstanding(&self) -> Option<u64> {
+    /// The dead letters outstanding and expired now ([`count`]); `None` when the broker cannot
+    /// tell.
+    pub(super) async fn count(&self) -> Option<DlqCount> {
         let reader = self.reader.clone();
         let topics = self.topics.clone();
         tokio::task::spawn_blocking(move || {
             // Nothing else polls this reader: its events (a token to refresh) are served here.
             let _ = reader.poll(Duration::ZERO);
-            outstanding(&reader, &topics)
+            count(&reader, &topics)
         })
         .await
         .ok()
         .flatten()
     }
+
+    /// Σ over DLQ partitions of [`Position::outstanding`]; `None` when the broker cannot tell.
+    pub(super) async fn outstanding(&self) -> Option<u64> {
+        self.count().await.map(|c| c.outstanding)
+    }
+}
+
+/// What the DLQ topics hold, counted against the replay position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DlqCount {
+    /// Dead letters not replayed yet (Σ [`Position::outstanding`]).
+    pub outstanding: u64,
+    /// Dead letters the log no longer holds that no replay passed (Σ [`Position::expired`]):
+    /// deleted by retention, unreplayed. Only grows, as long as the topics exist.
+    pub expired: u64,
 }
 
 /// Outstanding dead letters on `topics`, read through `reader` (whose group is the replay
@@ -54,6 +70,15 @@ pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
     reader: &BaseConsumer<C>,
     topics: &[String],
 ) -> Option<u64> {
+    count(reader, topics).map(|c| c.outstanding)
+}
+
+/// The outstanding and expired dead letters on `topics`, read through `reader` (whose group is
+/// the replay group).
+pub fn count<C: rdkafka::consumer::ConsumerContext>(
+    reader: &BaseConsumer<C>,
+    topics: &[String],
+) -> Option<DlqCount> {
     let timeout = Duration::from_secs(5);
     let mut tpl = TopicPartitionList::new();
     let mut marks = Vec::new();
@@ -70,7 +95,7 @@ pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
         }
     }
     let committed = reader.committed_offsets(tpl, timeout).ok()?;
-    let mut total = 0u64;
+    let mut total = DlqCount::default();
     for (topic, partition, low, high) in marks {
         let position = committed
             .find_partition(&topic, partition)
@@ -79,7 +104,8 @@ pub fn outstanding<C: rdkafka::consumer::ConsumerContext>(
                 _ => None,
             })
             .unwrap_or_default();
-        total += position.outstanding(low, high);
+        total.outstanding += position.outstanding(low, high);
+        total.expired += position.expired(low);
     }
     Some(total)
 }

@@ -77,7 +77,8 @@ impl RedriveTopics {
         }
         let missing: BTreeMap<String, i32> = self.cluster.missing([(topic.to_string(), source)]);
         self.cluster
-            .create(&missing, "redrive_topic_created")
+            // Dead letters put back wait there for their group: kept until read.
+            .create(&missing, |_| Some(-1), "redrive_topic_created")
             .await?;
         self.ready.insert(topic.to_string());
         Ok(())

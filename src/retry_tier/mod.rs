@@ -32,10 +32,13 @@
 //!
 //! # What is given up
 //! Order: a record that goes to a retry topic is handled after records of its key that came
-//! later, as in Spring. A retry topic must keep records longer than its delay.
+//! later, as in Spring. A retry topic must keep records longer than its delay: the consumer
+//! creates its retry topics with a retention of at least twice their delay and a week, and
+//! refuses to start where one keeps records for less ([`retention`]).
 
 mod account;
 mod delivery;
+pub mod retention;
 mod spring;
 mod write;
 

@@ -85,6 +85,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
         }
         let stop = CancellationToken::new();
         retry_topics::ensure(&config, &stop).await;
+        super::super::topic_retention::check(&config).await?;
         let redrive: Vec<String> = retry_topics::follow_up_topics(&config)
             .into_iter()
             .map(|(topic, _)| topic)
