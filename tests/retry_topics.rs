@@ -641,31 +641,47 @@ async fn a_consumer_refuses_to_start_while_a_dropped_tier_still_holds_its_record
     create_topic(&brokers, &topic, 1).await;
     let dropped = format!("{topic}-retry-1");
     create_topic(&brokers, &dropped, 1).await;
+    let written_by = |group: &str| {
+        let mut out = Out::new(0, "waiting");
+        out.headers.push((
+            kafka_dlq::dlq::spring::ORIGINAL_CONSUMER_GROUP
+                .as_bytes()
+                .to_vec(),
+            Some(group.as_bytes().to_vec()),
+        ));
+        out
+    };
+    // Another service (group) on the same topic keeps writing its retry records there.
     produce(
         &brokers,
         &dropped,
-        vec![Out::new(0, "waiting"), Out::new(0, "waiting")],
+        vec![written_by("shipping"), written_by("shipping")],
     )
     .await;
     init_logs();
-    // Another group's retry records (this group never committed there) do not stop it.
     let config = ConsumerConfig {
         retry_topic_delays_ms: "1000".parse().unwrap(),
         ..test_config(&brokers, &group, &topic)
     };
+    let refusal = |config: ConsumerConfig| async move {
+        let consumer = kafka_dlq::Consumer::new(config, Seen::default()).expect("consumer");
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            consumer.run(std::future::pending()),
+        )
+        .await
+        .expect("returns at once")
+        .expect_err("refuses to start")
+    };
     let consumer = kafka_dlq::Consumer::new(config.clone(), Seen::default()).expect("consumer");
     let run = consumer.run(tokio::time::sleep(Duration::from_secs(3)));
-    run.await.expect("starts: the records are not this group's");
-    // This group consumed the tier before (it committed there), one record still waits.
-    commit(&brokers, &group, &dropped, 1);
-    let consumer = kafka_dlq::Consumer::new(config, Seen::default()).expect("consumer");
-    let error = tokio::time::timeout(
-        Duration::from_secs(30),
-        consumer.run(std::future::pending()),
-    )
-    .await
-    .expect("returns at once")
-    .expect_err("refuses to start");
+    run.await
+        .expect("starts: the records are another group's, however many");
+
+    // One of this group's own, in a partition it never committed on (a long tier's first
+    // records wait there uncommitted): stranded as well.
+    produce(&brokers, &dropped, vec![written_by(&group)]).await;
+    let error = refusal(config.clone()).await;
     assert!(
         matches!(&error, kafka_dlq::ConsumerError::StrandedRetryRecords { topic, records: 1 } if *topic == dropped),
         "{error}"
@@ -676,16 +692,22 @@ async fn a_consumer_refuses_to_start_while_a_dropped_tier_still_holds_its_record
         "{message}"
     );
     // With retry topics off altogether, the same.
-    let consumer =
-        kafka_dlq::Consumer::new(test_config(&brokers, &group, &topic), Seen::default()).unwrap();
-    let run = tokio::time::timeout(
-        Duration::from_secs(30),
-        consumer.run(std::future::pending()),
+    let error = refusal(test_config(&brokers, &group, &topic)).await;
+    assert!(
+        matches!(
+            error,
+            kafka_dlq::ConsumerError::StrandedRetryRecords { records: 1, .. }
+        ),
+        "{error}"
     );
-    assert!(matches!(
-        run.await.expect("returns at once"),
-        Err(kafka_dlq::ConsumerError::StrandedRetryRecords { .. })
-    ));
+    // Once this group has committed past it, only other groups' records are left: it starts.
+    commit(&brokers, &group, &dropped, 3);
+    produce(&brokers, &dropped, vec![written_by("shipping")]).await;
+    let consumer = kafka_dlq::Consumer::new(config, Seen::default()).expect("consumer");
+    consumer
+        .run(tokio::time::sleep(Duration::from_secs(3)))
+        .await
+        .expect("starts");
 }
 
 /// The `retention.ms` of `topic`, as the broker describes it.

@@ -109,14 +109,15 @@ async fn shown(
     Ok(())
 }
 
-/// Records waiting in a retry topic that no configured tier reads: `<source>-retry-<n>` with
-/// `n` at or beyond the configured tiers (a tier dropped, or retry topics turned off), which
-/// still hold records after this group's committed offset. Their source offsets were
-/// committed when they were written, so nobody would ever handle them. Returns the first such
-/// topic and its records; `None` when there is none or the cluster could not be asked
-/// (logged: the consumer starts as before). A partition where this group never committed is
-/// not counted (another group's retry topic of the same source, until retry topics are named
-/// by group), only logged (`retry_topic_not_consumed`).
+/// Records of this group waiting in a retry topic that no configured tier reads:
+/// `<source>-retry-<n>` with `n` at or beyond the configured tiers (a tier dropped, or retry
+/// topics turned off), after this group's committed offset there (from the log start where it
+/// never committed: a long tier's first records wait there uncommitted). Their source offsets
+/// were committed when they were written, so nobody would ever handle them. Only this group's
+/// records count (those whose retry account names this group or no group): several services
+/// share a source's retry topics, and another group's records are its own to handle. Returns
+/// the first such topic and how many of this group's records it holds; `None` when there is
+/// none or the cluster could not be asked (logged: the consumer starts as before).
 pub(super) async fn stranded(config: &ConsumerConfig) -> Option<(String, i64)> {
     let config = config.clone();
     let found = tokio::task::spawn_blocking(move || find_stranded(&config))
@@ -132,50 +133,101 @@ pub(super) async fn stranded(config: &ConsumerConfig) -> Option<(String, i64)> {
     }
 }
 
+/// How long the stranded-record check reads a dropped tier's records at most.
+const READ_FOR: Duration = Duration::from_secs(30);
+
 fn find_stranded(
     config: &ConsumerConfig,
 ) -> Result<Option<(String, i64)>, rdkafka::error::KafkaError> {
     use rdkafka::consumer::{BaseConsumer, Consumer as _};
     let timeout = Duration::from_secs(5);
-    // Only asks the cluster: never subscribes, so it does not join the group.
-    let consumer: BaseConsumer<crate::kafka::LogContext> =
-        crate::kafka::create_logged(&config.consumer_client_config())?;
+    // Only asks the cluster and reads assigned partitions: never subscribes, so it does not
+    // join the group, and commits nothing.
+    let mut client = config.consumer_client_config();
+    // A partition ends where the broker says, even where its last offsets hold no record.
+    client.set("enable.partition.eof", "true");
+    let consumer: BaseConsumer<crate::kafka::LogContext> = crate::kafka::create_logged(&client)?;
     let metadata = consumer.fetch_metadata(None, timeout)?;
     let tiers = config.retry_topic_delays_ms.len() as u32;
-    let mut topics: Vec<(String, i32)> = metadata
+    let mut topics: Vec<(String, u32, i32)> = metadata
         .topics()
         .iter()
         .filter(|t| t.error().is_none())
-        .filter(|t| {
-            crate::record::retry::parse_topic(t.name()).is_some_and(|(source, tier)| {
-                tier >= tiers && config.topics.iter().any(|s| s == source)
-            })
+        .filter_map(|t| {
+            let (source, tier) = crate::record::retry::parse_topic(t.name())?;
+            (tier >= tiers && config.topics.iter().any(|s| s == source))
+                .then(|| (t.name().to_string(), tier, t.partitions().len() as i32))
         })
-        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
         .collect();
     topics.sort();
-    for (topic, partitions) in topics {
+    for (topic, tier, partitions) in topics {
         let mut list = rdkafka::TopicPartitionList::new();
         for partition in 0..partitions {
             list.add_partition(&topic, partition);
         }
         let committed = consumer.committed_offsets(list, timeout)?;
-        let mut records = 0;
+        // Each partition's records to read: from the committed offset (or the log start) to
+        // the end.
+        let mut ends = std::collections::HashMap::new();
+        let mut read = rdkafka::TopicPartitionList::new();
         for partition in 0..partitions {
             let (low, high) = consumer.fetch_watermarks(&topic, partition, timeout)?;
-            match committed
+            let from = match committed
                 .find_partition(&topic, partition)
                 .map(|e| e.offset())
             {
-                Some(rdkafka::Offset::Offset(offset)) => records += (high - offset.max(low)).max(0),
-                _ if high > low => tracing::warn!(event = "retry_topic_not_consumed", %topic,
-                    partition, records = high - low,
-                    "a retry topic beyond the configured tiers holds records, and this group never committed there: if they are this group's, put the tier back until they are handled"),
-                _ => {}
+                Some(rdkafka::Offset::Offset(offset)) => offset.max(low),
+                _ => low,
+            };
+            if from < high {
+                read.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(from))?;
+                ends.insert(partition, high);
             }
         }
-        if records > 0 {
-            return Ok(Some((topic, records)));
+        if ends.is_empty() {
+            continue;
+        }
+        consumer.assign(&read)?;
+        let mut ours = 0;
+        let deadline = std::time::Instant::now() + READ_FOR;
+        while !ends.is_empty() && std::time::Instant::now() < deadline {
+            let Some(polled) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let message = match polled {
+                Ok(message) => message,
+                Err(rdkafka::error::KafkaError::PartitionEOF(partition)) => {
+                    ends.remove(&partition);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            use rdkafka::Message as _;
+            let Some(&end) = ends.get(&message.partition()) else {
+                continue;
+            };
+            if message.offset() < end {
+                let record = crate::record::Record::from_message(&message, None);
+                let (record, _) = crate::retry_tier::restore(record, Some(tier));
+                if record
+                    .retry
+                    .as_ref()
+                    .is_some_and(|r| r.is_for(&config.group_id))
+                {
+                    ours += 1;
+                }
+            }
+            if message.offset() + 1 >= end {
+                ends.remove(&message.partition());
+            }
+        }
+        consumer.unassign()?;
+        if !ends.is_empty() && ours == 0 {
+            tracing::warn!(event = "retry_topic_not_checked", %topic,
+                "a retry topic beyond the configured tiers holds records not read within 30 s: if some are this group's, put the tier back until they are handled");
+        }
+        if ours > 0 {
+            return Ok(Some((topic, ours)));
         }
     }
     Ok(None)
