@@ -223,7 +223,8 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
     assert_eq!(header(replayed, HEADER_REPLAY_COUNT), Some(b"1".to_vec()));
     assert_eq!(all[1].payload(), Some(&b"always-3"[..]));
 
-    // The DLQ accounting: nothing outstanding, and a second run sends nothing.
+    // The DLQ accounting: only the record that is no envelope, never replayed, is still
+    // outstanding; and a second run sends nothing.
     let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
@@ -231,7 +232,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
         .unwrap();
     assert_eq!(
         kafka_dlq::monitor::outstanding(&reader, std::slice::from_ref(&dlq)),
-        Some(0)
+        Some(1)
     );
     let (_, again, _) = replay_cli(&brokers, &dlq, &[]);
     assert!(again.contains("replayed 0 of 0 scanned"), "{again}");
@@ -420,6 +421,11 @@ async fn the_loop_guard_refuses_a_record_that_keeps_coming_back() {
         3,
         "original + two replays"
     );
+    assert_eq!(
+        outstanding(&brokers, &dlq),
+        1,
+        "the refused dead letter was not resolved: it stays outstanding"
+    );
 
     let last = read_all(&brokers, &dlq).pop().unwrap();
     let envelope = Envelope::from_slice(last.payload().unwrap()).unwrap();
@@ -607,17 +613,38 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
         value: Some(serde_json::to_vec(&broken).unwrap()),
         headers: vec![],
     };
-    produce(&brokers, &dlq, vec![broken, letter(&topic, 1, "good")]).await;
+    produce(
+        &brokers,
+        &dlq,
+        vec![
+            broken,
+            letter(&topic, 1, "good"),
+            Out::new(0, "no envelope"),
+        ],
+    )
+    .await;
     let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("skipped {topic}-0-0")), "{out}");
     assert!(
-        out.contains("replayed 1 of 2 scanned") && out.contains("undecodable 1"),
+        out.contains("replayed 1 of 3 scanned")
+            && out.contains("undecodable 1")
+            && out.contains("not envelopes 1"),
         "{out}"
     );
     let sent = read_all(&brokers, &redrive_topic(&topic, "g"));
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].payload(), Some(&b"good"[..]));
+    assert_eq!(
+        outstanding(&brokers, &dlq),
+        2,
+        "passed over unsent, the undecodable one and the one that is no envelope stay outstanding"
+    );
+    // And stay so across another run.
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
+    assert_eq!(outstanding(&brokers, &dlq), 2);
 }
 
 /// The dead letters outstanding on `dlq`, as the monitor counts them.

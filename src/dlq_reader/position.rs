@@ -1,7 +1,8 @@
 //! A replay's position on one DLQ partition, as committed for its group: the next offset to
 //! read, and, in the commit's metadata, the offsets before it that the replay passed over
-//! without sending because the source record they refer to is gone for good (retention,
-//! compaction, a deleted or recreated topic). Those dead letters were never resolved, so
+//! without sending: a reference whose source record is gone for good (retention, compaction, a
+//! deleted or recreated topic), a dead letter the loop guard refused, one whose envelope does
+//! not decode, a record that is no envelope. Those dead letters were never resolved, so
 //! whoever counts outstanding dead letters from the position ([`Position::outstanding`]) still
 //! counts them.
 //!
@@ -31,7 +32,7 @@ pub struct Position {
 
 /// A position cannot hold one more lost dead letter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("more than {MAX_LOST} dead letters on this partition refer to source records that are gone; their offsets no longer fit in the replay position")]
+#[error("more than {MAX_LOST} dead letters on this partition were passed over unsent (source record gone, refused by the loop guard, undecodable or not an envelope); their offsets no longer fit in the replay position, so it stops before this one: replay the rest with --to TOPIC, or move them away, then run it again")]
 pub struct TooManyLost;
 
 impl Position {

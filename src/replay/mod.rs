@@ -230,6 +230,27 @@ async fn send_all(
                 }
             }
         };
+        // A dead letter passed over unsent was not resolved: its offset goes into the position,
+        // so the monitor still counts it as outstanding.
+        let dealt = dealt.and_then(|(outcome, delivery)| {
+            let unsent = matches!(
+                outcome,
+                Outcome::Refused { .. }
+                    | Outcome::Undecodable { .. }
+                    | Outcome::NotAnEnvelope { .. }
+            );
+            if unsent && !options.dry_run {
+                reader
+                    .lose(entry.partition, entry.offset)
+                    .map_err(|source| ReplayError::TooManyLost {
+                        topic: options.dlq_topic.clone(),
+                        partition: entry.partition,
+                        offset: entry.offset,
+                        source,
+                    })?;
+            }
+            Ok((outcome, delivery))
+        });
         let (outcome, delivery) = match dealt {
             Ok(dealt) => dealt,
             Err(e) => {
