@@ -34,7 +34,7 @@
 //! most the partition's share beyond it, so together no more than the inboxes' half again; up
 //! to `max_in_flight` per partition by key; `batch_size` in batches), dead letters in flight
 //! (their own bound) and settled records kept for the poll loop to copy the next ones into
-//! (at most 2 MiB, see `spare_records.rs`) come on top.
+//! (at most 4 MiB, see `spare_records.rs`) come on top.
 //!
 //! A record in backoff holds back only its own partition: its inbox fills and its fetches
 //! pause; the other partitions' workers carry on, and the queue keeps being polled (so the

@@ -5,8 +5,10 @@
 //! allocator kept asking for.
 //!
 //! A cache, not a queue: it keeps at most [`SPARE_BYTES`] of records whose buffers hold at
-//! most [`SPARE_RECORD_BYTES`] each, and drops (frees) the rest. Nothing in it is a record
-//! anyone waits for.
+//! most [`SPARE_RECORD_BYTES`] each, and drops (frees) the rest; a retry record's account is
+//! dropped on the way in. The poll loop holds at most as much again, taken out to copy into
+//! while the workers give back the next ones: 4 MiB in all. Nothing in it is a record anyone
+//! waits for.
 
 use std::sync::Mutex;
 
@@ -59,6 +61,12 @@ impl SpareRecords {
     pub(crate) fn give_back(&self, records: &mut Vec<Record>) {
         if records.is_empty() {
             return;
+        }
+        // A retry record's account (its history: up to a message's size, written by whoever
+        // can write the retry topic) is not a buffer the next message is copied into: freed
+        // here, before the lock, so it never counts against nor escapes the bound.
+        for record in records.iter_mut() {
+            record.retry = None;
         }
         let mut state = self.state.lock().expect("spare records lock");
         let mut at = 0;
@@ -117,6 +125,33 @@ mod tests {
         let mut again = Vec::new();
         spares.take_all(&mut again);
         assert!(again.is_empty());
+    }
+
+    #[test]
+    fn a_retry_records_history_is_freed_not_kept() {
+        let spares = SpareRecords::default();
+        let stage = crate::record::retry::RetryStage {
+            topic: "t".into(),
+            attempts: 1,
+            error: "e".repeat(1000),
+            at: chrono::Utc::now(),
+        };
+        let mut retried = record(0, 10);
+        retried.retry = Some(Box::new(crate::record::retry::RetryDelivery {
+            tier: Some(0),
+            topic: "t-retry-0".into(),
+            partition: 0,
+            offset: 0,
+            due: chrono::Utc::now(),
+            attempts: 1,
+            history: vec![stage; 100],
+            group: None,
+        }));
+        spares.give_back(&mut vec![retried]);
+        let mut taken = Vec::new();
+        spares.take_all(&mut taken);
+        assert_eq!(taken.len(), 1);
+        assert!(taken[0].retry.is_none(), "100 kB of history not held");
     }
 
     #[test]
