@@ -822,3 +822,48 @@ async fn created_topics_outlive_their_records_and_a_retry_topic_that_would_not_r
         "{message}"
     );
 }
+
+/// With `auto_offset_reset = latest`, a retry partition whose committed offset the log no
+/// longer holds (the group was away longer than the retention) starts at its first retained
+/// record, not at the end past every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_partition_committed_before_its_log_start_starts_at_its_first_record() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let brokers = brokers();
+    let topic = unique("tier-expired-position");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    let retry_topic = format!("{topic}-retry-0");
+    create_topic(&brokers, &retry_topic, 1).await;
+    produce(
+        &brokers,
+        &retry_topic,
+        vec![Out::new(0, "r0"), Out::new(0, "r1"), Out::new(0, "r2")],
+    )
+    .await;
+    commit(&brokers, &group, &retry_topic, 1);
+    // Retention took offsets 0 and 1: the committed offset 1 is before the log start 2.
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&retry_topic, 0, rdkafka::Offset::Offset(2))
+        .unwrap();
+    admin
+        .delete_records(&tpl, &AdminOptions::new())
+        .await
+        .unwrap();
+    let config = ConsumerConfig {
+        auto_offset_reset: "latest".into(),
+        retry_topic_delays_ms: "1000".parse().unwrap(),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let seen = Seen::default();
+    let calls = seen.clone();
+    run_until(config, seen, move || !calls.calls_of("r2").is_empty()).await;
+    assert_eq!(
+        committed(&brokers, &group, &retry_topic, 1).get(&0),
+        Some(&3)
+    );
+}

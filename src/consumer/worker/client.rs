@@ -30,8 +30,9 @@ pub(crate) trait Client: Send + Sync + 'static {
     /// Fetches `partitions` again.
     fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String>;
 
-    /// Makes a newly assigned partition without a committed offset start at its first record
-    /// (whatever `auto.offset.reset` says); one with a committed offset keeps it.
+    /// Makes a newly assigned partition without a committed offset, or with one the log no
+    /// longer holds, start at its first record (whatever `auto.offset.reset` says); one with a
+    /// committed offset in the log keeps it.
     fn start_at_beginning_unless_committed(
         &self,
         topic: &str,
@@ -108,24 +109,55 @@ impl Client for KafkaClient {
                     None
                 }
             };
-            if committed.is_some() {
+            if let Some(Offset::Offset(committed)) = committed {
+                // A committed offset the log no longer holds (the group was away longer than
+                // the retention) would be reset to the end, past every retained retry record.
+                let (low, consumer) = {
+                    let topic = topic.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let low = consumer
+                            .fetch_watermarks(&topic, partition, START_TIMEOUT)
+                            .map(|(low, _)| low);
+                        (low, consumer)
+                    })
+                    .await
+                    .expect("fetch_watermarks does not panic")
+                };
+                match low {
+                    Ok(low) if committed < low => {
+                        tracing::warn!(event = "retry_partition_committed_before_log_start",
+                            %topic, partition, committed, log_start = low,
+                            "the committed offset is gone: starting at the first record there");
+                        seek_to_beginning(consumer, &topic, partition).await;
+                    }
+                    _ => {}
+                }
                 return;
             }
-            let sought = {
-                let topic = topic.clone();
-                tokio::task::spawn_blocking(move || {
-                    consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT)
-                })
-                .await
-                .expect("seek does not panic")
-            };
-            match sought {
-                Ok(()) => tracing::info!(event = "retry_partition_from_beginning", %topic,
-                    partition, "no committed offset: starting at the first record"),
-                Err(e) => tracing::error!(event = "retry_partition_seek_failed", %topic,
-                    partition, error = %e,
-                    "could not start the retry partition at its beginning; auto.offset.reset applies"),
-            }
+            seek_to_beginning(consumer, &topic, partition).await;
         })
+    }
+}
+
+/// Starts the retry or redrive partition `topic`/`partition` at its first record.
+async fn seek_to_beginning(
+    consumer: Arc<StreamConsumer<RebalanceContext>>,
+    topic: &str,
+    partition: i32,
+) {
+    let sought = {
+        let topic = topic.to_string();
+        tokio::task::spawn_blocking(move || {
+            consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT)
+        })
+        .await
+        .expect("seek does not panic")
+    };
+    match sought {
+        Ok(()) => tracing::info!(event = "retry_partition_from_beginning", %topic,
+            partition, "starting at the first record"),
+        Err(e) => tracing::error!(event = "retry_partition_seek_failed", %topic,
+            partition, error = %e,
+            "could not start the retry partition at its beginning; auto.offset.reset applies"),
     }
 }
