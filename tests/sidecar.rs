@@ -985,3 +985,70 @@ async fn a_missing_dead_letter_topic_is_created_like_its_source_or_refused_by_na
     let status = terminate(&mut created).await;
     assert_eq!(status.code(), Some(0));
 }
+
+/// The target is a service beside the sidecar: its records (and the URL's credentials) go to
+/// it directly, whatever `HTTP_PROXY` says in the image; only `--target-proxy` sends them
+/// through a proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_target_is_reached_directly_whatever_http_proxy_says_unless_a_proxy_is_named() {
+    let brokers = brokers();
+    let topic = unique("proxy");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    let target = Target::default();
+    let url = serve(target.clone()).await;
+    // A proxy that answers 200 to anything, keeping what it was asked.
+    let proxied = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = proxied.clone();
+    let proxy = serve_on_loopback(Router::new().fallback(move |uri: axum::http::Uri| {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push(uri.to_string());
+            StatusCode::OK
+        }
+    }))
+    .await;
+    let proxy = format!("http://{proxy}");
+
+    produce(&brokers, &topic, vec![Out::new(0, "ok-direct")]).await;
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .env("HTTP_PROXY", &proxy)
+        .env("http_proxy", &proxy)
+        .env("ALL_PROXY", &proxy)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&1))
+        .await
+    );
+    child.kill().await.unwrap();
+    assert_eq!(target.count("ok-direct"), 1);
+    assert!(
+        proxied.lock().unwrap().is_empty(),
+        "HTTP_PROXY was not followed: {:?}",
+        proxied.lock().unwrap()
+    );
+
+    produce(&brokers, &topic, vec![Out::new(0, "ok-proxied")]).await;
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args(["--target-proxy", &proxy])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&2))
+        .await
+    );
+    child.kill().await.unwrap();
+    assert_eq!(target.count("ok-proxied"), 0);
+    let asked = proxied.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].ends_with("/events"), "{asked:?}");
+}

@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Where each record is POSTed (http://).
     #[arg(long, env = "TARGET_URL")]
     target_url: Option<String>,
+    /// Reach the target through this HTTP proxy (http://host:port). Without it the sidecar
+    /// talks to the target directly, whatever HTTP_PROXY or HTTPS_PROXY say.
+    #[arg(long, env = "KAFKA_DLQ_TARGET_PROXY")]
+    target_proxy: Option<String>,
     /// Header holding the record id [default: none; <topic>-<partition>-<offset>].
     #[arg(long, env = "KAFKA_DLQ_ID_HEADER")]
     id_header: Option<String>,
@@ -129,10 +133,19 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         .as_deref()
         .ok_or_else(|| ConfigError::new("target_url", "", "is required"))?;
     let timeout = Duration::from_millis(args.request_timeout_ms);
+    let proxy = args.target_proxy.as_deref();
     let target = if config.batch_size > 1 {
-        Target::Batch(HttpBatchTarget::new(url, timeout)?)
+        let target = HttpBatchTarget::new(url, timeout)?;
+        Target::Batch(match proxy {
+            Some(proxy) => target.through_proxy(proxy)?,
+            None => target,
+        })
     } else {
-        Target::Single(HttpTarget::new(url, timeout, &args.content_type)?)
+        let target = HttpTarget::new(url, timeout, &args.content_type)?;
+        Target::Single(match proxy {
+            Some(proxy) => target.through_proxy(proxy)?,
+            None => target,
+        })
     };
     let addr: std::net::SocketAddr = args.metrics_addr.parse().map_err(|e| {
         ConfigError::new(

@@ -66,6 +66,7 @@ pub struct HttpTarget {
     /// `url` with its credentials redacted, for every message that shows it.
     shown: String,
     content_type: HeaderValue,
+    timeout: Duration,
 }
 
 /// Shows the target URL redacted, never its credentials.
@@ -101,11 +102,11 @@ impl HttpTarget {
         }
         let content_type = HeaderValue::from_str(content_type)
             .map_err(|e| ConfigError::new("content_type", content_type, e))?;
-        // A redirect is never a delivery: following one would turn the POST into a GET without
-        // the body (301/302/303), and the GET's 2xx would settle the record.
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(timeout)
+        // No proxy from HTTP_PROXY and the like: the target is a service beside the sidecar, and
+        // a proxy would see every record and the URL's credentials ([`HttpTarget::through_proxy`]
+        // when one is meant).
+        let client = client_builder(timeout)
+            .no_proxy()
             .build()
             .map_err(|e| ConfigError::new("target_url", &shown, e))?;
         Ok(Self {
@@ -113,8 +114,32 @@ impl HttpTarget {
             url: parsed,
             shown,
             content_type,
+            timeout,
         })
     }
+
+    /// The same target reached through the HTTP proxy at `proxy` (`http://host:port`,
+    /// `--target-proxy`), for a target that is not beside the sidecar.
+    pub fn through_proxy(self, proxy: &str) -> Result<Self, ConfigError> {
+        let shown = shown_url::redacted(proxy);
+        let proxy = reqwest::Proxy::all(proxy).map_err(|e| {
+            ConfigError::new("target_proxy", &shown, format!("not a proxy URL: {e}"))
+        })?;
+        let client = client_builder(self.timeout)
+            .proxy(proxy)
+            .build()
+            .map_err(|e| ConfigError::new("target_proxy", &shown, e))?;
+        Ok(Self { client, ..self })
+    }
+}
+
+/// A client that follows no redirect and times a request out after `timeout`: a redirect is
+/// never a delivery — following one would turn the POST into a GET without the body
+/// (301/302/303), and the GET's 2xx would settle the record.
+fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
 }
 
 impl Handler for HttpTarget {
@@ -239,6 +264,14 @@ impl HttpBatchTarget {
     pub fn new(url: &str, timeout: Duration) -> Result<Self, ConfigError> {
         Ok(Self {
             single: HttpTarget::new(url, timeout, "application/json")?,
+        })
+    }
+
+    /// The same target reached through the HTTP proxy at `proxy`
+    /// ([`HttpTarget::through_proxy`]).
+    pub fn through_proxy(self, proxy: &str) -> Result<Self, ConfigError> {
+        Ok(Self {
+            single: self.single.through_proxy(proxy)?,
         })
     }
 }
