@@ -11,6 +11,23 @@ use crate::fingerprint::fingerprint;
 const SAMPLE_IDS: usize = 5;
 /// How many error groups an alert lists.
 const TOP_ERRORS: usize = 5;
+/// How many distinct values (source topics, kinds, groups, retry topics, error fingerprints)
+/// a window counts one by one; the values after them, which producers or foreign dead letters
+/// control, are counted together under [`OTHER`], so a backlog of varied errors read at full
+/// speed holds a bounded window.
+const MAX_DISTINCT: usize = 1000;
+/// Where the values past [`MAX_DISTINCT`] are counted.
+const OTHER: &str = "(others)";
+
+/// Counts one `key` in `counts`, or under [`OTHER`] once [`MAX_DISTINCT`] keys are counted.
+fn count(counts: &mut BTreeMap<String, u64>, key: String) {
+    let key = if counts.len() < MAX_DISTINCT || counts.contains_key(&key) {
+        key
+    } else {
+        OTHER.to_string()
+    };
+    *counts.entry(key).or_default() += 1;
+}
 
 /// Dead letters seen since the last increase alert.
 #[derive(Debug, Default)]
@@ -68,23 +85,23 @@ impl Window {
                 None,
             ),
         };
-        *self.by_source_topic.entry(source).or_default() += 1;
-        *self.by_kind.entry(kind.clone()).or_default() += 1;
+        count(&mut self.by_source_topic, source);
+        count(&mut self.by_kind, kind.clone());
         let group = content
             .envelope()
             .map(|env| env.source.group.clone())
             .filter(|g| !g.is_empty())
             .unwrap_or_else(|| "(unknown)".to_string());
-        *self.by_group.entry(group).or_default() += 1;
+        count(&mut self.by_group, group);
         if let Some(last) = id.as_ref().and_then(|(_, env)| env.history.last()) {
-            *self
-                .after_retry_topics
-                .entry(last.topic.clone())
-                .or_default() += 1;
+            count(&mut self.after_retry_topics, last.topic.clone());
         }
-        let fp = fingerprint(&kind, &message);
-        if seen.insert(&fp) {
+        let mut fp = fingerprint(&kind, &message);
+        if seen.insert(&fp) && self.new_fingerprints.len() < MAX_DISTINCT {
             self.new_fingerprints.push(fp.clone());
+        }
+        if self.groups.len() >= MAX_DISTINCT && !self.groups.contains_key(&fp) {
+            fp = OTHER.to_string();
         }
         let group =
             self.groups
@@ -177,6 +194,36 @@ mod tests {
             delivery_count: None,
         };
         Envelope::new(&record, kind, message, 1, "g").to_vec()
+    }
+
+    #[test]
+    fn producer_controlled_values_past_a_thousand_are_counted_together() {
+        let mut w = Window::default();
+        let mut seen = Seen::default();
+        for i in 0..3000 {
+            // A distinct source topic and a distinct error text (words, no digits) each.
+            let word: String = format!("{i:x}")
+                .chars()
+                .map(|c| (b'g' + c.to_digit(16).unwrap() as u8) as char)
+                .collect();
+            let value = envelope(
+                &format!("topic-{word}"),
+                "id",
+                DeadLetterKind::Permanent,
+                &format!("unknown field {word}"),
+            );
+            w.add("orders-dlt", &content(&value), &mut seen, false);
+        }
+        assert!(w.by_source_topic.len() <= MAX_DISTINCT + 1);
+        assert!(w.groups.len() <= MAX_DISTINCT + 1);
+        assert!(w.new_fingerprints.len() <= MAX_DISTINCT);
+        assert_eq!(
+            w.by_source_topic.values().sum::<u64>(),
+            3000,
+            "none uncounted"
+        );
+        assert_eq!(w.by_source_topic[OTHER], 2000);
+        assert_eq!(w.groups[OTHER].0, 2000);
     }
 
     #[test]
