@@ -45,7 +45,9 @@ pub fn retry_headers(
     group: &str,
 ) -> Vec<RecordHeader> {
     let before = record.retry.as_ref();
-    let attempts = before.map_or(0, |r| r.attempts) + left.attempts;
+    let attempts = before
+        .map_or(0, |r| r.attempts)
+        .saturating_add(left.attempts);
     let mut history = before.map_or_else(Vec::new, |r| r.history.clone());
     let error = truncate_message(&left.error);
     history.push(RetryStage { error, ..left });

@@ -97,7 +97,11 @@ impl DeadLetterPublisher {
                         tier,
                         "the record is too large for its retry topic; it is dead-lettered instead"
                     );
-                    let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
+                    let attempts = record
+                        .retry
+                        .as_ref()
+                        .map_or(0, |r| r.attempts)
+                        .saturating_add(left.attempts);
                     this.start(
                         &record,
                         DeadLetterKind::RetriesExhausted,

@@ -43,7 +43,7 @@ impl Exit {
             (DeadLetterKind::RetriesExhausted, Some(tier)) => Exit::RetryTier { tier, attempts },
             _ => Exit::DeadLetter {
                 kind,
-                attempts: retry.map_or(0, |r| r.attempts) + attempts,
+                attempts: retry.map_or(0, |r| r.attempts).saturating_add(attempts),
             },
         }
     }
@@ -282,6 +282,24 @@ mod tests {
             Exit::DeadLetter {
                 kind: exhausted,
                 attempts: 11
+            }
+        );
+    }
+
+    #[test]
+    fn a_forged_call_count_saturates_instead_of_overflowing() {
+        let mut forged = record(Some(1));
+        forged.retry.as_mut().unwrap().attempts = u32::MAX;
+        assert_eq!(
+            Exit::after(
+                &RetryTiers::new([1_000, 2_000]),
+                &forged,
+                DeadLetterKind::RetriesExhausted,
+                3
+            ),
+            Exit::DeadLetter {
+                kind: DeadLetterKind::RetriesExhausted,
+                attempts: u32::MAX
             }
         );
     }
