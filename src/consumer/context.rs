@@ -20,9 +20,13 @@ use crate::metrics::Metrics;
 /// A topic and partition.
 pub(super) type PartitionKey = (String, i32);
 
-/// An assigned partition: the token that stops its worker, and its inbox.
+/// An assigned partition: the token that stops its worker, the one that says it was revoked,
+/// and its inbox.
 pub(super) struct PartitionSlot {
     pub cancel: CancellationToken,
+    /// Cancelled when the assignment ends by revocation (not at shutdown, whose final commit
+    /// takes what the workers store while they finish): see [`Assigned::revoked`].
+    pub revoked: CancellationToken,
     /// The records taken from librdkafka for this assignment, waiting for its worker.
     pub inbox: Arc<Inbox>,
 }
@@ -30,6 +34,7 @@ pub(super) struct PartitionSlot {
 impl PartitionSlot {
     /// Ends the assignment: stops its worker and drops what its inbox holds.
     pub fn end(&self, metrics: &Metrics) {
+        self.revoked.cancel();
         self.cancel.cancel();
         metrics.buffered_bytes.sub(self.inbox.close() as i64);
     }
@@ -77,6 +82,11 @@ pub(super) struct Assigned {
     /// The partition's reader lease ([`RebalanceContext::readers`]).
     pub reader: Arc<tokio::sync::Mutex<()>>,
     pub cancel: CancellationToken,
+    /// Cancelled when this assignment is revoked, before the revocation commits: from then on
+    /// its worker stores no position. What it settles afterwards (a dead letter acknowledged
+    /// late) is consumed again by the next owner; a store then could only land in a later
+    /// assignment of the partition, to this member, and move its position back.
+    pub revoked: CancellationToken,
     /// Where its worker gives settled records back ([`RebalanceContext::spares`]).
     pub spares: Arc<SpareRecords>,
 }
@@ -160,9 +170,11 @@ impl ConsumerContext for RebalanceContext {
                         .with_label_values(&[e.topic(), &e.partition().to_string()]);
                     let reader = readers.entry(key.clone()).or_default().clone();
                     let cancel = self.stop.child_token();
+                    let revoked = CancellationToken::new();
                     let inbox = Arc::new(Inbox::new(self.budget.clone()));
                     let slot = PartitionSlot {
                         cancel: cancel.clone(),
+                        revoked: revoked.clone(),
                         inbox: inbox.clone(),
                     };
                     if let Some(old) = partitions.insert(key.clone(), slot) {
@@ -174,6 +186,7 @@ impl ConsumerContext for RebalanceContext {
                         inbox,
                         reader,
                         cancel,
+                        revoked,
                         spares: self.spares.clone(),
                     });
                 }

@@ -35,7 +35,12 @@ pub(super) async fn run<H: BatchHandler>(
     } else {
         (batch_size, shared.batch_linger)
     };
-    let mut settled = Progress::new(&input.topic, input.partition, batch_size == 1);
+    let mut settled = Progress::new(
+        &input.topic,
+        input.partition,
+        batch_size == 1,
+        input.revoked.clone(),
+    );
     let mut metrics = input.metrics.local(&shared.breaker);
     // A chunk of records, settled one by one, stays within the partition's share.
     let mut source = if batch_size == 1 {

@@ -33,6 +33,8 @@ pub(crate) struct PartitionInput {
     pub(super) stage: Stage,
     consumed: prometheus::IntCounter,
     pub(super) metrics: TopicHandles,
+    /// Cancelled once this assignment is revoked ([`Assigned::revoked`]).
+    pub(super) revoked: tokio_util::sync::CancellationToken,
 }
 
 impl PartitionInput {
@@ -57,6 +59,7 @@ impl PartitionInput {
             client,
             buffered: metrics.buffered_bytes.clone(),
             spares: assigned.spares,
+            revoked: assigned.revoked,
             stage,
         }
     }

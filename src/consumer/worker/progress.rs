@@ -4,6 +4,8 @@
 //! stored, and it never passes an unsettled record: a dead letter settles only once the broker
 //! acknowledged it.
 
+use tokio_util::sync::CancellationToken;
+
 use super::dead_letters::DeadLetterWrites;
 use super::Shared;
 use crate::consumer::offsets::Offsets;
@@ -17,16 +19,24 @@ pub(super) struct Progress {
     offsets: Offsets,
     /// Dead-letter writes in flight (pipelined mode only).
     pub(super) writes: Option<DeadLetterWrites>,
+    /// Cancelled once the partition's assignment is revoked: no position is stored after.
+    revoked: CancellationToken,
 }
 
 impl Progress {
     /// The progress of `topic`/`partition`; with `pipelined`, dead letters are written while
     /// the partition goes on.
-    pub(super) fn new(topic: &str, partition: i32, pipelined: bool) -> Self {
+    pub(super) fn new(
+        topic: &str,
+        partition: i32,
+        pipelined: bool,
+        revoked: CancellationToken,
+    ) -> Self {
         Self {
             partition: Some((topic.to_string(), partition)),
             offsets: Offsets::default(),
             writes: pipelined.then(DeadLetterWrites::default),
+            revoked,
         }
     }
 
@@ -37,6 +47,7 @@ impl Progress {
             partition: None,
             offsets: Offsets::default(),
             writes: None,
+            revoked: CancellationToken::new(),
         }
     }
 
@@ -62,7 +73,10 @@ impl Progress {
         self.offsets.open()
     }
 
-    /// Settles the dead letters acknowledged so far and stores the position reached.
+    /// Settles the dead letters acknowledged so far and stores the position reached, unless
+    /// the assignment was revoked: the revocation committed what was stored before it, and a
+    /// store after it could only land in a later assignment of the partition to this member,
+    /// moving that one's position back (seed 7302864).
     pub(super) fn store(&mut self, shared: &Shared<impl BatchHandler>) {
         if let Some(writes) = self.writes.as_mut() {
             writes.collect_finished();
@@ -73,7 +87,9 @@ impl Progress {
         if let (Some((topic, partition)), Some(position)) =
             (&self.partition, self.offsets.take_position())
         {
-            store_position(shared, topic, *partition, position);
+            if !self.revoked.is_cancelled() {
+                store_position(shared, topic, *partition, position);
+            }
         }
     }
 
@@ -148,7 +164,7 @@ mod tests {
             })),
             delivery_count: None,
         };
-        let mut progress = Progress::new("orders-retry-0", 0, false);
+        let mut progress = Progress::new("orders-retry-0", 0, false, CancellationToken::new());
         let (first, second) = (record(4), record(5));
         progress.take(&first);
         progress.take(&second);

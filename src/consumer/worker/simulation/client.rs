@@ -20,6 +20,17 @@ impl Client for SimClient {
             return Err("not assigned".into());
         }
         world.check_position(&tp, position, "stored");
+        // A position never moves back within an assignment, nor before where it started: a
+        // store behind the committed position would have it committed again and again.
+        let member = &world.members[self.member];
+        let floor = member.stored.get(&tp).max(member.starts.get(&tp)).copied();
+        if let Some(floor) = floor.filter(|f| position < *f) {
+            let violation = format!(
+                "stored position {position} of {}-{} moves back from {floor}",
+                tp.0, tp.1
+            );
+            world.violations.push(violation);
+        }
         world.members[self.member].stored.insert(tp, position);
         Ok(())
     }

@@ -107,6 +107,8 @@ pub(super) fn start_worker(
         inbox,
         reader,
         cancel: cancel.clone(),
+        // Every end of a simulated assignment is a revocation.
+        revoked: cancel.clone(),
         spares,
     };
     let input = PartitionInput::new(

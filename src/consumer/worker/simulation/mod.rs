@@ -68,7 +68,16 @@ fn run_all(seeds: impl Iterator<Item = (u64, Variant)>) {
     let (mut schedules, mut records, mut dead_letters) = (0, 0, 0);
     // The worker's log lines are not what is checked, and a global subscriber another test
     // installed would make each schedule many times slower.
-    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+    let _quiet = if std::env::var("KAFKA_DLQ_SIMULATION_TRACE").is_ok() {
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::DEBUG)
+                .with_test_writer()
+                .finish(),
+        )
+    } else {
+        tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default())
+    };
     for (seed, variant) in seeds {
         match schedule::run(seed, variant) {
             Ok(report) => {
@@ -131,6 +140,11 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
 
 /// Seeds, their variant, and what each found (on the code before its fix).
 const REGRESSIONS: &[(u64, Variant, &str)] = &[
+    (
+        7302864,
+        Variant::Redrive,
+        "a revoked worker's late dead-letter acknowledgement stored its position into the next assignment of the partition to the same member, moving it back (#36.9)",
+    ),
     (
         24,
         Variant::Redrive,

@@ -78,6 +78,8 @@ pub(super) struct Member {
     pub assigned: BTreeSet<TopicPartition>,
     pub paused: BTreeSet<TopicPartition>,
     pub stored: BTreeMap<TopicPartition, i64>,
+    /// Where each assigned partition's fetches started: the position committed then.
+    pub starts: BTreeMap<TopicPartition, i64>,
     pub queues: BTreeMap<TopicPartition, Queue>,
     /// The inbox of each partition assigned now.
     pub inboxes: BTreeMap<TopicPartition, Arc<Inbox>>,
@@ -283,6 +285,7 @@ impl World {
         let m = &mut self.members[member];
         m.assigned.insert(tp.clone());
         m.stored.remove(tp);
+        m.starts.insert(tp.clone(), start);
         m.retry_waits.remove(tp);
         m.inboxes.insert(tp.clone(), inbox);
         let queue = m.queues.entry(tp.clone()).or_default();
