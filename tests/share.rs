@@ -837,3 +837,91 @@ fn dead_letters_in(messages: &[rdkafka::message::OwnedMessage]) -> Vec<String> {
         .filter_map(|e| e["payload"].as_str().map(str::to_string))
         .collect()
 }
+
+/// Sets the group's `share.delivery.count.limit`.
+async fn set_delivery_limit(brokers: &str, group: &str, limit: u16) {
+    let kafka = krafka::Kafka::builder(brokers).connect().await.unwrap();
+    let set = kafka
+        .admin()
+        .incremental_alter_configs(
+            [(
+                krafka::admin::ConfigResource::group(group),
+                vec![krafka::admin::ConfigOp::set(
+                    "share.delivery.count.limit",
+                    limit.to_string(),
+                )],
+            )],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    for result in set.into_values() {
+        result.unwrap();
+    }
+}
+
+/// An administrator lowers the group's delivery limit while the member runs: the member reads
+/// it afresh before it would release a record, so the real last delivery is dead-lettered, not
+/// released into the broker's silent archive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_limit_lowered_while_running_never_turns_a_last_delivery_into_an_archive() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let downstream = Downstream::default();
+    let m = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &["--max-retries", "0"],
+    );
+    m.ready().await;
+    // Read as 5 at start; 2 from now on.
+    set_delivery_limit(&brokers, &group, 2).await;
+    produce(&brokers, &topic, values(&["doomed-0".to_string()])).await;
+    let dlt = format!("{topic}-dlt");
+    assert!(
+        eventually(WAIT, || read_all(&brokers, &dlt).len() == 1).await,
+        "doomed-0 is dead-lettered on its second delivery: calls {:?}",
+        downstream.calls_of("doomed-0")
+    );
+    m.stop().await;
+    let deliveries: Vec<u16> = downstream
+        .calls_of("doomed-0")
+        .iter()
+        .map(|c| c.delivery)
+        .collect();
+    assert_eq!(deliveries, [1, 2]);
+    let (_, _, _, delivery) = &dead_letters(&brokers, &dlt)["doomed-0"];
+    assert_eq!(*delivery, 2);
+}
+
+/// `share_dlq = "broker"` for a group without a broker dead-letter queue would have the broker
+/// archive every record meant for it: the member refuses to start, naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_dlq_broker_without_a_broker_dead_letter_queue_refuses_to_start() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let downstream = Downstream::default();
+    let mut m = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &["--share-dlq", "broker"],
+    );
+    let status = tokio::time::timeout(WAIT, m.child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&m.log).unwrap();
+    assert!(
+        log.contains("errors.deadletterqueue.topic.name") && log.contains("share_dlq"),
+        "{log}"
+    );
+}

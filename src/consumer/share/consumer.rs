@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::ShareClient;
 use super::delivery::Member;
+use super::delivery_limit::DeliveryLimit;
 use super::kafka::{group_settings, KrafkaClient};
 use crate::config::{ConsumerConfig, Consumption, ShareDlq};
 use crate::consumer::{dlq_topics, retry_topics, ConsumerError};
@@ -97,6 +98,37 @@ impl<H: BatchHandler> ShareConsumer<H> {
             .await
             .map_err(|e| refused(format!("cannot connect to {}: {e}", config.brokers)))?;
         let settings = group_settings(&kafka, &group, &config.auto_offset_reset).await;
+        if config.share_dlq == ShareDlq::Broker {
+            // Without a dead-letter queue the broker archives what it would put there: records
+            // lost without a word.
+            match &settings.broker_dlq {
+                Ok(Some(topic)) => super::kafka::broker_dlq_writable(&kafka, topic)
+                    .await
+                    .map_err(|why| refused(format!("share_dlq = \"broker\", but {why}")))?,
+                Ok(None) => {
+                    return Err(refused(format!(
+                        "share_dlq = \"broker\", but the group has no dead-letter queue: set {} for it (Kafka 4.4+), or use share_dlq = \"ours\"",
+                        super::kafka::BROKER_DLQ
+                    )))
+                }
+                Err(error) => {
+                    return Err(refused(format!(
+                        "share_dlq = \"broker\", but the group's {} could not be read: {error}",
+                        super::kafka::BROKER_DLQ
+                    )))
+                }
+            }
+        }
+        let delivery_limit = {
+            let (kafka, group) = (kafka.clone(), group.clone());
+            DeliveryLimit::live(
+                settings.delivery_limit,
+                Box::new(move || {
+                    let (kafka, group) = (kafka.clone(), group.clone());
+                    Box::pin(async move { super::kafka::delivery_limit(&kafka, &group).await })
+                }),
+            )
+        };
         // The group's redrive topics are read by a member of their own: the share assignor
         // gives each member at least one partition, so a member reading a source and its
         // redrive topic could be given only the redrive topic's partition, and the source's
@@ -117,7 +149,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
             breaker: self.breaker,
             metrics: self.metrics,
             share_dlq: config.share_dlq,
-            delivery_limit: settings.delivery_limit,
+            delivery_limit,
             trace_records: config.trace_records,
             in_flight: tokio::sync::Semaphore::new(config.max_in_flight),
             sources: config.topics.clone(),
@@ -133,12 +165,17 @@ impl<H: BatchHandler> ShareConsumer<H> {
             )));
         }
         let assigned = tokio::spawn({
-            let (main, redriven, metrics) =
-                (main.clone(), redriven.clone(), member.metrics.clone());
+            let (main, redriven, member) = (main.clone(), redriven.clone(), member.clone());
             async move {
+                let mut ticks = 0u32;
                 loop {
                     let partitions = main.assigned_partitions() + redriven.assigned_partitions();
-                    metrics.partitions_assigned.set(partitions as i64);
+                    member.metrics.partitions_assigned.set(partitions as i64);
+                    // The limit for the decisions that do not read it afresh: every 30 s.
+                    ticks += 1;
+                    if ticks % 60 == 0 {
+                        member.delivery_limit.fresh().await;
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                 }
             }

@@ -32,8 +32,8 @@ pub(crate) struct Member<H> {
     pub breaker: Arc<Breaker>,
     pub metrics: Metrics,
     pub share_dlq: ShareDlq,
-    /// The group's `share.delivery.count.limit`; `None` when it could not be read.
-    pub delivery_limit: Option<u16>,
+    /// The group's `share.delivery.count.limit`, read again before each release.
+    pub delivery_limit: super::delivery_limit::DeliveryLimit,
     /// Whether each handler call runs in a `handle` span.
     pub trace_records: bool,
     /// `max_in_flight` permits: a record holds one from its first call to its last (its
@@ -89,7 +89,7 @@ pub(crate) async fn settle<H: BatchHandler>(
                 let so_far = so_far.into_inner().expect("calls lock");
                 let message = format!(
                     "not handled before this member stopped, on its last delivery ({delivery} of {}): {}",
-                    member.delivery_limit.unwrap_or(delivery),
+                    member.delivery_limit.known().unwrap_or(delivery),
                     so_far.last_error.as_deref().unwrap_or("not called yet")
                 );
                 return dead_letter(
@@ -113,7 +113,13 @@ pub(crate) async fn settle<H: BatchHandler>(
                 attempts,
             } => (kind, message, attempts),
         };
-        match ending(kind, delivery, member.delivery_limit, member.share_dlq) {
+        // A release is decided on the limit as the broker says it now: one lowered since the
+        // last read would have the broker archive this delivery.
+        let limit = match (kind, member.share_dlq) {
+            (DeadLetterKind::Permanent, _) | (_, ShareDlq::Broker) => member.delivery_limit.known(),
+            _ => member.delivery_limit.fresh().await,
+        };
+        match ending(kind, delivery, limit, member.share_dlq) {
             Ending::Release => {
                 tracing::warn!(event = "record_released", id = %record.id, delivery, attempts,
                     error = %message, "retries of this delivery used up; released for another delivery");
@@ -150,7 +156,8 @@ pub(crate) async fn settle<H: BatchHandler>(
 /// Whether delivery `delivery` is the group's last for a record (`share_dlq = "ours"` with a
 /// known limit): a release of it would be archived by the broker, not delivered again.
 fn last_delivery<H>(member: &Member<H>, delivery: u16) -> bool {
-    member.share_dlq == ShareDlq::Ours && member.delivery_limit.is_some_and(|l| delivery >= l)
+    member.share_dlq == ShareDlq::Ours
+        && member.delivery_limit.known().is_some_and(|l| delivery >= l)
 }
 
 /// Writes `record`'s dead letter and says ACCEPT once the dead-letter topic acknowledged it;

@@ -23,6 +23,10 @@ use crate::record::{record_id, Record, RecordHeader, TimestampType};
 pub(crate) const DELIVERY_LIMIT: &str = "share.delivery.count.limit";
 /// The group setting where a new share group starts (KIP-932; `latest` by default).
 pub(crate) const AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
+/// The group setting naming the broker's dead-letter queue of the group (KIP-1191).
+pub(crate) const BROKER_DLQ: &str = "errors.deadletterqueue.topic.name";
+/// The broker setting that lets the broker create a group's dead-letter queue topic.
+const BROKER_DLQ_AUTO_CREATE: &str = "errors.deadletterqueue.auto.create.topics.enable";
 
 /// How long one poll waits for a fetch's answer (a fetch asking for no minimum answers at
 /// once, so this is a round trip's worth).
@@ -180,6 +184,77 @@ fn to_record(consumed: &ConsumerRecord, id_header: Option<&str>) -> Record {
 pub(crate) struct GroupSettings {
     /// `share.delivery.count.limit`; `None` when it could not be read.
     pub delivery_limit: Option<u16>,
+    /// `errors.deadletterqueue.topic.name`; `Err` when the settings could not be read.
+    pub broker_dlq: Result<Option<String>, String>,
+}
+
+/// The group's `share.delivery.count.limit` as the broker says it now.
+pub(crate) async fn delivery_limit(
+    kafka: &krafka::Kafka,
+    group: &str,
+) -> Result<Option<u16>, String> {
+    let resource = ConfigResource::group(group);
+    let mut answers = kafka
+        .admin()
+        .describe_configs(
+            [resource.clone()],
+            DescribeConfigsOptions::default().config_names(vec![DELIVERY_LIMIT.into()]),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let entries = answers
+        .remove(&resource)
+        .unwrap_or_else(|| Ok(Vec::new()))
+        .map_err(|e| e.to_string())?;
+    Ok(entries
+        .iter()
+        .find(|e| e.name == DELIVERY_LIMIT)
+        .and_then(|e| e.value.as_deref())
+        .and_then(|v| v.parse::<u16>().ok()))
+}
+
+/// Whether the broker can write the group's dead-letter queue `topic`: it exists, or the broker
+/// creates it (`errors.deadletterqueue.auto.create.topics.enable`). `Err` says why not.
+pub(crate) async fn broker_dlq_writable(kafka: &krafka::Kafka, topic: &str) -> Result<(), String> {
+    let admin = kafka.admin();
+    let topics = admin
+        .list_topics(Default::default())
+        .await
+        .map_err(|e| format!("cannot list the cluster's topics: {e}"))?;
+    if topics.iter().any(|t| t == topic) {
+        return Ok(());
+    }
+    let cluster = admin
+        .describe_cluster(Default::default())
+        .await
+        .map_err(|e| format!("cannot describe the cluster: {e}"))?;
+    let Some(broker) = cluster.brokers.first() else {
+        return Err("the cluster lists no broker".into());
+    };
+    let resource = ConfigResource::broker(broker.id);
+    let mut answers = admin
+        .describe_configs(
+            [resource.clone()],
+            DescribeConfigsOptions::default().config_names(vec![BROKER_DLQ_AUTO_CREATE.into()]),
+        )
+        .await
+        .map_err(|e| format!("cannot read the broker's {BROKER_DLQ_AUTO_CREATE}: {e}"))?;
+    let entries = answers
+        .remove(&resource)
+        .unwrap_or_else(|| Ok(Vec::new()))
+        .map_err(|e| format!("cannot read the broker's {BROKER_DLQ_AUTO_CREATE}: {e}"))?;
+    let creates = entries
+        .iter()
+        .find(|e| e.name == BROKER_DLQ_AUTO_CREATE)
+        .and_then(|e| e.value.as_deref())
+        == Some("true");
+    if creates {
+        Ok(())
+    } else {
+        Err(format!(
+            "its dead-letter queue topic `{topic}` does not exist and the broker does not create it ({BROKER_DLQ_AUTO_CREATE} is not true): create it"
+        ))
+    }
 }
 
 /// Reads the share group's delivery limit and, when `earliest` is asked and the group has no
@@ -196,8 +271,11 @@ pub(crate) async fn group_settings(
     let described = admin
         .describe_configs(
             [resource.clone()],
-            DescribeConfigsOptions::default()
-                .config_names(vec![DELIVERY_LIMIT.into(), AUTO_OFFSET_RESET.into()]),
+            DescribeConfigsOptions::default().config_names(vec![
+                DELIVERY_LIMIT.into(),
+                AUTO_OFFSET_RESET.into(),
+                BROKER_DLQ.into(),
+            ]),
         )
         .await
         .map_err(|e| e.to_string())
@@ -214,6 +292,7 @@ pub(crate) async fn group_settings(
                 "{DELIVERY_LIMIT} unknown: a record whose retries are used up is dead-lettered after its first delivery, never released");
             return GroupSettings {
                 delivery_limit: None,
+                broker_dlq: Err(error),
             };
         }
     };
@@ -263,6 +342,13 @@ pub(crate) async fn group_settings(
             }
         }
     }
-    tracing::info!(event = "share_group_settings", group, delivery_limit = ?delivery_limit);
-    GroupSettings { delivery_limit }
+    let broker_dlq = value(BROKER_DLQ)
+        .and_then(|(v, _)| v)
+        .filter(|v| !v.is_empty());
+    tracing::info!(event = "share_group_settings", group, delivery_limit = ?delivery_limit,
+        broker_dlq = ?broker_dlq);
+    GroupSettings {
+        delivery_limit,
+        broker_dlq: Ok(broker_dlq),
+    }
 }

@@ -52,6 +52,7 @@ mod acknowledgement;
 mod auth;
 mod client;
 pub(crate) mod delivery;
+pub(crate) mod delivery_limit;
 #[cfg(feature = "share")]
 mod kafka;
 pub(crate) mod member;

@@ -111,7 +111,9 @@ impl Setup {
             breaker,
             metrics: Metrics::new(),
             share_dlq: self.share_dlq,
-            delivery_limit: self.known_limit,
+            delivery_limit: crate::consumer::share::delivery_limit::DeliveryLimit::fixed(
+                self.known_limit,
+            ),
             trace_records: false,
             in_flight: tokio::sync::Semaphore::new(max),
             sources: vec![TOPIC.to_string()],
