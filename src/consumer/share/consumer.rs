@@ -156,13 +156,18 @@ impl<H: BatchHandler> ShareConsumer<H> {
             group: group.clone(),
         });
         let mut running = Vec::new();
-        for client in [main.clone(), redriven.clone()] {
-            running.push(tokio::spawn(super::member::run(
+        for (loop_name, client) in [
+            ("source topics", main.clone()),
+            ("redrive topics", redriven.clone()),
+        ] {
+            let member_loop = tokio::spawn(super::member::run(
                 member.clone(),
                 client,
                 stop.clone(),
                 config.shutdown_timeout,
-            )));
+            ));
+            let name = format!("share group {group} ({loop_name})");
+            running.push(supervise(name, member_loop, member.metrics.clone()));
         }
         let assigned = tokio::spawn({
             let (main, redriven, member) = (main.clone(), redriven.clone(), member.clone());
@@ -184,12 +189,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
         tracing::info!(event = "shutdown_started");
         stop.cancel();
         for task in running {
-            if let Err(e) = task.await {
-                if e.is_panic() {
-                    let panic = crate::failure::panic_message(&e.into_panic());
-                    tracing::error!(event = "worker_died", error = %panic);
-                }
-            }
+            let _ = task.await;
         }
         assigned.abort();
         main.close().await;
@@ -198,6 +198,26 @@ impl<H: BatchHandler> ShareConsumer<H> {
         tracing::info!(event = "shutdown_complete");
         Ok(())
     }
+}
+
+/// Watches a member loop as it runs: one that panics is reported at once (`worker_died`, and
+/// `/healthz` fails naming `name`), not only at shutdown — the other loop of the member
+/// would otherwise go on while half of it consumes nothing.
+fn supervise(
+    name: String,
+    member_loop: tokio::task::JoinHandle<()>,
+    metrics: Metrics,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = member_loop.await {
+            if e.is_panic() {
+                let panic = crate::failure::panic_message(&e.into_panic());
+                tracing::error!(event = "worker_died", member_loop = %name, error = %panic,
+                    "this member loop consumes nothing more; /healthz fails until the process restarts");
+                metrics.worker_died(&name, &panic);
+            }
+        }
+    })
 }
 
 /// A share consumer of the group in `config`, subscribed to `topics`. Acknowledgements the
@@ -244,4 +264,33 @@ async fn join(
         consumer,
         config.id_header.clone(),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_member_loop_that_panics_makes_the_member_unhealthy_at_once() {
+        crate::consumer::simulated_panics::quiet();
+        let metrics = Metrics::new();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let member_loop = tokio::spawn(async move {
+            let _ = released.await;
+            panic!("simulated: a member loop's bug");
+        });
+        let watched = supervise(
+            "share group g (source topics)".into(),
+            member_loop,
+            metrics.clone(),
+        );
+        assert!(metrics.health().is_ok());
+        let _ = release.send(());
+        watched.await.unwrap();
+        let unhealthy = metrics.health().unwrap_err().to_string();
+        assert!(
+            unhealthy.contains("share group g (source topics)") && unhealthy.contains("simulated"),
+            "{unhealthy}"
+        );
+    }
 }
