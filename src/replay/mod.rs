@@ -230,27 +230,6 @@ async fn send_all(
                 }
             }
         };
-        // A dead letter passed over unsent was not resolved: its offset goes into the position,
-        // so the monitor still counts it as outstanding.
-        let dealt = dealt.and_then(|(outcome, delivery)| {
-            let unsent = matches!(
-                outcome,
-                Outcome::Refused { .. }
-                    | Outcome::Undecodable { .. }
-                    | Outcome::NotAnEnvelope { .. }
-            );
-            if unsent && !options.dry_run {
-                reader
-                    .lose(entry.partition, entry.offset)
-                    .map_err(|source| ReplayError::TooManyLost {
-                        topic: options.dlq_topic.clone(),
-                        partition: entry.partition,
-                        offset: entry.offset,
-                        source,
-                    })?;
-            }
-            Ok((outcome, delivery))
-        });
         let (outcome, delivery) = match dealt {
             Ok(dealt) => dealt,
             Err(e) => {
@@ -258,6 +237,23 @@ async fn send_all(
                 return Err(e);
             }
         };
+        // A dead letter passed over unsent was not resolved: its offset goes into the position,
+        // so the monitor still counts it as outstanding.
+        let unsent = matches!(
+            outcome,
+            Outcome::Refused { .. } | Outcome::Undecodable { .. } | Outcome::NotAnEnvelope { .. }
+        );
+        if unsent && !options.dry_run {
+            if let Err(source) = reader.lose(entry.partition, entry.offset) {
+                replaying.finish_all(&mut sends, reader).await?;
+                return Err(ReplayError::TooManyLost {
+                    topic: options.dlq_topic.clone(),
+                    partition: entry.partition,
+                    offset: entry.offset,
+                    source,
+                });
+            }
+        }
         sends.push(Dealt {
             partition: entry.partition,
             offset: entry.offset,
