@@ -925,3 +925,44 @@ async fn share_dlq_broker_without_a_broker_dead_letter_queue_refuses_to_start() 
         "{log}"
     );
 }
+
+/// A group whose broker refuses RENEW (`share.renew.acknowledge.enable=false`) would have a
+/// slow record delivered to another member mid-call, each expiry a delivery: the member
+/// refuses to start, naming the setting, instead of losing locks one slow record at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_refuses_renew_is_a_clear_error_at_start() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    let kafka = krafka::Kafka::builder(brokers.as_str())
+        .connect()
+        .await
+        .unwrap();
+    let set = kafka
+        .admin()
+        .incremental_alter_configs(
+            [(
+                krafka::admin::ConfigResource::group(group.as_str()),
+                vec![krafka::admin::ConfigOp::set(
+                    "share.renew.acknowledge.enable",
+                    "false",
+                )],
+            )],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    for result in set.into_values() {
+        result.unwrap();
+    }
+    let downstream = Downstream::default();
+    let mut m = member(&brokers, &group, &topic, &downstream.url(0).await, &[]);
+    let status = tokio::time::timeout(WAIT, m.child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&m.log).unwrap();
+    assert!(log.contains("share.renew.acknowledge.enable"), "{log}");
+}

@@ -98,6 +98,14 @@ impl<H: BatchHandler> ShareConsumer<H> {
             .await
             .map_err(|e| refused(format!("cannot connect to {}: {e}", config.brokers)))?;
         let settings = group_settings(&kafka, &group, &config.auto_offset_reset).await;
+        if settings.renew_enabled == Some(false) {
+            // Without RENEW a call or backoff longer than the lock would see its record
+            // delivered to another member meanwhile, each expiry counting as a delivery.
+            return Err(refused(format!(
+                "the group's {} is false, so the broker refuses to renew a record's acquisition lock: a record whose calls outlast share.record.lock.duration.ms would be delivered again while it is handled, and archived after its delivery limit; set it to true for the group",
+                super::kafka::RENEW_ENABLED
+            )));
+        }
         if config.share_dlq == ShareDlq::Broker {
             // Without a dead-letter queue the broker archives what it would put there: records
             // lost without a word.

@@ -25,6 +25,9 @@ pub(crate) const DELIVERY_LIMIT: &str = "share.delivery.count.limit";
 pub(crate) const AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
 /// The group setting naming the broker's dead-letter queue of the group (KIP-1191).
 pub(crate) const BROKER_DLQ: &str = "errors.deadletterqueue.topic.name";
+/// The group setting that allows RENEW acknowledgements (KIP-1222; `true` by default in Kafka
+/// 4.4).
+pub(crate) const RENEW_ENABLED: &str = "share.renew.acknowledge.enable";
 /// The broker setting that lets the broker create a group's dead-letter queue topic.
 const BROKER_DLQ_AUTO_CREATE: &str = "errors.deadletterqueue.auto.create.topics.enable";
 
@@ -186,6 +189,8 @@ pub(crate) struct GroupSettings {
     pub delivery_limit: Option<u16>,
     /// `errors.deadletterqueue.topic.name`; `Err` when the settings could not be read.
     pub broker_dlq: Result<Option<String>, String>,
+    /// `share.renew.acknowledge.enable`; `None` when the broker does not say.
+    pub renew_enabled: Option<bool>,
 }
 
 /// The group's `share.delivery.count.limit` as the broker says it now.
@@ -275,6 +280,7 @@ pub(crate) async fn group_settings(
                 DELIVERY_LIMIT.into(),
                 AUTO_OFFSET_RESET.into(),
                 BROKER_DLQ.into(),
+                RENEW_ENABLED.into(),
             ]),
         )
         .await
@@ -293,6 +299,7 @@ pub(crate) async fn group_settings(
             return GroupSettings {
                 delivery_limit: None,
                 broker_dlq: Err(error),
+                renew_enabled: None,
             };
         }
     };
@@ -347,8 +354,12 @@ pub(crate) async fn group_settings(
         .filter(|v| !v.is_empty());
     tracing::info!(event = "share_group_settings", group, delivery_limit = ?delivery_limit,
         broker_dlq = ?broker_dlq);
+    let renew_enabled = value(RENEW_ENABLED)
+        .and_then(|(v, _)| v)
+        .and_then(|v| v.parse::<bool>().ok());
     GroupSettings {
         delivery_limit,
         broker_dlq: Ok(broker_dlq),
+        renew_enabled,
     }
 }
