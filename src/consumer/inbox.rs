@@ -93,6 +93,11 @@ struct State {
     share: usize,
     /// Whether the last decision was a pause.
     paused: bool,
+    /// Whether its worker holds the partition's fetches paused (a retry record waiting until it
+    /// is due): a take that drains the inbox then resumes nothing, and the end of the hold
+    /// resumes nothing while the inbox itself wants the partition paused — either alone would
+    /// let the other's pause go, and a full inbox take one more record at every retry wait.
+    held: bool,
     /// The offset where the last record pushed was delivered.
     last_offset: Option<i64>,
     /// The worker waiting for a record.
@@ -189,7 +194,9 @@ impl Inbox {
                 if state.paused && (state.bytes <= state.share / 2 || held <= self.budget.bytes / 4)
                 {
                     state.paused = false;
-                    resume();
+                    if !state.held {
+                        resume();
+                    }
                 }
                 Poll::Ready((record, size))
             }
@@ -236,9 +243,31 @@ impl Inbox {
         let held = self.budget.held.fetch_sub(taken, Ordering::Relaxed) - taken;
         if state.paused && (state.bytes <= state.share / 2 || held <= self.budget.bytes / 4) {
             state.paused = false;
-            resume();
+            if !state.held {
+                resume();
+            }
         }
         taken
+    }
+
+    /// Holds the partition's fetches paused for its worker (calls `pause` unless the inbox
+    /// has them paused already), until [`Inbox::release`].
+    pub(crate) fn hold(&self, pause: impl FnOnce()) {
+        let mut state = self.state.lock().expect("inbox lock");
+        state.held = true;
+        if !state.paused {
+            pause();
+        }
+    }
+
+    /// Ends a [`Inbox::hold`]: calls `resume` unless the inbox wants the partition paused
+    /// (its own pop resumes it once it drains).
+    pub(crate) fn release(&self, resume: impl FnOnce()) {
+        let mut state = self.state.lock().expect("inbox lock");
+        state.held = false;
+        if !state.paused {
+            resume();
+        }
     }
 
     /// The partition's share, as of the last record pushed (0 before the first).
@@ -349,6 +378,36 @@ mod tests {
         assert_eq!(pop(&inbox), Some((4, Flow::Keep)));
         assert_eq!(pop(&inbox), None);
         assert_eq!(inbox.bytes(), 0);
+    }
+
+    #[test]
+    fn a_workers_hold_and_the_inboxs_pause_never_undo_each_other() {
+        let size = footprint(&record(0, 1_000));
+        let inbox = inbox(size * 4);
+        let share = size * 2;
+        let calls = |f: &dyn Fn(&mut dyn FnMut())| {
+            let mut called = false;
+            f(&mut || called = true);
+            called
+        };
+        // Full: the inbox paused the partition. A retry wait's hold and its end resume nothing.
+        assert_eq!(push(&inbox, 0, 1_000, share), Flow::Keep);
+        assert_eq!(push(&inbox, 1, 1_000, share), Flow::Pause);
+        assert!(!calls(&|p| inbox.hold(p)), "paused already");
+        assert!(
+            !calls(&|r| inbox.release(r)),
+            "the inbox still holds its share"
+        );
+        assert_eq!(
+            pop(&inbox),
+            Some((0, Flow::Resume)),
+            "drained: resumed by the take"
+        );
+        // Held by a wait: a take that drains the inbox resumes nothing; the hold's end does.
+        assert!(calls(&|p| inbox.hold(p)));
+        assert_eq!(push(&inbox, 2, 1_000, share), Flow::Pause);
+        assert_eq!(pop(&inbox), Some((1, Flow::Keep)), "held: not resumed");
+        assert!(calls(&|r| inbox.release(r)));
     }
 
     #[test]

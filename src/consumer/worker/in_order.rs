@@ -72,7 +72,7 @@ pub(super) async fn run<H: BatchHandler>(
                     // It waits until it is due: its call does not follow the last one.
                     metrics.flush();
                     if cancel.is_cancelled()
-                        || wait_until_due(&shared, record, &mut settled, &cancel)
+                        || wait_until_due(&shared, record, &source, &mut settled, &cancel)
                             .await
                             .is_err()
                     {

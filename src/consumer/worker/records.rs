@@ -185,6 +185,14 @@ impl<'a> Records<'a> {
         Some((records, self.taking_since))
     }
 
+    /// Holds the partition's fetches paused until the returned guard drops (a retry record
+    /// waiting until it is due): librdkafka fetches no records that would only wait. The
+    /// inbox's own pause and this hold never undo each other ([`crate::consumer::inbox`]).
+    pub(super) fn hold_fetches(&self) -> FetchesHeld<'_, 'a> {
+        self.source.hold();
+        FetchesHeld { records: self }
+    }
+
     /// Gives `records` back once settled, for the poll loop to copy the next messages into
     /// (see `consumer::spare_records`); their vector becomes the next take's (unless it has
     /// room for more than a chunk: a large batch's is freed).
@@ -193,6 +201,18 @@ impl<'a> Records<'a> {
         if self.taking.capacity() == 0 && records.capacity() <= KEPT_CAPACITY {
             self.taking = records;
         }
+    }
+}
+
+/// Fetches held paused by [`Records::hold_fetches`], released when dropped, whichever way
+/// the wait ends.
+pub(super) struct FetchesHeld<'r, 'a> {
+    records: &'r Records<'a>,
+}
+
+impl Drop for FetchesHeld<'_, '_> {
+    fn drop(&mut self) {
+        self.records.source.release();
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Client, TopicPartition};
 use super::progress::Progress;
+use super::records::Records;
 use super::Shared;
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
@@ -42,6 +42,7 @@ pub(super) fn wait_for(
 pub(super) async fn wait_until_due<H: BatchHandler>(
     shared: &Shared<H>,
     record: &Record,
+    source: &Records<'_>,
     progress: &mut Progress,
     cancel: &CancellationToken,
 ) -> Result<(), Stopped> {
@@ -66,11 +67,8 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
         "the retry partition is paused until its next record is due");
     let _waiting = GaugeGuard::inc(&shared.metrics.retry_partitions_waiting);
     // Paused so that librdkafka does not fetch records that would only wait; fetched again
-    // when the hold drops, whichever way the wait ends.
-    let _hold = Paused::new(
-        shared.client.as_ref(),
-        (retry.topic.clone(), retry.partition),
-    );
+    // when the hold drops, whichever way the wait ends (unless the inbox holds its share).
+    let _hold = source.hold_fetches();
     let until = tokio::time::Instant::now() + wait;
     progress
         .meanwhile(shared, async {
@@ -81,30 +79,6 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
             }
         })
         .await
-}
-
-/// A partition paused until dropped.
-struct Paused<'a> {
-    client: &'a dyn Client,
-    partition: [TopicPartition; 1],
-}
-
-impl<'a> Paused<'a> {
-    fn new(client: &'a dyn Client, partition: TopicPartition) -> Self {
-        let partition = [partition];
-        if let Err(error) = client.pause(&partition) {
-            tracing::debug!(event = "retry_partition_pause_failed", %error);
-        }
-        Self { client, partition }
-    }
-}
-
-impl Drop for Paused<'_> {
-    fn drop(&mut self) {
-        if let Err(error) = self.client.resume(&self.partition) {
-            tracing::debug!(event = "retry_partition_resume_failed", %error);
-        }
-    }
 }
 
 #[cfg(test)]

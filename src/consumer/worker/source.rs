@@ -30,6 +30,22 @@ impl InboxSource<'_> {
             tracing::warn!(event = "partition_resume_failed", %topic, partition, %error);
         }
     }
+
+    /// Holds the partition's fetches paused until [`InboxSource::release`] (see
+    /// [`Inbox::hold`]).
+    pub(super) fn hold(&self) {
+        self.inbox.hold(|| {
+            let (topic, partition) = (self.topic, self.partition);
+            if let Err(error) = self.client.pause(&[(topic.to_string(), partition)]) {
+                tracing::debug!(event = "retry_partition_pause_failed", %topic, partition, %error);
+            }
+        });
+    }
+
+    /// Ends [`InboxSource::hold`]; the fetches resume unless the inbox holds its share.
+    pub(super) fn release(&self) {
+        self.inbox.release(|| self.resume());
+    }
 }
 
 /// Records [`InboxSource::ready_records`] takes per unit of tokio's cooperative budget (one

@@ -141,6 +141,11 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
 /// Seeds, their variant, and what each found (on the code before its fix).
 const REGRESSIONS: &[(u64, Variant, &str)] = &[
     (
+        10023956,
+        Variant::Plain,
+        "a retry wait's end resumed a partition its full inbox had paused: one more record per wait, past the inboxes' budget (#36.9)",
+    ),
+    (
         7302864,
         Variant::Redrive,
         "a revoked worker's late dead-letter acknowledgement stored its position into the next assignment of the partition to the same member, moving it back (#36.9)",
