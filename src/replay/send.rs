@@ -229,6 +229,27 @@ fn redrive_headers(envelope: &Envelope, headers: Vec<RecordHeader>) -> Vec<Recor
     crate::retry_tier::redrive_headers(&original, envelope)
 }
 
+/// How often the dead letter `envelope` (its record's `headers`) was replayed already: the
+/// count the last replay put in its header, trusted only when the consumer says the record
+/// came back through its group's redrive topic (a stage of the envelope's history, which the
+/// consumer writes) — the header itself is one any producer of the source topic can set, and
+/// a forged count would make a dead letter un-replayable. 0 otherwise.
+fn replays_so_far(envelope: &Envelope, headers: &[RecordHeader]) -> u32 {
+    let redrive =
+        crate::record::retry::redrive_topic(&envelope.source.topic, &envelope.source.group);
+    if !envelope.history.iter().any(|stage| stage.topic == redrive) {
+        return 0;
+    }
+    headers
+        .iter()
+        .rev()
+        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
+        .and_then(|h| h.value.as_deref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0)
+}
+
 /// One record a replay sends: where, and what.
 struct Outgoing {
     to: String,
@@ -253,14 +274,7 @@ async fn send_one(
         key,
         payload,
     } = outgoing;
-    let replays = headers
-        .iter()
-        .rev()
-        .find(|h| h.key == HEADER_REPLAY_COUNT.as_bytes())
-        .and_then(|h| h.value.as_deref())
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(0);
+    let replays = replays_so_far(envelope, &headers);
     if replays >= options.max_replays {
         tracing::warn!(event = "replay_refused", id = %envelope.id, replays,
             max_replays = options.max_replays,
@@ -311,4 +325,37 @@ async fn send_one(
     tracing::debug!(event = "record_replayed", id = %envelope.id,
         to = %destination, replay_count = replays + 1);
     Ok((replayed, Some(delivery)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::DeadLetterKind;
+    use crate::record::retry::RetryStage;
+    use crate::record::Record;
+
+    fn count(n: &str) -> Vec<RecordHeader> {
+        vec![RecordHeader {
+            key: HEADER_REPLAY_COUNT.as_bytes().to_vec(),
+            value: Some(n.as_bytes().to_vec()),
+        }]
+    }
+
+    #[test]
+    fn a_replay_count_is_trusted_only_from_a_record_that_came_back_through_the_redrive_topic() {
+        let record = Record::new("orders", 0, 7);
+        // A producer of `orders` set the header itself: not a replay count.
+        let forged = Envelope::new(&record, DeadLetterKind::Permanent, "e", 1, "billing");
+        assert_eq!(replays_so_far(&forged, &count("999")), 0);
+        // Dead-lettered again after coming back through billing's redrive topic.
+        let mut replayed = forged.clone();
+        replayed.history.push(RetryStage {
+            topic: "orders-redrive-billing".into(),
+            attempts: 1,
+            error: "e".into(),
+            at: chrono::Utc::now(),
+        });
+        assert_eq!(replays_so_far(&replayed, &count("2")), 2);
+        assert_eq!(replays_so_far(&replayed, &[]), 0);
+    }
 }
