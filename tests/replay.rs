@@ -1268,3 +1268,62 @@ async fn a_replay_error_prints_a_producer_controlled_id_escaped() {
         "{err:?}"
     );
 }
+
+/// A reference is read back with the operator's credentials: whoever can write the DLT must
+/// not make the tools copy a record of any other topic out. It is followed only to a source
+/// topic whose dead-letter topic (under `--dlq-topic-template`) is the one read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_naming_another_topic_than_the_dlts_source_is_never_followed() {
+    let brokers = brokers();
+    let topic = unique("orders");
+    let dlq = format!("{topic}-dlt");
+    let secret = unique("payroll");
+    for t in [&topic, &dlq, &secret] {
+        create_topic(&brokers, t, 1).await;
+    }
+    produce(&brokers, &secret, vec![Out::new(0, "salary-of-the-ceo")]).await;
+    // A reference in orders' DLT that claims to come from payroll.
+    let forged = Envelope::new(
+        &source_record(&secret, 0, "forged-1", "x"),
+        DeadLetterKind::Permanent,
+        "e",
+        1,
+        "g",
+    );
+    produce(&brokers, &dlq, vec![letter_of(&forged.reference())]).await;
+
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!shown.contains("salary-of-the-ceo"), "{shown}");
+    assert!(shown.contains("not followed"), "{shown}");
+    let (code, out, err) = replay_cli(&brokers, &dlq, &["--to", &unique("elsewhere")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("lost forged-1") && out.contains("lost 1") && out.contains("replayed 0 of 1"),
+        "{out}"
+    );
+    // Consumers whose template sends every topic's dead letters to this one topic: then the
+    // reference is theirs to write, and followed.
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--dlq-topic-template",
+        &dlq,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!shown.contains("not followed"), "{shown}");
+    assert!(shown.contains("salary-of-the-ceo"), "{shown}");
+}

@@ -27,6 +27,15 @@ impl DlqTopic {
     }
 }
 
+/// `{topic}-dlt`, kafka-dlq's default (Spring Kafka 3.3+'s suffix).
+impl Default for DlqTopic {
+    fn default() -> Self {
+        Self {
+            template: "{topic}-dlt".to_string(),
+        }
+    }
+}
+
 /// A dead-letter topic template that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

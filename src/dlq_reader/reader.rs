@@ -221,11 +221,19 @@ impl DlqReader {
         Ok(Self {
             consumer,
             topic: topic.to_string(),
-            sources: super::reference::SourceReader::new(brokers, librdkafka),
+            sources: super::reference::SourceReader::new(brokers, librdkafka, topic),
             positions,
             lost,
             open_transactions,
         })
+    }
+
+    /// Follows references only to source topics whose dead-letter topic under `template` is
+    /// the one read (`{topic}-dlt` by default): a reference naming another topic is passed
+    /// over as unresolved ([`super::Unresolved::Refused`]).
+    pub fn with_template(mut self, template: crate::dlq::DlqTopic) -> Self {
+        self.sources.set_template(template);
+        self
     }
 
     /// The partitions whose reading stops at a transaction still open when the reader

@@ -21,16 +21,32 @@ pub(crate) struct SourceReader {
     brokers: String,
     librdkafka: crate::kafka::ClientOptions,
     source: Option<BaseConsumer<LogContext>>,
+    /// The dead-letter topic read: a reference is followed only to a source topic whose
+    /// dead-letter topic under `template` it is.
+    dlq_topic: String,
+    template: crate::dlq::DlqTopic,
 }
 
 impl SourceReader {
     /// A reader of the source topics on `brokers`.
-    pub(crate) fn new(brokers: &str, librdkafka: &crate::kafka::ClientOptions) -> Self {
+    pub(crate) fn new(
+        brokers: &str,
+        librdkafka: &crate::kafka::ClientOptions,
+        dlq_topic: &str,
+    ) -> Self {
         Self {
             brokers: brokers.to_string(),
             librdkafka: librdkafka.clone(),
             source: None,
+            dlq_topic: dlq_topic.to_string(),
+            template: crate::dlq::DlqTopic::default(),
         }
+    }
+
+    /// Follows references only to the source topics whose dead-letter topic under `template`
+    /// is the one read (`{topic}-dlt` unless told).
+    pub(crate) fn set_template(&mut self, template: crate::dlq::DlqTopic) {
+        self.template = template;
     }
 
     /// Fills a reference in from its source topic (see [`Encoding::Reference`]
@@ -41,6 +57,18 @@ impl SourceReader {
             envelope.source.partition,
             envelope.source.offset,
         );
+        // Whoever can write the dead-letter topic writes the reference: followed anywhere, it
+        // would have the operator's credentials copy any readable record out.
+        if !follows(&self.template, &self.dlq_topic, &topic) {
+            let why = format!(
+                "it names the source topic `{topic}`, whose dead-letter topic is `{}`, not `{}` (--dlq-topic-template)",
+                self.template.for_topic(&topic),
+                self.dlq_topic
+            );
+            tracing::warn!(event = "dlq_reference_refused", id = %envelope.id, %topic,
+                partition, offset, %why);
+            return Err(Unresolved::Refused(why));
+        }
         let outcome = self.read(&topic, partition, offset).await;
         match outcome {
             Ok((value, headers)) => Ok(envelope.resolve(value.as_deref(), &headers)),
@@ -151,4 +179,32 @@ pub enum Unresolved {
     /// outage): trying again later may resolve it.
     #[error("the source record could not be read: {0}")]
     Unavailable(String),
+    /// The reference names a source topic whose dead-letter topic (under the template) is not
+    /// the one read: not followed. Passed over like a lost one.
+    #[error("the reference was not followed: {0}")]
+    Refused(String),
+}
+
+/// Whether a reference read from `dlq_topic` may be followed to `source`: `dlq_topic` is
+/// `source`'s dead-letter topic under `template`.
+fn follows(template: &crate::dlq::DlqTopic, dlq_topic: &str, source: &str) -> bool {
+    template.for_topic(source) == dlq_topic
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_is_followed_only_to_a_source_whose_dead_letter_topic_is_read() {
+        let default = crate::dlq::DlqTopic::default();
+        assert!(follows(&default, "orders-dlt", "orders"));
+        assert!(
+            !follows(&default, "orders-dlt", "payments"),
+            "a forged source"
+        );
+        let dotted = crate::dlq::DlqTopic::new("dlq.{topic}").unwrap();
+        assert!(follows(&dotted, "dlq.orders", "orders"));
+        assert!(!follows(&default, "dlq.orders", "orders"));
+    }
 }

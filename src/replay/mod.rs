@@ -108,9 +108,10 @@ pub async fn replay(
                 .expect("lock task")?,
         )
     };
+    let template = options.dlq_template.clone();
     let mut reader = tokio::task::spawn_blocking(move || {
         // A dry run lists what a real run would send: from the same position.
-        DlqReader::open(&brokers, &raw, &topic, &group, true)
+        DlqReader::open(&brokers, &raw, &topic, &group, true).map(|r| r.with_template(template))
     })
     .await
     .expect("reader task")
@@ -194,7 +195,7 @@ async fn send_all(
         } else {
             match (entry.content.envelope(), &entry.unresolved) {
                 (None, _) => Ok((Outcome::NotAnEnvelope { id: entry.id() }, None)),
-                (Some(envelope), Some(Unresolved::Gone(why))) => {
+                (Some(envelope), Some(Unresolved::Gone(why) | Unresolved::Refused(why))) => {
                     let kept = if options.dry_run {
                         Ok(())
                     } else {

@@ -13,6 +13,10 @@ pub struct ReplayOptions {
     pub librdkafka: crate::kafka::ClientOptions,
     /// The dead-letter topic to read.
     pub dlq_topic: String,
+    /// The consumers' dead-letter topic template (`dlq_topic` of their configuration): a
+    /// reference is followed only to a source topic whose dead-letter topic under it is
+    /// `dlq_topic`. Default `{topic}-dlt`.
+    pub dlq_template: crate::dlq::DlqTopic,
     /// Where each dead letter goes: its group's redrive topic (the default), its source
     /// topic, or one topic.
     pub destination: Destination,
@@ -38,6 +42,7 @@ impl ReplayOptions {
             brokers: brokers.into(),
             librdkafka: crate::kafka::ClientOptions::new(),
             dlq_topic: dlq_topic.into(),
+            dlq_template: crate::dlq::DlqTopic::default(),
             destination: Destination::Group,
             filter: Filter::default(),
             dry_run: false,

@@ -92,9 +92,19 @@ pub struct Source {
     /// The dead-letter topic.
     #[arg(long)]
     dlq_topic: String,
+    /// The consumers' dead-letter topic template (their dlq_topic, `{topic}` standing for the
+    /// source topic): a dead letter written as a reference is read back only from a source
+    /// topic whose dead-letter topic this is.
+    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = "{topic}-dlt")]
+    dlq_topic_template: String,
 }
 
 impl Source {
+    fn template(&self) -> Result<kafka_dlq::dlq::DlqTopic, ConfigError> {
+        kafka_dlq::dlq::DlqTopic::new(&self.dlq_topic_template)
+            .map_err(|r| ConfigError::new("dlq_topic_template", &self.dlq_topic_template, r))
+    }
+
     fn brokers(&self) -> Result<String, ConfigError> {
         self.cluster.brokers()
     }
@@ -310,13 +320,15 @@ async fn read(
     limit: Option<usize>,
     mut each: impl FnMut(&DlqEntry),
 ) -> Result<usize, CliError> {
-    let (brokers, raw, topic) = (
+    let (brokers, raw, topic, template) = (
         source.brokers()?,
         source.librdkafka()?,
         source.dlq_topic.clone(),
+        source.template()?,
     );
     let mut reader = tokio::task::spawn_blocking(move || {
         DlqReader::open(&brokers, &raw, &topic, "kafka-dlq-reader", false)
+            .map(|r| r.with_template(template))
     })
     .await
     .expect("reader task")
@@ -404,6 +416,7 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
     }
     let options = ReplayOptions {
         librdkafka: args.source.librdkafka()?,
+        dlq_template: args.source.template()?,
         destination: match (&args.to, args.to_source) {
             (Some(topic), _) => Destination::Topic(topic.clone()),
             (None, true) => Destination::Source,
