@@ -657,31 +657,40 @@ fn outstanding(brokers: &str, dlq: &str) -> u64 {
     kafka_dlq::monitor::outstanding(&reader, &[dlq.to_string()]).expect("the broker answers")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_records_included() {
-    use kafka_dlq::dlq::spring;
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    let brokers = brokers();
-    let topic = unique("tx-orders");
-    let dlq = format!("{topic}-dlt");
-    create_topic(&brokers, &topic, 1).await;
-    create_topic(&brokers, &dlq, 1).await;
-    // A Spring application with transactions: three dead letters in one committed
-    // transaction, then one in an aborted one. The log ends in the abort marker.
-    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-        rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
+/// A Spring application with Kafka transactions writing dead letters of `topic` to `dlq`.
+struct SpringTransactions {
+    producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext>,
+    topic: String,
+    dlq: String,
+}
+
+impl SpringTransactions {
+    const TIMEOUT: Duration = Duration::from_secs(30);
+
+    fn new(brokers: &str, topic: &str, dlq: &str) -> Self {
+        use rdkafka::producer::Producer;
+        let producer: rdkafka::producer::ThreadedProducer<_> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
             .set("transactional.id", unique("tx"))
             .create()
             .unwrap();
-    let timeout = Duration::from_secs(30);
-    producer.init_transactions(timeout).unwrap();
-    let write = |offset: i64, value: &str| {
+        producer.init_transactions(Self::TIMEOUT).unwrap();
+        Self {
+            producer,
+            topic: topic.to_string(),
+            dlq: dlq.to_string(),
+        }
+    }
+
+    /// Writes the dead letter of the record at `offset` of the topic, with `value`, in the
+    /// transaction begun.
+    fn write(&self, offset: i64, value: &str) {
+        use kafka_dlq::dlq::spring;
+        use rdkafka::message::{Header, OwnedHeaders};
         let headers = OwnedHeaders::new()
             .insert(Header {
                 key: spring::ORIGINAL_TOPIC,
-                value: Some(topic.as_bytes()),
+                value: Some(self.topic.as_bytes()),
             })
             .insert(Header {
                 key: spring::ORIGINAL_PARTITION,
@@ -695,27 +704,46 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
                 key: spring::EXCEPTION_MESSAGE,
                 value: Some(b"rejected"),
             });
-        producer
+        self.producer
             .send(
-                BaseRecord::<(), [u8]>::to(&dlq)
+                rdkafka::producer::BaseRecord::<(), [u8]>::to(&self.dlq)
                     .payload(value.as_bytes())
                     .headers(headers),
             )
             .map_err(|(e, _)| e)
             .unwrap();
-    };
-    producer.begin_transaction().unwrap();
-    for (offset, value) in [(0, "a"), (1, "b"), (2, "c")] {
-        write(offset, value);
     }
-    producer.commit_transaction(timeout).unwrap();
-    producer.begin_transaction().unwrap();
-    write(3, "aborted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_records_included() {
+    use rdkafka::producer::Producer;
+    let brokers = brokers();
+    let topic = unique("tx-orders");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // A Spring application with transactions: three dead letters in one committed
+    // transaction, then one in an aborted one. The log ends in the abort marker.
+    let spring = SpringTransactions::new(&brokers, &topic, &dlq);
+    spring.producer.begin_transaction().unwrap();
+    for (offset, value) in [(0, "a"), (1, "b"), (2, "c")] {
+        spring.write(offset, value);
+    }
+    spring
+        .producer
+        .commit_transaction(SpringTransactions::TIMEOUT)
+        .unwrap();
+    spring.producer.begin_transaction().unwrap();
+    spring.write(3, "aborted");
     // Written before the abort, so the log holds it and ends in the abort marker: aborted at
     // once, the record could still be unsent, and Kafka 4.1 then refused the abort now and
     // then ("Producer attempted a transactional operation in an invalid state").
-    producer.flush(timeout).unwrap();
-    producer.abort_transaction(timeout).unwrap();
+    spring.producer.flush(SpringTransactions::TIMEOUT).unwrap();
+    spring
+        .producer
+        .abort_transaction(SpringTransactions::TIMEOUT)
+        .unwrap();
 
     let started = std::time::Instant::now();
     let (code, table, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
@@ -1081,53 +1109,24 @@ async fn list_and_replay_select_by_group_partition_offsets_key_and_error_text() 
 /// it commits, the next replay sends them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_committed() {
-    use kafka_dlq::dlq::spring;
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use rdkafka::producer::Producer;
     let brokers = brokers();
     let topic = unique("open-tx");
     let dlq = format!("{topic}-dlt");
     create_topic(&brokers, &topic, 1).await;
     create_topic(&brokers, &dlq, 1).await;
-    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-        rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("transactional.id", unique("tx"))
-            .create()
-            .unwrap();
-    let timeout = Duration::from_secs(30);
-    producer.init_transactions(timeout).unwrap();
-    let write = |offset: i64, value: &str| {
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: spring::ORIGINAL_TOPIC,
-                value: Some(topic.as_bytes()),
-            })
-            .insert(Header {
-                key: spring::ORIGINAL_PARTITION,
-                value: Some(&0_i32.to_be_bytes()),
-            })
-            .insert(Header {
-                key: spring::ORIGINAL_OFFSET,
-                value: Some(&offset.to_be_bytes()),
-            });
-        producer
-            .send(
-                BaseRecord::<(), [u8]>::to(&dlq)
-                    .payload(value.as_bytes())
-                    .headers(headers),
-            )
-            .map_err(|(e, _)| e)
-            .unwrap();
-    };
-    producer.begin_transaction().unwrap();
-    write(0, "committed");
-    producer.commit_transaction(timeout).unwrap();
+    let spring = SpringTransactions::new(&brokers, &topic, &dlq);
+    spring.producer.begin_transaction().unwrap();
+    spring.write(0, "committed");
+    spring
+        .producer
+        .commit_transaction(SpringTransactions::TIMEOUT)
+        .unwrap();
     // Offset 0 the record, 1 its commit marker; 2 and 3 in a transaction left open.
-    producer.begin_transaction().unwrap();
-    write(1, "open-1");
-    write(2, "open-2");
-    producer.flush(timeout).unwrap();
+    spring.producer.begin_transaction().unwrap();
+    spring.write(1, "open-1");
+    spring.write(2, "open-2");
+    spring.producer.flush(SpringTransactions::TIMEOUT).unwrap();
 
     let (code, table, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
     assert_eq!(code, 0, "{err}");
@@ -1148,7 +1147,10 @@ async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_c
         "the position stops at the last stable offset, never past it"
     );
 
-    producer.commit_transaction(timeout).unwrap();
+    spring
+        .producer
+        .commit_transaction(SpringTransactions::TIMEOUT)
+        .unwrap();
     let (code, out, err) = replay_cli(&brokers, &dlq, &["--to-source"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 2 of 2 scanned"), "{out}");

@@ -257,18 +257,15 @@ async fn acknowledged_up_to(brokers: &str, group: &str, topic: &str, end: i64) -
     }
 }
 
-/// Sets the group's broker dead-letter queue (KIP-1191) to `topic`.
-async fn set_broker_dlq(brokers: &str, group: &str, topic: &str) {
+/// Sets the share group's configuration `key` to `value`.
+async fn set_group_config(brokers: &str, group: &str, key: &str, value: &str) {
     let kafka = krafka::Kafka::builder(brokers).connect().await.unwrap();
     let set = kafka
         .admin()
         .incremental_alter_configs(
             [(
                 krafka::admin::ConfigResource::group(group),
-                vec![krafka::admin::ConfigOp::set(
-                    "errors.deadletterqueue.topic.name",
-                    topic,
-                )],
+                vec![krafka::admin::ConfigOp::set(key, value)],
             )],
             Default::default(),
         )
@@ -277,6 +274,11 @@ async fn set_broker_dlq(brokers: &str, group: &str, topic: &str) {
     for result in set.into_values() {
         result.unwrap();
     }
+}
+
+/// Sets the group's broker dead-letter queue (KIP-1191) to `topic`.
+async fn set_broker_dlq(brokers: &str, group: &str, topic: &str) {
+    set_group_config(brokers, group, "errors.deadletterqueue.topic.name", topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -838,28 +840,6 @@ fn dead_letters_in(messages: &[rdkafka::message::OwnedMessage]) -> Vec<String> {
         .collect()
 }
 
-/// Sets the group's `share.delivery.count.limit`.
-async fn set_delivery_limit(brokers: &str, group: &str, limit: u16) {
-    let kafka = krafka::Kafka::builder(brokers).connect().await.unwrap();
-    let set = kafka
-        .admin()
-        .incremental_alter_configs(
-            [(
-                krafka::admin::ConfigResource::group(group),
-                vec![krafka::admin::ConfigOp::set(
-                    "share.delivery.count.limit",
-                    limit.to_string(),
-                )],
-            )],
-            Default::default(),
-        )
-        .await
-        .unwrap();
-    for result in set.into_values() {
-        result.unwrap();
-    }
-}
-
 /// An administrator lowers the group's delivery limit while the member runs: the member reads
 /// it afresh before it would release a record, so the real last delivery is dead-lettered, not
 /// released into the broker's silent archive.
@@ -879,7 +859,7 @@ async fn a_delivery_limit_lowered_while_running_never_turns_a_last_delivery_into
     );
     m.ready().await;
     // Read as 5 at start; 2 from now on.
-    set_delivery_limit(&brokers, &group, 2).await;
+    set_group_config(&brokers, &group, "share.delivery.count.limit", "2").await;
     produce(&brokers, &topic, values(&["doomed-0".to_string()])).await;
     let dlt = format!("{topic}-dlt");
     assert!(
@@ -935,27 +915,7 @@ async fn a_group_that_refuses_renew_is_a_clear_error_at_start() {
     let topic = unique("parcels");
     let group = unique("couriers");
     create_topic(&brokers, &topic, 1).await;
-    let kafka = krafka::Kafka::builder(brokers.as_str())
-        .connect()
-        .await
-        .unwrap();
-    let set = kafka
-        .admin()
-        .incremental_alter_configs(
-            [(
-                krafka::admin::ConfigResource::group(group.as_str()),
-                vec![krafka::admin::ConfigOp::set(
-                    "share.renew.acknowledge.enable",
-                    "false",
-                )],
-            )],
-            Default::default(),
-        )
-        .await
-        .unwrap();
-    for result in set.into_values() {
-        result.unwrap();
-    }
+    set_group_config(&brokers, &group, "share.renew.acknowledge.enable", "false").await;
     let downstream = Downstream::default();
     let mut m = member(&brokers, &group, &topic, &downstream.url(0).await, &[]);
     let status = tokio::time::timeout(WAIT, m.child.wait())
