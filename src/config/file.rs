@@ -21,6 +21,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
         &[
             "share_group",
             "target_url",
+            "target_proxy",
             "request_timeout_ms",
             "content_type",
             "metrics_addr",
@@ -66,6 +67,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
         &[
             "brokers",
             "dlq_topic",
+            "dlq_topic_template",
             "source_topic",
             "kind",
             "since",
