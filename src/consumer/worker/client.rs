@@ -140,24 +140,50 @@ impl Client for KafkaClient {
 }
 
 /// Starts the retry or redrive partition `topic`/`partition` at its first record.
+///
+/// librdkafka refuses a seek (`Erroneous state`) until the partition's fetcher has started,
+/// which happens after the assignment once its committed offset is known; a refused seek is
+/// tried again every 50 ms for up to [`SEEK_PATIENCE`]. Giving up early would let
+/// `auto.offset.reset = latest` skip the partition's retained retry records.
 async fn seek_to_beginning(
-    consumer: Arc<StreamConsumer<RebalanceContext>>,
+    mut consumer: Arc<StreamConsumer<RebalanceContext>>,
     topic: &str,
     partition: i32,
 ) {
-    let sought = {
-        let topic = topic.to_string();
-        tokio::task::spawn_blocking(move || {
-            consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT)
-        })
-        .await
-        .expect("seek does not panic")
-    };
-    match sought {
-        Ok(()) => tracing::info!(event = "retry_partition_from_beginning", %topic,
-            partition, "starting at the first record"),
-        Err(e) => tracing::error!(event = "retry_partition_seek_failed", %topic,
-            partition, error = %e,
-            "could not start the retry partition at its beginning; auto.offset.reset applies"),
+    let deadline = tokio::time::Instant::now() + SEEK_PATIENCE;
+    loop {
+        let (sought, again) = {
+            let topic = topic.to_string();
+            tokio::task::spawn_blocking(move || {
+                let sought = consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT);
+                (sought, consumer)
+            })
+            .await
+            .expect("seek does not panic")
+        };
+        match sought {
+            Ok(()) => {
+                tracing::info!(event = "retry_partition_from_beginning", %topic,
+                    partition, "starting at the first record");
+                return;
+            }
+            // rdkafka passes the seek's error code on as librdkafka's text only.
+            Err(rdkafka::error::KafkaError::Seek(e))
+                if e == rdkafka::types::RDKafkaErrorCode::State.to_string()
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                tracing::error!(event = "retry_partition_seek_failed", %topic,
+                    partition, error = %e,
+                    "could not start the retry partition at its beginning; auto.offset.reset applies");
+                return;
+            }
+        }
+        consumer = again;
     }
 }
+
+/// How long [`seek_to_beginning`] waits for the partition's fetcher to start.
+const SEEK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
