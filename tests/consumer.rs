@@ -754,35 +754,6 @@ async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
     assert_eq!(envelope.headers().unwrap()[0].value, Some(vec![0xff]));
 }
 
-/// Produces `values` to `topic`'s `partition` through a producer compressing with `codec`,
-/// lingering so that they share record batches; waits for every acknowledgement.
-async fn produce_compressed(
-    brokers: &str,
-    topic: &str,
-    partition: i32,
-    codec: &str,
-    values: &[String],
-) {
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("compression.type", codec)
-        .set("linger.ms", "50")
-        .create()
-        .unwrap();
-    let sends = values.iter().map(|v| {
-        producer.send(
-            FutureRecord::<(), str>::to(topic)
-                .partition(partition)
-                .payload(v.as_str()),
-            Duration::from_secs(10),
-        )
-    });
-    for sent in futures_util::future::join_all(sends).await {
-        sent.map_err(|(e, _)| e).expect("produce");
-    }
-}
-
 /// Batches compressed by each codec a producer may use (Java clients, Connect and a topic's
 /// own `compression.type=zstd` among them) are all read: every record handled, the group
 /// committed to the end. The dead-letter producer compresses with zstd too.
@@ -850,23 +821,7 @@ async fn a_batch_that_cannot_be_decoded_stops_its_partition_loudly_and_only_it()
         values("ok-p0", 20).iter().map(|v| Out::new(0, v)).collect(),
     )
     .await;
-    // The first batch of partition 1: its header (61 bytes) kept, its gzip stream broken.
-    let segment = kafka
-        .partition_dir(&topic, 1)
-        .join("00000000000000000000.log");
-    let mut bytes = std::fs::read(&segment).unwrap();
-    for b in &mut bytes[61 + 12..61 + 40] {
-        *b = 0xA5;
-    }
-    {
-        use std::io::{Seek, SeekFrom, Write};
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&segment)
-            .unwrap();
-        file.seek(SeekFrom::Start(0)).unwrap();
-        file.write_all(&bytes).unwrap();
-    }
+    break_first_batch(kafka, &topic, 1);
 
     let handler = Scripted::default();
     let consumer =

@@ -607,7 +607,7 @@ async fn a_share_group_runs_over_tls_with_scram_oauth_and_msk_iam() {
             &topic,
             &downstream.url(0).await,
             flags,
-            &secrets,
+            secrets,
         );
         m.ready().await;
         produce(
@@ -925,4 +925,61 @@ async fn a_group_that_refuses_renew_is_a_clear_error_at_start() {
     assert!(!status.success());
     let log = std::fs::read_to_string(&m.log).unwrap();
     assert!(log.contains("share.renew.acknowledge.enable"), "{log}");
+}
+
+/// krafka releases a share fetch's records from a batch it cannot decode and says so only in
+/// a debug line: the broker would deliver them again and archive them after their last
+/// delivery without a word. The member counts it, logs it and `/readyz` names the partition;
+/// the other partition's records are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_batch_that_cannot_be_decoded_is_named_on_readyz_not_archived_in_silence() {
+    let brokers = share_brokers();
+    let Some(kafka) = local_kafka(&brokers) else {
+        eprintln!("skipped: the broker's log cannot be reached");
+        return;
+    };
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 2).await;
+    let broken: Vec<String> = (0..10).map(|i| format!("lost-{i}")).collect();
+    produce_compressed(&brokers, &topic, 1, "gzip", &broken).await;
+    break_first_batch(kafka, &topic, 1);
+    produce(&brokers, &topic, values(&["ok-0".to_string()])).await;
+    let downstream = Downstream::default();
+    let m = member(&brokers, &group, &topic, &downstream.url(0).await, &[]);
+    let readyz = format!("http://127.0.0.1:{}/readyz", m.port);
+    let place = format!("{topic}-1");
+    let named = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(r) = reqwest::get(&readyz).await {
+                if r.status() == 503 && r.text().await.unwrap_or_default().contains(&place) {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(named.is_ok(), "/readyz names {place}");
+    assert!(
+        m.metric("kafka_dlq_undecodable_batches_total", "partition=\"1\"")
+            .await
+            >= 1.0
+    );
+    assert!(
+        eventually(WAIT, || !downstream.calls_of("ok-0").is_empty()).await,
+        "the other partition's record is handled"
+    );
+    assert!(downstream
+        .calls()
+        .iter()
+        .all(|c| !c.value.starts_with("lost")));
+    let log = m.log.clone();
+    m.stop().await;
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("share_batch_undecodable") && l.contains(&topic)),
+        "{log}"
+    );
 }

@@ -258,7 +258,15 @@ fn init_logging(
             .with_span_list(false)
             .boxed(),
     };
-    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    // A share member's undecodable batches are seen in a krafka debug line, whatever RUST_LOG
+    // says (`consumer::share::undecodable`).
+    #[cfg(feature = "share")]
+    let watcher = Some(kafka_dlq::consumer::share::undecodable::layer());
+    #[cfg(not(feature = "share"))]
+    let watcher: Option<tracing_subscriber::layer::Identity> = None;
+    let registry = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(watcher);
     #[cfg(feature = "otel")]
     {
         use opentelemetry::trace::TracerProvider as _;

@@ -28,7 +28,7 @@
 //! | `kafka_dlq_breaker_open` | gauge | | 1 while the outage breaker is open |
 //! | `kafka_dlq_breaker_opened_total` | counter | | times the outage breaker opened |
 //! | `kafka_dlq_batch_splits_total` | counter | topic | failed batches split in halves |
-//! | `kafka_dlq_undecodable_batches_total` | counter | topic, partition | fetches that failed because librdkafka could not decode a record batch (corrupt); the partition stays where it is (see `/readyz`) |
+//! | `kafka_dlq_undecodable_batches_total` | counter | topic, partition | fetches that failed because a record batch could not be decoded (corrupt): a consumer group's partition stays where it is; a share group's records are released unread, and archived by the broker after their last delivery (both named on `/readyz`) |
 //! | `kafka_dlq_share_records_acquired_total` | counter | topic | share groups: records acquired (each delivery counts) |
 //! | `kafka_dlq_share_acknowledgements_total` | counter | topic, ack | share groups: acknowledgements made, `ack` = `accept`, `release`, `reject` or `renew` (a lock renewal) |
 //! | `kafka_dlq_share_locks_lost_total` | counter | topic | share groups: records whose acknowledgement was refused, by the client (it no longer held the record) or the broker (its lock had expired, the session ended): the broker delivers them again |
@@ -263,7 +263,7 @@ impl Metrics {
         );
         let undecodable_batches = counter(
             "kafka_dlq_undecodable_batches_total",
-            "Fetches of a partition that failed because librdkafka could not decode a record batch; the partition stays at it.",
+            "Fetches of a partition that failed because a record batch could not be decoded: a consumer group's partition stays at it; a share group's records are released unread (see /readyz).",
             &["topic", "partition"],
         );
         Self(std::sync::Arc::new(MetricSet {

@@ -472,3 +472,52 @@ pub async fn terminate(child: &mut tokio::process::Child) -> std::process::ExitS
         .expect("exits within 30 s of SIGTERM")
         .expect("wait for the child")
 }
+
+/// Produces `values` to `topic`'s `partition` through a producer compressing with `codec`,
+/// lingering so that they share record batches; waits for every acknowledgement.
+pub async fn produce_compressed(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    codec: &str,
+    values: &[String],
+) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("compression.type", codec)
+        .set("linger.ms", "50")
+        .create()
+        .unwrap();
+    let sends = values.iter().map(|v| {
+        producer.send(
+            FutureRecord::<(), str>::to(topic)
+                .partition(partition)
+                .payload(v.as_str()),
+            Duration::from_secs(10),
+        )
+    });
+    for sent in futures_util::future::join_all(sends).await {
+        sent.map_err(|(e, _)| e).expect("produce");
+    }
+}
+
+/// Breaks the first record batch of `topic`'s `partition` in `kafka`'s log: its header (61
+/// bytes) kept, so the broker still serves it, its compressed records overwritten, so no
+/// client can decode it.
+pub fn break_first_batch(kafka: &Kafka, topic: &str, partition: i32) {
+    use std::io::{Seek, SeekFrom, Write};
+    let segment = kafka
+        .partition_dir(topic, partition)
+        .join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    for b in &mut bytes[61 + 12..61 + 40] {
+        *b = 0xA5;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    file.seek(SeekFrom::Start(0)).unwrap();
+    file.write_all(&bytes).unwrap();
+}

@@ -147,6 +147,11 @@ impl<H: BatchHandler> ShareConsumer<H> {
         let redriven = join(&kafka, &config, &redrive, &self.metrics)
             .await
             .map_err(&refused)?;
+        // Held while the member runs: krafka's undecodable batches reach its metrics.
+        let _undecodable = super::undecodable::watch(
+            config.topics.iter().chain(&redrive).cloned().collect(),
+            self.metrics.clone(),
+        );
         tracing::info!(event = "share_consumer_started", topics = ?config.topics,
             redrive_topics = ?redrive, %group, delivery_limit = ?settings.delivery_limit,
             share_dlq = %config.share_dlq);

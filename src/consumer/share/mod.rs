@@ -58,6 +58,8 @@ mod kafka;
 pub(crate) mod member;
 #[cfg(test)]
 mod simulation;
+#[cfg(feature = "share")]
+pub mod undecodable;
 
 #[cfg(feature = "share")]
 pub use auth::auth_config;
