@@ -345,3 +345,83 @@ async fn springs_retry_topic_adapter_reads_the_due_time_of_our_retry_records() {
     assert_eq!(seen["offset"], 0);
     assert_eq!(seen["value"], b64(b"always-r"));
 }
+
+/// Records each call's value and the retry topic it came from (`None`: the source topic).
+#[derive(Clone, Default)]
+struct FromWhere(std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>);
+
+impl kafka_dlq::Handler for FromWhere {
+    async fn handle(&self, record: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
+        let value = String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default());
+        self.0.lock().unwrap().push((
+            value.into_owned(),
+            record.retry.as_ref().map(|r| r.topic.clone()),
+        ));
+        Ok(())
+    }
+}
+
+/// Spring gives a retry endpoint a suffixed group id (`<group>-retry-0`), but its retry-topic
+/// recoverer appends no second `kafka_dlt-original-consumer-group`: a record it moved on to
+/// `<topic>-retry-1` still names the main listener's group, first and alone. A kafka-dlq
+/// consumer of that group, taking over from Spring with the same tiers, handles it from there
+/// rather than pass it over as another group's (review E11, which does not hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_springs_retry_endpoint_moved_on_is_handled_by_its_group_from_the_later_tier() {
+    let brokers = brokers();
+    let topic = unique("spring-tiers");
+    let group = format!("{topic}-g");
+    for name in [
+        topic.clone(),
+        format!("{topic}-retry-0"),
+        format!("{topic}-retry-1"),
+        format!("{topic}-dlt"),
+    ] {
+        create_topic(&brokers, &name, 1).await;
+    }
+    produce(&brokers, &topic, vec![Out::new(0, "moved-twice")]).await;
+    spring("write-retry", &brokers, &topic, 1);
+    let moved = read_all(&brokers, &format!("{topic}-retry-1"));
+    assert_eq!(moved.len(), 1);
+    let groups: Vec<String> = {
+        use rdkafka::message::Headers as _;
+        moved[0]
+            .headers()
+            .unwrap()
+            .iter()
+            .filter(|h| h.key == "kafka_dlt-original-consumer-group")
+            .map(|h| String::from_utf8_lossy(h.value.unwrap()).into_owned())
+            .collect()
+    };
+    assert_eq!(groups, [group.clone()], "only the main listener's group");
+
+    let config = kafka_dlq::ConsumerConfig {
+        retry_topic_delays_ms: "1000,1000".parse().unwrap(),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let handler = FromWhere::default();
+    let running = Running::start(config, handler.clone());
+    let retry_1 = format!("{topic}-retry-1");
+    let from_retry_1 = || {
+        handler
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(v, from)| v == "moved-twice" && from.as_deref() == Some(retry_1.as_str()))
+    };
+    assert!(
+        eventually(Duration::from_secs(60), from_retry_1).await,
+        "handled from {retry_1}: {:?}",
+        handler.0.lock().unwrap()
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || committed(
+            &brokers, &group, &retry_1, 1
+        )
+        .get(&0)
+            == Some(&1))
+        .await
+    );
+    running.stop().await;
+}

@@ -16,6 +16,9 @@ import java.util.logging.Logger;
  *                                 fails each, and so writes them to TOPIC-dlt
  *   read-retry BROKERS TOPIC COUNT Spring's KafkaBackoffAwareMessageListenerAdapter reads COUNT
  *                                 records of a retry topic and prints what it decoded
+ *   write-retry BROKERS TOPIC COUNT Spring's retry-topic recoverer moves COUNT records of TOPIC
+ *                                 through TOPIC-retry-0 to TOPIC-retry-1 (group TOPIC-g, then
+ *                                 the retry endpoint's TOPIC-g-retry-0)
  * </pre>
  *
  * Exits 0 when done, 2 on bad arguments, 1 when the records did not come within 60 s.
@@ -26,7 +29,7 @@ public final class SpringInterop {
     public static void main(String[] args) throws Exception {
         Logger.getLogger("").setLevel(Level.WARNING);
         if (args.length != 4) {
-            System.err.println("usage: SpringInterop read-dlt|write-dlt|read-retry BROKERS TOPIC COUNT");
+            System.err.println("usage: SpringInterop read-dlt|write-dlt|read-retry|write-retry BROKERS TOPIC COUNT");
             System.exit(2);
         }
         int count = Integer.parseInt(args[3]);
@@ -34,6 +37,7 @@ public final class SpringInterop {
             case "read-dlt" -> DltReader.run(args[1], args[2], count);
             case "write-dlt" -> DltWriter.run(args[1], args[2], count);
             case "read-retry" -> RetryReader.run(args[1], args[2], count);
+            case "write-retry" -> RetryWriter.run(args[1], args[2], count);
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
