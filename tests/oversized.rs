@@ -96,3 +96,84 @@ async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_re
     assert_eq!(headers[0].key, b"big");
     assert_eq!(headers[0].value, Some(vec![0xab; 3_000]));
 }
+
+/// A record dead-lettered from a retry tier as a reference is filled in from its copy on the
+/// retry topic, the younger one: `dlq show` still has its value and headers (without the retry
+/// headers) after the source topic's retention removed the original.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_from_a_retry_tier_is_filled_in_from_its_retry_copy_once_the_source_is_gone() {
+    let brokers = brokers();
+    let topic = unique("huge-tiered");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4096")],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let value: Vec<u8> = [b"always".as_slice(), &[0xcd; 20_000]].concat();
+    let huge = Out {
+        partition: 0,
+        key: Some(b"k".to_vec()),
+        value: Some(value.clone()),
+        headers: vec![(b"big".to_vec(), Some(vec![0xab; 3_000]))],
+    };
+    produce(&brokers, &topic, vec![huge]).await;
+    let config = kafka_dlq::ConsumerConfig {
+        retry_topic_delays_ms: "300".parse().unwrap(),
+        max_retries: 0,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, Scripted::default());
+    assert!(
+        eventually(WAIT, || read_all(&brokers, &dlq).len() == 1).await,
+        "dead-lettered from its tier"
+    );
+    running.stop().await;
+    let letters = read_all(&brokers, &dlq);
+    let raw: serde_json::Value = serde_json::from_slice(letters[0].payload().unwrap()).unwrap();
+    assert_eq!(raw["payload_encoding"], "reference", "{raw}");
+    assert_eq!(
+        raw["retry_copy"]["topic"],
+        format!("{topic}-retry-0"),
+        "{raw}"
+    );
+
+    // The source topic's retention takes the original.
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(1))
+        .unwrap();
+    admin
+        .delete_records(&tpl, &AdminOptions::new())
+        .await
+        .unwrap();
+
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        &format!("{topic}-0-0"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let envelope: kafka_dlq::dlq::Envelope =
+        serde_json::from_value(shown["envelope"].clone()).unwrap();
+    assert_eq!(envelope.payload_bytes().unwrap(), Some(value));
+    let headers = envelope.headers().unwrap();
+    let keys: Vec<&[u8]> = headers.iter().map(|h| h.key.as_slice()).collect();
+    assert_eq!(keys, [b"big".as_slice()], "the original headers only");
+    assert_eq!(headers[0].value, Some(vec![0xab; 3_000]));
+}

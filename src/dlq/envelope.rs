@@ -95,6 +95,24 @@ pub struct Envelope {
     /// error; absent for a record dead-lettered from its source topic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<RetryStage>,
+    /// For a record delivered from a retry or redrive topic: its copy there, the record the
+    /// consumer last read. A reference ([`Encoding::Reference`]) is filled in from this copy
+    /// first — it is younger than the source record, on a topic whose retention covers its
+    /// delay — and from the source record when the copy is gone. Absent for a record
+    /// dead-lettered from its source topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_copy: Option<RetryCopy>,
+}
+
+/// Where a retry or redrive topic held a copy of the record: see [`Envelope::retry_copy`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryCopy {
+    /// The retry or redrive topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
 }
 
 /// A value in an envelope that does not decode as its encoding says.
@@ -172,6 +190,11 @@ impl Envelope {
                     history
                 }
             },
+            retry_copy: record.retry.as_ref().map(|retry| RetryCopy {
+                topic: retry.topic.clone(),
+                partition: retry.partition,
+                offset: retry.offset,
+            }),
         }
     }
 
@@ -208,6 +231,7 @@ impl Envelope {
             },
             trace_id: self.trace_id.clone(),
             history: self.history.clone(),
+            retry_copy: self.retry_copy.clone(),
         }
     }
 

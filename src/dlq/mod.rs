@@ -34,7 +34,9 @@ pub(crate) use publisher::{acknowledged, Sent};
 pub mod spring;
 mod topic;
 
-pub use envelope::{Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource};
+pub use envelope::{
+    Envelope, EnvelopeDecodeError, EnvelopeError, EnvelopeHeader, EnvelopeSource, RetryCopy,
+};
 pub use error_message::{truncate_message, MAX_ERROR_MESSAGE_BYTES};
 pub use publisher::{DeadLetterPublisher, DeadLettered};
 pub use topic::{check_topic_name, DlqTopic, DlqTopicError, TopicNameError};

@@ -1,6 +1,7 @@
 //! Dead letters written as references (`payload_encoding` `reference`, see
 //! [`Encoding::Reference`](super::Encoding::Reference)): their value and headers are read back
-//! from the source topic while it still retains the record.
+//! from the record's copy on the retry or redrive topic it was dead-lettered from, if any and
+//! while that topic retains it, else from the source topic while it still retains the record.
 
 use std::time::Duration;
 
@@ -68,6 +69,27 @@ impl SourceReader {
             tracing::warn!(event = "dlq_reference_refused", id = %envelope.id, %topic,
                 partition, offset, %why);
             return Err(Unresolved::Refused(why));
+        }
+        // The retry or redrive copy is the younger one: tried first, its retry headers dropped.
+        if let Some(copy) = envelope
+            .retry_copy
+            .clone()
+            .filter(|c| is_copy_of(&c.topic, &topic, &envelope.source.group))
+        {
+            match self.read(&copy.topic, copy.partition, copy.offset).await {
+                Ok((value, headers)) => {
+                    let headers: Vec<RecordHeader> = headers
+                        .into_iter()
+                        .filter(|h| !crate::retry_tier::is_retry_header(&h.key))
+                        .collect();
+                    return Ok(envelope.resolve(value.as_deref(), &headers));
+                }
+                Err(unresolved) => {
+                    tracing::info!(event = "dlq_reference_copy_unresolved", id = %envelope.id,
+                        topic = %copy.topic, partition = copy.partition, offset = copy.offset,
+                        error = %unresolved, "reading the source record instead");
+                }
+            }
         }
         let outcome = self.read(&topic, partition, offset).await;
         match outcome {
@@ -191,6 +213,13 @@ fn follows(template: &crate::dlq::DlqTopic, dlq_topic: &str, source: &str) -> bo
     template.for_topic(source) == dlq_topic
 }
 
+/// Whether `topic` is a retry topic of `source`, or `group`'s redrive topic of it: the only
+/// copies a reference whose source is followed is filled in from.
+fn is_copy_of(topic: &str, source: &str, group: &str) -> bool {
+    crate::record::retry::parse_topic(topic).is_some_and(|(s, _)| s == source)
+        || topic == crate::record::retry::redrive_topic(source, group)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +235,20 @@ mod tests {
         let dotted = crate::dlq::DlqTopic::new("dlq.{topic}").unwrap();
         assert!(follows(&dotted, "dlq.orders", "orders"));
         assert!(!follows(&default, "dlq.orders", "orders"));
+    }
+
+    #[test]
+    fn a_reference_is_filled_in_only_from_a_retry_or_redrive_copy_of_its_source() {
+        assert!(is_copy_of("orders-retry-1", "orders", "billing"));
+        assert!(is_copy_of("orders-redrive-billing", "orders", "billing"));
+        assert!(
+            !is_copy_of("payments-retry-0", "orders", "billing"),
+            "another source's"
+        );
+        assert!(
+            !is_copy_of("orders-redrive-other", "orders", "billing"),
+            "another group's"
+        );
+        assert!(!is_copy_of("payments", "orders", "billing"));
     }
 }

@@ -28,7 +28,7 @@ const TRANSIENT_CLASS: &str = "kafka_dlq.TransientFailure";
 
 /// Whether a header is one this module writes (or Spring's dead-letter ones), dropped from
 /// the original headers.
-fn is_ours(key: &[u8]) -> bool {
+pub(crate) fn is_ours(key: &[u8]) -> bool {
     key == HEADER_RETRY.as_bytes()
         || key.starts_with(b"retry_topic-")
         || key.starts_with(spring::PREFIX.as_bytes())

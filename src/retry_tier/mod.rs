@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use crate::record::retry::{parse_topic, redrive_topic, topic_name, Stage};
 
+pub(crate) use delivery::is_ours as is_retry_header;
 pub use delivery::{redrive_headers, restore, retry_headers, RestoreError, HEADER_RETRY};
 pub use spring::{SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP};
 pub use write::RetryWritten;
