@@ -346,9 +346,12 @@ async fn springs_retry_topic_adapter_reads_the_due_time_of_our_retry_records() {
     assert_eq!(seen["value"], b64(b"always-r"));
 }
 
-/// Records each call's value and the retry topic it came from (`None`: the source topic).
+/// A handled value and the retry topic it came from (`None`: the source topic).
+type Handled = (String, Option<String>);
+
+/// Records each call's value and the retry topic it came from.
 #[derive(Clone, Default)]
-struct FromWhere(std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>);
+struct FromWhere(std::sync::Arc<std::sync::Mutex<Vec<Handled>>>);
 
 impl kafka_dlq::Handler for FromWhere {
     async fn handle(&self, record: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
@@ -393,7 +396,7 @@ async fn a_record_springs_retry_endpoint_moved_on_is_handled_by_its_group_from_t
             .map(|h| String::from_utf8_lossy(h.value.unwrap()).into_owned())
             .collect()
     };
-    assert_eq!(groups, [group.clone()], "only the main listener's group");
+    assert_eq!(groups, vec![group.clone()], "only the main listener's group");
 
     let config = kafka_dlq::ConsumerConfig {
         retry_topic_delays_ms: "1000,1000".parse().unwrap(),
