@@ -867,3 +867,66 @@ async fn a_retry_partition_committed_before_its_log_start_starts_at_its_first_re
         Some(&3)
     );
 }
+
+/// A source removed from `topics` while its retry topic (or this group's redrive topic of it)
+/// still holds this group's records would leave them there for good: the consumer refuses to
+/// start, naming the source and the topic. Another group's records there do not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_refuses_to_start_while_a_removed_sources_retry_topic_holds_its_records() {
+    let brokers = brokers();
+    let removed = unique("source-removed");
+    let kept = unique("source-kept");
+    let group = unique("g");
+    create_topic(&brokers, &removed, 1).await;
+    create_topic(&brokers, &kept, 1).await;
+    init_logs();
+    // The group read both, with a tier: its retry and redrive topics are created.
+    let both = ConsumerConfig {
+        retry_topic_delays_ms: "600000".parse().unwrap(),
+        topics: vec![removed.clone(), kept.clone()],
+        ..test_config(&brokers, &group, &removed)
+    };
+    kafka_dlq::Consumer::new(both, Seen::default())
+        .expect("consumer")
+        .run(tokio::time::sleep(Duration::from_secs(3)))
+        .await
+        .expect("starts");
+    let retry = format!("{removed}-retry-0");
+    let written_by = |group: &str| {
+        let mut out = Out::new(0, "waiting");
+        out.headers.push((
+            kafka_dlq::dlq::spring::ORIGINAL_CONSUMER_GROUP
+                .as_bytes()
+                .to_vec(),
+            Some(group.as_bytes().to_vec()),
+        ));
+        out
+    };
+    produce(&brokers, &retry, vec![written_by("shipping")]).await;
+    let only_kept = ConsumerConfig {
+        retry_topic_delays_ms: "600000".parse().unwrap(),
+        ..test_config(&brokers, &group, &kept)
+    };
+    kafka_dlq::Consumer::new(only_kept.clone(), Seen::default())
+        .expect("consumer")
+        .run(tokio::time::sleep(Duration::from_secs(3)))
+        .await
+        .expect("starts: the record is another group's");
+
+    produce(&brokers, &retry, vec![written_by(&group)]).await;
+    let error = tokio::time::timeout(
+        Duration::from_secs(60),
+        kafka_dlq::Consumer::new(only_kept, Seen::default())
+            .expect("consumer")
+            .run(std::future::pending()),
+    )
+    .await
+    .expect("returns at once")
+    .expect_err("refuses to start");
+    assert!(
+        matches!(&error, kafka_dlq::ConsumerError::StrandedSourceRecords { source_topic, topic, records: 1 }
+            if *source_topic == removed && *topic == retry),
+        "{error}"
+    );
+    assert!(error.to_string().contains("put"), "{error}");
+}

@@ -396,7 +396,11 @@ async fn a_record_springs_retry_endpoint_moved_on_is_handled_by_its_group_from_t
             .map(|h| String::from_utf8_lossy(h.value.unwrap()).into_owned())
             .collect()
     };
-    assert_eq!(groups, vec![group.clone()], "only the main listener's group");
+    assert_eq!(
+        groups,
+        vec![group.clone()],
+        "only the main listener's group"
+    );
 
     let config = kafka_dlq::ConsumerConfig {
         retry_topic_delays_ms: "1000,1000".parse().unwrap(),

@@ -158,6 +158,18 @@ pub enum ConsumerError {
         /// Its records after the group's committed offsets.
         records: i64,
     },
+    /// A source topic was removed from `topics` while its retry topics or this group's
+    /// redrive topic of it still held records of this group: starting would leave them there
+    /// for good.
+    #[error("source topic {source_topic} is no longer in topics, but {topic} still holds {records} record(s) of this group: put {source_topic} back in topics until they are handled (or move them with `kafka-dlq dlq replay --dlq-topic {topic}`), then remove it")]
+    StrandedSourceRecords {
+        /// The source topic no longer configured.
+        source_topic: String,
+        /// Its retry or redrive topic holding the records.
+        topic: String,
+        /// This group's records there after its committed offsets.
+        records: i64,
+    },
     /// A retry or redrive topic keeps its records for less than they may wait there
     /// ([`crate::retry_tier::retention::needed`]): they would be deleted before they are due,
     /// after their source offsets were committed.
@@ -316,8 +328,24 @@ impl<H: BatchHandler> Consumer<H> {
                 .into_iter()
                 .map(|(topic, _)| topic),
         );
-        if let Some((topic, records)) = retry_topics::stranded(&self.config).await {
-            return Err(ConsumerError::StrandedRetryRecords { topic, records });
+        match retry_topics::stranded(&self.config).await {
+            Some(retry_topics::Stranded {
+                topic,
+                records,
+                removed_source: None,
+            }) => return Err(ConsumerError::StrandedRetryRecords { topic, records }),
+            Some(retry_topics::Stranded {
+                topic,
+                records,
+                removed_source: Some(source),
+            }) => {
+                return Err(ConsumerError::StrandedSourceRecords {
+                    source_topic: source,
+                    topic,
+                    records,
+                })
+            }
+            None => {}
         }
         dlq_topics::ensure(&self.config).await?;
         retry_topics::ensure(&self.config, &self.stop_workers).await;

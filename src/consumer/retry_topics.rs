@@ -109,16 +109,15 @@ async fn shown(
     Ok(())
 }
 
-/// Records of this group waiting in a retry topic that no configured tier reads:
-/// `<source>-retry-<n>` with `n` at or beyond the configured tiers (a tier dropped, or retry
-/// topics turned off), after this group's committed offset there (from the log start where it
-/// never committed: a long tier's first records wait there uncommitted). Their source offsets
-/// were committed when they were written, so nobody would ever handle them. Only this group's
+/// Records of this group waiting in a topic it no longer reads, which nobody would ever handle
+/// (their source offsets were committed when they were written): see [`unread_topics`] for
+/// which topics, each read after this group's committed offset there (from the log start where
+/// it never committed: a long tier's first records wait there uncommitted). Only this group's
 /// records count (those whose retry account names this group or no group): several services
 /// share a source's retry topics, and another group's records are its own to handle. Returns
 /// the first such topic and how many of this group's records it holds; `None` when there is
 /// none or the cluster could not be asked (logged: the consumer starts as before).
-pub(super) async fn stranded(config: &ConsumerConfig) -> Option<(String, i64)> {
+pub(super) async fn stranded(config: &ConsumerConfig) -> Option<Stranded> {
     let config = config.clone();
     let found = tokio::task::spawn_blocking(move || find_stranded(&config))
         .await
@@ -136,9 +135,72 @@ pub(super) async fn stranded(config: &ConsumerConfig) -> Option<(String, i64)> {
 /// How long the stranded-record check reads a dropped tier's records at most.
 const READ_FOR: Duration = Duration::from_secs(30);
 
-fn find_stranded(
-    config: &ConsumerConfig,
-) -> Result<Option<(String, i64)>, rdkafka::error::KafkaError> {
+/// A topic this group no longer reads that holds records of this group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stranded {
+    /// The retry or redrive topic.
+    pub topic: String,
+    /// This group's records there.
+    pub records: i64,
+    /// The source topic it belongs to, when that source is no longer in `topics`; `None` for
+    /// a dropped tier of a configured source.
+    pub removed_source: Option<String>,
+}
+
+/// The topics of `cluster` (its topic names) that this group once read but no longer does:
+/// - `<source>-retry-<n>` of a configured source with `n` at or beyond the `tiers` configured
+///   (a tier dropped, or retry topics turned off);
+/// - every retry topic of a source no longer in `sources`, and this group's redrive topic of
+///   it. A source is one this group read when its redrive topic for this group exists (every
+///   consumer creates one per source at start).
+///
+/// Each with its tier (`None`: the redrive topic) and, for a removed source, that source.
+fn unread_topics(
+    cluster: &[&str],
+    sources: &[String],
+    tiers: u32,
+    group: &str,
+) -> Vec<(String, Option<u32>, Option<String>)> {
+    use crate::record::retry::{parse_topic, redrive_topic};
+    let exists = |name: &str| cluster.contains(&name);
+    let configured = |source: &str| sources.iter().any(|s| s == source);
+    let redrive_suffix = format!("-redrive-{group}");
+    // Every name a removed source may have: topics themselves, the sources of retry topics,
+    // and what precedes this group's plain redrive suffix (the source may be deleted).
+    let mut removed: Vec<&str> = cluster
+        .iter()
+        .flat_map(|name| {
+            [
+                Some(*name),
+                parse_topic(name).map(|(source, _)| source),
+                name.strip_suffix(redrive_suffix.as_str()),
+            ]
+        })
+        .flatten()
+        .filter(|source| !source.is_empty() && !configured(source))
+        .filter(|source| exists(&redrive_topic(source, group)))
+        .collect();
+    removed.sort_unstable();
+    removed.dedup();
+    let mut unread = Vec::new();
+    for name in cluster {
+        let Some((source, tier)) = parse_topic(name) else {
+            continue;
+        };
+        if configured(source) && tier >= tiers {
+            unread.push((name.to_string(), Some(tier), None));
+        } else if removed.contains(&source) {
+            unread.push((name.to_string(), Some(tier), Some(source.to_string())));
+        }
+    }
+    for source in removed {
+        unread.push((redrive_topic(source, group), None, Some(source.to_string())));
+    }
+    unread.sort();
+    unread
+}
+
+fn find_stranded(config: &ConsumerConfig) -> Result<Option<Stranded>, rdkafka::error::KafkaError> {
     use rdkafka::consumer::{BaseConsumer, Consumer as _};
     let timeout = Duration::from_secs(5);
     // Only asks the cluster and reads assigned partitions: never subscribes, so it does not
@@ -149,18 +211,17 @@ fn find_stranded(
     let consumer: BaseConsumer<crate::kafka::LogContext> = crate::kafka::create_logged(&client)?;
     let metadata = consumer.fetch_metadata(None, timeout)?;
     let tiers = config.retry_topic_delays_ms.len() as u32;
-    let mut topics: Vec<(String, u32, i32)> = metadata
+    let described: std::collections::HashMap<&str, i32> = metadata
         .topics()
         .iter()
         .filter(|t| t.error().is_none())
-        .filter_map(|t| {
-            let (source, tier) = crate::record::retry::parse_topic(t.name())?;
-            (tier >= tiers && config.topics.iter().any(|s| s == source))
-                .then(|| (t.name().to_string(), tier, t.partitions().len() as i32))
-        })
+        .map(|t| (t.name(), t.partitions().len() as i32))
         .collect();
-    topics.sort();
-    for (topic, tier, partitions) in topics {
+    let names: Vec<&str> = described.keys().copied().collect();
+    for (topic, tier, removed_source) in
+        unread_topics(&names, &config.topics, tiers, &config.group_id)
+    {
+        let partitions = described[topic.as_str()];
         let mut list = rdkafka::TopicPartitionList::new();
         for partition in 0..partitions {
             list.add_partition(&topic, partition);
@@ -208,7 +269,7 @@ fn find_stranded(
             };
             if message.offset() < end {
                 let record = crate::record::Record::from_message(&message, None);
-                let (record, _) = crate::retry_tier::restore(record, Some(tier));
+                let (record, _) = crate::retry_tier::restore(record, tier);
                 if record
                     .retry
                     .as_ref()
@@ -224,11 +285,81 @@ fn find_stranded(
         consumer.unassign()?;
         if !ends.is_empty() && ours == 0 {
             tracing::warn!(event = "retry_topic_not_checked", %topic,
-                "a retry topic beyond the configured tiers holds records not read within 30 s: if some are this group's, put the tier back until they are handled");
+                "a retry or redrive topic this group no longer reads holds records not read within 30 s: if some are this group's, put its tier or source back until they are handled");
         }
         if ours > 0 {
-            return Ok(Some((topic, ours)));
+            return Ok(Some(Stranded {
+                topic,
+                records: ours,
+                removed_source,
+            }));
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unread(
+        cluster: &[&str],
+        sources: &[&str],
+        tiers: u32,
+    ) -> Vec<(String, Option<u32>, Option<String>)> {
+        let sources: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
+        unread_topics(cluster, &sources, tiers, "billing")
+    }
+
+    #[test]
+    fn a_dropped_tier_of_a_configured_source_is_unread() {
+        let cluster = [
+            "orders",
+            "orders-retry-0",
+            "orders-retry-1",
+            "orders-redrive-billing",
+        ];
+        assert_eq!(
+            unread(&cluster, &["orders"], 1),
+            [("orders-retry-1".to_string(), Some(1), None)]
+        );
+        assert!(unread(&cluster, &["orders"], 2).is_empty());
+    }
+
+    #[test]
+    fn a_removed_source_leaves_its_tiers_and_this_groups_redrive_topic_unread() {
+        let cluster = [
+            "orders",
+            "orders-retry-0",
+            "orders-redrive-billing",
+            "payments",
+            "payments-redrive-billing",
+        ];
+        let removed = Some("orders".to_string());
+        assert_eq!(
+            unread(&cluster, &["payments"], 1),
+            [
+                ("orders-redrive-billing".to_string(), None, removed.clone()),
+                ("orders-retry-0".to_string(), Some(0), removed),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_source_deleted_with_its_topics_left_behind_is_still_found() {
+        let cluster = ["orders-retry-0", "orders-redrive-billing", "payments"];
+        assert_eq!(unread(&cluster, &["payments"], 0).len(), 2);
+    }
+
+    #[test]
+    fn another_groups_sources_are_not_this_groups_business() {
+        // shipping reads orders; billing never did (it has no redrive topic of orders).
+        let cluster = [
+            "orders",
+            "orders-retry-0",
+            "orders-redrive-shipping",
+            "payments",
+        ];
+        assert!(unread(&cluster, &["payments"], 1).is_empty());
+    }
 }
