@@ -14,6 +14,25 @@ use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Creates `dlq` with a 4 KiB record limit, too small for the tests' records even detached.
+async fn create_small_dlq(brokers: &str, dlq: &str) -> AdminClient<DefaultClientContext> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4096")],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    admin
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_replayed_from_its_source(
 ) {
@@ -22,20 +41,7 @@ async fn a_record_too_large_even_detached_is_dead_lettered_as_a_reference_and_re
     let dlq = format!("{topic}-dlt");
     let group = unique("g");
     create_topic(&brokers, &topic, 1).await;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    for r in admin
-        .create_topics(
-            &[NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4096")],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
+    create_small_dlq(&brokers, &dlq).await;
     let value: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 256) as u8).collect();
     let huge = Out {
         partition: 0,
@@ -107,20 +113,7 @@ async fn a_reference_from_a_retry_tier_is_filled_in_from_its_retry_copy_once_the
     let dlq = format!("{topic}-dlt");
     let group = unique("g");
     create_topic(&brokers, &topic, 1).await;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    for r in admin
-        .create_topics(
-            &[NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4096")],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
+    let admin = create_small_dlq(&brokers, &dlq).await;
     let value: Vec<u8> = [b"always".as_slice(), &[0xcd; 20_000]].concat();
     let huge = Out {
         partition: 0,

@@ -633,6 +633,18 @@ async fn a_restart_with_auto_offset_reset_latest_before_a_retry_record_is_due_st
     }
 }
 
+/// A retry record waiting on partition 0 that consumer group `group` wrote.
+fn written_by(group: &str) -> Out {
+    let mut out = Out::new(0, "waiting");
+    out.headers.push((
+        kafka_dlq::dlq::spring::ORIGINAL_CONSUMER_GROUP
+            .as_bytes()
+            .to_vec(),
+        Some(group.as_bytes().to_vec()),
+    ));
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_refuses_to_start_while_a_dropped_tier_still_holds_its_records() {
     let brokers = brokers();
@@ -641,16 +653,6 @@ async fn a_consumer_refuses_to_start_while_a_dropped_tier_still_holds_its_record
     create_topic(&brokers, &topic, 1).await;
     let dropped = format!("{topic}-retry-1");
     create_topic(&brokers, &dropped, 1).await;
-    let written_by = |group: &str| {
-        let mut out = Out::new(0, "waiting");
-        out.headers.push((
-            kafka_dlq::dlq::spring::ORIGINAL_CONSUMER_GROUP
-                .as_bytes()
-                .to_vec(),
-            Some(group.as_bytes().to_vec()),
-        ));
-        out
-    };
     // Another service (group) on the same topic keeps writing its retry records there.
     produce(
         &brokers,
@@ -892,16 +894,6 @@ async fn a_consumer_refuses_to_start_while_a_removed_sources_retry_topic_holds_i
         .await
         .expect("starts");
     let retry = format!("{removed}-retry-0");
-    let written_by = |group: &str| {
-        let mut out = Out::new(0, "waiting");
-        out.headers.push((
-            kafka_dlq::dlq::spring::ORIGINAL_CONSUMER_GROUP
-                .as_bytes()
-                .to_vec(),
-            Some(group.as_bytes().to_vec()),
-        ));
-        out
-    };
     produce(&brokers, &retry, vec![written_by("shipping")]).await;
     let only_kept = ConsumerConfig {
         retry_topic_delays_ms: "600000".parse().unwrap(),
