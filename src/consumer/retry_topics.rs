@@ -162,7 +162,9 @@ fn unread_topics(
     group: &str,
 ) -> Vec<(String, Option<u32>, Option<String>)> {
     use crate::record::retry::{parse_topic, redrive_topic};
-    let exists = |name: &str| cluster.contains(&name);
+    // A cluster may have thousands of topics: each name is looked up, never searched for.
+    let names: std::collections::HashSet<&str> = cluster.iter().copied().collect();
+    let exists = |name: &str| names.contains(name);
     let configured = |source: &str| sources.iter().any(|s| s == source);
     let redrive_suffix = format!("-redrive-{group}");
     // Every name a removed source may have: topics themselves, the sources of retry topics,
@@ -189,7 +191,7 @@ fn unread_topics(
         };
         if configured(source) && tier >= tiers {
             unread.push((name.to_string(), Some(tier), None));
-        } else if removed.contains(&source) {
+        } else if removed.binary_search(&source).is_ok() {
             unread.push((name.to_string(), Some(tier), Some(source.to_string())));
         }
     }
