@@ -740,22 +740,6 @@ async fn the_monitor_names_a_dead_letter_topic_that_does_not_exist_in_one_line()
     assert_eq!(said(), 1, "said once, not at every check");
 }
 
-/// Deletes the records of `topic`'s partition 0 before `offset`, as retention does.
-async fn delete_before(brokers: &str, topic: &str, offset: i64) {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
-        .unwrap();
-    admin
-        .delete_records(&tpl, &AdminOptions::new())
-        .await
-        .expect("records deleted");
-}
-
 /// Dead letters that retention deletes before anyone replayed them are gone, unhandled: the
 /// monitor says they expired and counts them, and never calls that *went down* or *resolved*.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

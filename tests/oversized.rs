@@ -15,7 +15,7 @@ use rdkafka::Message;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Creates `dlq` with a 4 KiB record limit, too small for the tests' records even detached.
-async fn create_small_dlq(brokers: &str, dlq: &str) -> AdminClient<DefaultClientContext> {
+async fn create_small_dlq(brokers: &str, dlq: &str) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
@@ -30,7 +30,6 @@ async fn create_small_dlq(brokers: &str, dlq: &str) -> AdminClient<DefaultClient
     {
         r.unwrap();
     }
-    admin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +112,7 @@ async fn a_reference_from_a_retry_tier_is_filled_in_from_its_retry_copy_once_the
     let dlq = format!("{topic}-dlt");
     let group = unique("g");
     create_topic(&brokers, &topic, 1).await;
-    let admin = create_small_dlq(&brokers, &dlq).await;
+    create_small_dlq(&brokers, &dlq).await;
     let value: Vec<u8> = [b"always".as_slice(), &[0xcd; 20_000]].concat();
     let huge = Out {
         partition: 0,
@@ -143,13 +142,7 @@ async fn a_reference_from_a_retry_tier_is_filled_in_from_its_retry_copy_once_the
     );
 
     // The source topic's retention takes the original.
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(1))
-        .unwrap();
-    admin
-        .delete_records(&tpl, &AdminOptions::new())
-        .await
-        .unwrap();
+    delete_before(&brokers, &topic, 1).await;
 
     let (code, shown, err) = cli(&[
         "dlq",

@@ -800,7 +800,6 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_stays_outstanding() {
-    use rdkafka::admin::{AdminClient, AdminOptions};
     let brokers = brokers();
     let topic = unique("gone");
     let dlq = format!("{topic}-dlt");
@@ -819,18 +818,7 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
     let reference = letter_of(&envelope.reference());
     produce(&brokers, &dlq, vec![reference, letter(&topic, 1, "small")]).await;
     // Retention passes over the source's first record.
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    let mut up_to = rdkafka::TopicPartitionList::new();
-    up_to
-        .add_partition_offset(&topic, 0, rdkafka::Offset::Offset(1))
-        .unwrap();
-    admin
-        .delete_records(&up_to, &AdminOptions::new())
-        .await
-        .expect("delete records");
+    delete_before(&brokers, &topic, 1).await;
 
     let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");

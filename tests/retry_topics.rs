@@ -830,7 +830,6 @@ async fn created_topics_outlive_their_records_and_a_retry_topic_that_would_not_r
 /// record, not at the end past every one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_partition_committed_before_its_log_start_starts_at_its_first_record() {
-    use rdkafka::admin::{AdminClient, AdminOptions};
     let brokers = brokers();
     let topic = unique("tier-expired-position");
     let group = unique("g");
@@ -845,17 +844,7 @@ async fn a_retry_partition_committed_before_its_log_start_starts_at_its_first_re
     .await;
     commit(&brokers, &group, &retry_topic, 1);
     // Retention took offsets 0 and 1: the committed offset 1 is before the log start 2.
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&retry_topic, 0, rdkafka::Offset::Offset(2))
-        .unwrap();
-    admin
-        .delete_records(&tpl, &AdminOptions::new())
-        .await
-        .unwrap();
+    delete_before(&brokers, &retry_topic, 2).await;
     let config = ConsumerConfig {
         auto_offset_reset: "latest".into(),
         retry_topic_delays_ms: "1000".parse().unwrap(),

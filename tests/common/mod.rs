@@ -521,3 +521,19 @@ pub fn break_first_batch(kafka: &Kafka, topic: &str, partition: i32) {
     file.seek(SeekFrom::Start(0)).unwrap();
     file.write_all(&bytes).unwrap();
 }
+
+/// Deletes the records of `topic`'s partition 0 before `offset`, as retention does.
+pub async fn delete_before(brokers: &str, topic: &str, offset: i64) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    admin
+        .delete_records(&tpl, &AdminOptions::new())
+        .await
+        .expect("records deleted");
+}
