@@ -192,6 +192,13 @@ impl ConsumerConfig {
         })
     }
 
+    /// Records one fetch of a share-group member acquires: `share_acquire_records`, or
+    /// `max_in_flight` when that is more (a member never has fewer records than it may handle
+    /// at once).
+    pub fn share_fetch_records(&self) -> usize {
+        self.share_acquire_records.max(self.max_in_flight)
+    }
+
     /// The outage breaker's policy; `None` when `breaker_failure_ratio` is 0.
     pub fn breaker(&self) -> Option<crate::breaker::BreakerPolicy> {
         (self.breaker_failure_ratio > 0.0).then_some(crate::breaker::BreakerPolicy {

@@ -250,9 +250,15 @@ settings! {
         /// `batch_size` 1.
         ordering: Ordering = Ordering::Partition, env "KAFKA_DLQ_ORDERING";
         /// With `ordering = "key"`: records of one partition in the handler at once. With
-        /// `consumption = "share"`: records acquired by one fetch (its `max_poll_records`),
-        /// all in the handler at once; the next fetch waits until every one is acknowledged.
+        /// `consumption = "share"`: records of one member in the handler at once, out of
+        /// those its fetch acquired (`share_acquire_records`).
         max_in_flight: usize = 64, env "KAFKA_DLQ_MAX_IN_FLIGHT";
+        /// With `consumption = "share"`: records one fetch acquires (its `max_poll_records`,
+        /// a hard limit), at least `max_in_flight`. They are handed to the handler
+        /// `max_in_flight` at a time, the locks of those still waiting renewed; the next
+        /// fetch waits until every one is acknowledged, and carries their acknowledgements.
+        /// 1 to 10000.
+        share_acquire_records: usize = 16, env "KAFKA_DLQ_SHARE_ACQUIRE_RECORDS";
         /// Most records given to a `BatchHandler` call; the sidecar posts a JSON array of
         /// records when it is over 1 (a `Handler` always gets one record at a time).
         batch_size: usize = 1, env "KAFKA_DLQ_BATCH_SIZE";

@@ -296,10 +296,32 @@ fn a_share_group_refuses_what_it_cannot_do_naming_the_setting() {
             },
             "max_in_flight",
         ),
+        (
+            ConsumerConfig {
+                share_acquire_records: 0,
+                ..share()
+            },
+            "share_acquire_records",
+        ),
     ];
     for (config, key) in cases {
         let err = config.validate().unwrap_err();
         assert_eq!(err.key, key, "{err}");
         assert!(err.to_string().contains("share"), "{err}");
     }
+}
+
+#[test]
+fn a_share_fetch_acquires_its_batch_and_never_fewer_than_may_be_in_flight() {
+    let one_at_a_time = ConsumerConfig {
+        max_in_flight: 1,
+        ..ConsumerConfig::default()
+    };
+    assert_eq!(one_at_a_time.share_fetch_records(), 16);
+    let wide = ConsumerConfig {
+        max_in_flight: 64,
+        share_acquire_records: 16,
+        ..ConsumerConfig::default()
+    };
+    assert_eq!(wide.share_fetch_records(), 64);
 }

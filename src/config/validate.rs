@@ -253,7 +253,14 @@ impl ConsumerConfig {
             return Err(ConfigError::new(
                 "max_in_flight",
                 self.max_in_flight,
-                "must be 1 to 10000 with consumption = \"share\" (records acquired per fetch)",
+                "must be 1 to 10000 with consumption = \"share\" (records of a member in the handler at once)",
+            ));
+        }
+        if !(1..=10_000).contains(&self.share_acquire_records) {
+            return Err(ConfigError::new(
+                "share_acquire_records",
+                self.share_acquire_records,
+                "must be 1 to 10000 (records one fetch of a share-group member acquires)",
             ));
         }
         Ok(())
