@@ -82,6 +82,15 @@ pub(crate) fn renewal_interval(lock: Duration) -> Duration {
 /// `share.record.lock.duration.ms`).
 pub(crate) const DEFAULT_LOCK: Duration = Duration::from_secs(30);
 
+/// How long a settled record's acknowledgement waits for the next fetch to carry it while
+/// other records of its fetch are still being handled: 100 ms, so that a batch of quick calls
+/// is acknowledged by one fetch where each would otherwise cost a request of its own; never
+/// more than a quarter of the lock `lock`, which is no longer renewed once the record is
+/// settled.
+pub(crate) fn ack_linger(lock: Duration) -> Duration {
+    Duration::from_millis(100).min(lock / 4)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +145,18 @@ mod tests {
                 Ending::Release
             );
         }
+    }
+
+    #[test]
+    fn a_settled_records_acknowledgement_waits_well_within_its_lock() {
+        assert_eq!(
+            ack_linger(Duration::from_secs(30)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            ack_linger(Duration::from_millis(200)),
+            Duration::from_millis(50)
+        );
     }
 
     #[test]

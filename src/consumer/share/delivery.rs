@@ -37,8 +37,8 @@ pub(crate) struct Member<H> {
     /// Whether each handler call runs in a `handle` span.
     pub trace_records: bool,
     /// `max_in_flight` permits: a record holds one from its first call to its last (its
-    /// backoff included). A fetch can hand over more records than that (to end at a producer
-    /// batch's boundary); those wait, their locks renewed.
+    /// backoff included). A fetch acquires `share_acquire_records`, often more than that;
+    /// the others wait, their locks renewed.
     pub in_flight: tokio::sync::Semaphore,
     /// The source topics, whose redrive topics the member reads too.
     pub sources: Vec<String>,
@@ -65,11 +65,12 @@ enum Calls {
 }
 
 /// Settles `acquired`: calls the handler (retrying transient failures with backoff) while its
-/// lock is renewed every half lock, then acknowledges it and returns the acknowledgement.
-/// `stop` (shutdown) ends a wait — backoff, the breaker's permit, a dead-letter write being
-/// retried — with RELEASE: the record is delivered again, to this member's successor or
-/// another member. A call in progress is never cut short here (the member's shutdown deadline
-/// drops it, and releases the record).
+/// lock is renewed every half lock — from the moment it is acquired, so also while it waits
+/// for one of the `max_in_flight` permits — and returns the acknowledgement it ends with, for
+/// the member loop to send. `stop` (shutdown) ends a wait — for a permit, backoff, the
+/// breaker's permit, a dead-letter write being retried — with RELEASE: the record is
+/// delivered again, to this member's successor or another member. A call in progress is
+/// never cut short here (the member's shutdown deadline drops it, and releases the record).
 pub(crate) async fn settle<H: BatchHandler>(
     member: &Member<H>,
     client: &dyn ShareClient,
@@ -144,13 +145,11 @@ pub(crate) async fn settle<H: BatchHandler>(
             }
         }
     };
-    let ack = tokio::select! {
+    tokio::select! {
         biased;
         ack = work => ack,
         never = keep_lock(client, &member.metrics, acquired) => match never {},
-    };
-    acknowledge(client, &member.metrics, acquired, ack);
-    ack
+    }
 }
 
 /// Whether delivery `delivery` is the group's last for a record (`share_dlq = "ours"` with a

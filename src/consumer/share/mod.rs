@@ -24,9 +24,11 @@
 //! (the sidecar sends `X-Kafka-Delivery-Count`).
 //!
 //! # Concurrency
-//! A member acquires up to `max_in_flight` records per fetch and settles them all at once; it
-//! fetches again once every one is acknowledged. More throughput comes from more members —
-//! on one partition, which is what share groups are for.
+//! A member acquires up to `share_acquire_records` records per fetch (at least
+//! `max_in_flight`) and hands them to the handler `max_in_flight` at a time, the locks of
+//! those waiting renewed; it fetches again once every one is settled, and that fetch carries
+//! their acknowledgements (those of a batch slower than 100 ms go alone before it). More
+//! throughput comes from more members — on one partition, which is what share groups are for.
 //!
 //! # Outage breaker
 //! When most calls fail transiently the breaker opens: no more records are acquired, those in

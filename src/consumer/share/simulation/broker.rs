@@ -49,6 +49,8 @@ pub(super) struct Partition {
     pub killed: Vec<usize>,
     /// Records a handler call succeeded for, with how many successful calls.
     pub handled: HashMap<usize, u32>,
+    /// The delivery of each record its last successful call was made in.
+    pub handled_in: HashMap<usize, u16>,
     /// Records whose dead letter was acknowledged.
     pub dead_lettered: HashMap<usize, u32>,
     /// Handler calls in progress, by record: the member making it.
@@ -89,6 +91,7 @@ impl PartitionRef {
             next_token: 0,
             killed: Vec::new(),
             handled: HashMap::new(),
+            handled_in: HashMap::new(),
             dead_lettered: HashMap::new(),
             in_call: HashMap::new(),
             calls: HashMap::new(),
@@ -275,6 +278,12 @@ impl ShareClient for SimClient {
                 }
             }
             Ack::Release => {
+                if p.handled_in.get(&record) == Some(&p.slots[record].deliveries) {
+                    p.violations.push(format!(
+                        "record {record} released by member {} after it was handled in this delivery",
+                        self.member
+                    ));
+                }
                 if self.breaker.is_open() && !self.stop.is_cancelled() {
                     p.violations.push(format!(
                         "record {record} released by member {} while its breaker was open (an outage is not the record's fault)",

@@ -123,7 +123,10 @@ impl BatchHandler for SimHandler {
             }
         };
         if result.is_ok() {
-            *self.partition.lock().handled.entry(record).or_default() += 1;
+            let mut p = self.partition.lock();
+            *p.handled.entry(record).or_default() += 1;
+            let delivery = p.slots[record].deliveries;
+            p.handled_in.insert(record, delivery);
         }
         drop(guard);
         result

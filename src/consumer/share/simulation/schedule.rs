@@ -71,7 +71,9 @@ struct Setup {
 }
 
 impl Setup {
-    fn start(&self, index: usize, max: usize) -> Running {
+    /// Starts member `index`, acquiring up to `size.acquire` records per fetch and handling
+    /// `size.in_flight` of them at once.
+    fn start(&self, index: usize, size: Size) -> Running {
         let breaker = Arc::new(Breaker::new(self.breaker.then(|| BreakerPolicy {
             window: Duration::from_secs(5),
             min_calls: 4,
@@ -83,7 +85,7 @@ impl Setup {
         let client = Arc::new(SimClient {
             partition: self.partition.clone(),
             member: index,
-            max,
+            max: size.acquire,
             breaker: breaker.clone(),
             stop: stop.clone(),
             outstanding: Default::default(),
@@ -115,7 +117,7 @@ impl Setup {
                 self.known_limit,
             ),
             trace_records: false,
-            in_flight: tokio::sync::Semaphore::new(max),
+            in_flight: tokio::sync::Semaphore::new(size.in_flight),
             sources: vec![TOPIC.to_string()],
             group: "workers".to_string(),
         });
@@ -126,6 +128,26 @@ impl Setup {
             self.shutdown_timeout,
         ));
         Running { index, stop, task }
+    }
+}
+
+/// A member's fetch size and concurrency.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    acquire: usize,
+    in_flight: usize,
+}
+
+impl Size {
+    /// Drawn as members are configured: often a batch handled one record at a time (the
+    /// others waiting, their locks renewed), sometimes all at once.
+    fn draw(rng: &mut fastrand::Rng) -> Size {
+        let in_flight = rng.usize(1..=4);
+        let acquire = match rng.u8(0..3) {
+            0 => in_flight,
+            _ => rng.usize(in_flight..=16),
+        };
+        Size { acquire, in_flight }
     }
 }
 
@@ -199,7 +221,7 @@ async fn run_schedule(seed: u64) -> Result<Report, String> {
     let mut next_index = 0;
     let mut live: Vec<Running> = Vec::new();
     for _ in 0..rng.usize(1..=3) {
-        live.push(setup.start(next_index, rng.usize(1..=4)));
+        live.push(setup.start(next_index, Size::draw(&mut rng)));
         next_index += 1;
     }
     let mut kills = 0;
@@ -223,7 +245,7 @@ async fn run_schedule(seed: u64) -> Result<Report, String> {
                 stop(&setup, m).await?;
             }
             2 => {
-                live.push(setup.start(next_index, rng.usize(1..=4)));
+                live.push(setup.start(next_index, Size::draw(&mut rng)));
                 next_index += 1;
             }
             3 => partition.lock().downstream_down = true,
@@ -232,7 +254,7 @@ async fn run_schedule(seed: u64) -> Result<Report, String> {
     }
     partition.lock().downstream_down = false;
     if live.is_empty() {
-        live.push(setup.start(next_index, rng.usize(1..=4)));
+        live.push(setup.start(next_index, Size::draw(&mut rng)));
     }
     // Every record settles: each delivery takes at most its retries' backoff (a few seconds),
     // a slow call (9 s), a dead letter (8 s) and a lock (3 s), and there are at most 5.
