@@ -246,9 +246,19 @@ pub struct Consumer<H: BatchHandler> {
 
 impl<H: BatchHandler> Consumer<H> {
     /// Checks `config` and creates the Kafka consumer and the dead-letter producer. Nothing
-    /// connects yet; brokers that are down are not an error here.
+    /// connects yet; brokers that are down are not an error here. A `config` that says
+    /// `consumption = "share"` is refused: that is `ShareConsumer`'s (joining a
+    /// consumer group instead would consume as another kind of group without a word).
     pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, ConsumerError> {
         config.validate()?;
+        if config.consumption != crate::config::Consumption::Group {
+            return Err(crate::ConfigError::new(
+                "consumption",
+                config.consumption,
+                "Consumer joins a consumer group: set consumption = \"group\" (or use ShareConsumer, feature `share`)",
+            )
+            .into());
+        }
         let partitions: Partitions = Arc::new(Mutex::new(HashMap::new()));
         let metrics = Metrics::for_group(&config.group_id);
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
@@ -477,5 +487,32 @@ impl<H: BatchHandler> Consumer<H> {
         let (shared, consumer) = (self.shared, self.consumer);
         let _ = tokio::task::spawn_blocking(move || drop((shared, consumer))).await;
         tracing::info!(event = "shutdown_complete");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+
+    impl crate::Handler for Nothing {
+        async fn handle(&self, _record: &crate::Record) -> Result<(), crate::HandlerError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_consumer_refuses_a_share_group_config_rather_than_joining_a_consumer_group() {
+        let config = ConsumerConfig {
+            consumption: crate::config::Consumption::Share,
+            max_in_flight: 1,
+            ..ConsumerConfig::new("127.0.0.1:9", "couriers", ["parcels"])
+        };
+        let Err(ConsumerError::Config(error)) = Consumer::new(config, Nothing) else {
+            panic!("a share-group config is refused");
+        };
+        assert_eq!(error.key, "consumption", "{error}");
+        assert!(error.to_string().contains("ShareConsumer"), "{error}");
     }
 }
