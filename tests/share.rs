@@ -467,6 +467,127 @@ async fn a_call_slower_than_the_lock_keeps_its_record() {
     );
 }
 
+/// The records of one batch: `slow-0` first (8 s, past the 3 s lock), then four `job`s.
+fn slow_batch() -> Vec<String> {
+    std::iter::once("slow-0".to_string())
+        .chain((1..=4).map(|i| format!("job-{i}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_waiting_their_turn_behind_a_slow_call_keep_their_locks() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    // Written before any member joins: the first fetch acquires all five.
+    produce(&brokers, &topic, values(&slow_batch())).await;
+    let downstream = Downstream::default();
+    let one_at_a_time = ["--max-in-flight", "1", "--share-acquire-records", "8"];
+    let a = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &one_at_a_time,
+    );
+    assert!(
+        eventually(WAIT, || downstream.calls_of("slow-0").len() == 1).await,
+        "slow-0 is called"
+    );
+    // A second member, idle: it would be given any job whose lock ran out while it waited
+    // behind slow-0.
+    let b = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(1).await,
+        &one_at_a_time,
+    );
+    b.ready().await;
+    assert!(
+        eventually(WAIT, || downstream.calls().len() >= 5).await,
+        "every record is called"
+    );
+    // Two locks more: nothing is delivered again.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let calls = downstream.calls();
+    let mut seen: Vec<String> = calls.iter().map(|c| c.value.clone()).collect();
+    seen.sort();
+    let mut batch = slow_batch();
+    batch.sort();
+    assert_eq!(seen, batch, "each record called once: {calls:?}");
+    assert!(
+        calls.iter().all(|c| c.member == 0 && c.delivery == 1),
+        "all by member 0 on their first delivery, one after another: {calls:?}"
+    );
+    let renewed = a
+        .metric("kafka_dlq_share_acknowledgements_total", "ack=\"renew\"")
+        .await;
+    assert!(
+        renewed >= 8.0,
+        "the four waiting jobs' locks renewed as well as slow-0's: {renewed}"
+    );
+    a.stop().await;
+    b.stop().await;
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &topic, 5).await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_killed_mid_batch_has_the_whole_batch_delivered_to_another() {
+    let brokers = share_brokers();
+    let topic = unique("parcels");
+    let group = unique("couriers");
+    create_topic(&brokers, &topic, 1).await;
+    // Member 0's downstream never answers `hang-0`: the jobs behind it wait their turn.
+    let batch: Vec<String> = std::iter::once("hang-0".to_string())
+        .chain((1..=4).map(|i| format!("job-{i}")))
+        .collect();
+    produce(&brokers, &topic, values(&batch)).await;
+    let downstream = Downstream::default();
+    let one_at_a_time = ["--max-in-flight", "1", "--share-acquire-records", "8"];
+    let mut a = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(0).await,
+        &one_at_a_time,
+    );
+    assert!(
+        eventually(WAIT, || downstream.calls_of("hang-0").len() == 1).await,
+        "member 0 calls for hang-0"
+    );
+    let b = member(
+        &brokers,
+        &group,
+        &topic,
+        &downstream.url(1).await,
+        &one_at_a_time,
+    );
+    b.ready().await;
+    a.child.start_kill().unwrap(); // SIGKILL, mid-batch
+    a.child.wait().await.unwrap();
+    assert!(
+        eventually(WAIT, || downstream.calls().len() >= 6).await,
+        "the batch's locks expire and member 1 is given all of it: {:?}",
+        downstream.calls()
+    );
+    let calls = downstream.calls();
+    assert_eq!(calls.len(), 6, "hang-0 twice, each job once: {calls:?}");
+    assert!(
+        calls[1..].iter().all(|c| c.member == 1 && c.delivery == 2),
+        "the rest by member 1, on delivery 2: {calls:?}"
+    );
+    b.stop().await;
+    assert_eq!(
+        acknowledged_up_to(&brokers, &group, &topic, 5).await,
+        Some(0)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_killed_mid_call_has_its_record_delivered_to_another() {
     let brokers = share_brokers();
