@@ -120,6 +120,10 @@ pub struct Args {
     /// Runs of the share-group benchmark (the table gives the median and the spread).
     #[arg(long, default_value_t = 3)]
     share_runs: usize,
+    /// The share-group variants to run (default all): `share`, `java-share`, `share-16`,
+    /// `java-share-16`, `group`.
+    #[arg(long, value_delimiter = ',')]
+    share_variants: Vec<String>,
     /// Internal: run this one share-group variant on `--topic` and print its figures.
     #[arg(long, hide = true, requires = "topic")]
     run_share: Option<String>,
@@ -254,6 +258,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             &args.share_members,
             args.share_records,
             args.share_runs,
+            &args.share_variants,
             &peers,
         )
         .await;

@@ -6,10 +6,13 @@
 //! Beside each other, each in a process of its own on a topic of its own, `--share-runs` times
 //! (default 3), the table giving the median and the spread:
 //! - `kafka-dlq share`: `ShareConsumer`s (one per member, all in one process), one record at a
-//!   time per member (`max_in_flight` 1): the same concurrency as the Java peer;
+//!   time per member (`max_in_flight` 1) out of the 16 a fetch acquires
+//!   (`share_acquire_records`, its default): the same concurrency as the Java peer;
 //! - `kafka-dlq share, max_in_flight 16`: each member handles the 16 records of a fetch at once;
 //! - `KafkaShareConsumer`: kafka-clients 4.4 (`bench/peers/share-consumer`), one thread and
 //!   consumer per member, up to 16 records per poll handled one after another, each ACCEPTed;
+//! - `KafkaShareConsumer, 16 at once`: the same, a poll's records handed to 16 threads per
+//!   member and ACCEPTed once all are done;
 //! - `kafka-dlq group`: the consumer group on the same partition, for scale: one member works
 //!   it, however many run.
 
@@ -33,14 +36,15 @@ use crate::topic;
 const PRODUCER_BATCH: u32 = 16;
 
 /// The variants, by name (`--run-share <name>`).
-pub const VARIANTS: &[&str] = &["share", "share-16", "java-share", "group"];
+pub const VARIANTS: &[&str] = &["share", "java-share", "share-16", "java-share-16", "group"];
 
 /// What the table calls a variant.
 fn label(variant: &str) -> &'static str {
     match variant {
-        "share" => "kafka-dlq share",
+        "share" => "kafka-dlq share, one at a time",
         "share-16" => "kafka-dlq share, max_in_flight 16",
-        "java-share" => "KafkaShareConsumer (kafka-clients 4.4)",
+        "java-share" => "KafkaShareConsumer, one at a time",
+        "java-share-16" => "KafkaShareConsumer, 16 at once",
         _ => "kafka-dlq group (in order)",
     }
 }
@@ -52,13 +56,24 @@ pub async fn bench(
     members: &[usize],
     records: u64,
     runs: usize,
+    only: &[String],
     peers: &Peers,
 ) -> anyhow::Result<()> {
-    peers.ensure_built().await?;
+    if let Some(unknown) = only.iter().find(|v| !VARIANTS.contains(&v.as_str())) {
+        bail!("--share-variants: no variant {unknown} (the variants: {VARIANTS:?})");
+    }
+    let variants: Vec<&str> = VARIANTS
+        .iter()
+        .copied()
+        .filter(|v| only.is_empty() || only.iter().any(|o| o == v))
+        .collect();
+    if variants.iter().any(|v| v.starts_with("java-")) {
+        peers.ensure_built().await?;
+    }
     let mut results: Vec<((&str, usize), Vec<Figures>)> = Vec::new();
     for run in 0..runs {
         for &m in members {
-            for &variant in VARIANTS {
+            for &variant in &variants {
                 if variant == "group" && m != members[0] {
                     continue;
                 }
@@ -76,11 +91,11 @@ pub async fn bench(
                     PRODUCER_BATCH,
                 )
                 .await?;
-                let figures = if variant == "java-share" {
+                let figures = if let Some(scenario) = variant.strip_prefix("java-") {
                     peers
                         .run(PeerRun {
                             project: "share-consumer",
-                            scenario: "share",
+                            scenario,
                             brokers,
                             topic: &topic,
                             group: &group,

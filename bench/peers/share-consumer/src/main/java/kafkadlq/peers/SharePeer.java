@@ -5,6 +5,10 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -23,7 +27,11 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * with 1 ms of work, then ACCEPTed; at most {@code --max-poll} records per poll
  * ({@code share.acquire.mode=record_limit}, so that one member does not acquire a whole batch).
  * The group starts at the earliest record ({@code share.auto.offset.reset}, set first).
- * Prints the FIGURES line once {@code --expect} records are accepted.
+ * Scenario {@code share} handles a poll's records one after another; {@code share-16} hands
+ * them to a pool of 16 threads per member, waits for all, then ACCEPTs each on the polling
+ * thread ({@code KafkaShareConsumer} is not thread-safe): kafka-dlq's {@code max_in_flight}
+ * 16 as a Java user writes it. Prints the FIGURES line once {@code --expect} records are
+ * accepted.
  */
 public final class SharePeer {
     public static void main(String[] argv) throws Exception {
@@ -37,6 +45,7 @@ public final class SharePeer {
         long expect = Long.parseLong(args.get("expect"));
         int members = Integer.parseInt(args.getOrDefault("concurrency", "1"));
         int maxPoll = Integer.parseInt(args.getOrDefault("max-poll", "16"));
+        boolean concurrent = args.getOrDefault("scenario", "share").equals("share-16");
 
         Properties admin = new Properties();
         admin.put("bootstrap.servers", brokers);
@@ -50,6 +59,7 @@ public final class SharePeer {
         Measure measure = new Measure(expect);
         List<Thread> threads = new ArrayList<>();
         List<KafkaShareConsumer<byte[], byte[]>> consumers = new ArrayList<>();
+        List<ExecutorService> pools = new ArrayList<>();
         for (int m = 0; m < members; m++) {
             Properties props = new Properties();
             props.put("bootstrap.servers", brokers);
@@ -61,14 +71,33 @@ public final class SharePeer {
             props.put("value.deserializer", ByteArrayDeserializer.class.getName());
             KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props);
             consumers.add(consumer);
+            ExecutorService pool = concurrent ? Executors.newFixedThreadPool(16) : null;
+            pools.add(pool);
             Thread t = new Thread(() -> {
                 consumer.subscribe(List.of(topic));
                 try {
                     while (!Thread.currentThread().isInterrupted()) {
                         ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(500));
+                        if (pool == null) {
+                            for (ConsumerRecord<byte[], byte[]> record : records) {
+                                measure.started();
+                                Thread.sleep(1);
+                                consumer.acknowledge(record, AcknowledgeType.ACCEPT);
+                                measure.done();
+                            }
+                            continue;
+                        }
+                        List<Future<?>> calls = new ArrayList<>();
                         for (ConsumerRecord<byte[], byte[]> record : records) {
-                            measure.started();
-                            Thread.sleep(1);
+                            calls.add(pool.submit(() -> {
+                                measure.started();
+                                Thread.sleep(1);
+                                return null;
+                            }));
+                        }
+                        int i = 0;
+                        for (ConsumerRecord<byte[], byte[]> record : records) {
+                            calls.get(i++).get();
                             consumer.acknowledge(record, AcknowledgeType.ACCEPT);
                             measure.done();
                         }
@@ -77,6 +106,8 @@ public final class SharePeer {
                     // stopping
                 } catch (org.apache.kafka.common.errors.WakeupException e) {
                     // stopping
+                } catch (ExecutionException e) {
+                    throw new IllegalStateException(e);
                 } finally {
                     consumer.close(Duration.ofSeconds(5));
                 }
@@ -93,6 +124,11 @@ public final class SharePeer {
         for (Thread t : threads) {
             t.interrupt();
             t.join(10_000);
+        }
+        for (ExecutorService pool : pools) {
+            if (pool != null) {
+                pool.shutdownNow();
+            }
         }
         System.exit(done ? 0 : 1);
     }
