@@ -171,6 +171,8 @@ async fn bench_runs_the_share_group_benchmark_beside_the_java_share_consumer() {
         "share-share-2",
         "share-share-16-2",
         "share-java-share-2",
+        "share-java-share-16-1",
+        "share-java-share-16-2",
     ] {
         let line = stdout
             .lines()
