@@ -18,6 +18,11 @@
 //! not imports; a file's `#[cfg(test)] mod tests` is left out). Within a folder, its files and
 //! sub-folders must not form a cycle either (its `mod.rs` may use its children and they it).
 //! And the library alone (the default features) needs none of the application's dependencies.
+//!
+//! Every `select!` in the source is `biased;`: tokio picks the first ready branch of an
+//! unbiased one at random, and a simulated schedule would then not replay from its seed (the
+//! simulations' `a_seed_replays_the_same_trace` tests catch one that matters; this catches
+//! them all, tests included, before they matter).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -422,4 +427,46 @@ fn the_library_alone_depends_on_nothing_of_the_application() {
             "`{application}` is the application's; the library must not need it: {line}"
         );
     }
+}
+
+/// The `select!`s of `text` that are not `biased;`, as 1-based line numbers.
+fn unbiased_selects(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let is_code = |l: &str| {
+        let t = l.trim();
+        !t.is_empty() && !t.starts_with("//")
+    };
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| is_code(l) && l.contains("select! {"))
+        .filter(|(i, _)| {
+            let next = lines[i + 1..].iter().find(|l| is_code(l));
+            next.map(|l| l.trim()) != Some("biased;")
+        })
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn every_select_is_biased_so_that_a_seed_replays() {
+    let mut unbiased = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in unbiased_selects(&text) {
+            unbiased.push(format!("{}:{line}", file.display()));
+        }
+    }
+    assert!(
+        unbiased.is_empty(),
+        "select! without `biased;` (put the branch that must win first, e.g. the stop):\n{}",
+        unbiased.join("\n")
+    );
+}
+
+#[test]
+fn the_select_check_sees_past_comments_to_the_first_line() {
+    let text = "tokio::select! {\n    // why\n    biased;\n    _ = a => {}\n}\n\
+                tokio::select! {\n    _ = b => {}\n}\n// tokio::select! {\n";
+    assert_eq!(unbiased_selects(text), vec![6]);
 }

@@ -44,8 +44,9 @@ where
             Next::RetryNow => {}
             Next::RetryIn(wait) => {
                 tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
+                    biased;
                     _ = cancel.cancelled() => return Err(Stopped),
+                    _ = tokio::time::sleep(wait) => {}
                 }
             }
         }

@@ -249,6 +249,7 @@ impl Breaker {
             match wait {
                 Some(at) => {
                     tokio::select! {
+                        biased;
                         _ = notified => {}
                         _ = tokio::time::sleep_until(at) => {}
                     }

@@ -309,6 +309,7 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     async move {
         match (term, int) {
             (Ok(mut term), Ok(mut int)) => tokio::select! {
+                biased;
                 _ = int.recv() => tracing::info!(event = "signal_received", signal = "SIGINT"),
                 _ = term.recv() => tracing::info!(event = "signal_received", signal = "SIGTERM"),
             },

@@ -32,6 +32,7 @@ pub(super) async fn wait_until_admitted(
             tokio::task::spawn_blocking(move || connect::check(&config, ATTEMPT))
         };
         let refused = tokio::select! {
+            biased;
             _ = &mut shutdown => return false,
             checked = attempt => checked.expect("the connection check does not panic").err(),
         };
@@ -68,6 +69,7 @@ pub(super) async fn wait_until_admitted(
             }
         }
         tokio::select! {
+            biased;
             _ = &mut shutdown => return false,
             _ = tokio::time::sleep(AGAIN) => {}
         }

@@ -59,6 +59,7 @@ pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) 
         let mut delay = Duration::from_secs(1);
         loop {
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
             }

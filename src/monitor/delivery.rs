@@ -21,6 +21,7 @@ pub(super) async fn send_or_stop(
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> bool {
     tokio::select! {
+        biased;
         sent = tx.send(pending) => sent.is_ok(),
         _ = shutdown.as_mut() => false,
     }
@@ -45,8 +46,9 @@ pub(super) async fn deliver_all(
 ) {
     let (mut incident, mut positions) = restored;
     while let Some(pending) = tokio::select! {
-        p = rx.recv() => p,
+        biased;
         _ = stop.cancelled() => None,
+        p = rx.recv() => p,
     } {
         let message = pending.alert.message(&brokers, &links);
         let reply_to = incident.as_deref().filter(|_| notifier.has_threads());

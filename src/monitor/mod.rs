@@ -285,6 +285,7 @@ impl Monitor {
                     Err(e) => {
                         crate::kafka::warn_gated("monitor_poll_failed", &e, "polling again in 1 s");
                         tokio::select! {
+                            biased;
                             _ = &mut shutdown => break,
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         }

@@ -337,8 +337,9 @@ impl<F: FnMut(u64, u64, &Outcome)> Replaying<'_, F> {
             self.commit(sends, reader)?;
             let step = until.saturating_duration_since(tokio::time::Instant::now());
             tokio::select! {
-                _ = tokio::time::sleep(step.min(Duration::from_millis(10))) => {}
+                biased;
                 _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(step.min(Duration::from_millis(10))) => {}
             }
         }
         Ok(())

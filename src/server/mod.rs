@@ -50,6 +50,7 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
+            biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => {
                 let stream = match accepted {

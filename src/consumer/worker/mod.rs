@@ -100,8 +100,9 @@ pub(super) async fn run_worker<H: BatchHandler>(
     // partition may still be finishing its handler call.
     let reader = input.reader();
     let _lease = tokio::select! {
-        lease = reader.lock_owned() => lease,
+        biased;
         _ = cancel.cancelled() => return,
+        lease = reader.lock_owned() => lease,
     };
     // A retry or redrive topic's records are due one after another: always one at a time, in
     // order.

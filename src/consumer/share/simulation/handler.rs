@@ -176,6 +176,7 @@ impl ExitWriter for SimDeadLetters {
         Box::pin(async move {
             let mut writing = Writing(partition.clone(), index, false);
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => {
                     writing.2 = true;
                     return Err(crate::stopped::Stopped);
