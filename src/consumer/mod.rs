@@ -96,6 +96,8 @@ mod retry_topics;
 pub mod share;
 #[cfg(test)]
 mod simulated_panics;
+#[cfg(test)]
+mod simulated_trace;
 mod spare_records;
 mod topic_retention;
 mod undecodable;

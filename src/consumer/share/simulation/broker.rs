@@ -252,6 +252,9 @@ impl ShareClient for SimClient {
                         acquired.push(Acquired { record, token });
                     }
                     if !acquired.is_empty() {
+                        // For the trace a replayed seed is compared by.
+                        let records: Vec<i64> = acquired.iter().map(|a| a.record.offset).collect();
+                        tracing::debug!(member = self.member, ?records, "acquired");
                         return Ok(acquired);
                     }
                 }
@@ -296,6 +299,7 @@ impl ShareClient for SimClient {
         if ack != Ack::Renew {
             outstanding.remove(&token);
         }
+        tracing::debug!(member = self.member, record, ?ack, "acknowledged");
         // On its way: it arrives a little later (0 to 150 ms), or never if the member is
         // killed first.
         let delay = Duration::from_millis((token * 7_919 + ack as u64 * 31) % 150);

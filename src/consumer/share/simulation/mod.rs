@@ -67,6 +67,25 @@ fn share_members_lose_no_record_across_kills_stops_outages_and_slow_calls() {
     run_all(first..first + n.max(1));
 }
 
+/// A seed replays exactly: the same events, fields and simulated times, run twice.
+#[test]
+fn a_share_seed_replays_the_same_trace() {
+    crate::consumer::simulated_panics::quiet();
+    for seed in 0..20 {
+        let run = || crate::consumer::simulated_trace::traced(|| schedule::run(seed));
+        let ((first, once), (second, again)) = (run(), run());
+        assert!(
+            first.is_ok() && second.is_ok(),
+            "seed {seed} keeps the guarantees"
+        );
+        assert!(once.events > 0, "seed {seed} logged {} events", once.events);
+        assert_eq!(
+            once, again,
+            "share seed {seed} took another path the second time"
+        );
+    }
+}
+
 #[test]
 fn share_regressions_still_hold() {
     run_all(REGRESSIONS.iter().map(|(seed, _)| *seed));
