@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Command};
-use kafka_dlq::config::ConfigFile;
+use kafka_dlq::config::{Commands, ConfigFile};
 use kafka_dlq::ConfigError;
 
 /// Arguments that are not settings.
@@ -82,10 +82,100 @@ pub fn hide_env_values(command: Command) -> Command {
         .mut_subcommands(hide_env_values)
 }
 
+/// The settings of `kafka-dlq`'s commands that are not the consumer's
+/// (`ConsumerConfig::KEYS`), by the section of the config file that may hold them; top-level
+/// keys may be any of them. (The test below checks this table against the flags.)
+pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
+    (
+        "run",
+        &[
+            "share_group",
+            "target_url",
+            "target_proxy",
+            "request_timeout_ms",
+            "content_type",
+            "metrics_addr",
+            "otlp_endpoint",
+            "monitor",
+            "slack_webhook_url",
+            "slack_webhook_url_file",
+            "slack_token",
+            "slack_token_file",
+            "slack_channel",
+            "slack_api_url",
+            "window_ms",
+            "min_interval_ms",
+            "check_interval_ms",
+            "monitor_group_id",
+            "include_payloads",
+            "runbook_url",
+            "topic_link",
+        ],
+    ),
+    (
+        "monitor",
+        &[
+            "brokers",
+            "dlq_topics",
+            "slack_webhook_url",
+            "slack_webhook_url_file",
+            "slack_token",
+            "slack_token_file",
+            "slack_channel",
+            "slack_api_url",
+            "window_ms",
+            "min_interval_ms",
+            "check_interval_ms",
+            "monitor_group_id",
+            "include_payloads",
+            "runbook_url",
+            "topic_link",
+        ],
+    ),
+    (
+        "dlq",
+        &[
+            "brokers",
+            "dlq_topic",
+            "dlq_topic_template",
+            "source_topic",
+            "kind",
+            "since",
+            "until",
+            "id",
+            "json",
+            "limit",
+            "to",
+            "to_source",
+            "dry_run",
+            "rate",
+            "max_replays",
+            "group",
+            "source_partition",
+            "source_offsets",
+            "key",
+            "error_contains",
+            "error_matches",
+            "operator",
+            "audit_topic",
+        ],
+    ),
+];
+
+/// Top-level settings of the commands without a section: `log_format` of every command,
+/// `events` of `kafka-dlq demo` (its `brokers` and `json` are other commands' too).
+pub const OTHER_SETTINGS: &[&str] = &["log_format", "events"];
+
+/// What the config file may hold beside the consumer's settings: every command's.
+const COMMANDS: Commands<'static> = Commands {
+    sections: COMMAND_SETTINGS,
+    other: OTHER_SETTINGS,
+};
+
 /// Reads `path` with the library's reader ([`ConfigFile::read`], which checks every key) and
 /// sets its values as the defaults of `command`'s arguments, hidden from `--help`.
 pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues), ConfigError> {
-    let file = ConfigFile::read(path)?;
+    let file = ConfigFile::read(path, &COMMANDS)?;
     let leaves = leaf_commands(&command);
     // Which subcommand (path) gets which values: the top level's for every command that has
     // the setting, a section's for its commands, which win.
@@ -303,7 +393,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use clap::CommandFactory;
-    use kafka_dlq::config::{is_connection_setting, Security, COMMAND_SETTINGS, OTHER_SETTINGS};
+    use kafka_dlq::config::{is_connection_setting, Security};
     use kafka_dlq::ConsumerConfig;
 
     use super::*;
@@ -319,7 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn the_librarys_table_of_settings_is_the_command_lines() {
+    fn the_table_of_settings_is_the_command_lines() {
         let command = super::super::Cli::command();
         let leaves = leaf_commands(&command);
         let keys: BTreeSet<String> = ConsumerConfig::KEYS.iter().map(|k| k.to_string()).collect();
@@ -342,7 +432,7 @@ mod tests {
             }
             assert_eq!(
                 flags, listed,
-                "[{section}]: the command line's flags, the library's table"
+                "[{section}]: the command line's flags, the table"
             );
         }
         let mut others = ids(&command, &["demo".to_string()]);

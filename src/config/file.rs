@@ -1,9 +1,10 @@
 //! The configuration file: one TOML file, read by one reader, [`ConfigFile::read`], for the
-//! library ([`ConsumerConfig::from_file`]) and for every command of `kafka-dlq --config`.
+//! library ([`ConsumerConfig::from_file`]) and for every command of `kafka-dlq --config`
+//! (which passes its commands' settings, [`Commands`]).
 //!
-//! Top-level keys are settings of every command that has them (`brokers`); a `[run]`,
-//! `[monitor]` or `[dlq]` table holds settings of that command only; `[librdkafka]` holds raw
-//! librdkafka properties for every Kafka client. A key that no command there has, a table
+//! Top-level keys are settings of every command that has them (`brokers`); a section such as
+//! `[run]`, `[monitor]` or `[dlq]` holds settings of that command only; `[librdkafka]` holds
+//! raw librdkafka properties for every Kafka client. A key that no command there has, a table
 //! that is no section, or a value that is not a string, number, boolean or list of them is an
 //! error naming the file and the key: a misspelt `max_retires = 5` is never lost.
 
@@ -12,85 +13,28 @@ use std::path::Path;
 use super::{ConfigError, ConsumerConfig, Security};
 use crate::kafka::ClientOptions;
 
-/// The settings of `kafka-dlq`'s commands that are not the consumer's ([`ConsumerConfig::KEYS`]),
-/// by the section that may hold them; top-level keys may be any of them. (The command line's
-/// own test checks this table against its flags.)
-pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
-    (
-        "run",
-        &[
-            "share_group",
-            "target_url",
-            "target_proxy",
-            "request_timeout_ms",
-            "content_type",
-            "metrics_addr",
-            "otlp_endpoint",
-            "monitor",
-            "slack_webhook_url",
-            "slack_webhook_url_file",
-            "slack_token",
-            "slack_token_file",
-            "slack_channel",
-            "slack_api_url",
-            "window_ms",
-            "min_interval_ms",
-            "check_interval_ms",
-            "monitor_group_id",
-            "include_payloads",
-            "runbook_url",
-            "topic_link",
-        ],
-    ),
-    (
-        "monitor",
-        &[
-            "brokers",
-            "dlq_topics",
-            "slack_webhook_url",
-            "slack_webhook_url_file",
-            "slack_token",
-            "slack_token_file",
-            "slack_channel",
-            "slack_api_url",
-            "window_ms",
-            "min_interval_ms",
-            "check_interval_ms",
-            "monitor_group_id",
-            "include_payloads",
-            "runbook_url",
-            "topic_link",
-        ],
-    ),
-    (
-        "dlq",
-        &[
-            "brokers",
-            "dlq_topic",
-            "dlq_topic_template",
-            "source_topic",
-            "kind",
-            "since",
-            "until",
-            "id",
-            "json",
-            "limit",
-            "to",
-            "to_source",
-            "dry_run",
-            "rate",
-            "max_replays",
-            "group",
-            "source_partition",
-            "source_offsets",
-            "key",
-            "error_contains",
-            "error_matches",
-            "operator",
-            "audit_topic",
-        ],
-    ),
-];
+/// The settings of the commands that read the file beside the consumer, which
+/// [`ConfigFile::read`] accepts as well: by section (`run`, `monitor`, `dlq`, …: the settings
+/// of that command that are not the consumer's [`ConsumerConfig::KEYS`] nor connection
+/// settings), and the top-level settings of commands without a section. The library knows
+/// only the consumer's ([`Commands::CONSUMER`]); the `kafka-dlq` binary passes its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Commands<'a> {
+    /// Each section's name and the settings it may hold beyond the consumer's (the top level
+    /// may hold them too). `run` may hold the consumer's settings as well.
+    pub sections: &'a [(&'a str, &'a [&'a str])],
+    /// Settings only the top level holds.
+    pub other: &'a [&'a str],
+}
+
+impl Commands<'static> {
+    /// The consumer alone: its settings at the top level or in `[run]`, the connection
+    /// settings, `[librdkafka]`.
+    pub const CONSUMER: Commands<'static> = Commands {
+        sections: &[("run", &[])],
+        other: &[],
+    };
+}
 
 /// Whether `key` is a connection setting of every command that talks to Kafka (`run`,
 /// `monitor`, `dlq`, `demo`): a named one of [`Security`], or `kafka_options` (raw `KEY=VALUE`
@@ -98,10 +42,6 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
 pub fn is_connection_setting(key: &str) -> bool {
     Security::KEYS.contains(&key) || key == "kafka_options"
 }
-
-/// Top-level settings of the commands without a section: `log_format` of every command,
-/// `events` of `kafka-dlq demo` (its `brokers` and `json` are other commands' too).
-pub const OTHER_SETTINGS: &[&str] = &["log_format", "events"];
 
 /// One setting of a config file.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,9 +64,13 @@ pub struct ConfigFile {
 }
 
 impl ConfigFile {
-    /// Reads and checks the file at `path`. Errors name the file as the value and the setting
-    /// as the key (`run.max_retires`, or `config` for the file itself).
-    pub fn read(path: impl AsRef<Path>) -> Result<ConfigFile, ConfigError> {
+    /// Reads and checks the file at `path`, whose keys are the consumer's and `commands`'.
+    /// Errors name the file as the value and the setting as the key (`run.max_retires`, or
+    /// `config` for the file itself).
+    pub fn read(
+        path: impl AsRef<Path>,
+        commands: &Commands<'_>,
+    ) -> Result<ConfigFile, ConfigError> {
         let path = path.as_ref().display().to_string();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| ConfigError::new("config", &path, format!("cannot read it: {e}")))?;
@@ -146,9 +90,11 @@ impl ConfigFile {
                         file.librdkafka.insert(k, text);
                     }
                 }
-                (section, toml::Value::Table(values)) if section_keys(section).is_some() => {
+                (section, toml::Value::Table(values))
+                    if section_keys(commands, section).is_some() =>
+                {
                     for (k, v) in values {
-                        if !is_setting_of(section, &k) {
+                        if !is_setting_of(commands, section, &k) {
                             return Err(ConfigError::new(
                                 &format!("{section}.{k}"),
                                 &file.path,
@@ -159,17 +105,24 @@ impl ConfigFile {
                     }
                 }
                 (_, toml::Value::Table(_)) => {
+                    let sections: Vec<String> = commands
+                        .sections
+                        .iter()
+                        .map(|(name, _)| format!("[{name}]"))
+                        .chain(["[librdkafka]".to_string()])
+                        .collect();
                     return Err(ConfigError::new(
                         &key,
                         &file.path,
-                        "unknown section; expected [run], [monitor], [dlq] or [librdkafka]",
-                    ))
+                        format!("unknown section; expected one of {}", sections.join(", ")),
+                    ));
                 }
                 (_, value) => {
                     let known = ConsumerConfig::KEYS.contains(&key.as_str())
-                        || OTHER_SETTINGS.contains(&key.as_str())
+                        || commands.other.contains(&key.as_str())
                         || is_connection_setting(&key)
-                        || COMMAND_SETTINGS
+                        || commands
+                            .sections
                             .iter()
                             .any(|(_, keys)| keys.contains(&key.as_str()));
                     if !known || key == "librdkafka" {
@@ -278,29 +231,39 @@ impl ConfigFile {
 }
 
 /// The settings a section may hold, beyond the consumer's for `run`.
-fn section_keys(section: &str) -> Option<&'static [&'static str]> {
-    COMMAND_SETTINGS
+fn section_keys<'a>(commands: &Commands<'a>, section: &str) -> Option<&'a [&'a str]> {
+    commands
+        .sections
         .iter()
         .find(|(name, _)| *name == section)
         .map(|(_, keys)| *keys)
 }
 
-fn is_setting_of(section: &str, key: &str) -> bool {
+fn is_setting_of(commands: &Commands<'_>, section: &str, key: &str) -> bool {
     let consumer = section == "run" && ConsumerConfig::KEYS.contains(&key) && key != "librdkafka";
     consumer
-        || section_keys(section).is_some_and(|keys| keys.contains(&key))
+        || section_keys(commands, section).is_some_and(|keys| keys.contains(&key))
         || is_connection_setting(key)
 }
 
 impl ConsumerConfig {
-    /// Loads and validates the consumer's settings from the file that `kafka-dlq --config`
-    /// reads ([`ConfigFile::read`], which rejects a key no command has): its top-level keys
-    /// that are consumer settings ([`ConsumerConfig::KEYS`]), then those of `[run]`, which win;
-    /// the connection settings ([`Security`]) and `[librdkafka]` as the client options
-    /// ([`ConfigFile::client_options`]). The other commands' settings are left to them. A
-    /// value of the wrong type or a bad value is a [`ConfigError`] naming the setting.
+    /// Loads and validates the consumer's settings from a file of them
+    /// ([`ConfigFile::read`] with [`Commands::CONSUMER`], which rejects any other key): its
+    /// top-level keys that are consumer settings ([`ConsumerConfig::KEYS`]), then those of
+    /// `[run]`, which win; the connection settings ([`Security`]) and `[librdkafka]` as the
+    /// client options ([`ConfigFile::client_options`]). A value of the wrong type or a bad
+    /// value is a [`ConfigError`] naming the setting.
     pub fn from_file(path: impl AsRef<Path>) -> Result<ConsumerConfig, ConfigError> {
-        let file = ConfigFile::read(path)?;
+        Self::from_file_with(path, &Commands::CONSUMER)
+    }
+
+    /// [`ConsumerConfig::from_file`] of a file that other commands read too, whose settings
+    /// `commands` are: accepted where they belong, and left to those commands.
+    pub fn from_file_with(
+        path: impl AsRef<Path>,
+        commands: &Commands<'_>,
+    ) -> Result<ConsumerConfig, ConfigError> {
+        let file = ConfigFile::read(path, commands)?;
         let mut config = ConsumerConfig {
             librdkafka: file.client_options("run")?,
             ..ConsumerConfig::default()
@@ -335,6 +298,30 @@ mod tests {
     use super::*;
     use crate::config::Ordering;
 
+    /// Commands beside the consumer, as the binary passes its own.
+    const COMMANDS: Commands<'static> = Commands {
+        sections: &[
+            ("run", &["target_url"]),
+            ("monitor", &["slack_webhook_url", "dlq_topics"]),
+            ("dlq", &["rate"]),
+        ],
+        other: &["log_format"],
+    };
+
+    #[test]
+    fn the_consumer_alone_refuses_another_commands_setting_naming_it() {
+        let file = write(
+            "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n[run]\ntarget_url = \"http://x\"\n",
+        );
+        let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+        assert_eq!(error.key, "run.target_url", "{error}");
+        assert!(ConsumerConfig::from_file_with(file.path(), &COMMANDS).is_ok());
+        let file = write("[monitor]\ndlq_topics = [\"a\"]\n");
+        let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+        assert_eq!(error.key, "monitor", "{error}");
+        assert!(error.reason.contains("[run], [librdkafka]"), "{error}");
+    }
+
     fn write(text: &str) -> tempfile::NamedTempFile {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), text).unwrap();
@@ -366,7 +353,7 @@ retry_topic_delays_ms = [60000, 600000]
 slack_webhook_url = "https://hooks.slack.com/services/x"
 "#,
         );
-        let config = ConsumerConfig::from_file(file.path()).unwrap();
+        let config = ConsumerConfig::from_file_with(file.path(), &COMMANDS).unwrap();
         assert_eq!(config.brokers, "kafka-1:9092,kafka-2:9092");
         assert_eq!(config.group_id, "deliveries");
         assert_eq!(config.topics, vec!["parcel-events".to_string()]);
@@ -408,7 +395,7 @@ sasl_username = "monitor-user"
 "#,
             ca.path().display()
         ));
-        let config = ConsumerConfig::from_file(file.path()).unwrap();
+        let config = ConsumerConfig::from_file_with(file.path(), &COMMANDS).unwrap();
         let options = &config.librdkafka;
         assert_eq!(options.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(
@@ -423,7 +410,7 @@ sasl_username = "monitor-user"
         );
         assert_eq!(options.get("socket.keepalive.enable"), Some("true"));
         assert_eq!(options.setting_of("sasl.password"), Some("sasl_password"));
-        let read = ConfigFile::read(file.path()).unwrap();
+        let read = ConfigFile::read(file.path(), &COMMANDS).unwrap();
         let monitor = read.client_options("monitor").unwrap();
         assert_eq!(monitor.get("sasl.username"), Some("monitor-user"));
         assert_eq!(monitor.get("sasl.password"), Some("top,secret"));
@@ -431,7 +418,7 @@ sasl_username = "monitor-user"
         let file = write(
             "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nsasl_mechanism = \"PLAIN\"\n",
         );
-        let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+        let error = ConsumerConfig::from_file_with(file.path(), &COMMANDS).unwrap_err();
         assert_eq!(error.key, "sasl_mechanism");
         assert!(
             error.reason.contains(&file.path().display().to_string()),
@@ -444,7 +431,7 @@ sasl_username = "monitor-user"
         let file = write(
             "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nmax_retries = \"many\"\n",
         );
-        let error = ConsumerConfig::from_file(file.path())
+        let error = ConsumerConfig::from_file_with(file.path(), &COMMANDS)
             .unwrap_err()
             .to_string();
         assert!(error.contains("max_retries"), "{error}");
@@ -455,18 +442,18 @@ sasl_username = "monitor-user"
 
         let file =
             write("brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nordering = \"random\"\n");
-        let error = ConsumerConfig::from_file(file.path())
+        let error = ConsumerConfig::from_file_with(file.path(), &COMMANDS)
             .unwrap_err()
             .to_string();
         assert!(error.contains("ordering"), "{error}");
 
         let file = write("group_id = \"g\"\ntopics = [\"t\"]\n");
-        let error = ConsumerConfig::from_file(file.path())
+        let error = ConsumerConfig::from_file_with(file.path(), &COMMANDS)
             .unwrap_err()
             .to_string();
         assert!(error.contains("brokers"), "validated: {error}");
 
-        let error = ConsumerConfig::from_file("/nonexistent/kafka-dlq.toml")
+        let error = ConsumerConfig::from_file_with("/nonexistent/kafka-dlq.toml", &COMMANDS)
             .unwrap_err()
             .to_string();
         assert!(error.contains("config"), "{error}");
@@ -505,7 +492,7 @@ sasl_username = "monitor-user"
             let file = write(&format!(
                 "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n{text}"
             ));
-            let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+            let error = ConsumerConfig::from_file_with(file.path(), &COMMANDS).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
             assert_eq!(error.value, file.path().display().to_string(), "{text}");
             assert!(error.reason.contains(reason), "{text}: {error}");
@@ -519,9 +506,9 @@ sasl_username = "monitor-user"
              [run]\ntarget_url = \"http://localhost:8080\"\nbackoff_max_ms = 2000\n\
              [monitor]\ndlq_topics = [\"a-dlt\", \"b-dlt\"]\n[dlq]\nrate = 10\n",
         );
-        let config = ConsumerConfig::from_file(file.path()).unwrap();
+        let config = ConsumerConfig::from_file_with(file.path(), &COMMANDS).unwrap();
         assert_eq!(config.backoff_max, std::time::Duration::from_secs(2));
-        let read = ConfigFile::read(file.path()).unwrap();
+        let read = ConfigFile::read(file.path(), &COMMANDS).unwrap();
         let dlq_topics = read
             .settings()
             .iter()

@@ -25,7 +25,7 @@ mod validate;
 use crate::dlq::DlqTopic;
 pub use clients::{check_client, refused, ClientKind};
 pub use consumption::{Consumption, ShareDlq};
-pub use file::{is_connection_setting, ConfigFile, FileSetting, COMMAND_SETTINGS, OTHER_SETTINGS};
+pub use file::{is_connection_setting, Commands, ConfigFile, FileSetting};
 pub use raw_options::refuse_raw_option;
 pub use security::{check_options, merge_options, SaslMechanism, Security, SecurityProtocol};
 pub use settings::ConsumerConfig;
