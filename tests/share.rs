@@ -467,11 +467,17 @@ async fn a_call_slower_than_the_lock_keeps_its_record() {
     );
 }
 
-/// The records of one batch: `slow-0` first (8 s, past the 3 s lock), then four `job`s.
-fn slow_batch() -> Vec<String> {
-    std::iter::once("slow-0".to_string())
+/// The records of one batch: `first`, then four `job`s (500 ms each).
+fn batch_behind(first: &str) -> Vec<String> {
+    std::iter::once(first.to_string())
         .chain((1..=4).map(|i| format!("job-{i}")))
         .collect()
+}
+
+/// [`member`] acquiring up to 8 records a fetch and handling them one at a time.
+fn one_at_a_time(brokers: &str, group: &str, topic: &str, url: &str) -> Member {
+    let flags = ["--max-in-flight", "1", "--share-acquire-records", "8"];
+    member(brokers, group, topic, url, &flags)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -480,30 +486,18 @@ async fn records_waiting_their_turn_behind_a_slow_call_keep_their_locks() {
     let topic = unique("parcels");
     let group = unique("couriers");
     create_topic(&brokers, &topic, 1).await;
-    // Written before any member joins: the first fetch acquires all five.
-    produce(&brokers, &topic, values(&slow_batch())).await;
+    // Written before any member joins: the first fetch acquires all five, `slow-0` (8 s,
+    // past the 3 s lock) first.
+    produce(&brokers, &topic, values(&batch_behind("slow-0"))).await;
     let downstream = Downstream::default();
-    let one_at_a_time = ["--max-in-flight", "1", "--share-acquire-records", "8"];
-    let a = member(
-        &brokers,
-        &group,
-        &topic,
-        &downstream.url(0).await,
-        &one_at_a_time,
-    );
+    let a = one_at_a_time(&brokers, &group, &topic, &downstream.url(0).await);
     assert!(
         eventually(WAIT, || downstream.calls_of("slow-0").len() == 1).await,
         "slow-0 is called"
     );
     // A second member, idle: it would be given any job whose lock ran out while it waited
     // behind slow-0.
-    let b = member(
-        &brokers,
-        &group,
-        &topic,
-        &downstream.url(1).await,
-        &one_at_a_time,
-    );
+    let b = one_at_a_time(&brokers, &group, &topic, &downstream.url(1).await);
     b.ready().await;
     assert!(
         eventually(WAIT, || downstream.calls().len() >= 5).await,
@@ -514,7 +508,7 @@ async fn records_waiting_their_turn_behind_a_slow_call_keep_their_locks() {
     let calls = downstream.calls();
     let mut seen: Vec<String> = calls.iter().map(|c| c.value.clone()).collect();
     seen.sort();
-    let mut batch = slow_batch();
+    let mut batch = batch_behind("slow-0");
     batch.sort();
     assert_eq!(seen, batch, "each record called once: {calls:?}");
     assert!(
@@ -543,30 +537,14 @@ async fn a_member_killed_mid_batch_has_the_whole_batch_delivered_to_another() {
     let group = unique("couriers");
     create_topic(&brokers, &topic, 1).await;
     // Member 0's downstream never answers `hang-0`: the jobs behind it wait their turn.
-    let batch: Vec<String> = std::iter::once("hang-0".to_string())
-        .chain((1..=4).map(|i| format!("job-{i}")))
-        .collect();
-    produce(&brokers, &topic, values(&batch)).await;
+    produce(&brokers, &topic, values(&batch_behind("hang-0"))).await;
     let downstream = Downstream::default();
-    let one_at_a_time = ["--max-in-flight", "1", "--share-acquire-records", "8"];
-    let mut a = member(
-        &brokers,
-        &group,
-        &topic,
-        &downstream.url(0).await,
-        &one_at_a_time,
-    );
+    let mut a = one_at_a_time(&brokers, &group, &topic, &downstream.url(0).await);
     assert!(
         eventually(WAIT, || downstream.calls_of("hang-0").len() == 1).await,
         "member 0 calls for hang-0"
     );
-    let b = member(
-        &brokers,
-        &group,
-        &topic,
-        &downstream.url(1).await,
-        &one_at_a_time,
-    );
+    let b = one_at_a_time(&brokers, &group, &topic, &downstream.url(1).await);
     b.ready().await;
     a.child.start_kill().unwrap(); // SIGKILL, mid-batch
     a.child.wait().await.unwrap();

@@ -61,3 +61,14 @@ pub(crate) fn traced<T>(run: impl FnOnce() -> T) -> (T, Trace) {
     };
     (out, trace)
 }
+
+/// Runs the schedule `run` (named `what` in the failure) twice and checks that it kept the
+/// guarantees and logged the same trace both times.
+pub(crate) fn assert_replays<T, E: std::fmt::Display>(what: &str, run: impl Fn() -> Result<T, E>) {
+    let ((first, once), (second, again)) = (traced(&run), traced(&run));
+    if let Err(e) = first.and(second) {
+        panic!("{what} broke a guarantee: {e}");
+    }
+    assert!(once.events > 0, "{what} logged nothing");
+    assert_eq!(once, again, "{what} took another path the second time");
+}

@@ -72,17 +72,9 @@ fn share_members_lose_no_record_across_kills_stops_outages_and_slow_calls() {
 fn a_share_seed_replays_the_same_trace() {
     crate::consumer::simulated_panics::quiet();
     for seed in 0..20 {
-        let run = || crate::consumer::simulated_trace::traced(|| schedule::run(seed));
-        let ((first, once), (second, again)) = (run(), run());
-        assert!(
-            first.is_ok() && second.is_ok(),
-            "seed {seed} keeps the guarantees"
-        );
-        assert!(once.events > 0, "seed {seed} logged {} events", once.events);
-        assert_eq!(
-            once, again,
-            "share seed {seed} took another path the second time"
-        );
+        crate::consumer::simulated_trace::assert_replays(&format!("share seed {seed}"), || {
+            schedule::run(seed)
+        });
     }
 }
 

@@ -136,16 +136,9 @@ fn a_seed_replays_the_same_trace() {
     quiet_simulated_panics();
     let seeds = (0..20).map(|seed| (seed, Variant::Plain));
     for (seed, variant) in seeds.chain([(2, Variant::Redrive), (3, Variant::OtherGroup)]) {
-        let run = || crate::consumer::simulated_trace::traced(|| schedule::run(seed, variant));
-        let ((first, once), (second, again)) = (run(), run());
-        assert!(
-            first.is_ok() && second.is_ok(),
-            "seed {seed} keeps the guarantees"
-        );
-        assert!(once.events > 0, "seed {seed} logged {} events", once.events);
-        assert_eq!(
-            once, again,
-            "seed {seed} ({variant:?}) took another path the second time"
+        crate::consumer::simulated_trace::assert_replays(
+            &format!("seed {seed} ({variant:?})"),
+            || schedule::run(seed, variant),
         );
     }
 }
