@@ -256,8 +256,8 @@ settings! {
         /// With `consumption = "share"`: records one fetch acquires (its `max_poll_records`,
         /// a hard limit), at least `max_in_flight`. They are handed to the handler
         /// `max_in_flight` at a time, the locks of those still waiting renewed; the next
-        /// fetch waits until every one is acknowledged, and carries their acknowledgements.
-        /// 1 to 10000.
+        /// fetch waits until every one is acknowledged, and carries their ACCEPTs. 1 to
+        /// 10000.
         share_acquire_records: usize = 16, env "KAFKA_DLQ_SHARE_ACQUIRE_RECORDS";
         /// Most records given to a `BatchHandler` call; the sidecar posts a JSON array of
         /// records when it is over 1 (a `Handler` always gets one record at a time).
