@@ -30,7 +30,6 @@ mod error_message;
 pub(crate) use encoding::encode_payload;
 pub use encoding::Encoding;
 mod publisher;
-pub(crate) use publisher::{acknowledged, Sent};
 pub mod spring;
 mod topic;
 

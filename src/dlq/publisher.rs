@@ -4,13 +4,13 @@
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::{spring, DlqFormat, DlqTopic, Envelope, HEADER_ENVELOPE};
-use crate::backoff::{ExponentialBackoff, Next};
+use crate::backoff::ExponentialBackoff;
 use crate::failure::DeadLetterKind;
+use crate::kafka::send::{is_too_large, send_until_acknowledged, Failed, Sent, Written};
 use crate::kafka::LogContext;
 use crate::metrics::Metrics;
 use crate::record::Record;
@@ -137,22 +137,6 @@ struct Write {
     format: DlqFormat,
 }
 
-pub(crate) type Sent = Result<rdkafka::producer::DeliveryFuture, KafkaError>;
-
-/// How a write handed to the producer ended: the broker's acknowledgement or the error.
-pub(crate) async fn acknowledged(
-    sent: Sent,
-) -> Result<rdkafka::producer::future_producer::Delivery, KafkaError> {
-    match sent {
-        Ok(delivery) => match delivery.await {
-            Ok(Ok(delivery)) => Ok(delivery),
-            Ok(Err((error, _))) => Err(error),
-            Err(_) => Err(KafkaError::Canceled),
-        },
-        Err(error) => Err(error),
-    }
-}
-
 impl Write {
     /// The record's value, byte for byte (the inline envelope holds it exactly).
     fn original_value(&self) -> Option<Vec<u8>> {
@@ -191,7 +175,8 @@ impl Write {
     }
 
     /// Waits for `first` (sent in `form`) to be acknowledged, writing again (with backoff)
-    /// until a write is.
+    /// until a write is; a dead letter too large for the broker is written again at once in
+    /// the next, smaller form.
     async fn deliver(
         self,
         form: Form,
@@ -200,76 +185,70 @@ impl Write {
         metrics: Metrics,
         cancel: CancellationToken,
     ) -> Result<DeadLettered, Stopped> {
-        let too_large = &KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         let this = &self;
-        let metrics = &metrics;
-        // A write in flight is not cut short by `cancel` (that could dead-letter the record
-        // and consume it again); only the wait between writes is. The state: the form to
-        // write in, the write already handed to the producer (the first), the backoff.
-        let state = (form, Some(first), retry.delays());
-        let written = crate::backoff::retry(&cancel, state, |(mut form, sent, mut delays)| async move {
-            let result = acknowledged(sent.unwrap_or_else(|| this.send(form))).await;
-            let next = match result {
-                Ok(delivery) => {
-                    match form {
-                        Form::Inline => {}
-                        Form::Detached if this.format == DlqFormat::Spring => {}
-                        Form::Detached => {
-                            tracing::warn!(event = "dead_letter_detached", dlq_topic = %this.topic,
-                            envelope_bytes = this.inline.len(),
-                            "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header")
-                        }
-                        Form::Reference => {
-                            tracing::warn!(event = "dead_letter_reference", dlq_topic = %this.topic,
-                            envelope_bytes = this.inline.len(),
-                            "the record was too large for the dead-letter topic even without its envelope: the dead letter refers to it (payload_encoding \"reference\"); dlq show and replay read it from the source topic while it retains it")
-                        }
-                    }
-                    Next::Done(DeadLettered {
-                        topic: this.topic.clone(),
-                        partition: delivery.partition,
-                        offset: delivery.offset,
-                    })
-                }
-                Err(error) if error == *too_large && form != Form::Reference => {
-                    // Try at once in the next form: the detached one (no base64, no copy of
-                    // the value), then a reference (no value, no source headers).
-                    form = match form {
-                        Form::Inline => Form::Detached,
-                        _ => Form::Reference,
-                    };
-                    Next::RetryNow
-                }
-                Err(error) => {
-                    let delay = delays.next().expect("infrastructure backoff never ends");
-                    if error == *too_large {
-                        tracing::error!(
-                            event = "dlq_record_too_large",
-                            dlq_topic = %this.topic,
-                            reference_bytes = this.envelope.reference().to_vec().len(),
-                            retry_in_ms = delay.as_millis() as u64,
-                            "not even a reference to the record (no value, no headers) fits the dead-letter topic: its max.message.bytes is far too small; the partition does not advance until it fits"
-                        );
-                    } else {
-                        tracing::error!(
-                            event = "dlq_write_failed",
-                            dlq_topic = %this.topic,
-                            error = %error,
-                            retry_in_ms = delay.as_millis() as u64,
-                            "dead-letter write failed; the partition does not advance until it succeeds"
-                        );
-                    }
-                    metrics
-                        .dlq_write_failures
-                        .with_label_values(&[this.source_topic.as_str()])
-                        .inc();
-                    Next::RetryIn(delay)
-                }
-            };
-            ((form, None, delays), next)
+        let on_failure = |form: Form, error: &KafkaError| match form {
+            // The detached form (no base64, no copy of the value), then a reference (no
+            // value, no source headers).
+            Form::Inline if is_too_large(error) => Failed::Resend(Form::Detached),
+            Form::Detached if is_too_large(error) => Failed::Resend(Form::Reference),
+            _ => Failed::Later,
+        };
+        let on_wait = |_: Form, error: &KafkaError, delay: std::time::Duration| {
+            if is_too_large(error) {
+                tracing::error!(
+                    event = "dlq_record_too_large",
+                    dlq_topic = %this.topic,
+                    reference_bytes = this.envelope.reference().to_vec().len(),
+                    retry_in_ms = delay.as_millis() as u64,
+                    "not even a reference to the record (no value, no headers) fits the dead-letter topic: its max.message.bytes is far too small; the partition does not advance until it fits"
+                );
+            } else {
+                tracing::error!(
+                    event = "dlq_write_failed",
+                    dlq_topic = %this.topic,
+                    error = %error,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "dead-letter write failed; the partition does not advance until it succeeds"
+                );
+            }
+            metrics
+                .dlq_write_failures
+                .with_label_values(&[this.source_topic.as_str()])
+                .inc();
+        };
+        let written = send_until_acknowledged(
+            &cancel,
+            &retry,
+            form,
+            first,
+            |form| this.send(form),
+            on_failure,
+            on_wait,
+        )
+        .await?;
+        let (form, delivery) = match written {
+            Written::Acknowledged(form, delivery) => (form, delivery),
+            Written::GaveUp => unreachable!("a dead letter is written until it fits"),
+        };
+        match form {
+            Form::Inline => {}
+            Form::Detached if this.format == DlqFormat::Spring => {}
+            Form::Detached => {
+                tracing::warn!(event = "dead_letter_detached", dlq_topic = %this.topic,
+                envelope_bytes = this.inline.len(),
+                "the envelope was too large for the broker: the dead letter's value is the original value, the envelope is in its kafka_dlq-envelope header")
+            }
+            Form::Reference => {
+                tracing::warn!(event = "dead_letter_reference", dlq_topic = %this.topic,
+                envelope_bytes = this.inline.len(),
+                "the record was too large for the dead-letter topic even without its envelope: the dead letter refers to it (payload_encoding \"reference\"); dlq show and replay read it from the source topic while it retains it")
+            }
+        }
+        Ok(DeadLettered {
+            topic: this.topic.clone(),
+            partition: delivery.partition,
+            offset: delivery.offset,
         })
-        .await;
-        written
     }
 }
 

@@ -207,6 +207,7 @@ pub mod log_gate;
 pub mod msk_iam;
 mod refusal;
 mod secrets;
+pub(crate) mod send;
 pub mod topics;
 
 pub use client_options::ClientOptions;

@@ -6,13 +6,12 @@ use chrono::{DateTime, Utc};
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::FutureRecord;
-use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
 use super::retry_headers;
-use crate::backoff::Next;
 use crate::dlq::{DeadLetterPublisher, DeadLettered};
 use crate::failure::DeadLetterKind;
+use crate::kafka::send::{is_too_large, send_until_acknowledged, Failed, Sent, Written};
 use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -26,9 +25,6 @@ pub enum RetryWritten {
     /// In the dead-letter topic instead: the record was too large for the retry topic.
     DeadLettered(DeadLettered),
 }
-
-/// The retry topic refused the record as too large for it.
-struct TooLarge;
 
 impl DeadLetterPublisher {
     /// Hands `record` (the handler's view of it) to the producer for its retry topic of tier
@@ -51,47 +47,44 @@ impl DeadLetterPublisher {
         let this = self.clone();
         let record = record.clone();
         let topic = crate::record::retry::topic_name(record.source_topic(), tier);
-        let destination = topic.clone();
         // Handed to the producer now, so that retry records keep the partition's order.
         let first = send(&this, &topic, &headers, &record);
         async move {
-            let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
-            let state = (Some(first), this.retry.delays());
-            let (this_ref, too_large) = (&this, &too_large);
-            let (topic, headers, record_ref) = (&topic, &headers, &record);
-            let written = crate::backoff::retry(&cancel, state, |(sent, mut delays)| async move {
-                let sent = sent.unwrap_or_else(|| send(this_ref, topic, headers, record_ref));
-                let result = crate::dlq::acknowledged(sent).await;
-                let next = match result {
-                    Ok(delivery) => Next::Done(Ok(DeadLettered {
-                        topic: String::new(),
-                        partition: delivery.partition,
-                        offset: delivery.offset,
-                    })),
-                    Err(error) if error == *too_large => Next::Done(Err(TooLarge)),
-                    Err(error) => {
-                        let delay = delays.next().expect("infrastructure backoff never ends");
-                        tracing::error!(event = "retry_topic_write_failed", error = %error,
-                            retry_in_ms = delay.as_millis() as u64,
-                            "write to the retry topic failed; the partition does not advance past the record until it succeeds");
-                        this_ref
-                            .metrics
-                            .dlq_write_failures
-                            .with_label_values(&[record_ref.topic.as_str()])
-                            .inc();
-                        Next::RetryIn(delay)
+            let (this_ref, record_ref) = (&this, &record);
+            let on_wait = |_: (), error: &KafkaError, delay: std::time::Duration| {
+                tracing::error!(event = "retry_topic_write_failed", error = %error,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "write to the retry topic failed; the partition does not advance past the record until it succeeds");
+                this_ref
+                    .metrics
+                    .dlq_write_failures
+                    .with_label_values(&[record_ref.topic.as_str()])
+                    .inc();
+            };
+            let written = send_until_acknowledged(
+                &cancel,
+                &this.retry,
+                (),
+                first,
+                |()| send(this_ref, &topic, &headers, record_ref),
+                // A record too large for its retry topic is dead-lettered instead, below.
+                |(), error| {
+                    if is_too_large(error) {
+                        Failed::GiveUp
+                    } else {
+                        Failed::Later
                     }
-                };
-                ((None, delays), next)
-            })
-            .await
-            ?;
+                },
+                on_wait,
+            )
+            .await?;
             match written {
-                Ok(at) => Ok(RetryWritten::RetryTopic(DeadLettered {
-                    topic: destination,
-                    ..at
+                Written::Acknowledged((), at) => Ok(RetryWritten::RetryTopic(DeadLettered {
+                    topic,
+                    partition: at.partition,
+                    offset: at.offset,
                 })),
-                Err(TooLarge) => {
+                Written::GaveUp => {
                     tracing::error!(
                         event = "retry_record_too_large",
                         tier,
@@ -123,7 +116,7 @@ fn send(
     topic: &str,
     headers: &OwnedHeaders,
     record: &Record,
-) -> crate::dlq::Sent {
+) -> Sent {
     let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
     if let Some(value) = record.payload.as_deref() {
         out = out.payload(value);
