@@ -732,15 +732,17 @@ async fn retention_ms(brokers: &str, topic: &str) -> i64 {
         .unwrap()
 }
 
-/// Creates `topic` with `retention.ms`.
-async fn create_topic_keeping(brokers: &str, topic: &str, retention_ms: i64) {
+/// Creates `topic` (one partition) with the topic settings `settings`.
+async fn create_topic_with(brokers: &str, topic: &str, settings: &[(&str, &str)]) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
         .unwrap();
-    let retention = retention_ms.to_string();
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("retention.ms", &retention);
+    let new = settings.iter().fold(
+        NewTopic::new(topic, 1, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
     for r in admin
         .create_topics(&[new], &AdminOptions::new())
         .await
@@ -793,7 +795,12 @@ async fn created_topics_outlive_their_records_and_a_retry_topic_that_would_not_r
     // A retry topic someone made with 30 s, under a tier of 120 s.
     let short = unique("short");
     create_topic(&brokers, &short, 1).await;
-    create_topic_keeping(&brokers, &format!("{short}-retry-0"), 30_000).await;
+    create_topic_with(
+        &brokers,
+        &format!("{short}-retry-0"),
+        &[("retention.ms", "30000")],
+    )
+    .await;
     let config = ConsumerConfig {
         retry_topic_delays_ms: "120000".parse().unwrap(),
         ..test_config(&brokers, &unique("g"), &short)
@@ -910,4 +917,53 @@ async fn a_consumer_refuses_to_start_while_a_removed_sources_retry_topic_holds_i
         "{error}"
     );
     assert!(error.to_string().contains("put"), "{error}");
+}
+
+/// A record too large for its retry topic cannot wait there: it is dead-lettered at once,
+/// retries exhausted with the reason of its last call, and its partition goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_large_for_its_retry_topic_is_dead_lettered_instead() {
+    let brokers = brokers();
+    let topic = unique("tier-huge");
+    let group = unique("g");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // The retry record carries the source headers: 8 KiB of them do not fit 4 KiB.
+    create_topic_with(
+        &brokers,
+        &format!("{topic}-retry-0"),
+        &[("max.message.bytes", "4096")],
+    )
+    .await;
+    let mut huge = Out::new(0, "always");
+    huge.headers = vec![(b"trace".to_vec(), Some(vec![b'x'; 8 * 1024]))];
+    produce(&brokers, &topic, vec![huge, Out::new(0, "ok")]).await;
+    let handler = Seen::default();
+    let config = ConsumerConfig {
+        retry_topic_delays_ms: "300".parse().unwrap(),
+        max_retries: 0,
+        breaker_failure_ratio: 0.0,
+        ..test_config(&brokers, &group, &topic)
+    };
+    run_until(config, handler.clone(), || {
+        committed(&brokers, &group, &topic, 1).get(&0) == Some(&2)
+    })
+    .await;
+    assert_eq!(
+        handler.calls_of("always").len(),
+        1,
+        "never called from the tier"
+    );
+    assert_eq!(handler.calls_of("ok").len(), 1);
+    assert!(read_all(&brokers, &format!("{topic}-retry-0")).is_empty());
+    let dead = read_all(&brokers, &dlq);
+    assert_eq!(dead.len(), 1, "dead-lettered once");
+    let envelope = Envelope::from_slice(dead[0].payload().unwrap()).unwrap();
+    assert_eq!(
+        envelope.error.kind,
+        kafka_dlq::DeadLetterKind::RetriesExhausted
+    );
+    assert_eq!(envelope.error.message, "inventory service unavailable");
+    assert_eq!(envelope.source.offset, 0);
 }
