@@ -1,94 +1,30 @@
-//! The consumer's librdkafka context: rebalance callbacks and logs.
+//! The consumer's librdkafka context: rebalance callbacks (forwarded to `assignments.rs`),
+//! errors, statistics and logs.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::assignments::{Assignments, PartitionKey};
+use super::undecodable::Undecodable;
+use crate::metrics::Metrics;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::inbox::{Budget, Inbox};
-use super::spare_records::SpareRecords;
-use super::undecodable::Undecodable;
-use crate::metrics::Metrics;
-
-/// A topic and partition.
-pub(super) type PartitionKey = (String, i32);
-
-/// An assigned partition: the token that stops its worker, the one that says it was revoked,
-/// and its inbox.
-pub(super) struct PartitionSlot {
-    pub cancel: CancellationToken,
-    /// Cancelled when the assignment ends by revocation (not at shutdown, whose final commit
-    /// takes what the workers store while they finish): see [`Assigned::revoked`].
-    pub revoked: CancellationToken,
-    /// The records taken from librdkafka for this assignment, waiting for its worker.
-    pub inbox: Arc<Inbox>,
-}
-
-impl PartitionSlot {
-    /// Ends the assignment: stops its worker and drops what its inbox holds.
-    pub fn end(&self, metrics: &Metrics) {
-        self.revoked.cancel();
-        self.cancel.cancel();
-        metrics.buffered_bytes.sub(self.inbox.close() as i64);
-    }
-}
-
-/// The partitions that have a worker, shared by the rebalance callback (which adds, removes
-/// and stops them) and the poll loop (which fills their inboxes).
-pub(super) type Partitions = Arc<Mutex<HashMap<PartitionKey, PartitionSlot>>>;
-
-/// On assignment: gives each partition a fresh inbox and sends it to the poll loop, which
-/// starts the partition's worker; then resumes the partitions' fetches (a pause of an earlier
-/// assignment outlives its revocation in librdkafka). On revocation (or loss): stops their
-/// workers, abandoning records in backoff so that the new owner consumes them again, and
-/// commits the offsets stored so far.
+/// The consumer's librdkafka context. On assignment it hands the partitions to
+/// [`Assignments::assign`], then resumes their fetches (a pause of an earlier assignment
+/// outlives its revocation in librdkafka). On revocation (or loss) it ends them
+/// ([`Assignments::revoke`]) and commits the offsets stored so far.
 pub(super) struct RebalanceContext {
-    pub partitions: Partitions,
+    pub assignments: Arc<Assignments>,
     pub metrics: Metrics,
-    /// Where newly assigned partitions go.
-    pub assigned: mpsc::UnboundedSender<Assigned>,
-    /// Parent of every worker's token; cancelled at shutdown.
-    pub stop: CancellationToken,
-    /// Each partition's reader lease, kept for the consumer's life: the worker of a new
-    /// assignment of a partition starts once the worker of its revoked assignment has ended
-    /// (its handler call in progress finished).
-    pub readers: Mutex<HashMap<PartitionKey, Arc<tokio::sync::Mutex<()>>>>,
-    /// Counts rebalances (assignments and revocations): an inbox looked up before the last
-    /// one may be closed, and every share has changed.
-    pub rebalances: std::sync::atomic::AtomicU64,
-    /// What the inboxes may hold together: half of `max_buffered_bytes`.
-    pub budget: Arc<Budget>,
-    /// Settled records given back by the workers, for the poll loop to copy messages into.
-    pub spares: Arc<SpareRecords>,
     /// Batches librdkafka could not decode, and the partitions stopped at them.
     pub undecodable: Undecodable,
     /// Where and how the consumer connects (`<brokers> (SASL_SSL, SCRAM-SHA-512)`), for a
     /// refused connection's report.
     pub cluster: String,
-}
-
-/// A newly assigned partition, for the poll loop to start its worker.
-pub(super) struct Assigned {
-    pub topic: String,
-    pub partition: i32,
-    pub inbox: Arc<Inbox>,
-    /// The partition's reader lease ([`RebalanceContext::readers`]).
-    pub reader: Arc<tokio::sync::Mutex<()>>,
-    pub cancel: CancellationToken,
-    /// Cancelled when this assignment is revoked, before the revocation commits: from then on
-    /// its worker stores no position. What it settles afterwards (a dead letter acknowledged
-    /// late) is consumed again by the next owner; a store then could only land in a later
-    /// assignment of the partition, to this member, and move its position back.
-    pub revoked: CancellationToken,
-    /// Where its worker gives settled records back ([`RebalanceContext::spares`]).
-    pub spares: Arc<SpareRecords>,
 }
 
 impl ClientContext for RebalanceContext {
@@ -131,65 +67,27 @@ impl ClientContext for RebalanceContext {
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        self.rebalances
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.assignments.rebalancing();
+        let keys = |tpl: &rdkafka::TopicPartitionList| -> Vec<PartitionKey> {
+            tpl.elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect()
+        };
+        let named = |keys: &[PartitionKey]| -> Vec<String> {
+            keys.iter().map(|(t, p)| format!("{t}-{p}")).collect()
+        };
         match rebalance {
             Rebalance::Revoke(tpl) => {
-                let revoked: Vec<String> = tpl
-                    .elements()
-                    .iter()
-                    .map(|e| format!("{}-{}", e.topic(), e.partition()))
-                    .collect();
-                {
-                    let mut partitions = self.partitions.lock().expect("partitions lock");
-                    for e in tpl.elements() {
-                        if let Some(slot) =
-                            partitions.remove(&(e.topic().to_string(), e.partition()))
-                        {
-                            slot.end(&self.metrics);
-                        }
-                    }
-                }
-                tracing::info!(event = "partitions_revoked", partitions = ?revoked);
+                let revoked = keys(tpl);
+                self.assignments.revoke(&revoked);
+                tracing::info!(event = "partitions_revoked", partitions = ?named(&revoked));
                 commit_stored(consumer, "rebalance");
             }
             Rebalance::Assign(tpl) => {
-                let assigned: Vec<String> = tpl
-                    .elements()
-                    .iter()
-                    .map(|e| format!("{}-{}", e.topic(), e.partition()))
-                    .collect();
-                tracing::info!(event = "partitions_assigned", partitions = ?assigned);
-                let mut partitions = self.partitions.lock().expect("partitions lock");
-                let mut readers = self.readers.lock().expect("readers lock");
-                for e in tpl.elements() {
-                    let key = (e.topic().to_string(), e.partition());
-                    // At 0 from the first assignment: an alert has a series to read.
-                    self.metrics
-                        .undecodable_batches
-                        .with_label_values(&[e.topic(), &e.partition().to_string()]);
-                    let reader = readers.entry(key.clone()).or_default().clone();
-                    let cancel = self.stop.child_token();
-                    let revoked = CancellationToken::new();
-                    let inbox = Arc::new(Inbox::new(self.budget.clone()));
-                    let slot = PartitionSlot {
-                        cancel: cancel.clone(),
-                        revoked: revoked.clone(),
-                        inbox: inbox.clone(),
-                    };
-                    if let Some(old) = partitions.insert(key.clone(), slot) {
-                        old.end(&self.metrics);
-                    }
-                    let _ = self.assigned.send(Assigned {
-                        topic: key.0,
-                        partition: key.1,
-                        inbox,
-                        reader,
-                        cancel,
-                        revoked,
-                        spares: self.spares.clone(),
-                    });
-                }
+                let assigned = keys(tpl);
+                tracing::info!(event = "partitions_assigned", partitions = ?named(&assigned));
+                self.assignments.assign(&assigned);
             }
             Rebalance::Error(e) => {
                 tracing::warn!(event = "rebalance_failed", error = %e);

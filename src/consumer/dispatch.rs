@@ -2,16 +2,15 @@
 //! librdkafka into its partition's inbox, and the workers waiting for records are woken once
 //! for all that was ready (one wake-up for many records). Records are copied into settled
 //! records the workers gave back when there are any (`spare_records`), into new ones when
-//! not.
+//! not. It knows librdkafka only as messages and a pause, so that the simulation runs it.
 
 use std::sync::Arc;
 use std::task::Waker;
 
-use rdkafka::consumer::{Consumer as _, StreamConsumer};
-use rdkafka::message::BorrowedMessage;
+use rdkafka::message::Message;
 
-use super::context::RebalanceContext;
-use super::inbox::Inbox;
+use super::assignments::{Assignments, Destination};
+use crate::kafka::headers::RawHeaders;
 use crate::record::Record;
 
 /// The inbox a partition's records went to last, with its share, as of `rebalances`.
@@ -19,13 +18,17 @@ struct Recent {
     rebalances: u64,
     topic: String,
     partition: i32,
-    inbox: Arc<Inbox>,
-    share: usize,
+    to: Destination,
 }
+
+/// Stops fetching a partition (topic, partition) whose inbox is full; a failure is the
+/// pauser's to report.
+pub(super) type Pause = Box<dyn Fn(&str, i32) + Send>;
 
 /// Moves records into their partitions' inboxes; see the module docs.
 pub(super) struct Dispatch {
-    consumer: Arc<StreamConsumer<RebalanceContext>>,
+    assignments: Arc<Assignments>,
+    pause: Pause,
     /// The header whose value is a record's id (`id_header`).
     id_header: Option<String>,
     /// The bytes every inbox holds (`kafka_dlq_buffered_bytes`).
@@ -41,15 +44,18 @@ pub(super) struct Dispatch {
 }
 
 impl Dispatch {
-    /// A hand-off for `consumer`'s records, reading each record's id from `id_header` (when
-    /// set) and counting the inboxes' bytes in `buffered`.
+    /// A hand-off into the inboxes of `assignments`, pausing a partition with `pause`, reading
+    /// each record's id from `id_header` (when set) and counting the inboxes' bytes in
+    /// `buffered`.
     pub(super) fn new(
-        consumer: Arc<StreamConsumer<RebalanceContext>>,
+        assignments: Arc<Assignments>,
+        pause: Pause,
         id_header: Option<String>,
         buffered: prometheus::IntGauge,
     ) -> Self {
         Self {
-            consumer,
+            assignments,
+            pause,
             id_header,
             buffered,
             recent: None,
@@ -62,47 +68,40 @@ impl Dispatch {
     /// inbox decides so (it holds its share of the budget, see `inbox.rs`). A record of a
     /// partition no longer assigned here is dropped: its offset was not stored, so the new
     /// owner consumes it. The worker waiting for it, if any, is woken by [`Dispatch::wake`].
-    pub(super) fn deliver(&mut self, message: &BorrowedMessage<'_>) {
-        let context = self.consumer.context();
+    pub(super) fn deliver<M: Message>(&mut self, message: &M)
+    where
+        M::Headers: RawHeaders,
+    {
         let mut record = self.spares.pop().unwrap_or_else(Record::blank);
         record.copy_from_message(message, self.id_header.as_deref());
-        let rebalances = context
-            .rebalances
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let rebalances = self.assignments.rebalances();
         let current = self.recent.as_ref().is_some_and(|r| {
             r.rebalances == rebalances && r.partition == record.partition && r.topic == record.topic
         });
         if !current {
-            let partitions = context.partitions.lock().expect("partitions lock");
-            let key = (record.topic.clone(), record.partition);
-            let Some(slot) = partitions.get(&key) else {
+            let Some(to) = self
+                .assignments
+                .destination(&record.topic, record.partition)
+            else {
                 tracing::debug!(event = "record_of_unassigned_partition",
-                    topic = %key.0, partition = key.1, offset = record.offset);
+                    topic = %record.topic, partition = record.partition, offset = record.offset);
                 return;
             };
             self.recent = Some(Recent {
                 rebalances,
-                topic: key.0,
-                partition: key.1,
-                inbox: slot.inbox.clone(),
-                share: context.budget.share(partitions.len()),
+                topic: record.topic.clone(),
+                partition: record.partition,
+                to,
             });
         }
-        let Some(to) = self.recent.as_ref() else {
+        let Some(recent) = self.recent.as_ref() else {
             return;
         };
-        let consumer = &self.consumer;
-        let change = to.inbox.push(
+        let pause = &self.pause;
+        let change = recent.to.inbox.push(
             record,
-            to.share,
-            || {
-                let mut list = rdkafka::TopicPartitionList::with_capacity(1);
-                list.add_partition(&to.topic, to.partition);
-                if let Err(error) = consumer.pause(&list) {
-                    tracing::warn!(event = "partition_pause_failed", topic = %to.topic,
-                        partition = to.partition, %error, "its inbox may grow past its share");
-                }
-            },
+            recent.to.share,
+            || pause(&recent.topic, recent.partition),
             &mut self.wake,
         );
         self.buffered.add(change as i64);
@@ -114,7 +113,7 @@ impl Dispatch {
     pub(super) fn wake(&mut self) {
         self.wake.drain(..).for_each(Waker::wake);
         if self.spares.is_empty() {
-            self.consumer.context().spares.take_all(&mut self.spares);
+            self.assignments.spares.take_all(&mut self.spares);
         }
     }
 }

@@ -86,6 +86,7 @@
 //! on `/readyz` and counted (`undecodable`). A broker outage never ends [`Consumer::run`];
 //! only a fatal client error does (after the usual drain and commit).
 
+mod assignments;
 mod cluster;
 mod context;
 mod dispatch;
@@ -93,11 +94,12 @@ mod dlq_topics;
 mod inbox;
 mod offsets;
 mod retry_topics;
+mod settle;
 pub mod share;
 #[cfg(test)]
-mod simulated_panics;
-#[cfg(test)]
 mod simulated_trace;
+#[cfg(test)]
+mod simulation;
 mod spare_records;
 mod topic_retention;
 mod undecodable;
@@ -107,7 +109,7 @@ mod worker;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
@@ -121,9 +123,9 @@ use crate::config::{ConfigError, ConsumerConfig};
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
-use context::Assigned;
-use context::{commit_stored, Partitions, RebalanceContext};
-use worker::{run_worker, PartitionInput, Shared};
+use assignments::{Assigned, Assignments};
+use context::{commit_stored, RebalanceContext};
+use worker::Shared;
 
 /// Records the poll loop moves into inboxes after a wake-up before it waits again.
 const DELIVERIES_PER_WAKE: usize = 256;
@@ -239,7 +241,7 @@ pub struct Consumer<H: BatchHandler> {
     /// The Kafka consumer (its workers reach it through `shared.client`).
     consumer: Arc<StreamConsumer<RebalanceContext>>,
     shared: Arc<Shared<H>>,
-    partitions: Partitions,
+    assignments: Arc<Assignments>,
     /// Partitions assigned by the rebalance callback, waiting for their worker.
     assigned: mpsc::UnboundedReceiver<Assigned>,
     /// Parent of every worker's token.
@@ -261,22 +263,21 @@ impl<H: BatchHandler> Consumer<H> {
             )
             .into());
         }
-        let partitions: Partitions = Arc::new(Mutex::new(HashMap::new()));
         let metrics = Metrics::for_group(&config.group_id);
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
         let stop_workers = CancellationToken::new();
+        let assignments = Arc::new(Assignments::new(
+            metrics.clone(),
+            assigned_tx,
+            stop_workers.clone(),
+            config.max_buffered_bytes / 2,
+        ));
         let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
             crate::kafka::create(
                 &config.consumer_client_config(),
                 RebalanceContext {
-                    partitions: partitions.clone(),
+                    assignments: assignments.clone(),
                     metrics: metrics.clone(),
-                    assigned: assigned_tx,
-                    stop: stop_workers.clone(),
-                    readers: Mutex::default(),
-                    rebalances: Default::default(),
-                    budget: Arc::new(inbox::Budget::new(config.max_buffered_bytes / 2)),
-                    spares: Arc::default(),
                     undecodable: Default::default(),
                     cluster: crate::kafka::cluster_of(&config.consumer_client_config()),
                 },
@@ -286,19 +287,23 @@ impl<H: BatchHandler> Consumer<H> {
         let dlq = dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
             shared: Arc::new(Shared {
-                handler,
+                caller: settle::Caller {
+                    handler,
+                    breaker: Arc::new(crate::breaker::Breaker::new(config.breaker())),
+                    backoff: config.backoff()?,
+                    metrics: metrics.clone(),
+                    trace_records: config.trace_records,
+                    while_open: "each partition waits with its next record, probing with one",
+                },
                 group: config.group_id.clone(),
-                exits: Arc::new(dlq),
-                backoff: config.backoff()?,
+                exits: Arc::new(worker::KafkaExits::new(dlq)),
                 client: Arc::new(worker::client::KafkaClient(consumer.clone())),
                 retry_from_beginning: config.auto_offset_reset != "earliest",
                 metrics,
-                breaker: crate::breaker::Breaker::new(config.breaker()),
                 batch_size: config.batch_size,
                 batch_linger: config.batch_linger,
                 key_ordered: (config.ordering == crate::config::Ordering::Key)
                     .then_some(config.max_in_flight),
-                trace_records: config.trace_records,
                 retry_tiers: config.retry_topic_delays_ms.clone(),
                 dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
                     worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
@@ -306,7 +311,7 @@ impl<H: BatchHandler> Consumer<H> {
             }),
             config,
             consumer,
-            partitions,
+            assignments,
             assigned,
             stop_workers,
         })
@@ -314,7 +319,7 @@ impl<H: BatchHandler> Consumer<H> {
 
     /// Watches the outage breaker (open or closed), e.g. to tell the team.
     pub fn breaker_state(&self) -> tokio::sync::watch::Receiver<crate::breaker::BreakerState> {
-        self.shared.breaker.subscribe()
+        self.shared.caller.breaker.subscribe()
     }
 
     /// The consumer's metrics and readiness, to serve or read while it runs.
@@ -379,8 +384,18 @@ impl<H: BatchHandler> Consumer<H> {
         // a waker), and the inbox the last record went to.
         let consumer = self.consumer.clone();
         let mut stream = consumer.stream();
+        let pauser = self.consumer.clone();
+        let pause: dispatch::Pause = Box::new(move |topic, partition| {
+            let mut list = rdkafka::TopicPartitionList::with_capacity(1);
+            list.add_partition(topic, partition);
+            if let Err(error) = pauser.pause(&list) {
+                tracing::warn!(event = "partition_pause_failed", %topic, partition, %error,
+                    "its inbox may grow past its share");
+            }
+        });
         let mut dispatch = dispatch::Dispatch::new(
-            self.consumer.clone(),
+            self.assignments.clone(),
+            pause,
             self.config.id_header.clone(),
             self.shared.metrics.buffered_bytes.clone(),
         );
@@ -391,20 +406,9 @@ impl<H: BatchHandler> Consumer<H> {
                 biased;
                 _ = &mut shutdown => break,
                 Some(assigned) = self.assigned.recv() => {
-                    let cancel = assigned.cancel.clone();
-                    let tiers = &self.shared.retry_tiers;
-                    let stage =
-                        tiers.stage_of(&assigned.topic, &self.config.topics, &self.config.group_id);
-                    let input = PartitionInput::new(
-                        assigned,
-                        self.shared.client.clone(),
-                        &self.shared.metrics,
-                        stage,
-                        tiers.len(),
-                    );
-                    let name = format!("{}-{}", input.topic, input.partition);
-                    let id = workers.spawn(run_worker(self.shared.clone(), input, cancel)).id();
-                    worker_names.insert(id, name);
+                    let name = format!("{}-{}", assigned.topic, assigned.partition);
+                    let worker = worker::start(&self.shared, assigned, &self.config.topics);
+                    worker_names.insert(workers.spawn(worker).id(), name);
                     continue;
                 }
                 Some(polled) = stream.next() => polled,
@@ -480,9 +484,7 @@ impl<H: BatchHandler> Consumer<H> {
         }
         commit_stored(self.consumer.as_ref(), "shutdown");
         self.consumer.unsubscribe();
-        for (_, slot) in self.partitions.lock().expect("partitions lock").drain() {
-            slot.end(&self.shared.metrics);
-        }
+        self.assignments.end_all();
         drop(self.assigned);
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.

@@ -15,7 +15,7 @@
 //! topic while it still retains the record. Only a DLQ whose limit is smaller than a
 //! reference stalls its partition (logged as `dlq_record_too_large`).
 //!
-//! [`DeadLetterPublisher::publish`] returns only once the broker acknowledged the write
+//! [`DeadLetterPublisher::start`] resolves only once the broker acknowledged the write
 //! (`acks=all`, one request in flight). A failed write is logged as an error and retried with
 //! backoff (1 s doubling to 30 s) for as long as it takes or until the partition is revoked or
 //! the service stops: the caller commits the source offset only after an acknowledged write,

@@ -27,16 +27,16 @@ pub struct DeadLettered {
     pub offset: i64,
 }
 
-/// Writes dead letters (and records sent to retry topics, see `start_retry`) and waits for
-/// the broker's acknowledgement. Clones share the producer.
+/// Writes dead letters and waits for the broker's acknowledgement. Clones share the producer
+/// (retry-topic writes use it too: `retry_tier::RetryWriter`).
 #[derive(Clone)]
 pub struct DeadLetterPublisher {
-    pub(crate) producer: FutureProducer<LogContext>,
+    producer: FutureProducer<LogContext>,
     topic: DlqTopic,
-    pub(crate) group: String,
+    group: String,
     format: DlqFormat,
-    pub(crate) retry: ExponentialBackoff,
-    pub(crate) metrics: Metrics,
+    retry: ExponentialBackoff,
+    metrics: Metrics,
 }
 
 impl DeadLetterPublisher {
@@ -61,24 +61,12 @@ impl DeadLetterPublisher {
         })
     }
 
-    /// Writes `record` to its dead-letter topic and returns once the broker acknowledged it.
-    /// Failed writes are retried with backoff until they succeed; `cancel` ends the wait
-    /// between two writes with [`Stopped`].
-    pub async fn publish(
-        &self,
-        record: &Record,
-        kind: DeadLetterKind,
-        message: &str,
-        attempts: u32,
-        cancel: &CancellationToken,
-    ) -> Result<DeadLettered, Stopped> {
-        self.start(record, kind, message, attempts, cancel.clone())
-            .await
-    }
-
-    /// Like [`publish`](Self::publish), but hands the first write to the producer before it
-    /// returns, so dead letters started one after another are written in that order; the
-    /// returned future waits for the acknowledgement (and retries) and owns what it needs.
+    /// Hands `record`'s dead letter (`kind`, after `attempts` calls, failing with `message`)
+    /// to the producer before it returns, so dead letters started one after another are
+    /// written in that order. The returned future owns what it needs and resolves once the
+    /// broker acknowledged a write: failed writes are retried with backoff, a dead letter too
+    /// large for the broker is written again in a smaller form; `cancel` ends the wait between
+    /// two writes with [`Stopped`].
     pub fn start(
         &self,
         record: &Record,
@@ -108,6 +96,21 @@ impl DeadLetterPublisher {
         let first = write.send(form);
         let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
         async move { write.deliver(form, first, retry, metrics, cancel).await }
+    }
+
+    /// The producer dead letters are written with.
+    pub(crate) fn producer(&self) -> &FutureProducer<LogContext> {
+        &self.producer
+    }
+
+    /// The consumer group whose dead letters these are.
+    pub(crate) fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Where failed writes are counted.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 

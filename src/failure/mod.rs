@@ -203,18 +203,28 @@ pub enum Decision {
     },
     /// Send the record to the dead-letter topic.
     DeadLetter(DeadLetterKind),
+    /// The downstream is down, not the record at fault: call again once the outage breaker
+    /// permits, without using up a retry (the backoff starts over).
+    WaitForDownstream,
 }
 
-/// Classifies one failed attempt.
+/// Classifies one failed attempt, made while the downstream was down (`downstream_down`: the
+/// outage breaker is open) or not.
 ///
+/// - transient while the downstream is down → [`Decision::WaitForDownstream`], and the
+///   backoff starts over: failures during an outage say nothing about the record;
 /// - permanent → [`Decision::DeadLetter`]`(Permanent)`; the backoff is not touched;
 /// - transient → the backoff's next delay (replaced by the error's `retry_after` when it has
 ///   one, bounded by the backoff's initial and max delay: see [`Delays::bound`]) as
 ///   [`Decision::Retry`]; a `retry_after` uses up a retry like any delay; when the backoff has
 ///   given up,
 ///   [`Decision::DeadLetter`]`(RetriesExhausted)`.
-pub fn decide(error: &HandlerError, delays: &mut Delays) -> Decision {
+pub fn decide(error: &HandlerError, downstream_down: bool, delays: &mut Delays) -> Decision {
     match error.kind {
+        FailureKind::Transient if downstream_down => {
+            delays.reset();
+            Decision::WaitForDownstream
+        }
         FailureKind::Permanent => Decision::DeadLetter(DeadLetterKind::Permanent),
         FailureKind::Transient => match delays.next() {
             Some(delay) => Decision::Retry {
@@ -354,11 +364,37 @@ mod tests {
                 delays.next();
             }
             assert_eq!(
-                decide(&error, &mut delays),
+                decide(&error, false, &mut delays),
                 expected,
                 "{error} after {before} of {max_retries}"
             );
         }
+    }
+
+    #[test]
+    fn a_transient_failure_while_the_downstream_is_down_waits_and_starts_the_backoff_over() {
+        let mut delays = backoff(2).delays_seeded(0);
+        delays.next();
+        delays.next();
+        let down = HandlerError::transient("503");
+        assert_eq!(
+            decide(&down, true, &mut delays),
+            Decision::WaitForDownstream
+        );
+        // Both retries are there again.
+        assert!(matches!(
+            decide(&down, false, &mut delays),
+            Decision::Retry { .. }
+        ));
+        assert!(matches!(
+            decide(&down, false, &mut delays),
+            Decision::Retry { .. }
+        ));
+        // A permanent failure is the record's, outage or not.
+        assert_eq!(
+            decide(&HandlerError::permanent("bad"), true, &mut delays),
+            Decision::DeadLetter(DeadLetterKind::Permanent)
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed writes to the dead-letter or a retry topic |
 //! | `kafka_dlq_retry_topic_records_total` | counter | topic, tier | records acknowledged by a retry topic (see [`crate::retry_tier`]) |
 //! | `kafka_dlq_retry_partitions_waiting` | gauge | | retry-topic partitions waiting for their next record to be due |
-//! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions waiting to retry a record |
+//! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions (share groups: records) waiting to retry a record |
 //! | `kafka_dlq_dead_letter_bytes_in_flight` | gauge | | bytes held by dead-letter writes not yet acknowledged (bounded; see the consumer docs) |
 //! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in librdkafka's queue (librdkafka statistics, every 2 s) |
 //! | `kafka_dlq_buffered_bytes` | gauge | | bytes of records taken from librdkafka and waiting in the partitions' inboxes for their workers (at most half of `max_buffered_bytes`, see the consumer docs) |
@@ -170,7 +170,7 @@ impl Metrics {
         );
         let partitions_in_backoff = gauge(
             "kafka_dlq_partitions_in_backoff",
-            "Partitions whose current record waits for a retry.",
+            "Partitions whose current record waits for a retry (share groups: records waiting for a retry).",
         );
         let dead_letter_bytes_in_flight = gauge(
             "kafka_dlq_dead_letter_bytes_in_flight",
@@ -351,7 +351,7 @@ impl Metrics {
         self.dead_letter_bytes_in_flight.get()
     }
 
-    /// Partitions waiting to retry a record now.
+    /// Partitions waiting to retry a record now (share groups: records).
     pub fn partitions_in_backoff(&self) -> i64 {
         self.partitions_in_backoff.get()
     }

@@ -142,7 +142,7 @@ impl<'a> Sender<'a> {
             value: Some(v.into_bytes()),
         }));
         if options.destination == Destination::Group {
-            headers = redrive_headers(envelope, headers);
+            headers = crate::retry_tier::redrive_headers(envelope, headers, chrono::Utc::now());
         }
         let outgoing = Outgoing {
             to,
@@ -214,19 +214,6 @@ fn decoded(envelope: &Envelope) -> Result<Decoded, EnvelopeDecodeError> {
         envelope.key_bytes()?,
         envelope.payload_bytes()?,
     ))
-}
-
-/// The headers of the record that goes to the group's redrive topic for `envelope`: the
-/// original's `headers` (with the replay's own) and the retry account that lets the group's
-/// consumer hand its handler the original record ([`crate::retry_tier::redrive_headers`]).
-fn redrive_headers(envelope: &Envelope, headers: Vec<RecordHeader>) -> Vec<RecordHeader> {
-    let source = &envelope.source;
-    let mut original = crate::record::Record::new(&source.topic, source.partition, source.offset)
-        .with_id(&envelope.id);
-    original.timestamp = source.timestamp;
-    original.timestamp_type = source.timestamp_type;
-    original.headers = headers;
-    crate::retry_tier::redrive_headers(&original, envelope)
 }
 
 /// How often the dead letter `envelope` (its record's `headers`) was replayed already: the

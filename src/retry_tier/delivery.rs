@@ -55,12 +55,22 @@ pub fn retry_headers(
 }
 
 /// The headers of a dead letter that `dlq replay` puts back on its group's redrive topic
-/// ([`crate::record::retry::redrive_topic`]): `record` is the original as the envelope gives
-/// it (coordinates, id, timestamp, headers), `envelope` the dead letter. Due now, with the dead
-/// letter's handler calls and its history (for one dead-lettered from its source topic, that
-/// stage), so that the group's consumer hands its handler the original record with
-/// [`Record::retry`] saying what went before.
-pub fn redrive_headers(record: &Record, envelope: &Envelope) -> Vec<RecordHeader> {
+/// ([`crate::record::retry::redrive_topic`]): `envelope` is the dead letter and `headers` its
+/// original record's headers (the replay adds its own). Due at `due`, with the dead letter's
+/// handler calls and its history (for one dead-lettered from its source topic, that stage), so
+/// that the group's consumer hands its handler the original record — coordinates, id,
+/// timestamp, headers — with [`Record::retry`] saying what went before.
+pub fn redrive_headers(
+    envelope: &Envelope,
+    headers: Vec<RecordHeader>,
+    due: DateTime<Utc>,
+) -> Vec<RecordHeader> {
+    let source = &envelope.source;
+    let mut original =
+        Record::new(&source.topic, source.partition, source.offset).with_id(&envelope.id);
+    original.timestamp = source.timestamp;
+    original.timestamp_type = source.timestamp_type;
+    original.headers = headers;
     let mut history = envelope.history.clone();
     if history.is_empty() {
         history.push(RetryStage {
@@ -71,13 +81,23 @@ pub fn redrive_headers(record: &Record, envelope: &Envelope) -> Vec<RecordHeader
         });
     }
     account_headers(
-        record,
+        &original,
         0,
-        Utc::now(),
+        due,
         envelope.error.attempts,
         history,
         &envelope.source.group,
     )
+}
+
+/// `at` rounded up to the next millisecond (unchanged when it is on one).
+fn ceil_to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    let down = at.trunc_subsecs(3);
+    if down < at {
+        down + chrono::TimeDelta::milliseconds(1)
+    } else {
+        down
+    }
 }
 
 /// The headers of `record` as a retry record (see the module docs): due at `due`, after
@@ -90,6 +110,8 @@ fn account_headers(
     history: Vec<RetryStage>,
     group: &str,
 ) -> Vec<RecordHeader> {
+    // Both headers keep milliseconds: rounded up, so that no reader finds it due early.
+    let due = ceil_to_millis(due);
     let mut headers: Vec<RecordHeader> = record
         .headers
         .iter()
@@ -128,7 +150,7 @@ fn account_headers(
             timestamp_type: record.timestamp_type,
         },
         tier,
-        due: due.trunc_subsecs(3),
+        due,
         attempts,
         history,
     };
@@ -271,10 +293,26 @@ mod tests {
     }
 
     #[test]
+    fn a_due_time_is_written_rounded_up_to_the_millisecond_so_it_is_never_early() {
+        let due = Utc.timestamp_nanos(1_800_000_000_123_400_000);
+        let record = original();
+        let headers = retry_headers(&record, 0, due, stage("orders", 3, "db down"), "g1");
+        let (restored, _) = restore(delivered(&record, 0, headers, 5), Some(0));
+        let written = restored.retry.unwrap().due;
+        assert_eq!(
+            written,
+            Utc.timestamp_millis_opt(1_800_000_000_124).unwrap()
+        );
+        assert!(written >= due);
+        let on_a_milli = Utc.timestamp_millis_opt(1_800_000_000_123).unwrap();
+        assert_eq!(ceil_to_millis(on_a_milli), on_a_milli);
+    }
+
+    #[test]
     fn a_redriven_dead_letter_restores_the_original_with_its_calls_and_group() {
         let record = original();
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "bad sku", 1, "billing");
-        let headers = redrive_headers(&record, &envelope);
+        let headers = redrive_headers(&envelope, record.headers.clone(), Utc::now());
         let mut redriven = delivered(&record, 0, headers, 5);
         redriven.topic = "orders-redrive-billing".into();
         let (restored, error) = restore(redriven, None);

@@ -50,7 +50,7 @@ use crate::record::retry::{parse_topic, redrive_topic, topic_name, Stage};
 pub(crate) use delivery::is_ours as is_retry_header;
 pub use delivery::{redrive_headers, restore, retry_headers, RestoreError, HEADER_RETRY};
 pub use spring::{SPRING_ATTEMPTS, SPRING_BACKOFF_TIMESTAMP, SPRING_ORIGINAL_TIMESTAMP};
-pub use write::RetryWritten;
+pub use write::{RetryWriter, RetryWritten};
 
 /// At most this many retry tiers.
 pub const MAX_TIERS: usize = 32;

@@ -5,13 +5,16 @@
 use chrono::{DateTime, Utc};
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::retry_headers;
+use crate::backoff::ExponentialBackoff;
 use crate::dlq::{DeadLetterPublisher, DeadLettered};
 use crate::failure::DeadLetterKind;
 use crate::kafka::send::{is_too_large, send_until_acknowledged, Failed, Sent, Written};
+use crate::kafka::LogContext;
+use crate::metrics::Metrics;
 use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -26,13 +29,39 @@ pub enum RetryWritten {
     DeadLettered(DeadLettered),
 }
 
-impl DeadLetterPublisher {
+/// Writes records to their retry topics, on the producer of the dead letters it falls back
+/// to. Clones share the producer.
+#[derive(Clone)]
+pub struct RetryWriter {
+    producer: FutureProducer<LogContext>,
+    /// The consumer group, named in each retry record: another group's records are passed over.
+    group: String,
+    /// The backoff between two writes of one record.
+    retry: ExponentialBackoff,
+    metrics: Metrics,
+    /// Where a record too large for its retry topic goes instead.
+    dead_letters: DeadLetterPublisher,
+}
+
+impl RetryWriter {
+    /// A writer for `dead_letters`' consumer group, on its producer, counting failed writes in
+    /// its metrics.
+    pub fn new(dead_letters: &DeadLetterPublisher) -> Self {
+        Self {
+            producer: dead_letters.producer().clone(),
+            group: dead_letters.group().to_string(),
+            retry: ExponentialBackoff::infrastructure(),
+            metrics: dead_letters.metrics().clone(),
+            dead_letters: dead_letters.clone(),
+        }
+    }
+
     /// Hands `record` (the handler's view of it) to the producer for its retry topic of tier
     /// `tier` (`<topic>-retry-<tier>`), due at `due`, having left the stage `left` (see
     /// [`retry_headers`]); the future waits for the acknowledgement, writing again with backoff
     /// after a failure, until `cancel` ([`Stopped`]). A record too large for the retry topic
     /// is dead-lettered instead (retries exhausted, with its history).
-    pub fn start_retry(
+    pub fn start(
         &self,
         record: &Record,
         tier: u32,
@@ -95,15 +124,16 @@ impl DeadLetterPublisher {
                         .as_ref()
                         .map_or(0, |r| r.attempts)
                         .saturating_add(left.attempts);
-                    this.start(
-                        &record,
-                        DeadLetterKind::RetriesExhausted,
-                        &left.error,
-                        attempts,
-                        cancel,
-                    )
-                    .await
-                    .map(RetryWritten::DeadLettered)
+                    this.dead_letters
+                        .start(
+                            &record,
+                            DeadLetterKind::RetriesExhausted,
+                            &left.error,
+                            attempts,
+                            cancel,
+                        )
+                        .await
+                        .map(RetryWritten::DeadLettered)
                 }
             }
         }
@@ -111,12 +141,7 @@ impl DeadLetterPublisher {
 }
 
 /// Hands one retry record to the producer.
-fn send(
-    publisher: &DeadLetterPublisher,
-    topic: &str,
-    headers: &OwnedHeaders,
-    record: &Record,
-) -> Sent {
+fn send(writer: &RetryWriter, topic: &str, headers: &OwnedHeaders, record: &Record) -> Sent {
     let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());
     if let Some(value) = record.payload.as_deref() {
         out = out.payload(value);
@@ -124,8 +149,5 @@ fn send(
     if let Some(key) = record.key.as_deref() {
         out = out.key(key);
     }
-    publisher
-        .producer
-        .send_result(out)
-        .map_err(|(error, _)| error)
+    writer.producer.send_result(out).map_err(|(error, _)| error)
 }

@@ -10,6 +10,7 @@ use super::delivery::Member;
 use super::delivery_limit::DeliveryLimit;
 use super::kafka::{group_settings, KrafkaClient};
 use crate::config::{ConsumerConfig, Consumption, ShareDlq};
+use crate::consumer::settle::Caller;
 use crate::consumer::{dlq_topics, retry_topics, ConsumerError};
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
@@ -156,14 +157,18 @@ impl<H: BatchHandler> ShareConsumer<H> {
             redrive_topics = ?redrive, %group, delivery_limit = ?settings.delivery_limit,
             share_dlq = %config.share_dlq);
         let member = Arc::new(Member {
-            handler: self.handler,
-            exits: Arc::new(self.dlq),
-            backoff: config.backoff()?,
-            breaker: self.breaker,
+            caller: Caller {
+                handler: self.handler,
+                breaker: self.breaker,
+                backoff: config.backoff()?,
+                metrics: self.metrics.clone(),
+                trace_records: config.trace_records,
+                while_open: "no more records are acquired; those in hand wait, their locks renewed, one probing",
+            },
+            exits: Arc::new(crate::consumer::worker::KafkaExits::new(self.dlq)),
             metrics: self.metrics,
             share_dlq: config.share_dlq,
             delivery_limit,
-            trace_records: config.trace_records,
             in_flight: tokio::sync::Semaphore::new(config.max_in_flight),
             sources: config.topics.clone(),
             group: group.clone(),
@@ -292,7 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_member_loop_that_panics_makes_the_member_unhealthy_at_once() {
-        crate::consumer::simulated_panics::quiet();
+        crate::consumer::simulation::quiet();
         let metrics = Metrics::new();
         let (release, released) = tokio::sync::oneshot::channel::<()>();
         let member_loop = tokio::spawn(async move {

@@ -3,20 +3,16 @@
 //! then what [`ending`] decides — ACCEPT, RELEASE, REJECT, or our dead letter and then
 //! ACCEPT.
 
-use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use super::acknowledgement::{ending, renewal_interval, Ack, Ending, DEFAULT_LOCK};
 use super::client::{Acquired, ShareClient};
-use crate::backoff::{retry, ExponentialBackoff, Next};
-use crate::breaker::{Breaker, CallOutcome, Permit};
 use crate::config::ShareDlq;
+use crate::consumer::settle::{Caller, Settled, TopicHandles, Tried};
 use crate::consumer::worker::ExitWriter;
-use crate::consumer::worker::{on_breaker_change, permit};
-use crate::failure::{self, decide, DeadLetterKind, Decision, FailureKind, HandlerError};
+use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
@@ -25,17 +21,14 @@ use crate::stopped::Stopped;
 
 /// What settling every record of a share-group member takes.
 pub(crate) struct Member<H> {
-    pub handler: H,
+    /// The handler, the outage breaker and the backoff of a record's calls.
+    pub caller: Caller<H>,
     /// Where dead letters are written (`share_dlq = "ours"`).
     pub exits: Arc<dyn ExitWriter>,
-    pub backoff: ExponentialBackoff,
-    pub breaker: Arc<Breaker>,
     pub metrics: Metrics,
     pub share_dlq: ShareDlq,
     /// The group's `share.delivery.count.limit`, read again before each release.
     pub delivery_limit: super::delivery_limit::DeliveryLimit,
-    /// Whether each handler call runs in a `handle` span.
-    pub trace_records: bool,
     /// `max_in_flight` permits: a record holds one from its first call to its last (its
     /// backoff included). A fetch acquires `share_acquire_records`, often more than that;
     /// the others wait, their locks renewed.
@@ -44,24 +37,6 @@ pub(crate) struct Member<H> {
     pub sources: Vec<String>,
     /// The share group.
     pub group: String,
-}
-
-/// The calls of this delivery so far, for a dead letter written when the member stops.
-#[derive(Default)]
-struct SoFar {
-    attempts: u32,
-    last_error: Option<String>,
-}
-
-/// How a record's calls of this delivery ended.
-enum Calls {
-    Handled,
-    /// Permanent, or its in-process retries used up.
-    Failed {
-        kind: DeadLetterKind,
-        message: String,
-        attempts: u32,
-    },
 }
 
 /// Settles `acquired`: calls the handler (retrying transient failures with backoff) while its
@@ -80,25 +55,24 @@ pub(crate) async fn settle<H: BatchHandler>(
     let record = &acquired.record;
     let delivery = acquired.delivery();
     let work = async {
-        let so_far = Mutex::new(SoFar::default());
-        let calls = match calls(member, record, stop, &so_far).await {
+        let mut tried = Tried::default();
+        let calls = match calls(member, record, stop, &mut tried).await {
             Ok(calls) => calls,
             Err(Stopped) if last_delivery(member, delivery) => {
                 // A release now would have the broker archive the record, without a dead
                 // letter: write one (the write is not cut short by the stop; the shutdown
                 // deadline still is).
-                let so_far = so_far.into_inner().expect("calls lock");
                 let message = format!(
                     "not handled before this member stopped, on its last delivery ({delivery} of {}): {}",
                     member.delivery_limit.known().unwrap_or(delivery),
-                    so_far.last_error.as_deref().unwrap_or("not called yet")
+                    tried.last_error.as_deref().unwrap_or("not called yet")
                 );
                 return dead_letter(
                     member,
                     record,
                     DeadLetterKind::RetriesExhausted,
                     &message,
-                    so_far.attempts,
+                    tried.attempts,
                     delivery,
                     &CancellationToken::new(),
                 )
@@ -107,8 +81,8 @@ pub(crate) async fn settle<H: BatchHandler>(
             Err(Stopped) => return Ack::Release,
         };
         let (kind, message, attempts) = match calls {
-            Calls::Handled => return Ack::Accept,
-            Calls::Failed {
+            Settled::Handled => return Ack::Accept,
+            Settled::Exit {
                 kind,
                 message,
                 attempts,
@@ -253,128 +227,22 @@ async fn keep_lock(
     }
 }
 
-/// The record's calls of this delivery: the first, then retries of transient failures with
-/// backoff. Calls that fail while the breaker is open do not use up retries (the downstream
-/// is down; the record is not at fault): the next call waits for the breaker's permit.
+/// The record's calls of this delivery, once it holds one of the `max_in_flight` permits:
+/// the shared retries ([`Caller::retries`]), from a first call.
 async fn calls<H: BatchHandler>(
     member: &Member<H>,
     record: &Record,
     stop: &CancellationToken,
-    so_far: &Mutex<SoFar>,
-) -> Result<Calls, Stopped> {
+    tried: &mut Tried,
+) -> Result<Settled, Stopped> {
     let _in_flight = tokio::select! {
         biased;
         _ = stop.cancelled() => return Err(Stopped),
         permit = member.in_flight.acquire() => permit.expect("the in-flight semaphore is never closed"),
     };
-    let state = (0u32, member.backoff.delays());
-    retry(stop, state, |(mut attempts, mut delays)| async move {
-        let granted = match permit(&member.breaker, stop).await {
-            Ok(granted) => granted,
-            Err(Stopped) => return ((attempts, delays), Next::Done(Err(Stopped))),
-        };
-        attempts += 1;
-        let error = match call(member, record, granted).await {
-            Ok(()) => return ((attempts, delays), Next::Done(Ok(Calls::Handled))),
-            Err(error) => error,
-        };
-        *so_far.lock().expect("calls lock") = SoFar {
-            attempts,
-            last_error: Some(error.message().to_string()),
-        };
-        if error.kind() == FailureKind::Transient && member.breaker.is_open() {
-            tracing::info!(event = "record_waiting_for_breaker", id = %record.id, attempts,
-                error = %error, "the downstream is down; this record waits, its lock renewed, without using up its retries");
-            delays.reset();
-            return ((attempts, delays), Next::RetryNow);
-        }
-        let next = match decide(&error, &mut delays) {
-            Decision::Retry { delay } => {
-                tracing::warn!(event = "record_retry_scheduled", id = %record.id, attempts,
-                    retry_in_ms = delay.as_millis() as u64, error = %error);
-                member
-                    .metrics
-                    .retried
-                    .with_label_values(&[record.topic.as_str()])
-                    .inc();
-                Next::RetryIn(delay)
-            }
-            Decision::DeadLetter(kind) => Next::Done(Ok(Calls::Failed {
-                kind,
-                message: error.message().to_string(),
-                attempts,
-            })),
-        };
-        ((attempts, delays), next)
-    })
-    .await?
-}
-
-/// One handler call with `record`, a panic caught as a permanent failure; tells the breaker
-/// how it went.
-async fn call<H: BatchHandler>(
-    member: &Member<H>,
-    record: &Record,
-    permit: Permit,
-) -> Result<(), HandlerError> {
-    // A probe whose call is dropped (the shutdown deadline) is given back.
-    let probe = (permit == Permit::Probe).then(|| ProbeGuard(&member.breaker));
-    let topic = record.topic.as_str();
-    let started = tokio::time::Instant::now();
-    let records = std::slice::from_ref(record);
-    let span = if member.trace_records {
-        tracing::info_span!("handle", topic, partition = record.partition,
-            offset = record.offset, id = %record.id, delivery = record.delivery_count.unwrap_or(1))
-    } else {
-        tracing::Span::none()
-    };
-    let result = {
-        use tracing::Instrument;
-        AssertUnwindSafe(member.handler.handle_batch(records).instrument(span))
-            .catch_unwind()
-            .await
-    };
-    let ended = tokio::time::Instant::now();
-    member
-        .metrics
-        .handler_duration
-        .with_label_values(&[topic])
-        .observe((ended - started).as_secs_f64());
-    let result = match result {
-        Ok(result) => result,
-        Err(panic) => {
-            let error = failure::from_panic(panic);
-            tracing::error!(event = "handler_panicked", id = %record.id, error = %error.message());
-            Err(error)
-        }
-    };
-    // A partial batch response names offsets: for one record, its own failure or none.
-    let result = failure::narrow(result, record.offset);
-    if result.is_ok() {
-        member.metrics.succeeded.with_label_values(&[topic]).inc();
-    }
-    let outcome = match &result {
-        Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
-        _ => CallOutcome::Answered,
-    };
-    let who = (record.partition as u64) << 48 ^ record.offset as u64;
-    if let Some(state) = member.breaker.record_at(permit, outcome, who, ended) {
-        on_breaker_change(
-            &member.metrics,
-            state,
-            result.as_ref().err(),
-            "no more records are acquired; those in hand wait, their locks renewed, one probing",
-        );
-    }
-    std::mem::forget(probe);
-    result
-}
-
-/// Gives a granted probe back to the breaker when dropped; forgotten once recorded.
-struct ProbeGuard<'a>(&'a Breaker);
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        self.0.abandon_probe();
-    }
+    let caller = &member.caller;
+    let mut metrics = TopicHandles::new(&member.metrics, &record.topic).local(&caller.breaker);
+    caller
+        .retries(&mut metrics, record, None, tried, stop)
+        .await
 }

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{call, permit, settle_failure, settle_record};
-use super::local_metrics::TopicMetrics;
+use super::attempt::{settle_failure, settle_record};
 use super::progress::Progress;
 use super::Shared;
-use crate::failure::{FailureKind, HandlerError};
+use crate::consumer::settle::{permit, TopicMetrics};
+use crate::failure::{decide, Decision, HandlerError};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -36,8 +36,9 @@ pub(super) async fn settle_batch<H: BatchHandler>(
             settle_record(shared, metrics, &records[0], taken, settled, cancel).await?;
             continue;
         }
-        let granted = permit(&shared.breaker, cancel).await?;
-        let answer = call(shared, metrics, records, granted, None).await.0;
+        let caller = &shared.caller;
+        let granted = permit(&caller.breaker, cancel).await?;
+        let answer = caller.call(metrics, records, granted, None).await.0;
         match answer.map_err(|error| names_only_batch_records(error, records)) {
             Ok(()) => {
                 tracing::debug!(event = "batch_handled", topic = %records[0].topic,
@@ -58,7 +59,11 @@ pub(super) async fn settle_batch<H: BatchHandler>(
                 // Waits or more calls follow: store and count the progress made so far first.
                 settled.store(shared);
                 metrics.flush();
-                if error.kind() == FailureKind::Transient && shared.breaker.is_open() {
+                // The batch's own retries are its halves': no backoff of its own to use up.
+                let mut delays = caller.backoff.delays_seeded(0);
+                if decide(&error, caller.breaker.is_open(), &mut delays)
+                    == Decision::WaitForDownstream
+                {
                     // The downstream is down, not these records: try the same part again once
                     // the breaker lets us.
                     todo.push_front(range);

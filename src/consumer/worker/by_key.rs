@@ -48,7 +48,7 @@ pub(super) async fn run<H: BatchHandler>(
         running.push(Box::pin(async move {
             let result = settle_record(
                 &shared,
-                &mut metrics.local(&shared.breaker),
+                &mut metrics.local(&shared.caller.breaker),
                 &record,
                 at,
                 &mut Progress::detached(),

@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryTiers;
-use crate::retry_tier::RetryWritten;
+use crate::retry_tier::{RetryWriter, RetryWritten};
 use crate::stopped::Stopped;
 
 /// Where a record goes when it leaves its stage (its source topic or a retry topic)
@@ -55,7 +55,7 @@ pub(crate) type PendingExit = Pin<Box<dyn Future<Output = Result<RetryWritten, S
 
 /// Where records that exit their stage are written: the dead-letter topic and the retry
 /// topics. A trait so that the worker runs against simulated writes in tests (acknowledged
-/// late, failing, out of order); [`DeadLetterPublisher`] is the real one.
+/// late, failing, out of order); [`KafkaExits`] is the real one.
 pub(crate) trait ExitWriter: Send + Sync + 'static {
     /// Hands `record`'s dead letter to the producer now (so dead letters started one after
     /// another keep their order); the future waits for the acknowledgement, writing again
@@ -81,7 +81,23 @@ pub(crate) trait ExitWriter: Send + Sync + 'static {
     ) -> PendingExit;
 }
 
-impl ExitWriter for DeadLetterPublisher {
+/// The real [`ExitWriter`]: dead letters through a [`DeadLetterPublisher`], retry records
+/// through a [`RetryWriter`] on the same producer.
+pub(crate) struct KafkaExits {
+    dead_letters: DeadLetterPublisher,
+    retries: RetryWriter,
+}
+
+impl KafkaExits {
+    pub(crate) fn new(dead_letters: DeadLetterPublisher) -> Self {
+        Self {
+            retries: RetryWriter::new(&dead_letters),
+            dead_letters,
+        }
+    }
+}
+
+impl ExitWriter for KafkaExits {
     fn dead_letter(
         &self,
         record: &Record,
@@ -91,7 +107,8 @@ impl ExitWriter for DeadLetterPublisher {
         cancel: CancellationToken,
     ) -> PendingExit {
         Box::pin(
-            self.start(record, kind, message, attempts, cancel)
+            self.dead_letters
+                .start(record, kind, message, attempts, cancel)
                 .map(|written| written.map(RetryWritten::DeadLettered)),
         )
     }
@@ -104,7 +121,7 @@ impl ExitWriter for DeadLetterPublisher {
         left: RetryStage,
         cancel: CancellationToken,
     ) -> PendingExit {
-        Box::pin(self.start_retry(record, tier, due, left, cancel))
+        Box::pin(self.retries.start(record, tier, due, left, cancel))
     }
 }
 
@@ -175,30 +192,6 @@ pub(super) fn exited(
                 Exit::DeadLetter { kind, attempts } => (kind, attempts),
                 Exit::RetryTier { attempts, .. } => (DeadLetterKind::RetriesExhausted, attempts),
             };
-            dead_lettered(metrics, topic, kind, message, attempts, Ok(to))
-        }
-        (_, Ok(_)) => Ok(()),
-        (_, Err(_)) => {
-            tracing::info!(
-                event = "record_abandoned",
-                "stopped before the write succeeded; the record will be consumed again"
-            );
-            Err(Stopped)
-        }
-    }
-}
-
-/// Logs and counts how a dead-letter write ended.
-fn dead_lettered(
-    metrics: &Metrics,
-    topic: &str,
-    kind: DeadLetterKind,
-    message: &str,
-    attempts: u32,
-    written: Result<crate::dlq::DeadLettered, Stopped>,
-) -> Result<(), Stopped> {
-    match written {
-        Ok(to) => {
             tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
                 dlq_topic = %to.topic, dlq_partition = to.partition, dlq_offset = to.offset,
                 error = %message);
@@ -208,11 +201,11 @@ fn dead_lettered(
                 .inc();
             Ok(())
         }
-        Err(_) => {
+        (_, Ok(_)) => Ok(()),
+        (_, Err(_)) => {
             tracing::info!(
                 event = "record_abandoned",
-                attempts,
-                "stopped before the dead-letter write succeeded; the record will be consumed again"
+                "stopped before the write succeeded; the record will be consumed again"
             );
             Err(Stopped)
         }

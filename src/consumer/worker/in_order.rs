@@ -41,7 +41,7 @@ pub(super) async fn run<H: BatchHandler>(
         batch_size == 1,
         input.revoked.clone(),
     );
-    let mut metrics = input.metrics.local(&shared.breaker);
+    let mut metrics = input.metrics.local(&shared.caller.breaker);
     // A chunk of records, settled one by one, stays within the partition's share.
     let mut source = if batch_size == 1 {
         input.records().bounded_by_share()

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::client::Client;
-use super::local_metrics::TopicHandles;
 use super::records::Records;
 use super::source::InboxSource;
-use crate::consumer::context::Assigned;
+use crate::consumer::assignments::Assigned;
 use crate::consumer::inbox::Inbox;
+use crate::consumer::settle::TopicHandles;
 use crate::consumer::spare_records::SpareRecords;
 use crate::metrics::Metrics;
 use crate::record::retry::Stage;
@@ -49,9 +49,10 @@ impl PartitionInput {
     ) -> Self {
         let tiers = if stage.is_retry() { 0 } else { tiers };
         let topic = assigned.topic;
+        series_at_zero(metrics, &topic, tiers);
         Self {
             consumed: metrics.consumed.with_label_values(&[&topic]),
-            metrics: TopicHandles::new(metrics, &topic, tiers),
+            metrics: TopicHandles::new(metrics, &topic),
             topic,
             partition: assigned.partition,
             inbox: assigned.inbox,
@@ -87,5 +88,28 @@ impl PartitionInput {
             &self.stage,
             &self.consumed,
         )
+    }
+}
+
+/// Makes every per-topic series of `topic` (with `tiers` retry tiers) exist, at 0, from the
+/// topic's first assignment: a rate or an alert on a counter that never moved still has a
+/// series to read.
+fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
+    metrics.consumed.with_label_values(&[topic]);
+    metrics.retried.with_label_values(&[topic]);
+    metrics.dlq_write_failures.with_label_values(&[topic]);
+    metrics.batch_splits.with_label_values(&[topic]);
+    for tier in 0..tiers {
+        metrics
+            .retry_tier_sent
+            .with_label_values(&[topic, &tier.to_string()]);
+    }
+    for kind in [
+        crate::failure::DeadLetterKind::Permanent,
+        crate::failure::DeadLetterKind::RetriesExhausted,
+    ] {
+        metrics
+            .dead_lettered
+            .with_label_values(&[topic, kind.as_str()]);
     }
 }

@@ -9,13 +9,11 @@
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
-//! | [`attempt`] | one record's handler calls: the panic guard, the breaker's permit, retries with backoff |
+//! | [`attempt`] | one record: its first call, the shared retries ([`crate::consumer::settle`]), its exit handed to [`progress`] |
 //! | [`exit`] | where a record goes when its retries are used up or it failed permanently: its next retry topic or the dead-letter topic |
 //! | [`dead_letters`] | dead-letter and retry-topic writes, pipelined while the partition goes on |
 //! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
 //! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
-//! | [`outage`] | what the outage breaker's opening and closing does (counted and logged; nothing paused) |
-//! | [`local_metrics`] | metrics a worker counts locally and flushes, and the breaker's answered calls |
 //! | [`client`] | what the worker asks of its Kafka consumer (a trait: the simulation's seam) |
 //!
 //! The worker's world is behind two small traits — what it asks of the consumer
@@ -33,8 +31,6 @@ pub(super) mod dead_letters;
 mod exit;
 mod in_order;
 mod input;
-mod local_metrics;
-mod outage;
 mod progress;
 mod records;
 mod retry_wait;
@@ -47,43 +43,58 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use attempt::permit;
-pub(crate) use exit::ExitWriter;
 #[cfg(test)]
 pub(crate) use exit::PendingExit;
-pub(super) use input::PartitionInput;
-pub(crate) use outage::on_breaker_change;
+pub(crate) use exit::{ExitWriter, KafkaExits};
+use input::PartitionInput;
 
-use crate::backoff::ExponentialBackoff;
-use crate::breaker::Breaker;
+use crate::consumer::assignments::Assigned;
+use crate::consumer::settle::Caller;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 
 /// What the workers of all partitions share.
 pub(super) struct Shared<H> {
-    pub handler: H,
+    /// The handler, the outage breaker and the backoff of a record's calls.
+    pub caller: Caller<H>,
     /// The consumer group: a retry record another group wrote is passed over.
     pub group: String,
     /// Where records that exit are written: the dead-letter topic, the retry topics.
     pub exits: Arc<dyn ExitWriter>,
-    pub backoff: ExponentialBackoff,
     /// The Kafka consumer, as the workers use it.
     pub client: Arc<dyn client::Client>,
     /// Whether a retry partition without a committed offset is started at its first record
     /// (when `auto_offset_reset` is not `earliest`: a retry record must never be skipped).
     pub retry_from_beginning: bool,
     pub metrics: Metrics,
-    pub breaker: Breaker,
     pub batch_size: usize,
     pub batch_linger: Duration,
     /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
     pub key_ordered: Option<usize>,
-    /// Whether each handler call runs in a `handle` span (`trace_records`).
-    pub trace_records: bool,
     /// The retry tiers (`retry_topic_delays_ms`); empty when off.
     pub retry_tiers: crate::retry_tier::RetryTiers,
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
+}
+
+/// The worker of `assigned`, a newly assigned partition of one of `sources` (the source
+/// topics) or of their retry or redrive topics, to run until its assignment ends.
+pub(super) fn start<H: BatchHandler>(
+    shared: &Arc<Shared<H>>,
+    assigned: Assigned,
+    sources: &[String],
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let cancel = assigned.cancel.clone();
+    let tiers = &shared.retry_tiers;
+    let stage = tiers.stage_of(&assigned.topic, sources, &shared.group);
+    let input = PartitionInput::new(
+        assigned,
+        shared.client.clone(),
+        &shared.metrics,
+        stage,
+        tiers.len(),
+    );
+    run_worker(shared.clone(), input, cancel)
 }
 
 /// Runs the worker of one partition until `cancel` fires (revocation or shutdown): in offset
@@ -91,7 +102,7 @@ pub(super) struct Shared<H> {
 /// is due) or by key ([`by_key`]). A handler call in progress when `cancel`
 /// fires runs to its end; a backoff wait, a wait for the breaker or a dead-letter retry does
 /// not.
-pub(super) async fn run_worker<H: BatchHandler>(
+async fn run_worker<H: BatchHandler>(
     shared: Arc<Shared<H>>,
     input: PartitionInput,
     cancel: CancellationToken,

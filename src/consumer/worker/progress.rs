@@ -6,11 +6,18 @@
 
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
 use super::dead_letters::DeadLetterWrites;
+use super::exit::{write_exit, Exit};
 use super::Shared;
 use crate::consumer::offsets::Offsets;
 use crate::handler::BatchHandler;
 use crate::record::Record;
+use crate::stopped::Stopped;
 
 /// See the module docs.
 pub(super) struct Progress {
@@ -18,7 +25,7 @@ pub(super) struct Progress {
     partition: Option<(String, i32)>,
     offsets: Offsets,
     /// Dead-letter writes in flight (pipelined mode only).
-    pub(super) writes: Option<DeadLetterWrites>,
+    writes: Option<DeadLetterWrites>,
     /// Cancelled once the partition's assignment is revoked: no position is stored after.
     revoked: CancellationToken,
 }
@@ -66,6 +73,59 @@ impl Progress {
     /// Whether dead-letter writes are in flight.
     pub(super) fn writing(&self) -> bool {
         self.writes.as_ref().is_some_and(|w| !w.is_empty())
+    }
+
+    /// Whether a dead-letter write could start now without waiting: writes are pipelined and
+    /// fewer than the most are in flight.
+    pub(super) fn writes_without_waiting(&self) -> bool {
+        self.writes.as_ref().is_some_and(|w| !w.is_full())
+    }
+
+    /// Whether the record at `offset` is too far past the oldest dead-letter write in flight
+    /// to be handled before that write is acknowledged.
+    pub(super) fn too_far_behind(&self, offset: i64) -> bool {
+        self.writes
+            .as_ref()
+            .is_some_and(|w| w.too_far_behind(offset))
+    }
+
+    /// Waits until the record at `offset` is no longer [`Progress::too_far_behind`].
+    pub(super) async fn catch_up(&mut self, offset: i64) {
+        if let Some(writes) = self.writes.as_mut() {
+            writes.catch_up(offset).await;
+        }
+    }
+
+    /// Writes `record` to where it exits, with `message` (the last failure): pipelined, it
+    /// starts the write and the partition goes on, its offset passed only once the write is
+    /// acknowledged; otherwise it waits for the acknowledgement and settles the record.
+    /// `Ok(true)` when the record settled now. [`Stopped`] when `cancel` fired first.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn exit<H: BatchHandler>(
+        &mut self,
+        shared: &Arc<Shared<H>>,
+        record: &Record,
+        exit: Exit,
+        message: String,
+        fetched: Instant,
+        cancel: &CancellationToken,
+        span: tracing::Span,
+    ) -> Result<bool, Stopped> {
+        match self.writes.as_mut() {
+            Some(writes) => {
+                writes
+                    .start(shared, record, exit, message, fetched, cancel, span)
+                    .await?;
+                Ok(false)
+            }
+            None => {
+                write_exit(shared, record, exit, &message, cancel)
+                    .instrument(span)
+                    .await?;
+                self.settle(record);
+                Ok(true)
+            }
+        }
     }
 
     /// How many records are taken and not yet passed by the position.

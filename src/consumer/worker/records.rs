@@ -74,17 +74,12 @@ impl<'a> Records<'a> {
         if !self.stage.is_retry() {
             return record;
         }
-        let mut record = if record.retry.is_some() {
-            record
-        } else {
-            let (record, error) = crate::retry_tier::restore(record, self.stage.tier());
-            if let Some(error) = error {
-                tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
-                    partition = self.partition, offset = record.delivered_offset(),
-                    %error, "handled as it is, at once");
-            }
-            record
-        };
+        let (mut record, error) = crate::retry_tier::restore(record, self.stage.tier());
+        if let Some(error) = error {
+            tracing::warn!(event = "retry_record_unreadable", topic = %self.topic,
+                partition = self.partition, offset = record.delivered_offset(),
+                %error, "handled as it is, at once");
+        }
         // Whoever can write a retry or redrive topic writes the claim: the partition's own
         // source topic is what the handler, the metric labels and the sidecar's headers see.
         let source = match self.stage {

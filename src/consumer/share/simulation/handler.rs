@@ -18,7 +18,7 @@ use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 
-use crate::consumer::simulated_panics::SIMULATED_PANIC;
+use crate::consumer::simulation::SIMULATED_PANIC;
 
 /// How long a call takes.
 #[derive(Debug, Clone, Copy)]

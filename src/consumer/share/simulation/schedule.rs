@@ -12,6 +12,7 @@ use super::handler::{Answer, Pace, Plan, SimDeadLetters, SimHandler};
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::{Breaker, BreakerPolicy};
 use crate::config::ShareDlq;
+use crate::consumer::settle::Caller;
 use crate::consumer::share::delivery::Member;
 use crate::consumer::share::member;
 use crate::metrics::Metrics;
@@ -29,8 +30,12 @@ pub(super) struct Report {
     pub archived: u64,
 }
 
-impl Report {
-    pub(super) fn add(&mut self, other: &Report) {
+impl crate::consumer::simulation::Summary for Report {
+    fn handled_nothing(&self) -> bool {
+        self.handled == 0 && self.schedules > 0
+    }
+
+    fn add(&mut self, other: &Report) {
         self.schedules += other.schedules;
         self.records += other.records;
         self.handled += other.handled;
@@ -90,11 +95,26 @@ impl Setup {
             stop: stop.clone(),
             outstanding: Default::default(),
         });
+        let metrics = Metrics::new();
         let member = Arc::new(Member {
-            handler: SimHandler {
-                partition: self.partition.clone(),
-                plans: self.plans.clone(),
-                member: index,
+            caller: Caller {
+                handler: SimHandler {
+                    partition: self.partition.clone(),
+                    plans: self.plans.clone(),
+                    member: index,
+                },
+                breaker,
+                backoff: ExponentialBackoff::new(
+                    Duration::from_millis(100),
+                    2.0,
+                    Duration::from_secs(1),
+                    0.0,
+                    Some(self.max_retries),
+                )
+                .expect("valid backoff"),
+                metrics: metrics.clone(),
+                trace_records: false,
+                while_open: "no more records are acquired",
             },
             exits: Arc::new(SimDeadLetters {
                 partition: self.partition.clone(),
@@ -102,21 +122,11 @@ impl Setup {
                 share_dlq: self.share_dlq,
                 known_limit: self.known_limit,
             }),
-            backoff: ExponentialBackoff::new(
-                Duration::from_millis(100),
-                2.0,
-                Duration::from_secs(1),
-                0.0,
-                Some(self.max_retries),
-            )
-            .expect("valid backoff"),
-            breaker,
-            metrics: Metrics::new(),
+            metrics,
             share_dlq: self.share_dlq,
             delivery_limit: crate::consumer::share::delivery_limit::DeliveryLimit::fixed(
                 self.known_limit,
             ),
-            trace_records: false,
             in_flight: tokio::sync::Semaphore::new(size.in_flight),
             sources: vec![TOPIC.to_string()],
             group: "workers".to_string(),

@@ -3,9 +3,7 @@
 //! partitions' stuck writes hold, and a partition whose acknowledged writes kept their budget
 //! while it sat in a long backoff.
 
-use super::super::Shared;
-use super::handler::SimHandler;
-use super::member::{member, start_worker, Mode};
+use super::member::{member, Mode, SimMember};
 use super::plan::{Outcome, Plan, Wait};
 use super::world::{World, WorldRef, SOURCE};
 
@@ -13,9 +11,9 @@ use super::world::{World, WorldRef, SOURCE};
 fn one_member(
     budget_kib: usize,
     backoff: crate::backoff::ExponentialBackoff,
-    body: impl AsyncFnOnce(WorldRef, std::sync::Arc<Shared<SimHandler>>),
+    body: impl AsyncFnOnce(WorldRef, SimMember),
 ) {
-    super::quiet_simulated_panics();
+    crate::consumer::simulation::quiet();
     let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -25,8 +23,8 @@ fn one_member(
     runtime.block_on(async {
         let world = WorldRef::new(World::new(0, 1, 64, 16 << 20, false));
         let tiers = crate::retry_tier::RetryTiers::default();
-        let shared = member(&world, 0, Mode::InOrder, &tiers, &backoff, budget_kib);
-        body(world, shared).await;
+        let member = member(&world, 0, Mode::InOrder, &tiers, &backoff, budget_kib);
+        body(world, member).await;
     });
 }
 
@@ -51,19 +49,18 @@ fn a_worker_revoked_while_it_waits_for_the_dead_letter_budget_ends() {
     one_member(
         1,
         quick_backoff(Duration::from_millis(5)),
-        async |world, shared| {
+        async |world, member| {
             world.lock().dlq_down = true;
             produce(&world, 0, &[Outcome::Permanent]);
             produce(&world, 1, &[Outcome::Permanent]);
             let (t0, t1) = ((SOURCE.to_string(), 0), (SOURCE.to_string(), 1));
-            let (_c0, _w0) = start_worker(&world, &shared, 0, &t0, Default::default());
-            let (c1, w1) = start_worker(&world, &shared, 0, &t1, Default::default());
+            let _w0 = member.assign(&world, 0, &t0);
+            let w1 = member.assign(&world, 0, &t1);
             // One dead letter holds the whole budget while the dead-letter topic is down; the
             // other partition's waits for it.
             tokio::time::sleep(Duration::from_secs(1)).await;
-            assert_eq!(shared.dead_letter_budget.available_permits(), 0);
-            c1.cancel();
-            world.lock().revoke(0, &t1);
+            assert_eq!(member.shared.dead_letter_budget.available_permits(), 0);
+            member.revoke(&world, 0, &t1);
             tokio::time::sleep(Duration::from_millis(100)).await;
             assert!(
                 w1.is_finished(),
@@ -79,16 +76,16 @@ fn a_partition_in_backoff_gives_its_acknowledged_dead_letters_budget_back() {
     one_member(
         1,
         quick_backoff(Duration::from_secs(60)),
-        async |world, shared| {
+        async |world, member| {
             // t-0: a dead letter (acknowledged within 300 ms), then a record in a minute's backoff.
             produce(&world, 0, &[Outcome::Permanent, Outcome::Transient(2)]);
             let t0 = (SOURCE.to_string(), 0);
-            let (_c0, _w0) = start_worker(&world, &shared, 0, &t0, Default::default());
+            let _w0 = member.assign(&world, 0, &t0);
             tokio::time::sleep(Duration::from_millis(10)).await;
             // t-1's dead letter needs the budget t-0's acknowledged write held.
             produce(&world, 1, &[Outcome::Permanent]);
             let t1 = (SOURCE.to_string(), 1);
-            let (_c1, _w1) = start_worker(&world, &shared, 0, &t1, Default::default());
+            let _w1 = member.assign(&world, 0, &t1);
             tokio::time::sleep(Duration::from_secs(2)).await;
             let w = world.lock();
             assert!(

@@ -18,7 +18,7 @@ pub(super) struct SimHandler {
 }
 
 /// The marker of a simulated panic, kept out of the test output.
-pub(super) use crate::consumer::simulated_panics::SIMULATED_PANIC;
+pub(super) use crate::consumer::simulation::SIMULATED_PANIC;
 
 /// Adds how long a handler call took to the world's handler time when the call ends: when it
 /// returns or panics, not when it is dropped before its end (the worker does not time those).

@@ -5,16 +5,12 @@
 //! then shutdown, which must end in time.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::super::client::TopicPartition;
-use super::super::Shared;
-use super::handler::SimHandler;
-use super::member::{member, start_worker, Mode};
+use super::member::{member, Mode, SimMember};
 use super::plan::{Outcome, Plan, Wait};
 use super::replay::replay;
 use super::world::{World, WorldRef, GROUP, SOURCE};
@@ -22,12 +18,36 @@ use crate::backoff::ExponentialBackoff;
 use crate::record::retry::redrive_topic;
 use crate::retry_tier::RetryTiers;
 
-/// What a schedule ran, for the test's summary.
+/// What schedules ran, for the test's summary.
 #[derive(Debug, Default)]
 pub(super) struct Report {
+    pub schedules: u64,
     pub records: usize,
     pub handled: usize,
     pub dead_letters: u64,
+}
+
+impl crate::consumer::simulation::Summary for Report {
+    fn add(&mut self, one: &Self) {
+        self.schedules += one.schedules;
+        self.records += one.records;
+        self.handled += one.handled;
+        self.dead_letters += one.dead_letters;
+    }
+
+    fn handled_nothing(&self) -> bool {
+        self.handled == 0 && self.records > 0
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} schedules, {} records, {} handled, {} dead letters",
+            self.schedules, self.records, self.handled, self.dead_letters
+        )
+    }
 }
 
 /// The members of the group.
@@ -41,11 +61,6 @@ const LONGEST_CALL: Duration = Duration::from_secs(4);
 const STOP_BOUND: Duration = Duration::from_secs(6);
 /// How long a partition may stay paused with nothing holding it before that is a stall.
 const STALL_AFTER: Duration = Duration::from_secs(1);
-
-struct Slot {
-    cancel: CancellationToken,
-    handle: JoinHandle<()>,
-}
 
 /// A revoked (or stopped) worker that has not ended yet.
 struct Stopping {
@@ -75,9 +90,9 @@ struct Run {
     replays: Option<fastrand::Rng>,
     rng: fastrand::Rng,
     world: WorldRef,
-    members: Vec<Arc<Shared<SimHandler>>>,
-    workers: Vec<BTreeMap<TopicPartition, Slot>>,
-    readers: Vec<BTreeMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+    members: Vec<SimMember>,
+    /// Each member's workers, by partition.
+    workers: Vec<BTreeMap<TopicPartition, JoinHandle<()>>>,
     stopping: Vec<Stopping>,
     partitions: Vec<TopicPartition>,
     sources: Vec<String>,
@@ -161,7 +176,6 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         world,
         members,
         workers: (0..MEMBERS).map(|_| BTreeMap::new()).collect(),
-        readers: (0..MEMBERS).map(|_| BTreeMap::new()).collect(),
         stopping: Vec::new(),
         partitions,
         sources,
@@ -190,6 +204,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     run.check_handler_time()?;
     let world = run.world.lock();
     Ok(Report {
+        schedules: 1,
         records: world.partitions.values().map(|p| p.log.len()).sum(),
         handled: world.partitions.values().map(|p| p.handled.len()).sum(),
         dead_letters: world.dead_letters,
@@ -199,7 +214,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
 impl Run {
     fn context(&self) -> String {
         format!(
-            "seed {} ({:?}, tiers {:?}{}); replay with KAFKA_DLQ_SIMULATION_SEED={}",
+            "seed {} ({:?}, tiers {:?}{})",
             self.seed,
             self.mode,
             self.tiers.delays_ms(),
@@ -208,7 +223,6 @@ impl Run {
                 Variant::OtherGroup => ", another group's retry records",
                 Variant::Redrive => ", replays to the redrive topic",
             },
-            self.seed
         )
     }
 
@@ -238,27 +252,25 @@ impl Run {
         (0..MEMBERS).find(|m| self.workers[*m].contains_key(tp))
     }
 
-    /// The rebalance callback's assignment and the poll loop's start of the worker.
+    /// The rebalance callback's assignment and the consumer loop's start of the worker.
     fn assign(&mut self, member: usize, tp: &TopicPartition) {
         if self.owner(tp).is_some() {
             return;
         }
-        let reader = self.readers[member].entry(tp.clone()).or_default().clone();
-        let (cancel, handle) = start_worker(&self.world, &self.members[member], member, tp, reader);
-        self.workers[member].insert(tp.clone(), Slot { cancel, handle });
+        let handle = self.members[member].assign(&self.world, member, tp);
+        self.workers[member].insert(tp.clone(), handle);
     }
 
     /// The rebalance callback's revocation: the worker cancelled, the stored positions
     /// committed, the partition unassigned.
     fn revoke(&mut self, tp: &TopicPartition) {
         let Some(member) = self.owner(tp) else { return };
-        let slot = self.workers[member].remove(tp).expect("owned");
-        slot.cancel.cancel();
-        self.world.lock().revoke(member, tp);
+        let handle = self.workers[member].remove(tp).expect("owned");
+        self.members[member].revoke(&self.world, member, tp);
         self.stopping.push(Stopping {
             member,
             tp: tp.clone(),
-            handle: slot.handle,
+            handle,
             since: tokio::time::Instant::now(),
         });
     }
@@ -336,7 +348,7 @@ impl Run {
         let world = self.world.lock();
         for (member, state) in world.members.iter().enumerate() {
             for tp in state.assigned.intersection(&state.paused) {
-                let breaker = self.members[member].breaker.is_open();
+                let breaker = self.members[member].shared.caller.breaker.is_open();
                 // A retry wait lasts its tier's delay at most.
                 let waiting = self
                     .tiers
@@ -349,7 +361,7 @@ impl Run {
                     });
                 // A full inbox holds its partition until its worker has taken it down to half
                 // its share: an empty one holds nothing.
-                let full = state.inboxes.get(tp).is_some_and(|inbox| inbox.bytes() > 0);
+                let full = self.members[member].assignments.inbox_bytes(&tp.0, tp.1) > 0;
                 let key = (member, tp.clone());
                 if breaker || waiting || full {
                     self.unheld.remove(&key);
@@ -436,7 +448,7 @@ impl Run {
         let timed: f64 = self
             .members
             .iter()
-            .flat_map(|shared| shared.metrics.handler_duration.collect())
+            .flat_map(|member| member.shared.metrics.handler_duration.collect())
             .flat_map(|family| family.get_metric().to_vec())
             .map(|metric| metric.get_histogram().get_sample_sum())
             .sum();

@@ -1,6 +1,6 @@
 //! The simulated world of the workers: each partition's log and what became of its records,
-//! each member's fetch queues (librdkafka's), its partitions' inboxes (the consumer's own,
-//! filled by the simulated poll loop, see [`super::poll_loop`]), pauses, stored and committed
+//! each member's fetch queues (librdkafka's, which the member's poll loop hands to the
+//! consumer's real hand-off, see [`super::poll_loop`]), pauses, stored and committed
 //! positions, with librdkafka's rules (a pause outlives revocation and re-assignment,
 //! pausing drops what was fetched and fetches again from the last record handed to the
 //! application, a store on a partition no longer assigned fails), and the guarantees checked
@@ -15,8 +15,6 @@ use chrono::{DateTime, Utc};
 
 use super::super::client::TopicPartition;
 use super::plan::Plan;
-use crate::consumer::inbox::{Budget, Inbox};
-use crate::consumer::spare_records::SpareRecords;
 use crate::record::Record;
 
 /// The source topic every schedule reads.
@@ -81,14 +79,6 @@ pub(super) struct Member {
     /// Where each assigned partition's fetches started: the position committed then.
     pub starts: BTreeMap<TopicPartition, i64>,
     pub queues: BTreeMap<TopicPartition, Queue>,
-    /// The inbox of each partition assigned now.
-    pub inboxes: BTreeMap<TopicPartition, Arc<Inbox>>,
-    /// What the member's inboxes may hold together.
-    pub budget: Arc<Budget>,
-    /// Settled records its workers gave back, for its poll loop to copy records into.
-    pub spares: Arc<SpareRecords>,
-    /// Those its poll loop took from there and has not used yet.
-    pub spares_taken: Vec<Record>,
     /// The member's poll loop, waiting for fetched records.
     pub poll_loop: Option<Waker>,
     /// The footprint of the largest record its poll loop moved into an inbox.
@@ -123,9 +113,9 @@ pub(super) struct World {
     pub other_group: Option<fastrand::Rng>,
     /// Upper bound of an exit write's acknowledgement delay.
     pub max_ack: Duration,
-    /// When `dlq replay` puts dead letters back on the group's redrive topic: the records
-    /// whose dead letter was acknowledged and not replayed yet.
-    pub dead_lettered: Option<Vec<Record>>,
+    /// When `dlq replay` puts dead letters back on the group's redrive topic: the dead
+    /// letters acknowledged and not replayed yet.
+    pub dead_lettered: Option<Vec<crate::dlq::Envelope>>,
 }
 
 /// The wall clock at the simulation's start.
@@ -154,12 +144,7 @@ impl World {
         Self {
             start: tokio::time::Instant::now(),
             partitions: BTreeMap::new(),
-            members: (0..members)
-                .map(|_| Member {
-                    budget: Arc::new(Budget::new(inbox_budget)),
-                    ..Member::default()
-                })
-                .collect(),
+            members: (0..members).map(|_| Member::default()).collect(),
             committed: BTreeMap::new(),
             dead_letters: 0,
             handler_time: Duration::ZERO,
@@ -204,23 +189,24 @@ impl World {
         self.append(&tp, record);
     }
 
-    /// Appends `record` to `tp`'s log at its end (setting where it was written) and lets every
+    /// Appends `record` (as written: a retry or redrive topic's record carries the original in
+    /// its headers) to `tp`'s log at its end, setting where it was written, and lets every
     /// member fetch it.
-    pub fn append(&mut self, tp: &TopicPartition, mut record: Record) {
+    pub fn append(&mut self, tp: &TopicPartition, record: Record) {
+        self.append_written_by(tp, record, false);
+    }
+
+    /// Appends a retry record another group wrote, as [`World::append`] does.
+    pub fn append_foreign(&mut self, tp: &TopicPartition, record: Record) {
+        self.append_written_by(tp, record, true);
+    }
+
+    fn append_written_by(&mut self, tp: &TopicPartition, mut record: Record, foreign: bool) {
         let key_order = self.key_order;
         let partition = self.partitions.entry(tp.clone()).or_default();
         let offset = partition.log.len() as i64;
-        match record.retry.as_mut() {
-            Some(retry) => retry.offset = offset,
-            None => {
-                record.offset = offset;
-                record.id = format!("{}-{}-{offset}", tp.0, tp.1);
-            }
-        }
-        let foreign = record
-            .retry
-            .as_ref()
-            .is_some_and(|r| r.group.as_deref() != Some(GROUP));
+        (record.topic, record.partition, record.offset) = (tp.0.clone(), tp.1, offset);
+        record.id = format!("{}-{}-{offset}", tp.0, tp.1);
         if foreign {
             // Never called: no place in the order of first calls.
             partition.foreign.insert(offset);
@@ -277,17 +263,16 @@ impl World {
         self.fetch(member, tp);
     }
 
-    /// `tp` assigned to `member` with `inbox`: fetched from the committed position (or the
-    /// start); its stored position cleared; resumed, as the consumer's rebalance callback
-    /// resumes what it is assigned (librdkafka keeps a pause across re-assignment).
-    pub fn assign(&mut self, member: usize, tp: &TopicPartition, inbox: Arc<Inbox>) {
+    /// `tp` assigned to `member`: fetched from the committed position (or the start); its
+    /// stored position cleared; resumed, as the consumer's rebalance callback resumes what it
+    /// is assigned (librdkafka keeps a pause across re-assignment).
+    pub fn assign(&mut self, member: usize, tp: &TopicPartition) {
         let start = self.committed.get(tp).copied().unwrap_or(0);
         let m = &mut self.members[member];
         m.assigned.insert(tp.clone());
         m.stored.remove(tp);
         m.starts.insert(tp.clone(), start);
         m.retry_waits.remove(tp);
-        m.inboxes.insert(tp.clone(), inbox);
         let queue = m.queues.entry(tp.clone()).or_default();
         queue.records.clear();
         queue.fetch = start;
@@ -295,8 +280,7 @@ impl World {
         self.resume(member, tp);
     }
 
-    /// `tp` revoked from `member`: its stored position committed, its queue dropped, its
-    /// inbox closed (what it holds dropped).
+    /// `tp` revoked from `member`: its stored position committed, its queue dropped.
     pub fn revoke(&mut self, member: usize, tp: &TopicPartition) {
         self.commit_one(member, tp);
         let m = &mut self.members[member];
@@ -304,9 +288,6 @@ impl World {
         m.stored.remove(tp);
         if let Some(queue) = m.queues.get_mut(tp) {
             queue.records.clear();
-        }
-        if let Some(inbox) = m.inboxes.remove(tp) {
-            inbox.close();
         }
     }
 
@@ -382,15 +363,22 @@ impl World {
             return (plan, 1);
         }
         let key_order = self.key_order;
-        let partition = self.partitions.get_mut(&tp).expect("a record of its log");
-        let key = partition.log[offset as usize]
-            .key
-            .clone()
-            .filter(|_| key_order);
-        let (offsets, first_called) = partition.order.get_mut(&key).expect("its key's offsets");
-        let at = offsets
-            .binary_search(&offset)
-            .expect("one of its key's offsets");
+        let known = self.partitions.get_mut(&tp).and_then(|partition| {
+            let key = partition.log.get(offset as usize)?.key.clone();
+            let (offsets, first_called) = partition.order.get_mut(&key.filter(|_| key_order))?;
+            Some((offsets.binary_search(&offset).ok()?, offsets, first_called))
+        });
+        let Some((at, offsets, first_called)) = known else {
+            self.violations.push(format!(
+                "the handler was called for {} as {}-{} offset {offset}, where no record of it was written",
+                record.id, tp.0, tp.1
+            ));
+            let plan = Plan {
+                wait: super::plan::Wait::None,
+                outcome: super::plan::Outcome::Ok,
+            };
+            return (plan, 1);
+        };
         if at > *first_called {
             let skipped = offsets[*first_called];
             self.violations.push(format!(

@@ -1,8 +1,9 @@
 //! A member's dead-letter and retry-topic writes: each acknowledged after a delay drawn from
 //! the seed (so out of order), some failing a few times first, all failing while the
 //! dead-letter topic is down and retried until the write is given up; a retry record lands
-//! in its retry partition, some with a writer clock ahead, a far-away due time or a claim to
-//! another source topic.
+//! in its retry partition — its headers written by the real `retry_tier::retry_headers`, read
+//! back by the worker's real `restore` — some with a writer clock ahead, a far-away due time
+//! or a claim to another source topic.
 
 use std::time::Duration;
 
@@ -12,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::exit::{ExitWriter, PendingExit};
 use super::world::{World, WorldRef, GROUP, OTHER_GROUP, SOURCE};
 use crate::dlq::DeadLettered;
+use crate::dlq::Envelope;
 use crate::failure::DeadLetterKind;
-use crate::record::retry::{RetryDelivery, RetryStage};
+use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
@@ -25,13 +27,23 @@ pub(super) struct SimExits {
     pub retry_partitions: i32,
 }
 
+/// Where a simulated write takes a record.
+#[derive(Clone)]
+enum To {
+    DeadLetter {
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+    },
+    Retry {
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+    },
+}
+
 impl SimExits {
-    fn write(
-        &self,
-        record: &Record,
-        retry: Option<(u32, DateTime<Utc>, RetryStage)>,
-        cancel: CancellationToken,
-    ) -> PendingExit {
+    fn write(&self, record: &Record, to: To, cancel: CancellationToken) -> PendingExit {
         let (delay, mut fails) = {
             let mut world = self.world.lock();
             let max = world.max_ack.as_millis() as u64;
@@ -54,7 +66,7 @@ impl SimExits {
                 let acknowledged = {
                     let mut w = world.lock();
                     (fails == 0 && !w.dlq_down)
-                        .then(|| acknowledge(&mut w, &record, retry.clone(), retry_partitions))
+                        .then(|| acknowledge(&mut w, &record, to.clone(), retry_partitions))
                 };
                 if let Some(acknowledged) = acknowledged {
                     return Ok(acknowledged);
@@ -72,27 +84,29 @@ impl SimExits {
 }
 
 /// The write of `record` is acknowledged: it has exited where it was delivered; a retry
-/// record is appended to its retry topic.
-fn acknowledge(
-    w: &mut World,
-    record: &Record,
-    retry: Option<(u32, DateTime<Utc>, RetryStage)>,
-    retry_partitions: i32,
-) -> RetryWritten {
+/// record is appended to its retry topic as the real writer writes it.
+fn acknowledge(w: &mut World, record: &Record, to: To, retry_partitions: i32) -> RetryWritten {
     w.exited(record);
     let written = DeadLettered {
         topic: String::new(),
         partition: 0,
         offset: 0,
     };
-    let Some((tier, due, left)) = retry else {
-        w.dead_letters += 1;
-        if let Some(letters) = &mut w.dead_lettered {
-            letters.push(record.clone());
+    let (tier, due, left) = match to {
+        To::DeadLetter {
+            kind,
+            message,
+            attempts,
+        } => {
+            w.dead_letters += 1;
+            if let Some(letters) = &mut w.dead_lettered {
+                letters.push(Envelope::new(record, kind, &message, attempts, GROUP));
+            }
+            return RetryWritten::DeadLettered(written);
         }
-        return RetryWritten::DeadLettered(written);
+        To::Retry { tier, due, left } => (tier, due, left),
     };
-    // Routed as the real writers route it.
+    // Routed as the real writer routes it.
     let source = record.source_topic().to_string();
     if source != SOURCE {
         w.violations.push(format!(
@@ -102,48 +116,34 @@ fn acknowledge(
     }
     let partition = (record.offset as i32).rem_euclid(retry_partitions);
     let tp = (crate::record::retry::topic_name(&source, tier), partition);
-    let before = record.retry.as_ref();
-    let mut history = before.map_or_else(Vec::new, |r| r.history.clone());
-    let attempts = before.map_or(0, |r| r.attempts) + left.attempts;
-    history.push(left);
     let mut copy = record.clone();
     // Some writers claim another source topic (a foreign or hostile account), and some run
     // with a clock ahead, or write due times far away.
     if w.rng.u8(0..10) == 0 {
         copy.topic = "payments".into();
     }
+    let far = DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+        .expect("a valid date")
+        .to_utc();
     let due = match w.rng.u8(0..20) {
         0 => due + chrono::TimeDelta::hours(2),
-        1 => DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
-            .expect("a valid date")
-            .to_utc(),
+        1 => far,
         _ => due,
     };
-    copy.retry = Some(Box::new(RetryDelivery {
-        group: Some(GROUP.to_string()),
-        tier: Some(tier),
-        topic: tp.0.clone(),
-        partition,
-        offset: 0,
-        due,
-        attempts,
-        history,
-    }));
+    let written_as = |record: &Record, due, group| Record {
+        headers: crate::retry_tier::retry_headers(record, tier, due, left.clone(), group),
+        retry: None,
+        ..record.clone()
+    };
     // Another service (group) on the same topic writes its retry records to the same retry
     // topics, some due far ahead: this group must pass them over, not handle nor wait for them.
     if w.other_group.as_mut().is_some_and(|rng| rng.u8(0..3) == 0) {
         let mut other = copy.clone();
         other.id = format!("{}-of-{OTHER_GROUP}", copy.id);
-        if let Some(retry) = other.retry.as_mut() {
-            retry.group = Some(OTHER_GROUP.to_string());
-            retry.due = DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
-                .expect("a valid date")
-                .to_utc();
-        }
-        w.append(&tp, copy);
-        w.append(&tp, other);
+        w.append(&tp, written_as(&copy, due, GROUP));
+        w.append_foreign(&tp, written_as(&other, far, OTHER_GROUP));
     } else {
-        w.append(&tp, copy);
+        w.append(&tp, written_as(&copy, due, GROUP));
     }
     RetryWritten::RetryTopic(written)
 }
@@ -152,12 +152,18 @@ impl ExitWriter for SimExits {
     fn dead_letter(
         &self,
         record: &Record,
-        _kind: DeadLetterKind,
-        _message: &str,
-        _attempts: u32,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
         cancel: CancellationToken,
     ) -> PendingExit {
-        self.write(record, None, cancel)
+        let message = message.to_string();
+        let to = To::DeadLetter {
+            kind,
+            message,
+            attempts,
+        };
+        self.write(record, to, cancel)
     }
 
     fn retry(
@@ -168,6 +174,6 @@ impl ExitWriter for SimExits {
         left: RetryStage,
         cancel: CancellationToken,
     ) -> PendingExit {
-        self.write(record, Some((tier, due, left)), cancel)
+        self.write(record, To::Retry { tier, due, left }, cancel)
     }
 }

@@ -1,5 +1,5 @@
-//! A worker's own metrics, counted locally and added to the shared ones in bulk, and the
-//! calls the downstream answered, told to the outage breaker in bulk.
+//! The metrics of a worker's or member's calls, counted locally and added to the shared ones
+//! in bulk, and the calls the downstream answered, told to the outage breaker in bulk.
 
 use tokio::time::Instant;
 
@@ -8,34 +8,15 @@ use crate::metrics::Metrics;
 
 /// One topic's metric handles, looked up once per partition rather than once per record.
 #[derive(Clone)]
-pub(super) struct TopicHandles {
+pub(crate) struct TopicHandles {
     succeeded: prometheus::IntCounter,
     handler_duration: prometheus::Histogram,
     settle_seconds: prometheus::Histogram,
 }
 
 impl TopicHandles {
-    /// The handles of `topic`, which has `tiers` retry tiers (0 for a retry topic).
-    pub(super) fn new(metrics: &Metrics, topic: &str, tiers: usize) -> Self {
-        // Every per-topic series exists, at 0, from the topic's first assignment: a rate or an
-        // alert on a counter that never moved still has a series to read.
-        metrics.consumed.with_label_values(&[topic]);
-        metrics.retried.with_label_values(&[topic]);
-        metrics.dlq_write_failures.with_label_values(&[topic]);
-        metrics.batch_splits.with_label_values(&[topic]);
-        for tier in 0..tiers {
-            metrics
-                .retry_tier_sent
-                .with_label_values(&[topic, &tier.to_string()]);
-        }
-        for kind in [
-            crate::failure::DeadLetterKind::Permanent,
-            crate::failure::DeadLetterKind::RetriesExhausted,
-        ] {
-            metrics
-                .dead_lettered
-                .with_label_values(&[topic, kind.as_str()]);
-        }
+    /// The handles of `topic`.
+    pub(crate) fn new(metrics: &Metrics, topic: &str) -> Self {
         Self {
             succeeded: metrics.succeeded.with_label_values(&[topic]),
             handler_duration: metrics.handler_duration.with_label_values(&[topic]),
@@ -47,7 +28,7 @@ impl TopicHandles {
     /// a worker settles hundreds of thousands of records a second, and shared atomics
     /// touched by every worker for every record would cost more than the records. The
     /// calls the downstream answered are counted the same way for `breaker`.
-    pub(super) fn local<'a>(&self, breaker: &'a Breaker) -> TopicMetrics<'a> {
+    pub(crate) fn local<'a>(&self, breaker: &'a Breaker) -> TopicMetrics<'a> {
         TopicMetrics {
             succeeded: self.succeeded.local(),
             handler_duration: self.handler_duration.local(),
@@ -61,10 +42,10 @@ impl TopicHandles {
 
 /// A worker's own metrics; see [`TopicHandles::local`]. Flushed after each chunk of records
 /// and before any wait, and when dropped.
-pub(super) struct TopicMetrics<'a> {
-    pub(super) succeeded: prometheus::local::LocalIntCounter,
-    pub(super) handler_duration: prometheus::local::LocalHistogram,
-    pub(super) settle_seconds: prometheus::local::LocalHistogram,
+pub(crate) struct TopicMetrics<'a> {
+    pub(crate) succeeded: prometheus::local::LocalIntCounter,
+    pub(crate) handler_duration: prometheus::local::LocalHistogram,
+    pub(crate) settle_seconds: prometheus::local::LocalHistogram,
     breaker: &'a Breaker,
     /// Calls made with [`Permit::Normal`] and answered, not yet told to the breaker, and when
     /// the last of them ended.
@@ -72,13 +53,13 @@ pub(super) struct TopicMetrics<'a> {
     /// When the last record handled ended its call, while the worker goes straight on from
     /// there to the next record's call: that call's start, without reading the clock again.
     /// Cleared by [`TopicMetrics::flush`], which comes before every wait.
-    pub(super) follows: Option<Instant>,
+    pub(crate) follows: Option<Instant>,
 }
 
 impl TopicMetrics<'_> {
     /// Counts a call for the breaker; tells it at once unless it was a normal call that the
     /// downstream answered. Returns the breaker's new state when it changed.
-    pub(super) fn record_call(
+    pub(crate) fn record_call(
         &mut self,
         permit: Permit,
         outcome: CallOutcome,
@@ -101,7 +82,7 @@ impl TopicMetrics<'_> {
         }
     }
 
-    pub(super) fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         self.follows = None;
         self.succeeded.flush();
         self.handler_duration.flush();
