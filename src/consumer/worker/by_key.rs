@@ -9,7 +9,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::settle_record;
-use super::input::PartitionInput;
+use super::intake::Intake;
 use super::progress::Progress;
 use super::Shared;
 use crate::handler::BatchHandler;
@@ -25,7 +25,7 @@ const GIVEN_BACK_AT_ONCE: usize = 32;
 /// of settled records, so it never passes a record that is still running or waiting.
 pub(super) async fn run<H: BatchHandler>(
     shared: Arc<Shared<H>>,
-    mut input: PartitionInput,
+    mut input: Intake,
     cancel: CancellationToken,
     max_in_flight: usize,
 ) {
@@ -39,7 +39,6 @@ pub(super) async fn run<H: BatchHandler>(
     type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (Record, bool)> + Send>>;
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     let metrics = input.metrics.clone();
-    let mut source = input.records();
     // Settled records, given back to the poll loop a few at a time.
     let mut spent = Vec::new();
 
@@ -99,11 +98,11 @@ pub(super) async fn run<H: BatchHandler>(
                 progress.store(&shared);
                 spent.push(record);
                 if spent.len() >= GIVEN_BACK_AT_ONCE {
-                    source.give_back(std::mem::take(&mut spent));
+                    input.give_back(std::mem::take(&mut spent));
                 }
             }
             _ = cancel.cancelled(), if !stopping => stopping = true,
-            taken = source.take(free, Duration::ZERO, &cancel), if room => {
+            taken = input.take(free, Duration::ZERO, &cancel), if room => {
                 let Some((records, at)) = taken else {
                     stopping = true;
                     continue;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::settle_record;
 use super::bisect::settle_batch;
-use super::input::PartitionInput;
+use super::intake::Intake;
 use super::progress::Progress;
 use super::retry_wait::wait_until_due;
 use super::Shared;
@@ -19,7 +19,7 @@ use crate::handler::BatchHandler;
 /// Settles the records of one partition in offset order until `cancel` fires.
 pub(super) async fn run<H: BatchHandler>(
     shared: Arc<Shared<H>>,
-    mut input: PartitionInput,
+    mut input: Intake,
     cancel: CancellationToken,
 ) {
     // A record handler takes what is ready in chunks and handles the records one by one,
@@ -43,13 +43,11 @@ pub(super) async fn run<H: BatchHandler>(
     );
     let mut metrics = input.metrics.local(&shared.caller.breaker);
     // A chunk of records, settled one by one, stays within the partition's share.
-    let mut source = if batch_size == 1 {
-        input.records().bounded_by_share()
-    } else {
-        input.records()
-    };
+    if batch_size == 1 {
+        input.bounded_by_share();
+    }
     'work: while !cancel.is_cancelled() {
-        let Some((records, taken)) = source.take(take, linger, &cancel).await else {
+        let Some((records, taken)) = input.take(take, linger, &cancel).await else {
             break;
         };
         for record in &records {
@@ -72,7 +70,7 @@ pub(super) async fn run<H: BatchHandler>(
                     // It waits until it is due: its call does not follow the last one.
                     metrics.flush();
                     if cancel.is_cancelled()
-                        || wait_until_due(&shared, record, &source, &mut settled, &cancel)
+                        || wait_until_due(&shared, record, &input, &mut settled, &cancel)
                             .await
                             .is_err()
                     {
@@ -101,12 +99,12 @@ pub(super) async fn run<H: BatchHandler>(
         }
         settled.store(&shared);
         metrics.flush();
-        source.give_back(records);
+        input.give_back(records);
         // Until the next record comes, store the offsets of the dead letters as they are
         // acknowledged (an idle partition's last dead letters get committed too).
         if settled.writing() {
-            match settled.meanwhile(&shared, source.next(&cancel)).await {
-                Some(record) => source.peeked = Some(record),
+            match settled.meanwhile(&shared, input.next(&cancel)).await {
+                Some(record) => input.peeked = Some(record),
                 None => break,
             }
         }

@@ -30,13 +30,11 @@ pub(super) mod client;
 pub(super) mod dead_letters;
 mod exit;
 mod in_order;
-mod input;
+mod intake;
 mod progress;
-mod records;
 mod retry_wait;
 #[cfg(test)]
 mod simulation;
-mod source;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 #[cfg(test)]
 pub(crate) use exit::PendingExit;
 pub(crate) use exit::{ExitWriter, KafkaExits};
-use input::PartitionInput;
+use intake::Intake;
 
 use crate::consumer::assignments::Assigned;
 use crate::consumer::settle::Caller;
@@ -87,7 +85,7 @@ pub(super) fn start<H: BatchHandler>(
     let cancel = assigned.cancel.clone();
     let tiers = &shared.retry_tiers;
     let stage = tiers.stage_of(&assigned.topic, sources, &shared.group);
-    let input = PartitionInput::new(
+    let input = Intake::new(
         assigned,
         shared.client.clone(),
         &shared.metrics,
@@ -104,7 +102,7 @@ pub(super) fn start<H: BatchHandler>(
 /// not.
 async fn run_worker<H: BatchHandler>(
     shared: Arc<Shared<H>>,
-    input: PartitionInput,
+    input: Intake,
     cancel: CancellationToken,
 ) {
     // One worker of a partition at a time: a worker of an earlier assignment of this

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::intake::Intake;
 use super::progress::Progress;
-use super::records::Records;
 use super::Shared;
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
@@ -42,7 +42,7 @@ pub(super) fn wait_for(
 pub(super) async fn wait_until_due<H: BatchHandler>(
     shared: &Shared<H>,
     record: &Record,
-    source: &Records<'_>,
+    intake: &Intake,
     progress: &mut Progress,
     cancel: &CancellationToken,
 ) -> Result<(), Stopped> {
@@ -68,7 +68,7 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
     let _waiting = GaugeGuard::inc(&shared.metrics.retry_partitions_waiting);
     // Paused so that librdkafka does not fetch records that would only wait; fetched again
     // when the hold drops, whichever way the wait ends (unless the inbox holds its share).
-    let _hold = source.hold_fetches();
+    let _hold = intake.hold_fetches();
     let until = tokio::time::Instant::now() + wait;
     progress
         .meanwhile(shared, async {

@@ -1,11 +1,22 @@
-//! A worker's reader of its partition's records: the next one, the ones ready now, or a chunk
-//! or batch taken at once — each cancel-safe, and none taken once the worker is cancelled.
+//! A worker's intake: what it is given when its partition is assigned (the partition, its
+//! stage, its metrics) and the one reader of the partition's inbox — the next record, the
+//! ones ready now, or a chunk or batch taken at once, each cancel-safe, and none taken once
+//! the worker is cancelled. The consumer's poll loop fills the inbox and keeps it within the
+//! partition's share of `max_buffered_bytes` (see `consumer::inbox`); once a record is
+//! handed out it is the worker's.
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::source::InboxSource;
+use super::client::Client;
+use crate::consumer::assignments::Assigned;
+use crate::consumer::inbox::Inbox;
+use crate::consumer::settle::TopicHandles;
+use crate::consumer::spare_records::SpareRecords;
+use crate::metrics::Metrics;
 use crate::record::retry::Stage;
 use crate::record::Record;
 
@@ -13,11 +24,29 @@ use crate::record::Record;
 /// a chunk's, not a large batch's.
 const KEPT_CAPACITY: usize = 256;
 
-/// A worker's reader of its partition's records; see [`super::input::PartitionInput::records`].
-pub(crate) struct Records<'a> {
+/// A newly assigned partition as its worker sees it, and the reader of its records.
+pub(crate) struct Intake {
+    pub(super) topic: String,
+    pub(super) partition: i32,
+    /// Of a source, a retry tier's or the redrive topic: the records of the last two are
+    /// restored to the originals they carry ([`crate::retry_tier::restore`]).
+    pub(super) stage: Stage,
+    pub(super) metrics: TopicHandles,
+    /// Cancelled once this assignment is revoked ([`Assigned::revoked`]).
+    pub(super) revoked: CancellationToken,
     /// A record taken while waiting for something else; the next to hand out.
     pub(super) peeked: Option<Record>,
-    /// Records a [`Records::take`] took and has not handed over yet: kept here, not in the
+    /// The partition's reader lease, shared by the workers of its successive assignments.
+    reader: Arc<tokio::sync::Mutex<()>>,
+    inbox: Arc<Inbox>,
+    /// The consumer, to pause and resume the partition's fetches with.
+    client: Arc<dyn Client>,
+    /// The bytes every inbox of the consumer holds.
+    buffered: prometheus::IntGauge,
+    /// Where settled records go back to, for the poll loop to reuse.
+    spares: Arc<SpareRecords>,
+    consumed: prometheus::IntCounter,
+    /// Records a [`Intake::take`] took and has not handed over yet: kept here, not in the
     /// take's future, so that a take dropped before its end (in a `select!`, when tokio's
     /// budget runs out between two records) loses nothing; the next take hands them over.
     taking: Vec<Record>,
@@ -25,46 +54,55 @@ pub(crate) struct Records<'a> {
     taking_since: Instant,
     /// The footprint of `taking` beyond its first record.
     taking_bytes: usize,
-    /// Whether a take stops at the partition's share of bytes ([`Records::bounded_by_share`]).
+    /// Whether a take stops at the partition's share of bytes ([`Intake::bounded_by_share`]).
     share_bound: bool,
-    source: InboxSource<'a>,
-    topic: &'a str,
-    partition: i32,
-    stage: &'a Stage,
-    consumed: &'a prometheus::IntCounter,
 }
 
-impl<'a> Records<'a> {
-    /// A reader of `source`, the partition `topic`/`partition` at `stage`; counts what it
-    /// hands over in `consumed`.
+impl Intake {
+    /// The intake of a newly assigned partition at `stage` (`tiers`: how many retry tiers a
+    /// source topic has).
     pub(crate) fn new(
-        source: InboxSource<'a>,
-        topic: &'a str,
-        partition: i32,
-        stage: &'a Stage,
-        consumed: &'a prometheus::IntCounter,
+        assigned: Assigned,
+        client: Arc<dyn Client>,
+        metrics: &Metrics,
+        stage: Stage,
+        tiers: usize,
     ) -> Self {
+        let tiers = if stage.is_retry() { 0 } else { tiers };
+        let topic = assigned.topic;
+        series_at_zero(metrics, &topic, tiers);
         Self {
+            consumed: metrics.consumed.with_label_values(&[&topic]),
+            metrics: TopicHandles::new(metrics, &topic),
+            topic,
+            partition: assigned.partition,
+            stage,
+            revoked: assigned.revoked,
             peeked: None,
+            reader: assigned.reader,
+            inbox: assigned.inbox,
+            client,
+            buffered: metrics.buffered_bytes.clone(),
+            spares: assigned.spares,
             taking: Vec::new(),
             taking_since: Instant::now(),
             taking_bytes: 0,
             share_bound: false,
-            source,
-            topic,
-            partition,
-            stage,
-            consumed,
         }
     }
 
-    /// A reader whose takes stop once what they took beyond the first record comes to the
+    /// The lease of the partition's reader: the workers of successive assignments of one
+    /// partition run one at a time.
+    pub(super) fn reader(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.reader.clone()
+    }
+
+    /// From now on takes stop once what they took beyond the first record comes to the
     /// partition's share of the inboxes' budget: the records a worker holds out of its inbox
     /// are then within its share too (a chunk the worker settles one by one, not a batch the
     /// handler asked for).
-    pub(super) fn bounded_by_share(mut self) -> Self {
+    pub(super) fn bounded_by_share(&mut self) {
         self.share_bound = true;
-        self
     }
 
     /// `record` as the worker settles it: from a retry or redrive topic, the original it
@@ -82,9 +120,9 @@ impl<'a> Records<'a> {
         }
         // Whoever can write a retry or redrive topic writes the claim: the partition's own
         // source topic is what the handler, the metric labels and the sidecar's headers see.
-        let source = match self.stage {
+        let source = match &self.stage {
             Stage::Redrive { source } => Some(source.as_str()),
-            Stage::Tier(_) => crate::record::retry::parse_topic(self.topic).map(|(s, _)| s),
+            Stage::Tier(_) => crate::record::retry::parse_topic(&self.topic).map(|(s, _)| s),
             Stage::Source => None,
         };
         if let Some(source) = source.filter(|s| record.topic != *s) {
@@ -107,18 +145,17 @@ impl<'a> Records<'a> {
         if cancel.is_cancelled() {
             return None;
         }
-        let source = &mut self.source;
         let record = tokio::select! {
             biased;
             _ = cancel.cancelled() => return None,
-            record = std::future::poll_fn(|cx| source.poll_record(cx)) => record,
+            record = std::future::poll_fn(|cx| self.poll_record(cx)) => record,
         };
         Some(self.restored(record))
     }
 
     /// Takes up to `max` records in offset order, with the time they were taken: waits for
     /// the first, takes what else is ready (up to the partition's share of bytes beyond the
-    /// first when [`Records::bounded_by_share`]), and waits up to `linger` for more. `None` once
+    /// first when [`Intake::bounded_by_share`]), and waits up to `linger` for more. `None` once
     /// `cancel` fires while none was taken. Cancel-safe: records taken by a take that is
     /// dropped before its end are handed over by the next.
     pub(super) async fn take(
@@ -138,17 +175,17 @@ impl<'a> Records<'a> {
         // `taking`). Cancelled now or not, what is ready belongs to this assignment: a revoked
         // partition's inbox is closed, and no handler is called once cancelled.
         let max_bytes = if self.share_bound {
-            self.source.share()
+            self.inbox.share()
         } else {
             usize::MAX
         };
         while self.taking.len() < max && self.taking_bytes < max_bytes {
             let from = self.taking.len();
-            self.taking_bytes += self.source.ready_records(
-                max - from,
-                max_bytes - self.taking_bytes,
-                &mut self.taking,
-            );
+            // Synchronous: no take is dropped while the records are out of `taking`.
+            let mut taking = std::mem::take(&mut self.taking);
+            self.taking_bytes +=
+                self.ready_records(max - from, max_bytes - self.taking_bytes, &mut taking);
+            self.taking = taking;
             if self.stage.is_retry() {
                 let delivered: Vec<Record> = self.taking.drain(from..).collect();
                 for record in delivered {
@@ -183,31 +220,115 @@ impl<'a> Records<'a> {
     /// Holds the partition's fetches paused until the returned guard drops (a retry record
     /// waiting until it is due): librdkafka fetches no records that would only wait. The
     /// inbox's own pause and this hold never undo each other ([`crate::consumer::inbox`]).
-    pub(super) fn hold_fetches(&self) -> FetchesHeld<'_, 'a> {
-        self.source.hold();
-        FetchesHeld { records: self }
+    pub(super) fn hold_fetches(&self) -> FetchesHeld<'_> {
+        self.inbox.hold(|| {
+            let (topic, partition) = (&self.topic, self.partition);
+            if let Err(error) = self.client.pause(&[(topic.clone(), partition)]) {
+                tracing::debug!(event = "retry_partition_pause_failed", %topic, partition, %error);
+            }
+        });
+        FetchesHeld { intake: self }
     }
 
     /// Gives `records` back once settled, for the poll loop to copy the next messages into
     /// (see `consumer::spare_records`); their vector becomes the next take's (unless it has
     /// room for more than a chunk: a large batch's is freed).
     pub(super) fn give_back(&mut self, mut records: Vec<Record>) {
-        self.source.give_back(&mut records);
+        self.spares.give_back(&mut records);
         if self.taking.capacity() == 0 && records.capacity() <= KEPT_CAPACITY {
             self.taking = records;
         }
     }
 }
 
-/// Fetches held paused by [`Records::hold_fetches`], released when dropped, whichever way
-/// the wait ends.
-pub(super) struct FetchesHeld<'r, 'a> {
-    records: &'r Records<'a>,
+/// Records [`Intake::ready_records`] takes per unit of tokio's cooperative budget (one
+/// lock of the inbox for many records; a worker whose inbox is never empty still yields to
+/// its thread's other tasks every 128 units).
+const READY_PER_BUDGET_UNIT: usize = 32;
+
+impl Intake {
+    /// Resumes the partition's fetches.
+    fn resume(&self) {
+        let (topic, partition) = (&self.topic, self.partition);
+        if let Err(error) = self.client.resume(&[(topic.clone(), partition)]) {
+            tracing::warn!(event = "partition_resume_failed", %topic, partition, %error);
+        }
+    }
+
+    /// The next record; `Pending`, with `cx`'s waker registered, while none is ready (and
+    /// for ever once the inbox is closed). Counts against tokio's cooperative budget.
+    fn poll_record(&self, cx: &mut Context<'_>) -> Poll<Record> {
+        // A worker whose inbox is never empty still yields to its thread's other tasks.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let (record, size) = std::task::ready!(self.inbox.poll_pop(cx, || self.resume()));
+        coop.made_progress();
+        self.buffered.sub(size as i64);
+        Poll::Ready(record)
+    }
+
+    /// Up to `max` records that are ready now, into `into`, without waiting, stopping once
+    /// they come to `max_bytes` or more; returns their footprint. Takes them in runs of up to
+    /// 32 a unit of tokio's cooperative budget, and none once the budget is spent.
+    fn ready_records(&self, max: usize, max_bytes: usize, into: &mut Vec<Record>) -> usize {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut taken, mut bytes) = (0, 0);
+        while taken < max && bytes < max_bytes {
+            let Poll::Ready(coop) = tokio::task::coop::poll_proceed(&mut cx) else {
+                break;
+            };
+            let before = into.len();
+            let want = (max - taken).min(READY_PER_BUDGET_UNIT);
+            let size = self
+                .inbox
+                .pop_ready(want, max_bytes - bytes, into, || self.resume());
+            let got = into.len() - before;
+            if got == 0 {
+                break;
+            }
+            coop.made_progress();
+            self.buffered.sub(size as i64);
+            taken += got;
+            bytes += size;
+            if got < want && bytes < max_bytes {
+                break;
+            }
+        }
+        bytes
+    }
 }
 
-impl Drop for FetchesHeld<'_, '_> {
+/// Fetches held paused by [`Intake::hold_fetches`], released when dropped, whichever way the
+/// wait ends: the fetches resume unless the inbox holds its share.
+pub(super) struct FetchesHeld<'i> {
+    intake: &'i Intake,
+}
+
+impl Drop for FetchesHeld<'_> {
     fn drop(&mut self) {
-        self.records.source.release();
+        self.intake.inbox.release(|| self.intake.resume());
+    }
+}
+
+/// Makes every per-topic series of `topic` (with `tiers` retry tiers) exist, at 0, from the
+/// topic's first assignment: a rate or an alert on a counter that never moved still has a
+/// series to read.
+fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
+    metrics.consumed.with_label_values(&[topic]);
+    metrics.retried.with_label_values(&[topic]);
+    metrics.dlq_write_failures.with_label_values(&[topic]);
+    metrics.batch_splits.with_label_values(&[topic]);
+    for tier in 0..tiers {
+        metrics
+            .retry_tier_sent
+            .with_label_values(&[topic, &tier.to_string()]);
+    }
+    for kind in [
+        crate::failure::DeadLetterKind::Permanent,
+        crate::failure::DeadLetterKind::RetriesExhausted,
+    ] {
+        metrics
+            .dead_lettered
+            .with_label_values(&[topic, kind.as_str()]);
     }
 }
 
@@ -215,7 +336,6 @@ impl Drop for FetchesHeld<'_, '_> {
 mod tests {
     use super::*;
     use crate::consumer::inbox::{Budget, Inbox};
-    use crate::consumer::worker::source::InboxSource;
 
     fn record(offset: i64) -> Record {
         Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
@@ -245,38 +365,46 @@ mod tests {
         }
     }
 
-    /// What a reader of an inbox is given in these tests: a consumer that records resumes,
-    /// the buffered-bytes gauge and the consumed counter.
+    /// A partition's intake in these tests: the consumer that records resumes and the
+    /// metrics it counts in.
     struct Reader {
-        client: Resumes,
-        buffered: prometheus::IntGauge,
-        consumed: prometheus::IntCounter,
-        spares: crate::consumer::spare_records::SpareRecords,
+        client: Arc<Resumes>,
+        metrics: Metrics,
     }
 
     impl Default for Reader {
         fn default() -> Self {
             Self {
-                client: Resumes::default(),
-                buffered: prometheus::IntGauge::new("b", "b").unwrap(),
-                consumed: prometheus::IntCounter::new("c", "c").unwrap(),
-                spares: Default::default(),
+                client: Arc::default(),
+                metrics: Metrics::new(),
             }
         }
     }
 
     impl Reader {
-        /// A reader of `inbox`, partition `t`/`partition` of a source topic.
-        fn of<'a>(&'a self, inbox: &'a Inbox, partition: i32) -> Records<'a> {
-            let source = InboxSource {
-                topic: "t",
+        /// The intake of `inbox`, partition `topic`/`partition` at `stage`.
+        fn of_stage(
+            &self,
+            inbox: &Arc<Inbox>,
+            topic: &str,
+            partition: i32,
+            stage: Stage,
+        ) -> Intake {
+            let assigned = Assigned {
+                topic: topic.into(),
                 partition,
-                inbox,
-                client: &self.client,
-                buffered: &self.buffered,
-                spares: &self.spares,
+                inbox: inbox.clone(),
+                reader: Arc::default(),
+                cancel: CancellationToken::new(),
+                revoked: CancellationToken::new(),
+                spares: Arc::default(),
             };
-            Records::new(source, "t", partition, &Stage::Source, &self.consumed)
+            Intake::new(assigned, self.client.clone(), &self.metrics, stage, 0)
+        }
+
+        /// The intake of `inbox`, partition `t`/`partition` of a source topic.
+        fn of(&self, inbox: &Arc<Inbox>, partition: i32) -> Intake {
+            self.of_stage(inbox, "t", partition, Stage::Source)
         }
     }
 
@@ -293,19 +421,10 @@ mod tests {
         let headers = crate::retry_tier::retry_headers(&claimed, 0, chrono::Utc::now(), left, "g");
         let mut delivered = Record::new("t-retry-0", 0, 9).with_id("t-retry-0-0-9");
         delivered.headers = headers;
-        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
         inbox.push(delivered, usize::MAX, || {}, &mut Vec::new());
         let reader = Reader::default();
-        let source = InboxSource {
-            topic: "t-retry-0",
-            partition: 0,
-            inbox: &inbox,
-            client: &reader.client,
-            buffered: &reader.buffered,
-            spares: &reader.spares,
-        };
-        let stage = Stage::Tier(0);
-        let mut records = Records::new(source, "t-retry-0", 0, &stage, &reader.consumed);
+        let mut records = reader.of_stage(&inbox, "t-retry-0", 0, Stage::Tier(0));
         let record = records.next(&CancellationToken::new()).await.unwrap();
         assert_eq!(
             record.topic, "t",
@@ -317,7 +436,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
-        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
         let reader = Reader::default();
         let mut records = reader.of(&inbox, 0);
         let cancel = CancellationToken::new();
@@ -339,11 +458,11 @@ mod tests {
     #[tokio::test]
     async fn a_paused_partition_is_resumed_once_its_worker_has_taken_half_its_share() {
         let size = crate::consumer::inbox::footprint(&record(0));
-        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(size * 8)));
+        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(size * 8))));
         let reader = Reader::default();
         for offset in 0..4 {
             let change = inbox.push(record(offset), size * 4, || {}, &mut Vec::new());
-            reader.buffered.add(change as i64);
+            reader.metrics.buffered_bytes.add(change as i64);
         }
         let mut records = reader.of(&inbox, 3);
         let cancel = CancellationToken::new();
@@ -354,18 +473,19 @@ mod tests {
         );
         records.next(&cancel).await.unwrap();
         assert_eq!(*reader.client.0.lock().unwrap(), [("t".to_string(), 3)]);
-        assert_eq!(reader.buffered.get(), 2 * size as i64);
+        assert_eq!(reader.metrics.buffered_bytes.get(), 2 * size as i64);
     }
 
     #[tokio::test]
     async fn a_chunk_stops_at_the_partitions_share() {
         let size = crate::consumer::inbox::footprint(&record(0));
-        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
         for offset in 0..10 {
             inbox.push(record(offset), size * 3, || {}, &mut Vec::new());
         }
         let reader = Reader::default();
-        let mut records = reader.of(&inbox, 0).bounded_by_share();
+        let mut records = reader.of(&inbox, 0);
+        records.bounded_by_share();
         let cancel = CancellationToken::new();
         let mut chunks = Vec::new();
         for _ in 0..3 {
@@ -383,7 +503,7 @@ mod tests {
     async fn a_take_dropped_when_the_budget_runs_out_loses_no_record() {
         // The inbox holds more than a take wants, and more than tokio's budget lets one poll
         // take (128 units of 32 records).
-        let inbox = Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX)));
+        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
         for offset in 0..60_000 {
             inbox.push(record(offset), usize::MAX, || {}, &mut Vec::new());
         }
