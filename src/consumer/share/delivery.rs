@@ -11,7 +11,7 @@ use super::acknowledgement::{ending, renewal_interval, Ack, Ending, DEFAULT_LOCK
 use super::client::{Acquired, ShareClient};
 use crate::config::ShareDlq;
 use crate::consumer::settle::{Caller, Settled, TopicHandles, Tried};
-use crate::consumer::worker::ExitWriter;
+use crate::consumer::worker::{ExitWrite, ExitWriter};
 use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
@@ -146,7 +146,15 @@ async fn dead_letter<H>(
 ) -> Ack {
     let written = member
         .exits
-        .dead_letter(record, kind, message, attempts, cancel.clone())
+        .write(
+            record,
+            ExitWrite::DeadLetter {
+                kind,
+                message: message.to_string(),
+                attempts,
+            },
+            cancel.clone(),
+        )
         .await;
     match written {
         Ok(RetryWritten::DeadLettered(to)) => {

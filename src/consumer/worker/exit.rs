@@ -53,32 +53,32 @@ impl Exit {
 /// acknowledged it, or with [`Stopped`] when `cancel` fired between two tries.
 pub(crate) type PendingExit = Pin<Box<dyn Future<Output = Result<RetryWritten, Stopped>> + Send>>;
 
+/// What an [`ExitWriter`] writes for a record.
+#[derive(Debug, Clone)]
+pub(crate) enum ExitWrite {
+    /// Its dead letter, after `attempts` handler calls in all its stages, `message` the last
+    /// failure.
+    DeadLetter {
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+    },
+    /// The record to retry tier `tier`'s topic, due at `due`, having left the stage `left`.
+    Retry {
+        tier: u32,
+        due: chrono::DateTime<chrono::Utc>,
+        left: RetryStage,
+    },
+}
+
 /// Where records that exit their stage are written: the dead-letter topic and the retry
 /// topics. A trait so that the worker runs against simulated writes in tests (acknowledged
 /// late, failing, out of order); [`KafkaExits`] is the real one.
 pub(crate) trait ExitWriter: Send + Sync + 'static {
-    /// Hands `record`'s dead letter to the producer now (so dead letters started one after
-    /// another keep their order); the future waits for the acknowledgement, writing again
-    /// after a failure until `cancel`.
-    fn dead_letter(
-        &self,
-        record: &Record,
-        kind: DeadLetterKind,
-        message: &str,
-        attempts: u32,
-        cancel: CancellationToken,
-    ) -> PendingExit;
-
-    /// Hands `record` to the producer for retry tier `tier`'s topic, due at `due`, having left
-    /// the stage `left`; the future waits as [`ExitWriter::dead_letter`]'s does.
-    fn retry(
-        &self,
-        record: &Record,
-        tier: u32,
-        due: chrono::DateTime<chrono::Utc>,
-        left: RetryStage,
-        cancel: CancellationToken,
-    ) -> PendingExit;
+    /// Hands `record`'s `write` to the producer now (so writes started one after another
+    /// keep their order); the future waits for the acknowledgement, writing again after a
+    /// failure until `cancel`.
+    fn write(&self, record: &Record, write: ExitWrite, cancel: CancellationToken) -> PendingExit;
 }
 
 /// The real [`ExitWriter`]: dead letters through a [`DeadLetterPublisher`], retry records
@@ -98,30 +98,21 @@ impl KafkaExits {
 }
 
 impl ExitWriter for KafkaExits {
-    fn dead_letter(
-        &self,
-        record: &Record,
-        kind: DeadLetterKind,
-        message: &str,
-        attempts: u32,
-        cancel: CancellationToken,
-    ) -> PendingExit {
-        Box::pin(
-            self.dead_letters
-                .start(record, kind, message, attempts, cancel)
-                .map(|written| written.map(RetryWritten::DeadLettered)),
-        )
-    }
-
-    fn retry(
-        &self,
-        record: &Record,
-        tier: u32,
-        due: chrono::DateTime<chrono::Utc>,
-        left: RetryStage,
-        cancel: CancellationToken,
-    ) -> PendingExit {
-        Box::pin(self.retries.start(record, tier, due, left, cancel))
+    fn write(&self, record: &Record, write: ExitWrite, cancel: CancellationToken) -> PendingExit {
+        match write {
+            ExitWrite::DeadLetter {
+                kind,
+                message,
+                attempts,
+            } => Box::pin(
+                self.dead_letters
+                    .start(record, kind, &message, attempts, cancel)
+                    .map(|written| written.map(RetryWritten::DeadLettered)),
+            ),
+            ExitWrite::Retry { tier, due, left } => {
+                Box::pin(self.retries.start(record, tier, due, left, cancel))
+            }
+        }
     }
 }
 
@@ -134,10 +125,12 @@ pub(super) fn begin<H: BatchHandler>(
     message: &str,
     cancel: CancellationToken,
 ) -> PendingExit {
-    match exit {
-        Exit::DeadLetter { kind, attempts } => shared
-            .exits
-            .dead_letter(record, kind, message, attempts, cancel),
+    let write = match exit {
+        Exit::DeadLetter { kind, attempts } => ExitWrite::DeadLetter {
+            kind,
+            message: message.to_string(),
+            attempts,
+        },
         Exit::RetryTier { tier, attempts } => {
             let delay = shared.retry_tiers.delay(tier).unwrap_or_default();
             let now = shared.client.now();
@@ -150,9 +143,14 @@ pub(super) fn begin<H: BatchHandler>(
                 error: message.to_string(),
                 at: now,
             };
-            shared.exits.retry(record, tier, now + delay, left, cancel)
+            ExitWrite::Retry {
+                tier,
+                due: now + delay,
+                left,
+            }
         }
-    }
+    };
+    shared.exits.write(record, write, cancel)
 }
 
 /// Writes `record` to where it exits (its dead letter, or its next retry topic) and waits for

@@ -3,9 +3,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | [`input`] | what a partition's worker is given: the partition, its tier, its metrics, its source |
-//! | [`source`] | where records come from: the partition's inbox, read with tokio's cooperative budget |
-//! | [`records`] | the worker's reader: the next record, what is ready, chunks and batches; cancel-safe |
+//! | [`intake`] | what a partition's worker is given (the partition, its stage, its metrics) and the one reader of its inbox: the next record, what is ready, chunks and batches; cancel-safe |
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
@@ -43,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(test)]
 pub(crate) use exit::PendingExit;
-pub(crate) use exit::{ExitWriter, KafkaExits};
+pub(crate) use exit::{ExitWrite, ExitWriter, KafkaExits};
 use intake::Intake;
 
 use crate::consumer::assignments::Assigned;

@@ -10,11 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::broker::{PartitionRef, TOPIC};
 use crate::config::ShareDlq;
-use crate::consumer::worker::ExitWriter;
+use crate::consumer::worker::{ExitWrite, ExitWriter};
 use crate::dlq::DeadLettered;
 use crate::failure::{DeadLetterKind, HandlerError};
 use crate::handler::BatchHandler;
-use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 
@@ -145,14 +144,15 @@ pub(super) struct SimDeadLetters {
 }
 
 impl ExitWriter for SimDeadLetters {
-    fn dead_letter(
+    fn write(
         &self,
         record: &Record,
-        kind: DeadLetterKind,
-        _message: &str,
-        _attempts: u32,
+        write: ExitWrite,
         cancel: CancellationToken,
     ) -> crate::consumer::worker::PendingExit {
+        let ExitWrite::DeadLetter { kind, .. } = write else {
+            unreachable!("a share group has no retry topics")
+        };
         let index = record.offset as usize;
         let delivery = record.delivery_count.unwrap_or(0);
         {
@@ -192,16 +192,5 @@ impl ExitWriter for SimDeadLetters {
                 offset: index as i64,
             }))
         })
-    }
-
-    fn retry(
-        &self,
-        _record: &Record,
-        _tier: u32,
-        _due: chrono::DateTime<chrono::Utc>,
-        _left: RetryStage,
-        _cancel: CancellationToken,
-    ) -> crate::consumer::worker::PendingExit {
-        unreachable!("a share group has no retry topics")
     }
 }

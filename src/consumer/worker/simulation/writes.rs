@@ -7,15 +7,13 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::super::exit::{ExitWriter, PendingExit};
+use super::super::exit::{ExitWrite, ExitWriter, PendingExit};
 use super::world::{World, WorldRef, GROUP, OTHER_GROUP, SOURCE};
 use crate::dlq::DeadLettered;
 use crate::dlq::Envelope;
-use crate::failure::DeadLetterKind;
-use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
@@ -27,23 +25,8 @@ pub(super) struct SimExits {
     pub retry_partitions: i32,
 }
 
-/// Where a simulated write takes a record.
-#[derive(Clone)]
-enum To {
-    DeadLetter {
-        kind: DeadLetterKind,
-        message: String,
-        attempts: u32,
-    },
-    Retry {
-        tier: u32,
-        due: DateTime<Utc>,
-        left: RetryStage,
-    },
-}
-
-impl SimExits {
-    fn write(&self, record: &Record, to: To, cancel: CancellationToken) -> PendingExit {
+impl ExitWriter for SimExits {
+    fn write(&self, record: &Record, to: ExitWrite, cancel: CancellationToken) -> PendingExit {
         let (delay, mut fails) = {
             let mut world = self.world.lock();
             let max = world.max_ack.as_millis() as u64;
@@ -85,7 +68,12 @@ impl SimExits {
 
 /// The write of `record` is acknowledged: it has exited where it was delivered; a retry
 /// record is appended to its retry topic as the real writer writes it.
-fn acknowledge(w: &mut World, record: &Record, to: To, retry_partitions: i32) -> RetryWritten {
+fn acknowledge(
+    w: &mut World,
+    record: &Record,
+    to: ExitWrite,
+    retry_partitions: i32,
+) -> RetryWritten {
     w.exited(record);
     let written = DeadLettered {
         topic: String::new(),
@@ -93,7 +81,7 @@ fn acknowledge(w: &mut World, record: &Record, to: To, retry_partitions: i32) ->
         offset: 0,
     };
     let (tier, due, left) = match to {
-        To::DeadLetter {
+        ExitWrite::DeadLetter {
             kind,
             message,
             attempts,
@@ -104,7 +92,7 @@ fn acknowledge(w: &mut World, record: &Record, to: To, retry_partitions: i32) ->
             }
             return RetryWritten::DeadLettered(written);
         }
-        To::Retry { tier, due, left } => (tier, due, left),
+        ExitWrite::Retry { tier, due, left } => (tier, due, left),
     };
     // Routed as the real writer routes it.
     let source = record.source_topic().to_string();
@@ -146,34 +134,4 @@ fn acknowledge(w: &mut World, record: &Record, to: To, retry_partitions: i32) ->
         w.append(&tp, written_as(&copy, due, GROUP));
     }
     RetryWritten::RetryTopic(written)
-}
-
-impl ExitWriter for SimExits {
-    fn dead_letter(
-        &self,
-        record: &Record,
-        kind: DeadLetterKind,
-        message: &str,
-        attempts: u32,
-        cancel: CancellationToken,
-    ) -> PendingExit {
-        let message = message.to_string();
-        let to = To::DeadLetter {
-            kind,
-            message,
-            attempts,
-        };
-        self.write(record, to, cancel)
-    }
-
-    fn retry(
-        &self,
-        record: &Record,
-        tier: u32,
-        due: DateTime<Utc>,
-        left: RetryStage,
-        cancel: CancellationToken,
-    ) -> PendingExit {
-        self.write(record, To::Retry { tier, due, left }, cancel)
-    }
 }
