@@ -220,11 +220,11 @@ pub enum Decision {
 ///   given up,
 ///   [`Decision::DeadLetter`]`(RetriesExhausted)`.
 pub fn decide(error: &HandlerError, downstream_down: bool, delays: &mut Delays) -> Decision {
+    if waits_for_downstream(error, downstream_down) {
+        delays.reset();
+        return Decision::WaitForDownstream;
+    }
     match error.kind {
-        FailureKind::Transient if downstream_down => {
-            delays.reset();
-            Decision::WaitForDownstream
-        }
         FailureKind::Permanent => Decision::DeadLetter(DeadLetterKind::Permanent),
         FailureKind::Transient => match delays.next() {
             Some(delay) => Decision::Retry {
@@ -233,6 +233,12 @@ pub fn decide(error: &HandlerError, downstream_down: bool, delays: &mut Delays) 
             None => Decision::DeadLetter(DeadLetterKind::RetriesExhausted),
         },
     }
+}
+
+/// Whether a failure made while the downstream was down (`downstream_down`) is the outage's,
+/// not the record's: [`decide`] says [`Decision::WaitForDownstream`] exactly then.
+pub fn waits_for_downstream(error: &HandlerError, downstream_down: bool) -> bool {
+    downstream_down && error.kind == FailureKind::Transient
 }
 
 /// A call's result for the record at `offset`: a partial batch response

@@ -15,7 +15,6 @@ use crate::record::Record;
 use crate::stopped::Stopped;
 
 /// How a record's calls ended.
-#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Settled {
     Handled,
     /// A permanent failure, or its retries used up: the record exits — to its next retry
@@ -55,10 +54,8 @@ impl<H: BatchHandler> Caller<H> {
         tried: &mut Tried,
         cancel: &CancellationToken,
     ) -> Result<Settled, Stopped> {
-        if let Some(first) = &first {
-            tried.attempts += 1;
-            tried.failed(first);
-        }
+        // Its error is noted when the loop decides on it, as every call's is.
+        tried.attempts += u32::from(first.is_some());
         let state = Retries {
             result: first.map(Err),
             delays: self.backoff.delays(),

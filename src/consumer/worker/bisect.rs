@@ -13,7 +13,7 @@ use super::attempt::{settle_failure, settle_record};
 use super::progress::Progress;
 use super::Shared;
 use crate::consumer::settle::{permit, TopicMetrics};
-use crate::failure::{decide, Decision, HandlerError};
+use crate::failure::{waits_for_downstream, HandlerError};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -60,10 +60,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
                 settled.store(shared);
                 metrics.flush();
                 // The batch's own retries are its halves': no backoff of its own to use up.
-                let mut delays = caller.backoff.delays_seeded(0);
-                if decide(&error, caller.breaker.is_open(), &mut delays)
-                    == Decision::WaitForDownstream
-                {
+                if waits_for_downstream(&error, caller.breaker.is_open()) {
                     // The downstream is down, not these records: try the same part again once
                     // the breaker lets us.
                     todo.push_front(range);
