@@ -296,7 +296,7 @@ impl<H: BatchHandler> Consumer<H> {
                     while_open: "each partition waits with its next record, probing with one",
                 },
                 group: config.group_id.clone(),
-                exits: Arc::new(worker::KafkaExits::new(dlq)),
+                exits: Arc::new(settle::KafkaExits::new(dlq)),
                 client: Arc::new(worker::client::KafkaClient(consumer.clone())),
                 retry_from_beginning: config.auto_offset_reset != "earliest",
                 metrics,

@@ -7,6 +7,7 @@
 //! | file | what |
 //! |---|---|
 //! | [`call`] | the breaker's permit and one handler call, its panic caught, its outcome told to the breaker |
+//! | [`exit`] | where a record goes when its calls end unhandled, what is written there, the writer behind a trait, and how the write's end is logged and counted |
 //! | [`retries`] | a record's calls after its first: backoff, the downstream-down wait, and how they ended ([`Settled`]) |
 //! | [`metrics`] | the call metrics a worker counts locally and flushes, and the breaker's answered calls |
 //!
@@ -16,12 +17,14 @@
 //! its records wait, their locks renewed.
 
 mod call;
+mod exit;
 mod metrics;
 mod retries;
 
 use std::sync::Arc;
 
 pub(crate) use call::permit;
+pub(crate) use exit::{exited, Exit, ExitWrite, ExitWriter, KafkaExits, PendingExit};
 pub(crate) use metrics::{TopicHandles, TopicMetrics};
 pub(crate) use retries::{Settled, Tried};
 

@@ -165,7 +165,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
                 trace_records: config.trace_records,
                 while_open: "no more records are acquired; those in hand wait, their locks renewed, one probing",
             },
-            exits: Arc::new(crate::consumer::worker::KafkaExits::new(self.dlq)),
+            exits: Arc::new(crate::consumer::settle::KafkaExits::new(self.dlq)),
             metrics: self.metrics,
             share_dlq: config.share_dlq,
             delivery_limit,

@@ -6,17 +6,17 @@
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::acknowledgement::{ending, renewal_interval, Ack, Ending, DEFAULT_LOCK};
 use super::client::{Acquired, ShareClient};
 use crate::config::ShareDlq;
+use crate::consumer::settle::{exited, ExitWrite, ExitWriter};
 use crate::consumer::settle::{Caller, Settled, TopicHandles, Tried};
-use crate::consumer::worker::{ExitWrite, ExitWriter};
 use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
-use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
 
 /// What settling every record of a share-group member takes.
@@ -144,38 +144,20 @@ async fn dead_letter<H>(
     delivery: u16,
     cancel: &CancellationToken,
 ) -> Ack {
-    let written = member
-        .exits
-        .write(
-            record,
-            ExitWrite::DeadLetter {
-                kind,
-                message: message.to_string(),
-                attempts,
-            },
-            cancel.clone(),
-        )
+    let write = ExitWrite::DeadLetter {
+        kind,
+        message: message.to_string(),
+        attempts,
+    };
+    let span = tracing::info_span!("record", topic = %record.topic, id = %record.id, delivery);
+    let written = (member.exits)
+        .write(record, write.clone(), cancel.clone())
+        .instrument(span.clone())
         .await;
-    match written {
-        Ok(RetryWritten::DeadLettered(to)) => {
-            tracing::warn!(event = "record_dead_lettered", id = %record.id,
-                kind = kind.as_str(), attempts, delivery, dlq_topic = %to.topic,
-                dlq_partition = to.partition, dlq_offset = to.offset, error = %message);
-            member
-                .metrics
-                .dead_lettered
-                .with_label_values(&[record.topic.as_str(), kind.as_str()])
-                .inc();
-            Ack::Accept
-        }
-        Ok(RetryWritten::RetryTopic(_)) => {
-            unreachable!("a dead letter is written to the dead-letter topic")
-        }
-        Err(Stopped) => {
-            tracing::info!(event = "record_abandoned", id = %record.id,
-                "stopped before the dead-letter write succeeded; released for another delivery");
-            Ack::Release
-        }
+    let _span = span.enter();
+    match exited(&member.metrics, &record.topic, &write, written) {
+        Ok(()) => Ack::Accept,
+        Err(Stopped) => Ack::Release,
     }
 }
 

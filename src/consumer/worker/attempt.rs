@@ -8,10 +8,9 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::exit::Exit;
 use super::progress::Progress;
 use super::Shared;
-use crate::consumer::settle::{permit, Settled, TopicMetrics, Tried};
+use crate::consumer::settle::{permit, Exit, Settled, TopicMetrics, Tried};
 use crate::failure::{narrow, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::record::Record;

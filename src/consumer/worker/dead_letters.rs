@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
-use super::exit::{begin, exited, Exit, PendingExit};
 use super::Shared;
+use crate::consumer::settle::{exited, Exit, ExitWrite, PendingExit};
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
@@ -65,9 +65,9 @@ pub(super) const DEAD_LETTER_WINDOW: i64 = 5_000;
 struct InFlight {
     /// The offset it settles once acknowledged (where the record was delivered).
     offset: i64,
-    write: Instrumented<PendingExit>,
-    exit: Exit,
-    message: String,
+    pending: Instrumented<PendingExit>,
+    /// What is written, for the log line and the count when it ends.
+    write: ExitWrite,
     topic: String,
     fetched: Instant,
     metrics: Metrics,
@@ -78,14 +78,8 @@ impl InFlight {
     /// Logs and counts how the write ended, in the record's span, and gives its budget back;
     /// `Ok` when it was acknowledged.
     fn ended(self, written: Result<RetryWritten, Stopped>) -> Result<(), Stopped> {
-        let _span = self.write.span().enter();
-        exited(
-            &self.metrics,
-            &self.topic,
-            self.exit,
-            &self.message,
-            written,
-        )?;
+        let _span = self.pending.span().enter();
+        exited(&self.metrics, &self.topic, &self.write, written)?;
         self.metrics
             .settle_seconds
             .observe(self.fetched.elapsed().as_secs_f64());
@@ -155,12 +149,15 @@ impl DeadLetterWrites {
             gauge: shared.metrics.dead_letter_bytes_in_flight.clone(),
         };
         // Handed to the producer now, so that dead letters keep the partition's order.
-        let write = begin(shared, record, exit, &message, cancel.clone()).instrument(span);
+        let now = shared.client.now();
+        let write = ExitWrite::new(record, exit, &message, &shared.retry_tiers, now);
+        let pending = (shared.exits)
+            .write(record, write.clone(), cancel.clone())
+            .instrument(span);
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),
+            pending,
             write,
-            exit,
-            message,
             topic: record.topic.clone(),
             fetched,
             metrics: shared.metrics.clone(),
@@ -177,7 +174,7 @@ impl DeadLetterWrites {
     /// Takes the finished writes off the front, without waiting.
     pub(super) fn collect_finished(&mut self) {
         while let Some(front) = self.in_flight.front_mut() {
-            let Some(written) = (&mut front.write).now_or_never() else {
+            let Some(written) = (&mut front.pending).now_or_never() else {
                 break;
             };
             self.ended(written);
@@ -209,7 +206,7 @@ impl DeadLetterWrites {
         let Some(front) = self.in_flight.front_mut() else {
             return;
         };
-        let written = (&mut front.write).await;
+        let written = (&mut front.pending).await;
         self.ended(written);
     }
 

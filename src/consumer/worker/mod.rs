@@ -8,14 +8,13 @@
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
 //! | [`attempt`] | one record: its first call, the shared retries ([`crate::consumer::settle`]), its exit handed to [`progress`] |
-//! | [`exit`] | where a record goes when its retries are used up or it failed permanently: its next retry topic or the dead-letter topic |
 //! | [`dead_letters`] | dead-letter and retry-topic writes, pipelined while the partition goes on |
 //! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
 //! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
 //! | [`client`] | what the worker asks of its Kafka consumer (a trait: the simulation's seam) |
 //!
 //! The worker's world is behind two small traits — what it asks of the consumer
-//! ([`client::Client`]) and where records that exit are written ([`exit::ExitWriter`]) — and
+//! ([`client::Client`]) and where records that exit are written ([`crate::consumer::settle::ExitWriter`]) — and
 //! its records come from the partition's real inbox, so that `simulation` (tests only) runs
 //! the whole worker, with a simulated poll loop filling the inboxes, against simulated
 //! partitions on tokio's paused clock, with seeded schedules, and checks its guarantees after
@@ -26,7 +25,6 @@ mod bisect;
 mod by_key;
 pub(super) mod client;
 pub(super) mod dead_letters;
-mod exit;
 mod in_order;
 mod intake;
 mod progress;
@@ -39,13 +37,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-#[cfg(test)]
-pub(crate) use exit::PendingExit;
-pub(crate) use exit::{ExitWrite, ExitWriter, KafkaExits};
 use intake::Intake;
 
 use crate::consumer::assignments::Assigned;
-use crate::consumer::settle::Caller;
+use crate::consumer::settle::{Caller, ExitWriter};
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 

@@ -12,9 +12,9 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use super::dead_letters::DeadLetterWrites;
-use super::exit::{write_exit, Exit};
 use super::Shared;
 use crate::consumer::offsets::Offsets;
+use crate::consumer::settle::{exited, Exit, ExitWrite};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -119,9 +119,13 @@ impl Progress {
                 Ok(false)
             }
             None => {
-                write_exit(shared, record, exit, &message, cancel)
+                let now = shared.client.now();
+                let write = ExitWrite::new(record, exit, &message, &shared.retry_tiers, now);
+                let written = (shared.exits)
+                    .write(record, write.clone(), cancel.clone())
                     .instrument(span)
-                    .await?;
+                    .await;
+                exited(&shared.metrics, &record.topic, &write, written)?;
                 self.settle(record);
                 Ok(true)
             }

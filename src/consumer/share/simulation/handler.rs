@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::broker::{PartitionRef, TOPIC};
 use crate::config::ShareDlq;
-use crate::consumer::worker::{ExitWrite, ExitWriter};
+use crate::consumer::settle::{ExitWrite, ExitWriter};
 use crate::dlq::DeadLettered;
 use crate::failure::{DeadLetterKind, HandlerError};
 use crate::handler::BatchHandler;
@@ -149,7 +149,7 @@ impl ExitWriter for SimDeadLetters {
         record: &Record,
         write: ExitWrite,
         cancel: CancellationToken,
-    ) -> crate::consumer::worker::PendingExit {
+    ) -> crate::consumer::settle::PendingExit {
         let ExitWrite::DeadLetter { kind, .. } = write else {
             unreachable!("a share group has no retry topics")
         };

@@ -10,8 +10,8 @@ use std::time::Duration;
 use chrono::DateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::super::exit::{ExitWrite, ExitWriter, PendingExit};
 use super::world::{World, WorldRef, GROUP, OTHER_GROUP, SOURCE};
+use crate::consumer::settle::{ExitWrite, ExitWriter, PendingExit};
 use crate::dlq::DeadLettered;
 use crate::dlq::Envelope;
 use crate::record::Record;

@@ -1,16 +1,17 @@
-//! Where a record goes when it leaves its stage (its source topic or a retry topic)
-//! unhandled, and the write that takes it there: its dead letter, or its next retry topic.
+//! Where a record goes when its calls in its stage (its source topic or a retry topic) end
+//! unhandled — [`Exit::after`] decides, [`ExitWrite::new`] says what is written — and the seam
+//! the write goes through ([`ExitWriter`]; [`KafkaExits`] the real one), shared by group
+//! workers and share members, and how a write that ended is logged and counted ([`exited`]).
 
 use std::future::Future;
 use std::pin::Pin;
 
+use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
 use crate::dlq::DeadLetterPublisher;
 use crate::failure::DeadLetterKind;
-use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::retry::RetryStage;
 use crate::record::Record;
@@ -21,7 +22,7 @@ use crate::stopped::Stopped;
 /// Where a record goes when it leaves its stage (its source topic or a retry topic)
 /// unhandled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Exit {
+pub(crate) enum Exit {
     /// To the dead-letter topic, after `attempts` handler calls in all its stages.
     DeadLetter { kind: DeadLetterKind, attempts: u32 },
     /// To retry tier `tier`, after `attempts` handler calls in this stage.
@@ -32,7 +33,7 @@ impl Exit {
     /// Where `record` goes whose calls in this stage ended in `kind` after `attempts` calls:
     /// its next retry tier when its retries are used up and a tier follows this stage, else
     /// the dead-letter topic.
-    pub(super) fn after(
+    pub(crate) fn after(
         tiers: &RetryTiers,
         record: &Record,
         kind: DeadLetterKind,
@@ -66,9 +67,42 @@ pub(crate) enum ExitWrite {
     /// The record to retry tier `tier`'s topic, due at `due`, having left the stage `left`.
     Retry {
         tier: u32,
-        due: chrono::DateTime<chrono::Utc>,
+        due: DateTime<Utc>,
         left: RetryStage,
     },
+}
+
+impl ExitWrite {
+    /// What is written for `record` leaving its stage for `exit` at `now`, `message` its last
+    /// failure: a retry record is due its tier's delay after `now`.
+    pub(crate) fn new(
+        record: &Record,
+        exit: Exit,
+        message: &str,
+        tiers: &RetryTiers,
+        now: DateTime<Utc>,
+    ) -> Self {
+        match exit {
+            Exit::DeadLetter { kind, attempts } => ExitWrite::DeadLetter {
+                kind,
+                message: message.to_string(),
+                attempts,
+            },
+            Exit::RetryTier { tier, attempts } => ExitWrite::Retry {
+                tier,
+                due: now + tiers.delay(tier).unwrap_or_default(),
+                left: RetryStage {
+                    topic: record
+                        .retry
+                        .as_ref()
+                        .map_or_else(|| record.topic.clone(), |r| r.topic.clone()),
+                    attempts,
+                    error: message.to_string(),
+                    at: now,
+                },
+            },
+        }
+    }
 }
 
 /// Where records that exit their stage are written: the dead-letter topic and the retry
@@ -116,66 +150,26 @@ impl ExitWriter for KafkaExits {
     }
 }
 
-/// Hands `record`'s write for `exit` to its writer; the future waits for the
-/// acknowledgement (retrying) until `cancel`.
-pub(super) fn begin<H: BatchHandler>(
-    shared: &Shared<H>,
-    record: &Record,
-    exit: Exit,
-    message: &str,
-    cancel: CancellationToken,
-) -> PendingExit {
-    let write = match exit {
-        Exit::DeadLetter { kind, attempts } => ExitWrite::DeadLetter {
-            kind,
-            message: message.to_string(),
-            attempts,
-        },
-        Exit::RetryTier { tier, attempts } => {
-            let delay = shared.retry_tiers.delay(tier).unwrap_or_default();
-            let now = shared.client.now();
-            let left = RetryStage {
-                topic: record
-                    .retry
-                    .as_ref()
-                    .map_or_else(|| record.topic.clone(), |r| r.topic.clone()),
-                attempts,
-                error: message.to_string(),
-                at: now,
-            };
-            ExitWrite::Retry {
-                tier,
-                due: now + delay,
-                left,
-            }
-        }
-    };
-    shared.exits.write(record, write, cancel)
-}
-
-/// Writes `record` to where it exits (its dead letter, or its next retry topic) and waits for
-/// the acknowledgement (retrying failed writes until `cancel`).
-pub(super) async fn write_exit<H: BatchHandler>(
-    shared: &Shared<H>,
-    record: &Record,
-    exit: Exit,
-    message: &str,
-    cancel: &CancellationToken,
-) -> Result<(), Stopped> {
-    let written = begin(shared, record, exit, message, cancel.clone()).await;
-    exited(&shared.metrics, &record.topic, exit, message, written)
-}
-
-/// Logs and counts how a write for `exit` of a record of `topic` ended.
-pub(super) fn exited(
+/// Logs and counts how `write` of a record of `topic` ended: `Ok` when it was acknowledged,
+/// [`Stopped`] (logged: the record is consumed or delivered again) when it was given up.
+pub(crate) fn exited(
     metrics: &Metrics,
     topic: &str,
-    exit: Exit,
-    message: &str,
+    write: &ExitWrite,
     written: Result<RetryWritten, Stopped>,
 ) -> Result<(), Stopped> {
-    match (exit, written) {
-        (Exit::RetryTier { tier, attempts }, Ok(RetryWritten::RetryTopic(to))) => {
+    let (kind, message, attempts) = match write {
+        ExitWrite::DeadLetter {
+            kind,
+            message,
+            attempts,
+        } => (*kind, message, *attempts),
+        ExitWrite::Retry { left, .. } => {
+            (DeadLetterKind::RetriesExhausted, &left.error, left.attempts)
+        }
+    };
+    match (write, written) {
+        (ExitWrite::Retry { tier, .. }, Ok(RetryWritten::RetryTopic(to))) => {
             tracing::warn!(event = "record_sent_to_retry_topic", tier, attempts,
                 retry_topic = %to.topic, retry_partition = to.partition, retry_offset = to.offset,
                 error = %message);
@@ -185,11 +179,7 @@ pub(super) fn exited(
                 .inc();
             Ok(())
         }
-        (exit, Ok(RetryWritten::DeadLettered(to))) => {
-            let (kind, attempts) = match exit {
-                Exit::DeadLetter { kind, attempts } => (kind, attempts),
-                Exit::RetryTier { attempts, .. } => (DeadLetterKind::RetriesExhausted, attempts),
-            };
+        (_, Ok(RetryWritten::DeadLettered(to))) => {
             tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
                 dlq_topic = %to.topic, dlq_partition = to.partition, dlq_offset = to.offset,
                 error = %message);
