@@ -286,29 +286,13 @@ impl<H: BatchHandler> Consumer<H> {
         );
         let dlq = dead_letter_publisher(&config, &metrics)?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                caller: settle::Caller {
-                    handler,
-                    breaker: Arc::new(crate::breaker::Breaker::new(config.breaker())),
-                    backoff: config.backoff()?,
-                    metrics: metrics.clone(),
-                    trace_records: config.trace_records,
-                    while_open: "each partition waits with its next record, probing with one",
-                },
-                group: config.group_id.clone(),
-                exits: Arc::new(settle::KafkaExits::new(dlq)),
-                client: Arc::new(worker::client::KafkaClient(consumer.clone())),
-                retry_from_beginning: config.auto_offset_reset != "earliest",
+            shared: Arc::new(Shared::new(
+                &config,
+                handler,
                 metrics,
-                batch_size: config.batch_size,
-                batch_linger: config.batch_linger,
-                key_ordered: (config.ordering == crate::config::Ordering::Key)
-                    .then_some(config.max_in_flight),
-                retry_tiers: config.retry_topic_delays_ms.clone(),
-                dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
-                    worker::dead_letters::DEAD_LETTER_BUDGET_KIB,
-                )),
-            }),
+                Arc::new(settle::KafkaExits::new(dlq)),
+                Arc::new(worker::client::KafkaClient(consumer.clone())),
+            )?),
             config,
             consumer,
             assignments,

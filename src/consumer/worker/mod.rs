@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use intake::Intake;
 
+use crate::config::{ConfigError, ConsumerConfig};
 use crate::consumer::assignments::Assigned;
 use crate::consumer::settle::{Caller, ExitWriter};
 use crate::handler::BatchHandler;
@@ -66,6 +67,43 @@ pub(super) struct Shared<H> {
     pub retry_tiers: crate::retry_tier::RetryTiers,
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
+}
+
+impl<H> Shared<H> {
+    /// The workers' settings from `config`, calling `handler`, counting in `metrics`, with
+    /// their two seams: where records that exit are written and the consumer they use (Kafka,
+    /// or the simulation's world). A bad backoff setting is named in the error.
+    pub(super) fn new(
+        config: &ConsumerConfig,
+        handler: H,
+        metrics: Metrics,
+        exits: Arc<dyn ExitWriter>,
+        client: Arc<dyn client::Client>,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            caller: Caller {
+                handler,
+                breaker: Arc::new(crate::breaker::Breaker::new(config.breaker())),
+                backoff: config.backoff()?,
+                metrics: metrics.clone(),
+                trace_records: config.trace_records,
+                while_open: "each partition waits with its next record, probing with one",
+            },
+            group: config.group_id.clone(),
+            exits,
+            client,
+            retry_from_beginning: config.auto_offset_reset != "earliest",
+            metrics,
+            batch_size: config.batch_size,
+            batch_linger: config.batch_linger,
+            key_ordered: (config.ordering == crate::config::Ordering::Key)
+                .then_some(config.max_in_flight),
+            retry_tiers: config.retry_topic_delays_ms.clone(),
+            dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
+                dead_letters::DEAD_LETTER_BUDGET_KIB,
+            )),
+        })
+    }
 }
 
 /// The worker of `assigned`, a newly assigned partition of one of `sources` (the source

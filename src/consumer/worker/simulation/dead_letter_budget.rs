@@ -3,14 +3,14 @@
 //! partitions' stuck writes hold, and a partition whose acknowledged writes kept their budget
 //! while it sat in a long backoff.
 
-use super::member::{member, Mode, SimMember};
+use super::member::{member, settings, Mode, SimMember};
 use super::plan::{Outcome, Plan, Wait};
 use super::world::{World, WorldRef, SOURCE};
 
 /// A schedule of one member with `budget_kib` of dead-letter budget, on the paused clock.
 fn one_member(
     budget_kib: usize,
-    backoff: crate::backoff::ExponentialBackoff,
+    backoff: std::time::Duration,
     body: impl AsyncFnOnce(WorldRef, SimMember),
 ) {
     crate::consumer::simulation::quiet();
@@ -22,8 +22,15 @@ fn one_member(
         .expect("a runtime");
     runtime.block_on(async {
         let world = WorldRef::new(World::new(0, 1, 64, 16 << 20, false));
-        let tiers = crate::retry_tier::RetryTiers::default();
-        let member = member(&world, 0, Mode::InOrder, &tiers, &backoff, budget_kib);
+        // A backoff that never grows, without jitter, 3 retries.
+        let config = crate::config::ConsumerConfig {
+            backoff_initial: backoff,
+            backoff_max: backoff,
+            backoff_jitter: 0.0,
+            max_retries: 3,
+            ..settings(Mode::InOrder, &Default::default())
+        };
+        let member = member(&world, 0, &config, budget_kib);
         body(world, member).await;
     });
 }
@@ -39,68 +46,56 @@ fn produce(world: &WorldRef, partition: i32, outcomes: &[Outcome]) {
     }
 }
 
-fn quick_backoff(initial: std::time::Duration) -> crate::backoff::ExponentialBackoff {
-    crate::backoff::ExponentialBackoff::new(initial, 2.0, initial, 0.0, Some(3)).expect("valid")
-}
-
 #[test]
 fn a_worker_revoked_while_it_waits_for_the_dead_letter_budget_ends() {
     use std::time::Duration;
-    one_member(
-        1,
-        quick_backoff(Duration::from_millis(5)),
-        async |world, member| {
-            world.lock().dlq_down = true;
-            produce(&world, 0, &[Outcome::Permanent]);
-            produce(&world, 1, &[Outcome::Permanent]);
-            let (t0, t1) = ((SOURCE.to_string(), 0), (SOURCE.to_string(), 1));
-            let _w0 = member.assign(&world, 0, &t0);
-            let w1 = member.assign(&world, 0, &t1);
-            // One dead letter holds the whole budget while the dead-letter topic is down; the
-            // other partition's waits for it.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            assert_eq!(member.shared.dead_letter_budget.available_permits(), 0);
-            member.revoke(&world, 0, &t1);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            assert!(
-                w1.is_finished(),
-                "the revoked worker ended though the budget is still spent"
-            );
-        },
-    );
+    one_member(1, Duration::from_millis(5), async |world, member| {
+        world.lock().dlq_down = true;
+        produce(&world, 0, &[Outcome::Permanent]);
+        produce(&world, 1, &[Outcome::Permanent]);
+        let (t0, t1) = ((SOURCE.to_string(), 0), (SOURCE.to_string(), 1));
+        let _w0 = member.assign(&world, 0, &t0);
+        let w1 = member.assign(&world, 0, &t1);
+        // One dead letter holds the whole budget while the dead-letter topic is down; the
+        // other partition's waits for it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(member.shared.dead_letter_budget.available_permits(), 0);
+        member.revoke(&world, 0, &t1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            w1.is_finished(),
+            "the revoked worker ended though the budget is still spent"
+        );
+    });
 }
 
 #[test]
 fn a_partition_in_backoff_gives_its_acknowledged_dead_letters_budget_back() {
     use std::time::Duration;
-    one_member(
-        1,
-        quick_backoff(Duration::from_secs(60)),
-        async |world, member| {
-            // t-0: a dead letter (acknowledged within 300 ms), then a record in a minute's backoff.
-            produce(&world, 0, &[Outcome::Permanent, Outcome::Transient(2)]);
-            let t0 = (SOURCE.to_string(), 0);
-            let _w0 = member.assign(&world, 0, &t0);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            // t-1's dead letter needs the budget t-0's acknowledged write held.
-            produce(&world, 1, &[Outcome::Permanent]);
-            let t1 = (SOURCE.to_string(), 1);
-            let _w1 = member.assign(&world, 0, &t1);
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let w = world.lock();
-            assert!(
-                w.partitions[&t0].exited.contains(&0),
-                "t-0's dead letter was acknowledged"
-            );
-            assert!(
-                w.partitions[&t1].exited.contains(&0),
-                "t-1's dead letter was written meanwhile"
-            );
-            assert_eq!(
-                w.members[0].stored.get(&t0),
-                Some(&1),
-                "and t-0's position stored past its own"
-            );
-        },
-    );
+    one_member(1, Duration::from_secs(60), async |world, member| {
+        // t-0: a dead letter (acknowledged within 300 ms), then a record in a minute's backoff.
+        produce(&world, 0, &[Outcome::Permanent, Outcome::Transient(2)]);
+        let t0 = (SOURCE.to_string(), 0);
+        let _w0 = member.assign(&world, 0, &t0);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // t-1's dead letter needs the budget t-0's acknowledged write held.
+        produce(&world, 1, &[Outcome::Permanent]);
+        let t1 = (SOURCE.to_string(), 1);
+        let _w1 = member.assign(&world, 0, &t1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let w = world.lock();
+        assert!(
+            w.partitions[&t0].exited.contains(&0),
+            "t-0's dead letter was acknowledged"
+        );
+        assert!(
+            w.partitions[&t1].exited.contains(&0),
+            "t-1's dead letter was written meanwhile"
+        );
+        assert_eq!(
+            w.members[0].stored.get(&t0),
+            Some(&1),
+            "and t-0's position stored past its own"
+        );
+    });
 }

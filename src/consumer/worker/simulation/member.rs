@@ -17,10 +17,8 @@ use super::handler::SimHandler;
 use super::poll_loop::poll_loop;
 use super::world::{WorldRef, SOURCE};
 use super::writes::SimExits;
-use crate::backoff::ExponentialBackoff;
-use crate::breaker::{Breaker, BreakerPolicy};
+use crate::config::{ConsumerConfig, Ordering};
 use crate::consumer::assignments::{Assigned, Assignments};
-use crate::consumer::settle::Caller;
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
 
@@ -40,14 +38,40 @@ pub(super) struct SimMember {
     assigned: Mutex<mpsc::UnboundedReceiver<Assigned>>,
 }
 
-/// Member `member`'s worker settings and world: its consumer, writes, handler and breaker;
-/// its partitions, and its poll loop, started (it runs until the runtime ends).
+/// A consumer's settings for `mode` and `tiers`, its breaker quick to open and probe; the
+/// backoff is the caller's to set.
+pub(super) fn settings(mode: Mode, tiers: &RetryTiers) -> ConsumerConfig {
+    let mut config = ConsumerConfig {
+        group_id: super::world::GROUP.to_string(),
+        retry_topic_delays_ms: tiers.clone(),
+        breaker_window: Duration::from_secs(1),
+        breaker_min_calls: 4,
+        breaker_failure_ratio: 0.5,
+        breaker_probe_initial: Duration::from_millis(50),
+        breaker_probe_max: Duration::from_millis(400),
+        ..ConsumerConfig::default()
+    };
+    match mode {
+        Mode::InOrder => {}
+        Mode::Batch { size, linger_ms } => {
+            config.batch_size = size;
+            config.batch_linger = Duration::from_millis(linger_ms);
+        }
+        Mode::ByKey { max_in_flight } => {
+            config.ordering = Ordering::Key;
+            config.max_in_flight = max_in_flight;
+        }
+    }
+    config
+}
+
+/// Member `member`'s workers, set up from `config` as the consumer sets them up, over the
+/// world: its consumer, writes and handler, `budget_kib` of dead-letter budget; its
+/// partitions, and its poll loop, started (it runs until the runtime ends).
 pub(super) fn member(
     world: &WorldRef,
     member: usize,
-    mode: Mode,
-    tiers: &RetryTiers,
-    backoff: &ExponentialBackoff,
+    config: &ConsumerConfig,
     budget_kib: usize,
 ) -> SimMember {
     let metrics = Metrics::new();
@@ -60,48 +84,21 @@ pub(super) fn member(
         inbox_budget,
     ));
     tokio::spawn(poll_loop(world.clone(), member, assignments.clone()));
+    let handler = SimHandler {
+        world: world.clone(),
+    };
+    let exits = Arc::new(SimExits {
+        world: world.clone(),
+        retry_partitions: 1,
+    });
+    let client = Arc::new(SimClient {
+        world: world.clone(),
+        member,
+    });
+    let shared = Shared::new(config, handler, metrics, exits, client).expect("valid settings");
     let shared = Arc::new(Shared {
-        group: super::world::GROUP.to_string(),
-        caller: Caller {
-            handler: SimHandler {
-                world: world.clone(),
-            },
-            breaker: Arc::new(Breaker::new(Some(BreakerPolicy {
-                window: Duration::from_secs(1),
-                min_calls: 4,
-                failure_ratio: 0.5,
-                probe_initial: Duration::from_millis(50),
-                probe_max: Duration::from_millis(400),
-            }))),
-            backoff: backoff.clone(),
-            metrics: metrics.clone(),
-            trace_records: false,
-            while_open: "each partition waits",
-        },
-        exits: Arc::new(SimExits {
-            world: world.clone(),
-            retry_partitions: 1,
-        }),
-        client: Arc::new(SimClient {
-            world: world.clone(),
-            member,
-        }),
-        retry_from_beginning: false,
-        metrics,
-        batch_size: match mode {
-            Mode::Batch { size, .. } => size,
-            _ => 1,
-        },
-        batch_linger: match mode {
-            Mode::Batch { linger_ms, .. } => Duration::from_millis(linger_ms),
-            _ => Duration::ZERO,
-        },
-        key_ordered: match mode {
-            Mode::ByKey { max_in_flight } => Some(max_in_flight),
-            _ => None,
-        },
-        retry_tiers: tiers.clone(),
         dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+        ..shared
     });
     SimMember {
         shared,

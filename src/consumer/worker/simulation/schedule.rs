@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::super::client::TopicPartition;
-use super::member::{member, Mode, SimMember};
+use super::member::{member, settings, Mode, SimMember};
 use super::plan::{Outcome, Plan, Wait};
 use super::replay::replay;
 use super::world::{World, WorldRef, GROUP, SOURCE};
-use crate::backoff::ExponentialBackoff;
+use crate::config::ConsumerConfig;
 use crate::record::retry::redrive_topic;
 use crate::retry_tier::RetryTiers;
 
@@ -146,14 +146,12 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     world.dead_lettered = redrive.then(Vec::new);
     let world = WorldRef::new(world);
     let max_retries = rng.u32(0..=3);
-    let backoff = ExponentialBackoff::new(
-        Duration::from_millis(5),
-        2.0,
-        Duration::from_millis(40),
-        0.2,
-        Some(max_retries),
-    )
-    .expect("a valid backoff");
+    let config = ConsumerConfig {
+        backoff_initial: Duration::from_millis(5),
+        backoff_max: Duration::from_millis(40),
+        max_retries,
+        ..settings(mode, &tiers)
+    };
     let budget_kib = rng.usize(2..=8);
     let sources = vec![SOURCE.to_string()];
     let mut partitions: Vec<TopicPartition> =
@@ -165,7 +163,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         partitions.push((redrive_topic(SOURCE, GROUP), 0));
     }
     let members = (0..MEMBERS)
-        .map(|m| member(&world, m, mode, &tiers, &backoff, budget_kib))
+        .map(|m| member(&world, m, &config, budget_kib))
         .collect();
     let mut run = Run {
         seed,
