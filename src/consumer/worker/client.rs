@@ -87,13 +87,10 @@ impl Client for KafkaClient {
         let consumer = self.0.clone();
         Box::pin(async move {
             // Both calls wait for the broker: off the async threads.
-            let (committed, consumer) = {
-                let partition = list(&[(topic.clone(), partition)]);
+            let committed = {
+                let (consumer, partition) = (consumer.clone(), list(&[(topic.clone(), partition)]));
                 tokio::task::spawn_blocking(move || {
-                    (
-                        consumer.committed_offsets(partition, START_TIMEOUT),
-                        consumer,
-                    )
+                    consumer.committed_offsets(partition, START_TIMEOUT)
                 })
                 .await
                 .expect("committed_offsets does not panic")
@@ -112,16 +109,14 @@ impl Client for KafkaClient {
             if let Some(Offset::Offset(committed)) = committed {
                 // A committed offset the log no longer holds (the group was away longer than
                 // the retention) would be reset to the end, past every retained retry record.
-                let (low, consumer) = {
-                    let topic = topic.clone();
+                let low = {
+                    let (consumer, topic) = (consumer.clone(), topic.clone());
                     tokio::task::spawn_blocking(move || {
-                        let low = consumer
-                            .fetch_watermarks(&topic, partition, START_TIMEOUT)
-                            .map(|(low, _)| low);
-                        (low, consumer)
+                        consumer.fetch_watermarks(&topic, partition, START_TIMEOUT)
                     })
                     .await
                     .expect("fetch_watermarks does not panic")
+                    .map(|(low, _)| low)
                 };
                 match low {
                     Ok(low) if committed < low => {
@@ -146,17 +141,16 @@ impl Client for KafkaClient {
 /// tried again every 50 ms for up to [`SEEK_PATIENCE`]. Giving up early would let
 /// `auto.offset.reset = latest` skip the partition's retained retry records.
 async fn seek_to_beginning(
-    mut consumer: Arc<StreamConsumer<RebalanceContext>>,
+    consumer: Arc<StreamConsumer<RebalanceContext>>,
     topic: &str,
     partition: i32,
 ) {
     let deadline = tokio::time::Instant::now() + SEEK_PATIENCE;
     loop {
-        let (sought, again) = {
-            let topic = topic.to_string();
+        let sought = {
+            let (consumer, topic) = (consumer.clone(), topic.to_string());
             tokio::task::spawn_blocking(move || {
-                let sought = consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT);
-                (sought, consumer)
+                consumer.seek(&topic, partition, Offset::Beginning, START_TIMEOUT)
             })
             .await
             .expect("seek does not panic")
@@ -181,7 +175,6 @@ async fn seek_to_beginning(
                 return;
             }
         }
-        consumer = again;
     }
 }
 
