@@ -8,7 +8,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::progress::Progress;
+use super::progress::{Leaving, Progress};
 use super::Shared;
 use crate::consumer::settle::{permit, Exit, Settled, TopicMetrics, Tried};
 use crate::failure::{narrow, FailureKind, HandlerError};
@@ -109,11 +109,13 @@ pub(super) async fn settle_failure<H: BatchHandler>(
             .observe(fetched.elapsed().as_secs_f64());
         return Ok(());
     };
-    let exit = Exit::after(&shared.retry_tiers, record, kind, attempts);
-    if settled
-        .exit(shared, record, exit, message, fetched, cancel, span)
-        .await?
-    {
+    let leaving = Leaving {
+        exit: Exit::after(&shared.retry_tiers, record, kind, attempts),
+        message,
+        fetched,
+        span,
+    };
+    if settled.exit(shared, record, leaving, cancel).await? {
         metrics
             .settle_seconds
             .observe(fetched.elapsed().as_secs_f64());

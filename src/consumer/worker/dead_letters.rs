@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
+use super::progress::Leaving;
 use super::Shared;
-use crate::consumer::settle::{exited, Exit, ExitWrite, PendingExit};
+use crate::consumer::settle::{exited, ExitWrite, PendingExit};
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
@@ -107,16 +108,12 @@ impl DeadLetterWrites {
     /// waits first while the most are in flight or the consumer's budget is spent.
     /// [`Stopped`] when `cancel` fires while it waits for the budget (other partitions'
     /// writes may hold it for as long as the dead-letter topic is down).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn start<H: BatchHandler>(
         &mut self,
         shared: &Arc<Shared<H>>,
         record: &Record,
-        exit: Exit,
-        message: String,
-        fetched: Instant,
+        leaving: Leaving,
         cancel: &CancellationToken,
-        span: tracing::Span,
     ) -> Result<(), Stopped> {
         while self.is_full() {
             self.wait_first().await;
@@ -150,16 +147,17 @@ impl DeadLetterWrites {
         };
         // Handed to the producer now, so that dead letters keep the partition's order.
         let now = shared.client.now();
-        let write = ExitWrite::new(record, exit, &message, &shared.retry_tiers, now);
+        let (exit, message) = (leaving.exit, &leaving.message);
+        let write = ExitWrite::new(record, exit, message, &shared.retry_tiers, now);
         let pending = (shared.exits)
             .write(record, write.clone(), cancel.clone())
-            .instrument(span);
+            .instrument(leaving.span);
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),
             pending,
             write,
             topic: record.topic.clone(),
-            fetched,
+            fetched: leaving.fetched,
             metrics: shared.metrics.clone(),
             _hold: hold,
         });

@@ -19,6 +19,17 @@ use crate::handler::BatchHandler;
 use crate::record::Record;
 use crate::stopped::Stopped;
 
+/// A record leaving its stage unhandled, as [`Progress::exit`] takes it.
+pub(super) struct Leaving {
+    pub exit: Exit,
+    /// The last failure.
+    pub message: String,
+    /// When the record was taken from its inbox.
+    pub fetched: Instant,
+    /// The record's span: its write runs in it.
+    pub span: tracing::Span,
+}
+
 /// See the module docs.
 pub(super) struct Progress {
     /// The partition whose position is stored; `None` for [`Progress::detached`].
@@ -96,34 +107,29 @@ impl Progress {
         }
     }
 
-    /// Writes `record` to where it exits, with `message` (the last failure): pipelined, it
-    /// starts the write and the partition goes on, its offset passed only once the write is
-    /// acknowledged; otherwise it waits for the acknowledgement and settles the record.
-    /// `Ok(true)` when the record settled now. [`Stopped`] when `cancel` fired first.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes `record` to where it is `leaving` for: pipelined, it starts the write and the
+    /// partition goes on, its offset passed only once the write is acknowledged; otherwise it
+    /// waits for the acknowledgement and settles the record. `Ok(true)` when the record
+    /// settled now. [`Stopped`] when `cancel` fired first.
     pub(super) async fn exit<H: BatchHandler>(
         &mut self,
         shared: &Arc<Shared<H>>,
         record: &Record,
-        exit: Exit,
-        message: String,
-        fetched: Instant,
+        leaving: Leaving,
         cancel: &CancellationToken,
-        span: tracing::Span,
     ) -> Result<bool, Stopped> {
         match self.writes.as_mut() {
             Some(writes) => {
-                writes
-                    .start(shared, record, exit, message, fetched, cancel, span)
-                    .await?;
+                writes.start(shared, record, leaving, cancel).await?;
                 Ok(false)
             }
             None => {
                 let now = shared.client.now();
-                let write = ExitWrite::new(record, exit, &message, &shared.retry_tiers, now);
+                let (exit, message) = (leaving.exit, &leaving.message);
+                let write = ExitWrite::new(record, exit, message, &shared.retry_tiers, now);
                 let written = (shared.exits)
                     .write(record, write.clone(), cancel.clone())
-                    .instrument(span)
+                    .instrument(leaving.span)
                     .await;
                 exited(&shared.metrics, &record.topic, &write, written)?;
                 self.settle(record);
