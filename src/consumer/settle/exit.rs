@@ -112,7 +112,7 @@ pub(crate) trait ExitWriter: Send + Sync + 'static {
     /// Hands `record`'s `write` to the producer now (so writes started one after another
     /// keep their order); the future waits for the acknowledgement, writing again after a
     /// failure until `cancel`.
-    fn write(&self, record: &Record, write: ExitWrite, cancel: CancellationToken) -> PendingExit;
+    fn write(&self, record: &Record, write: &ExitWrite, cancel: CancellationToken) -> PendingExit;
 }
 
 /// The real [`ExitWriter`]: dead letters through a [`DeadLetterPublisher`], retry records
@@ -132,7 +132,7 @@ impl KafkaExits {
 }
 
 impl ExitWriter for KafkaExits {
-    fn write(&self, record: &Record, write: ExitWrite, cancel: CancellationToken) -> PendingExit {
+    fn write(&self, record: &Record, write: &ExitWrite, cancel: CancellationToken) -> PendingExit {
         match write {
             ExitWrite::DeadLetter {
                 kind,
@@ -140,11 +140,14 @@ impl ExitWriter for KafkaExits {
                 attempts,
             } => Box::pin(
                 self.dead_letters
-                    .start(record, kind, &message, attempts, cancel)
+                    .start(record, *kind, message, *attempts, cancel)
                     .map(|written| written.map(RetryWritten::DeadLettered)),
             ),
             ExitWrite::Retry { tier, due, left } => {
-                Box::pin(self.retries.start(record, tier, due, left, cancel))
+                Box::pin(
+                    self.retries
+                        .start(record, *tier, *due, left.clone(), cancel),
+                )
             }
         }
     }

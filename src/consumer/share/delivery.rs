@@ -151,7 +151,7 @@ async fn dead_letter<H>(
     };
     let span = tracing::info_span!("record", topic = %record.topic, id = %record.id, delivery);
     let written = (member.exits)
-        .write(record, write.clone(), cancel.clone())
+        .write(record, &write, cancel.clone())
         .instrument(span.clone())
         .await;
     let _span = span.enter();

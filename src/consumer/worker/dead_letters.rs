@@ -150,7 +150,7 @@ impl DeadLetterWrites {
         let (exit, message) = (leaving.exit, &leaving.message);
         let write = ExitWrite::new(record, exit, message, &shared.retry_tiers, now);
         let pending = (shared.exits)
-            .write(record, write.clone(), cancel.clone())
+            .write(record, &write, cancel.clone())
             .instrument(leaving.span);
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),

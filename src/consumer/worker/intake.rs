@@ -367,18 +367,10 @@ mod tests {
 
     /// A partition's intake in these tests: the consumer that records resumes and the
     /// metrics it counts in.
+    #[derive(Default)]
     struct Reader {
         client: Arc<Resumes>,
         metrics: Metrics,
-    }
-
-    impl Default for Reader {
-        fn default() -> Self {
-            Self {
-                client: Arc::default(),
-                metrics: Metrics::new(),
-            }
-        }
     }
 
     impl Reader {

@@ -128,7 +128,7 @@ impl Progress {
                 let (exit, message) = (leaving.exit, &leaving.message);
                 let write = ExitWrite::new(record, exit, message, &shared.retry_tiers, now);
                 let written = (shared.exits)
-                    .write(record, write.clone(), cancel.clone())
+                    .write(record, &write, cancel.clone())
                     .instrument(leaving.span)
                     .await;
                 exited(&shared.metrics, &record.topic, &write, written)?;

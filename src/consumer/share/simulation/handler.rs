@@ -147,10 +147,10 @@ impl ExitWriter for SimDeadLetters {
     fn write(
         &self,
         record: &Record,
-        write: ExitWrite,
+        write: &ExitWrite,
         cancel: CancellationToken,
     ) -> crate::consumer::settle::PendingExit {
-        let ExitWrite::DeadLetter { kind, .. } = write else {
+        let &ExitWrite::DeadLetter { kind, .. } = write else {
             unreachable!("a share group has no retry topics")
         };
         let index = record.offset as usize;

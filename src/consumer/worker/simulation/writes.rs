@@ -26,7 +26,8 @@ pub(super) struct SimExits {
 }
 
 impl ExitWriter for SimExits {
-    fn write(&self, record: &Record, to: ExitWrite, cancel: CancellationToken) -> PendingExit {
+    fn write(&self, record: &Record, to: &ExitWrite, cancel: CancellationToken) -> PendingExit {
+        let to = to.clone();
         let (delay, mut fails) = {
             let mut world = self.world.lock();
             let max = world.max_ack.as_millis() as u64;
