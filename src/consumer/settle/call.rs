@@ -95,6 +95,25 @@ fn handler_span(records: &[Record]) -> tracing::Span {
     span
 }
 
+/// The span of one record's settling, which its retries and its exit's write run in: every
+/// line about the record carries its topic, partition, offset, id and key (and a share group's
+/// record its delivery).
+pub(crate) fn record_span(record: &Record) -> tracing::Span {
+    let span = tracing::info_span!(
+        "record",
+        topic = %record.topic,
+        partition = record.partition,
+        offset = record.offset,
+        id = %record.id,
+        key = %record.key_for_logs(),
+        delivery = tracing::field::Empty,
+    );
+    if let Some(delivery) = record.delivery_count {
+        span.record("delivery", delivery);
+    }
+    span
+}
+
 /// Gives a granted probe back to the breaker when dropped; forgotten once the probe's outcome
 /// is recorded.
 struct ProbeGuard<'a>(&'a Breaker);

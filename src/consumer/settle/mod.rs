@@ -23,7 +23,7 @@ mod retries;
 
 use std::sync::Arc;
 
-pub(crate) use call::permit;
+pub(crate) use call::{permit, record_span};
 pub(crate) use exit::{exited, Exit, ExitWrite, ExitWriter, KafkaExits, PendingExit};
 pub(crate) use metrics::{TopicHandles, TopicMetrics};
 pub(crate) use retries::{Settled, Tried};

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::acknowledgement::{ending, renewal_interval, Ack, Ending, DEFAULT_LOCK};
 use super::client::{Acquired, ShareClient};
 use crate::config::ShareDlq;
-use crate::consumer::settle::{exited, ExitWrite, ExitWriter};
+use crate::consumer::settle::{exited, record_span, ExitWrite, ExitWriter};
 use crate::consumer::settle::{Caller, Settled, TopicHandles, Tried};
 use crate::failure::DeadLetterKind;
 use crate::handler::BatchHandler;
@@ -73,7 +73,6 @@ pub(crate) async fn settle<H: BatchHandler>(
                     DeadLetterKind::RetriesExhausted,
                     &message,
                     tried.attempts,
-                    delivery,
                     &CancellationToken::new(),
                 )
                 .await;
@@ -115,10 +114,13 @@ pub(crate) async fn settle<H: BatchHandler>(
                 } else {
                     stop
                 };
-                dead_letter(member, record, kind, &message, attempts, delivery, cancel).await
+                dead_letter(member, record, kind, &message, attempts, cancel).await
             }
         }
-    };
+    }
+    // Every line about the record, its retries and its dead letter, carries its topic,
+    // partition, offset, id, key and delivery.
+    .instrument(record_span(record));
     tokio::select! {
         biased;
         ack = work => ack,
@@ -141,7 +143,6 @@ async fn dead_letter<H>(
     kind: DeadLetterKind,
     message: &str,
     attempts: u32,
-    delivery: u16,
     cancel: &CancellationToken,
 ) -> Ack {
     let write = ExitWrite::DeadLetter {
@@ -149,12 +150,7 @@ async fn dead_letter<H>(
         message: message.to_string(),
         attempts,
     };
-    let span = tracing::info_span!("record", topic = %record.topic, id = %record.id, delivery);
-    let written = (member.exits)
-        .write(record, &write, cancel.clone())
-        .instrument(span.clone())
-        .await;
-    let _span = span.enter();
+    let written = member.exits.write(record, &write, cancel.clone()).await;
     match exited(&member.metrics, &record.topic, &write, written) {
         Ok(()) => Ack::Accept,
         Err(Stopped) => Ack::Release,

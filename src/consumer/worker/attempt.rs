@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::progress::{Leaving, Progress};
 use super::Shared;
-use crate::consumer::settle::{permit, Exit, Settled, TopicMetrics, Tried};
+use crate::consumer::settle::{permit, record_span, Exit, Settled, TopicMetrics, Tried};
 use crate::failure::{narrow, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
 use crate::record::Record;
@@ -121,15 +121,4 @@ pub(super) async fn settle_failure<H: BatchHandler>(
             .observe(fetched.elapsed().as_secs_f64());
     }
     Ok(())
-}
-
-pub(super) fn record_span(record: &Record) -> tracing::Span {
-    tracing::info_span!(
-        "record",
-        topic = %record.topic,
-        partition = record.partition,
-        offset = record.offset,
-        id = %record.id,
-        key = %record.key_for_logs(),
-    )
 }
