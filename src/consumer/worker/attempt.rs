@@ -8,7 +8,8 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::progress::{Leaving, Progress};
+use super::dead_letters::Leaving;
+use super::progress::Progress;
 use super::Shared;
 use crate::consumer::settle::{permit, record_span, Exit, Settled, TopicMetrics, Tried};
 use crate::failure::{narrow, FailureKind, HandlerError};

@@ -11,14 +11,25 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
-use super::progress::Leaving;
 use super::Shared;
-use crate::consumer::settle::{exited, ExitWrite, PendingExit};
+use crate::consumer::settle::{exited, Exit, ExitWrite, PendingExit};
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
+
+/// A record leaving its stage unhandled, as [`super::progress::Progress::exit`] and
+/// [`DeadLetterWrites::start`] take it.
+pub(super) struct Leaving {
+    pub exit: Exit,
+    /// The last failure.
+    pub message: String,
+    /// When the record was taken from its inbox.
+    pub fetched: Instant,
+    /// The record's span: its write runs in it.
+    pub span: tracing::Span,
+}
 
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;

@@ -4,31 +4,18 @@
 //! stored, and it never passes an unsettled record: a dead letter settles only once the broker
 //! acknowledged it.
 
-use tokio_util::sync::CancellationToken;
-
 use std::sync::Arc;
-use std::time::Instant;
 
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::dead_letters::DeadLetterWrites;
+use super::dead_letters::{DeadLetterWrites, Leaving};
 use super::Shared;
 use crate::consumer::offsets::Offsets;
-use crate::consumer::settle::{exited, Exit, ExitWrite};
+use crate::consumer::settle::{exited, ExitWrite};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 use crate::stopped::Stopped;
-
-/// A record leaving its stage unhandled, as [`Progress::exit`] takes it.
-pub(super) struct Leaving {
-    pub exit: Exit,
-    /// The last failure.
-    pub message: String,
-    /// When the record was taken from its inbox.
-    pub fetched: Instant,
-    /// The record's span: its write runs in it.
-    pub span: tracing::Span,
-}
 
 /// See the module docs.
 pub(super) struct Progress {
