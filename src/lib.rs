@@ -80,5 +80,5 @@ pub mod telemetry;
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError};
 pub use failure::{DeadLetterKind, FailureKind, HandlerError};
-pub use handler::Handler;
+pub use handler::{Handler, Output, Transactional, TransactionalHandler};
 pub use record::{Record, RecordHeader};

@@ -224,7 +224,11 @@ impl ConsumerConfig {
         config
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
-            .set("enable.auto.commit", "true")
+            // Exactly once: offsets commit in the producer's transactions only.
+            .set(
+                "enable.auto.commit",
+                if self.exactly_once { "false" } else { "true" },
+            )
             .set("auto.commit.interval.ms", "1000")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.auto_offset_reset)
@@ -268,6 +272,25 @@ impl ConsumerConfig {
             .set("linger.ms", "1")
             .set("message.timeout.ms", "30000");
         self.apply_raw(&mut config);
+        if self.exactly_once {
+            let transaction_timeout =
+                (self.transaction_interval.as_millis() * 10).clamp(10_000, 900_000);
+            // One transactional producer per consumer process: fenced by the group's
+            // generation (KIP-447), so its id only has to be unique.
+            config
+                .set("enable.idempotence", "true")
+                .set("max.in.flight.requests.per.connection", "5")
+                // The transaction of a member that died holds back read_committed readers
+                // of its topics until the broker aborts it: not the default minute.
+                .set("transaction.timeout.ms", transaction_timeout.to_string())
+                // A write not delivered within its transaction's time is the transaction's
+                // failure (librdkafka requires it no longer).
+                .set("message.timeout.ms", transaction_timeout.to_string())
+                .set(
+                    "transactional.id",
+                    format!("kafka-dlq-{}-{:016x}", self.group_id, fastrand::u64(..)),
+                );
+        }
         config
     }
 

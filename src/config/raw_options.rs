@@ -36,7 +36,7 @@ pub fn refuse_raw_option(key: &str, value: &str, protocol: GroupProtocol) -> Opt
             "more than one dead-letter request in flight lets a retried write overtake a later \
              one, out of the partition's order"
         }
-        "transactional.id" => "the dead-letter producer is not transactional",
+        "transactional.id" => "set exactly_once = true instead: the consumer then gives its producer a transactional id of its own, fenced by the group (KIP-447)",
         "session.timeout.ms" | "heartbeat.interval.ms" | "partition.assignment.strategy"
             if protocol == GroupProtocol::Consumer =>
         {

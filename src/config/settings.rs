@@ -296,5 +296,20 @@ settings! {
         /// dead-letter queue (KIP-1191, Kafka 4.4, the group's
         /// `errors.deadletterqueue.topic.name`), which keeps no error.
         share_dlq: ShareDlq = ShareDlq::Ours, env "KAFKA_DLQ_SHARE_DLQ";
+        /// Exactly-once read-process-write: a record's outputs (a
+        /// [`TransactionalHandler`](crate::TransactionalHandler)'s), its dead letter or retry
+        /// record, and its offset are committed in one Kafka transaction, on one
+        /// transactional producer per consumer fenced by the group's generation (KIP-447);
+        /// readers with `isolation.level = read_committed` see each record's effect once.
+        /// Records of a partition one at a time (`ordering = "partition"`, `batch_size` 1);
+        /// not with `consumption = "share"`. See `docs/exactly-once.md`.
+        exactly_once: bool = false, env "KAFKA_DLQ_EXACTLY_ONCE";
+        /// With `exactly_once`: a transaction commits once this many records settled in it.
+        transaction_records: usize = 1000, env "KAFKA_DLQ_TRANSACTION_RECORDS";
+        /// With `exactly_once`: a transaction commits at the latest this long after its first
+        /// record settled; the latency a `read_committed` reader sees on top of the
+        /// handler's. 1 ms to 60 s.
+        transaction_interval: Duration = Duration::from_millis(100), ms "transaction_interval_ms" "transaction-interval-ms",
+            env "KAFKA_DLQ_TRANSACTION_INTERVAL_MS";
     }
 }

@@ -2,6 +2,7 @@
 
 use super::{refuse_raw_option, ConfigError, ConsumerConfig, Consumption, Ordering};
 use crate::retry_tier::MAX_TIERS;
+use std::time::Duration;
 
 impl ConsumerConfig {
     /// Checks every setting; the error names the first bad one.
@@ -92,6 +93,9 @@ impl ConsumerConfig {
         }
         if self.consumption == Consumption::Share {
             self.validate_share()?;
+        }
+        if self.exactly_once {
+            self.validate_exactly_once()?;
         }
         if self.ordering == Ordering::Key {
             if self.max_in_flight == 0 {
@@ -219,6 +223,51 @@ impl ConsumerConfig {
                     format!("`{topic}`'s redrive topic for group `{}` is `{redrive}`, a topic this consumer already reads, dead-letters to or retries in", self.group_id),
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl ConsumerConfig {
+    /// What exactly-once mode needs: records of a partition settle one at a time, in order,
+    /// so that each record's effect and its offset go into the same transaction.
+    fn validate_exactly_once(&self) -> Result<(), ConfigError> {
+        if self.consumption == Consumption::Share {
+            return Err(ConfigError::new(
+                "exactly_once",
+                true,
+                "is not possible with consumption = \"share\": KIP-932 has no transactional acknowledgement (a record's ACCEPT cannot commit with its outputs)",
+            ));
+        }
+        if self.ordering == Ordering::Key {
+            return Err(ConfigError::new(
+                "ordering",
+                "key",
+                "must be \"partition\" with exactly_once: a transaction commits a partition's offset only past records whose effects are in it, and records of different keys settle out of order",
+            ));
+        }
+        if self.batch_size > 1 {
+            return Err(ConfigError::new(
+                "batch_size",
+                self.batch_size,
+                "must be 1 with exactly_once: each record's outputs or dead letter go into the transaction with its own offset",
+            ));
+        }
+        if self.transaction_records == 0 {
+            return Err(ConfigError::new(
+                "transaction_records",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(60))
+            .contains(&self.transaction_interval)
+        {
+            return Err(ConfigError::new(
+                "transaction_interval_ms",
+                self.transaction_interval.as_millis(),
+                "must be 1 to 60000",
+            ));
         }
         Ok(())
     }

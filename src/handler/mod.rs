@@ -30,8 +30,11 @@
 
 use std::future::Future;
 
+pub(crate) mod output;
+
 pub use crate::failure::HandlerError;
 pub use crate::record::Record;
+pub use output::{Output, Transactional, TransactionalHandler};
 
 /// Handles one record at a time. Records of one partition are given in offset order, the
 /// next only after the previous one is settled (handled or dead-lettered); records of different
@@ -66,6 +69,13 @@ pub trait BatchHandler: Send + Sync + 'static {
         &self,
         records: &[Record],
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+
+    /// Whether its calls produce output records ([`Transactional`]), which only a consumer
+    /// with [`exactly_once`](crate::ConsumerConfig::exactly_once) writes. `false` unless
+    /// overridden.
+    fn produces_outputs(&self) -> bool {
+        false
+    }
 }
 
 impl<H: Handler> BatchHandler for H {
