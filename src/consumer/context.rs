@@ -25,6 +25,8 @@ pub(super) struct RebalanceContext {
     /// Where and how the consumer connects (`<brokers> (SASL_SSL, SCRAM-SHA-512)`), for a
     /// refused connection's report.
     pub cluster: String,
+    /// Exactly once: the transaction that commits before revoked partitions go.
+    pub transaction: Option<Arc<super::transaction::Transaction>>,
 }
 
 impl ClientContext for RebalanceContext {
@@ -82,7 +84,14 @@ impl ConsumerContext for RebalanceContext {
                 let revoked = keys(tpl);
                 self.assignments.revoke(&revoked);
                 tracing::info!(event = "partitions_revoked", partitions = ?named(&revoked));
-                commit_stored(consumer, "rebalance");
+                match &self.transaction {
+                    // The revoked workers' records are refused from now on: the commit takes
+                    // what settled before (or aborts, and the next owner starts before it).
+                    Some(transaction) => {
+                        transaction.commit(consumer.group_metadata());
+                    }
+                    None => commit_stored(consumer, "rebalance"),
+                }
             }
             Rebalance::Assign(tpl) => {
                 let assigned = keys(tpl);

@@ -102,6 +102,7 @@ mod simulated_trace;
 mod simulation;
 mod spare_records;
 mod topic_retention;
+mod transaction;
 mod undecodable;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
@@ -208,6 +209,12 @@ pub enum ConsumerError {
         /// What the cluster or the client said.
         reason: String,
     },
+    /// Exactly once: the transactional producer could not start, or failed for good (fenced
+    /// by a newer producer of its id, a transaction it could not abort, a partition it could
+    /// not rewind). The records after the last committed transaction are consumed again by
+    /// whoever owns their partitions next.
+    #[error("exactly once: {0}")]
+    Transaction(String),
     /// Subscribing to the topics failed.
     #[error("could not subscribe to {topics:?}: {source}")]
     Subscribe {
@@ -263,6 +270,14 @@ impl<H: BatchHandler> Consumer<H> {
             )
             .into());
         }
+        if handler.produces_outputs() && !config.exactly_once {
+            return Err(crate::ConfigError::new(
+                "exactly_once",
+                false,
+                "a Transactional handler's outputs are written only with exactly_once = true",
+            )
+            .into());
+        }
         let metrics = Metrics::for_group(&config.group_id);
         let (assigned_tx, assigned) = mpsc::unbounded_channel();
         let stop_workers = CancellationToken::new();
@@ -272,6 +287,15 @@ impl<H: BatchHandler> Consumer<H> {
             stop_workers.clone(),
             config.max_buffered_bytes / 2,
         ));
+        let dlq = dead_letter_publisher(&config, &metrics)?;
+        let transaction = config.exactly_once.then(|| {
+            Arc::new(transaction::Transaction::new(
+                dlq.clone(),
+                config.transaction_records,
+                config.transaction_interval,
+                metrics.clone(),
+            ))
+        });
         let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
             crate::kafka::create(
                 &config.consumer_client_config(),
@@ -280,19 +304,21 @@ impl<H: BatchHandler> Consumer<H> {
                     metrics: metrics.clone(),
                     undecodable: Default::default(),
                     cluster: crate::kafka::cluster_of(&config.consumer_client_config()),
+                    transaction: transaction.clone(),
                 },
             )
             .map_err(ConsumerError::CreateConsumer)?,
         );
-        let dlq = dead_letter_publisher(&config, &metrics)?;
+        let mut shared = Shared::new(
+            &config,
+            handler,
+            metrics,
+            Arc::new(settle::KafkaExits::new(dlq)),
+            Arc::new(worker::client::KafkaClient(consumer.clone())),
+        )?;
+        shared.transaction = transaction;
         Ok(Self {
-            shared: Arc::new(Shared::new(
-                &config,
-                handler,
-                metrics,
-                Arc::new(settle::KafkaExits::new(dlq)),
-                Arc::new(worker::client::KafkaClient(consumer.clone())),
-            )?),
+            shared: Arc::new(shared),
             config,
             consumer,
             assignments,
@@ -351,6 +377,17 @@ impl<H: BatchHandler> Consumer<H> {
         dlq_topics::ensure(&self.config).await?;
         retry_topics::ensure(&self.config, &self.stop_workers).await;
         topic_retention::check(&self.config).await?;
+        if let Some(transaction) = self.shared.transaction.clone() {
+            // Fences an earlier producer of the id, and opens the first transaction.
+            tokio::task::spawn_blocking(move || transaction.init())
+                .await
+                .expect("init_transactions does not panic")
+                .map_err(|e| {
+                    ConsumerError::Transaction(format!(
+                        "could not start the transactional producer: {e}"
+                    ))
+                })?;
+        }
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.consumer
             .subscribe(&names)
@@ -362,6 +399,14 @@ impl<H: BatchHandler> Consumer<H> {
             group = %self.config.group_id);
 
         let mut workers = JoinSet::new();
+        if let Some(transaction) = &self.shared.transaction {
+            workers.spawn(transaction::commit_when_due(
+                transaction.clone(),
+                self.consumer.clone(),
+                self.stop_workers.child_token(),
+            ));
+        }
+        let rewinds = self.shared.transaction.clone();
         let mut worker_names = HashMap::new();
         let mut outcome = Ok(());
         // One message stream for the loop's life (each `recv` would register and unregister
@@ -393,6 +438,14 @@ impl<H: BatchHandler> Consumer<H> {
                     let name = format!("{}-{}", assigned.topic, assigned.partition);
                     let worker = worker::start(&self.shared, assigned, &self.config.topics);
                     worker_names.insert(workers.spawn(worker).id(), name);
+                    continue;
+                }
+                _ = async { rewinds.as_ref().expect("checked").rewound.notified().await }, if rewinds.is_some() => {
+                    let transaction = rewinds.as_ref().expect("checked");
+                    if let Err(why) = transaction::rewind(transaction, &self.consumer, &self.assignments).await {
+                        outcome = Err(ConsumerError::Transaction(why));
+                        break;
+                    }
                     continue;
                 }
                 Some(polled) = stream.next() => polled,
@@ -466,7 +519,16 @@ impl<H: BatchHandler> Consumer<H> {
             workers.abort_all();
             while workers.join_next().await.is_some() {}
         }
-        commit_stored(self.consumer.as_ref(), "shutdown");
+        match self.shared.transaction.clone() {
+            Some(transaction) => {
+                let consumer = self.consumer.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    transaction.commit(consumer.group_metadata())
+                })
+                .await;
+            }
+            None => commit_stored(self.consumer.as_ref(), "shutdown"),
+        }
         self.consumer.unsubscribe();
         self.assignments.end_all();
         drop(self.assigned);

@@ -75,6 +75,38 @@ impl DeadLetterPublisher {
         attempts: u32,
         cancel: CancellationToken,
     ) -> impl std::future::Future<Output = Result<DeadLettered, Stopped>> + Send + 'static {
+        let (write, form) = self.write(record, kind, message, attempts);
+        let first = write.send(form);
+        let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
+        async move { write.deliver(form, first, retry, metrics, cancel).await }
+    }
+
+    /// Hands `record`'s dead letter to the producer once and returns at once, in its format's
+    /// first form, or with `smallest` as a reference (no value, no source headers: it fits
+    /// any topic): a transaction's commit waits for it, and a reference is what follows a
+    /// dead letter the topic refused as too large. Returns the dead-letter topic.
+    pub(crate) fn send_once(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        smallest: bool,
+    ) -> (String, Sent) {
+        let (write, form) = self.write(record, kind, message, attempts);
+        let form = if smallest { Form::Reference } else { form };
+        let sent = write.send(form);
+        (write.topic, sent)
+    }
+
+    /// What writing `record`'s dead letter takes, and its first form.
+    fn write(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+    ) -> (Write, Form) {
         let topic = self.topic.for_topic(record.source_topic());
         let envelope = Envelope::new(record, kind, message, attempts, &self.group);
         let inline = envelope.to_vec();
@@ -93,9 +125,7 @@ impl DeadLetterPublisher {
             DlqFormat::Envelope => Form::Inline,
             DlqFormat::Spring => Form::Detached,
         };
-        let first = write.send(form);
-        let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
-        async move { write.deliver(form, first, retry, metrics, cancel).await }
+        (write, form)
     }
 
     /// The producer dead letters are written with.

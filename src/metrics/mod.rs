@@ -20,6 +20,9 @@
 //! | `kafka_dlq_dead_letter_bytes_in_flight` | gauge | | bytes held by dead-letter writes not yet acknowledged (bounded; see the consumer docs) |
 //! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in librdkafka's queue (librdkafka statistics, every 2 s) |
 //! | `kafka_dlq_buffered_bytes` | gauge | | bytes of records taken from librdkafka and waiting in the partitions' inboxes for their workers (at most half of `max_buffered_bytes`, see the consumer docs) |
+//! | `kafka_dlq_transactions_total` | counter | outcome | exactly once: transactions committed and aborted |
+//! | `kafka_dlq_transaction_records` | histogram | | exactly once: records settled in each committed transaction |
+//! | `kafka_dlq_transaction_commit_seconds` | histogram | | exactly once: one commit (offsets, flush, commit) |
 //! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
 //! | `kafka_dlq_record_settle_seconds` | histogram | | from fetch to settled (handled or dead-lettered) |
 //! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
@@ -76,6 +79,9 @@ pub struct MetricSet {
     pub(crate) breaker_open: IntGauge,
     pub(crate) breaker_opened: prometheus::IntCounter,
     pub(crate) batch_splits: IntCounterVec,
+    pub(crate) transactions: IntCounterVec,
+    pub(crate) transaction_records: prometheus::Histogram,
+    pub(crate) transaction_commit_seconds: prometheus::Histogram,
     pub(crate) share_acquired: IntCounterVec,
     pub(crate) share_acknowledged: IntCounterVec,
     pub(crate) share_lock_lost: IntCounterVec,
@@ -246,6 +252,30 @@ impl Metrics {
             "Failed batches split in halves to isolate poison records.",
             &["topic"],
         );
+        let transactions = counter(
+            "kafka_dlq_transactions_total",
+            "Exactly once: transactions ended, by outcome (committed, aborted).",
+            &["outcome"],
+        );
+        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
+            let h =
+                prometheus::Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+                    .expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        let transaction_records = histogram(
+            "kafka_dlq_transaction_records",
+            "Exactly once: records settled in each committed transaction.",
+            vec![1.0, 10.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0],
+        );
+        let transaction_commit_seconds = histogram(
+            "kafka_dlq_transaction_commit_seconds",
+            "Exactly once: how long each commit took (offsets sent, outputs flushed, committed).",
+            prometheus::exponential_buckets(0.001, 2.0, 14).expect("valid buckets"),
+        );
         let share_acquired = counter(
             "kafka_dlq_share_records_acquired_total",
             "Share groups: records acquired under a lock (each delivery counts).",
@@ -286,6 +316,9 @@ impl Metrics {
             breaker_open,
             breaker_opened,
             batch_splits,
+            transactions,
+            transaction_records,
+            transaction_commit_seconds,
             share_acquired,
             share_acknowledged,
             share_lock_lost,

@@ -140,6 +140,27 @@ impl RetryWriter {
     }
 }
 
+impl RetryWriter {
+    /// Hands `record` to the producer once for its retry topic of tier `tier`, as
+    /// [`RetryWriter::start`] writes it, and returns at once: a transaction's commit waits for
+    /// it. Returns the retry topic.
+    pub(crate) fn send_once(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+    ) -> (String, Sent) {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 12);
+        for h in retry_headers(record, tier, due, left, &self.group) {
+            headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
+        }
+        let topic = crate::record::retry::topic_name(record.source_topic(), tier);
+        let sent = send(self, &topic, &headers, record);
+        (topic, sent)
+    }
+}
+
 /// Hands one retry record to the producer.
 fn send(writer: &RetryWriter, topic: &str, headers: &OwnedHeaders, record: &Record) -> Sent {
     let mut out = FutureRecord::<[u8], [u8]>::to(topic).headers(headers.clone());

@@ -153,6 +153,33 @@ impl ExitWriter for KafkaExits {
     }
 }
 
+/// Logs and counts `write` of a record of `topic` handed to an exactly-once transaction
+/// (where it lands is known only once the transaction commits).
+pub(crate) fn exited_in_transaction(metrics: &Metrics, topic: &str, write: &ExitWrite) {
+    match write {
+        ExitWrite::Retry { tier, left, .. } => {
+            tracing::warn!(event = "record_sent_to_retry_topic", tier, attempts = left.attempts,
+                error = %left.error, "in the transaction");
+            metrics
+                .retry_tier_sent
+                .with_label_values(&[topic, &tier.to_string()])
+                .inc();
+        }
+        ExitWrite::DeadLetter {
+            kind,
+            message,
+            attempts,
+        } => {
+            tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
+                error = %message, "in the transaction");
+            metrics
+                .dead_lettered
+                .with_label_values(&[topic, kind.as_str()])
+                .inc();
+        }
+    }
+}
+
 /// Logs and counts how `write` of a record of `topic` ended: `Ok` when it was acknowledged,
 /// [`Stopped`] (logged: the record is consumed or delivered again) when it was given up.
 pub(crate) fn exited(

@@ -24,7 +24,9 @@ mod retries;
 use std::sync::Arc;
 
 pub(crate) use call::{permit, record_span};
-pub(crate) use exit::{exited, Exit, ExitWrite, ExitWriter, KafkaExits, PendingExit};
+pub(crate) use exit::{
+    exited, exited_in_transaction, Exit, ExitWrite, ExitWriter, KafkaExits, PendingExit,
+};
 pub(crate) use metrics::{TopicHandles, TopicMetrics};
 pub(crate) use retries::{Settled, Tried};
 

@@ -32,7 +32,14 @@ pub(super) async fn run<H: BatchHandler>(
     type Key = Option<Vec<u8>>;
     // Every record taken from the queue and not yet passed by the stored position; it stores
     // that position itself (the records' own calls have detached progress).
-    let mut progress = Progress::new(&input.topic, input.partition, false, input.revoked.clone());
+    // Exactly once refuses key order (see `ConsumerConfig::exactly_once`): no transaction.
+    let mut progress = Progress::new(
+        &input.topic,
+        input.partition,
+        false,
+        input.revoked.clone(),
+        None,
+    );
     // Records waiting for an earlier record of their key.
     let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
     let mut busy: HashSet<Key> = HashSet::new();

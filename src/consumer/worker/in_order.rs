@@ -40,6 +40,7 @@ pub(super) async fn run<H: BatchHandler>(
         input.partition,
         batch_size == 1,
         input.revoked.clone(),
+        shared.transaction.clone(),
     );
     let mut metrics = input.metrics.local(&shared.caller.breaker);
     // A chunk of records, settled one by one, stays within the partition's share.

@@ -42,6 +42,7 @@ use intake::Intake;
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::consumer::assignments::Assigned;
 use crate::consumer::settle::{Caller, ExitWriter};
+use crate::consumer::transaction::Transaction;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 
@@ -67,6 +68,8 @@ pub(super) struct Shared<H> {
     pub retry_tiers: crate::retry_tier::RetryTiers,
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
     pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
+    /// Exactly once: the transaction settled records go into (see `consumer::transaction`).
+    pub transaction: Option<Arc<Transaction>>,
 }
 
 impl<H> Shared<H> {
@@ -102,6 +105,7 @@ impl<H> Shared<H> {
             dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
                 dead_letters::DEAD_LETTER_BUDGET_KIB,
             )),
+            transaction: None,
         })
     }
 }
@@ -123,7 +127,9 @@ pub(super) fn start<H: BatchHandler>(
         stage,
         tiers.len(),
     );
-    run_worker(shared.clone(), input, cancel)
+    // The records a transactional handler's calls produce wait in the worker's task for
+    // their record to settle.
+    crate::handler::output::scope(run_worker(shared.clone(), input, cancel))
 }
 
 /// Runs the worker of one partition until `cancel` fires (revocation or shutdown): in offset

@@ -12,7 +12,8 @@ use tracing::Instrument;
 use super::dead_letters::{DeadLetterWrites, Leaving};
 use super::Shared;
 use crate::consumer::offsets::Offsets;
-use crate::consumer::settle::{exited, ExitWrite};
+use crate::consumer::settle::{exited, exited_in_transaction, ExitWrite};
+use crate::consumer::transaction::{Applied, Effect, Transaction};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -26,22 +27,30 @@ pub(super) struct Progress {
     writes: Option<DeadLetterWrites>,
     /// Cancelled once the partition's assignment is revoked: no position is stored after.
     revoked: CancellationToken,
+    /// Exactly once: where each settled record's effect and position go instead.
+    transaction: Option<Arc<Transaction>>,
 }
 
 impl Progress {
     /// The progress of `topic`/`partition`; with `pipelined`, dead letters are written while
     /// the partition goes on.
+    ///
+    /// With a `transaction` (exactly once), a record settles by going into it with its effect
+    /// ([`Transaction::apply`]), nothing is pipelined, and no position is stored here: the
+    /// transaction commits them.
     pub(super) fn new(
         topic: &str,
         partition: i32,
         pipelined: bool,
         revoked: CancellationToken,
+        transaction: Option<Arc<Transaction>>,
     ) -> Self {
         Self {
             partition: Some((topic.to_string(), partition)),
             offsets: Offsets::default(),
-            writes: pipelined.then(DeadLetterWrites::default),
+            writes: (pipelined && transaction.is_none()).then(DeadLetterWrites::default),
             revoked,
+            transaction,
         }
     }
 
@@ -53,6 +62,7 @@ impl Progress {
             offsets: Offsets::default(),
             writes: None,
             revoked: CancellationToken::new(),
+            transaction: None,
         }
     }
 
@@ -63,8 +73,13 @@ impl Progress {
         self.offsets.take(record.delivered_offset());
     }
 
-    /// `record` is settled (handled, or dead-lettered and acknowledged).
+    /// `record` is settled (handled, or dead-lettered and acknowledged). Exactly once: it
+    /// goes into the transaction with the outputs of its last call.
     pub(super) fn settle(&mut self, record: &Record) {
+        if let (Some(transaction), Some(partition)) = (&self.transaction, &self.partition) {
+            let outputs = crate::handler::output::take();
+            transaction.apply(partition, record, &self.revoked, Effect::Handled(outputs));
+        }
         self.offsets.settle(record.delivered_offset());
     }
 
@@ -105,6 +120,25 @@ impl Progress {
         leaving: Leaving,
         cancel: &CancellationToken,
     ) -> Result<bool, Stopped> {
+        if let (Some(transaction), Some(partition)) = (&self.transaction, &self.partition) {
+            // Exactly once: its exit is written in the transaction that commits its offset.
+            let now = shared.client.now();
+            let write = ExitWrite::new(
+                record,
+                leaving.exit,
+                &leaving.message,
+                &shared.retry_tiers,
+                now,
+            );
+            let _entered = leaving.span.enter();
+            if transaction.apply(partition, record, &self.revoked, Effect::Exit(&write))
+                == Applied::Taken
+            {
+                exited_in_transaction(&shared.metrics, &record.topic, &write);
+            }
+            self.offsets.settle(record.delivered_offset());
+            return Ok(true);
+        }
         match self.writes.as_mut() {
             Some(writes) => {
                 writes.start(shared, record, leaving, cancel).await?;
@@ -144,7 +178,7 @@ impl Progress {
         if let (Some((topic, partition)), Some(position)) =
             (&self.partition, self.offsets.take_position())
         {
-            if !self.revoked.is_cancelled() {
+            if !self.revoked.is_cancelled() && self.transaction.is_none() {
                 store_position(shared, topic, *partition, position);
             }
         }
@@ -221,7 +255,8 @@ mod tests {
             })),
             delivery_count: None,
         };
-        let mut progress = Progress::new("orders-retry-0", 0, false, CancellationToken::new());
+        let mut progress =
+            Progress::new("orders-retry-0", 0, false, CancellationToken::new(), None);
         let (first, second) = (record(4), record(5));
         progress.take(&first);
         progress.take(&second);

@@ -1,0 +1,240 @@
+//! Exactly once on Apache Kafka, under both group protocols: a transactional handler's
+//! outputs, the dead letters of records that fail, and the offsets commit together, while
+//! members join, leave and crash.
+//!
+//! Inputs are `good…` (one output each), `bad…` (a permanent failure: dead-lettered) and
+//! `flaky…` (two transient failures, then one output). Member A starts; B joins; A crashes
+//! (its task dropped; its revocation commits what settled); C joins; B leaves. A
+//! `read_committed` reader then finds each good or flaky input's output exactly once and each
+//! bad input's dead letter exactly once, never both, with the group committed to the end.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use kafka_dlq::config::GroupProtocol;
+use kafka_dlq::dlq::Envelope;
+use kafka_dlq::{HandlerError, Output, Record, Transactional, TransactionalHandler};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Message;
+
+const PARTITIONS: i32 = 4;
+const PER_PARTITION: usize = 150;
+
+#[derive(Clone)]
+struct Invoicing {
+    out: String,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Invoicing {
+    fn handled(&self) -> usize {
+        self.calls.lock().unwrap().len()
+    }
+}
+
+impl TransactionalHandler for Invoicing {
+    async fn handle(&self, record: &Record) -> Result<Vec<Output>, HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        let calls = {
+            let mut calls = self.calls.lock().unwrap();
+            let n = calls.entry(value.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        // Work that takes a while, so that membership changes find transactions open.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        if value.starts_with("bad") {
+            return Err(HandlerError::permanent(format!("{value} is malformed")));
+        }
+        if value.starts_with("flaky") && calls <= 2 {
+            return Err(HandlerError::transient("the downstream hiccuped"));
+        }
+        Ok(vec![
+            Output::new(&self.out, format!("out-{value}")).key(value)
+        ])
+    }
+}
+
+/// Every value of `topic` a reader with `isolation` finds, once the topic has been idle for
+/// two seconds.
+fn read_values(brokers: &str, topic: &str, isolation: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut values = Vec::new();
+    let mut idle_since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while idle_since.elapsed() < Duration::from_secs(2) || values.is_empty() {
+        assert!(Instant::now() < deadline, "read {topic} for a minute");
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("read");
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+            idle_since = Instant::now();
+        }
+    }
+    values
+}
+
+async fn each_input_takes_effect_exactly_once(protocol: GroupProtocol) {
+    let brokers = brokers();
+    let topic = unique("eos-in");
+    let out = unique("eos-out");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("eos");
+    create_topic(&brokers, &topic, PARTITIONS).await;
+    create_topic(&brokers, &out, 2).await;
+    let mut inputs = Vec::new();
+    for p in 0..PARTITIONS {
+        for i in 0..PER_PARTITION {
+            let kind = match i % 10 {
+                3 => "bad",
+                6 => "flaky",
+                _ => "good",
+            };
+            inputs.push(Out::new(p, &format!("{kind}-p{p}-{i}")));
+        }
+    }
+    let values: Vec<String> = inputs
+        .iter()
+        .map(|o| String::from_utf8(o.value.clone().unwrap()).unwrap())
+        .collect();
+    produce(&brokers, &topic, inputs).await;
+
+    let handler = Invoicing {
+        out: out.clone(),
+        calls: Arc::default(),
+    };
+    let config = || {
+        let mut config = kafka_dlq::ConsumerConfig {
+            group_protocol: protocol,
+            exactly_once: true,
+            breaker_failure_ratio: 0.0,
+            transaction_interval: Duration::from_millis(200),
+            ..test_config(&brokers, &group, &topic)
+        };
+        if protocol == GroupProtocol::Classic {
+            config.librdkafka.insert("session.timeout.ms", "6000");
+        }
+        config
+    };
+    let total = values.len();
+    let start = || Running::start(config(), Transactional(handler.clone()));
+    let wait = Duration::from_secs(120);
+    let a = start();
+    assert!(
+        eventually(wait, || handler.handled() > total / 5).await,
+        "A started"
+    );
+    let b = start();
+    assert!(
+        eventually(wait, || handler.handled() > total * 2 / 5).await,
+        "B joined"
+    );
+    a.crash().await;
+    let c = start();
+    assert!(
+        eventually(wait, || handler.handled() > total * 3 / 5).await,
+        "C joined"
+    );
+    b.stop().await;
+    let ends: HashMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION as i64)).collect();
+    assert!(
+        eventually(Duration::from_secs(180), || committed(
+            &brokers, &group, &topic, PARTITIONS
+        ) == ends)
+        .await,
+        "the group commits to the end: {:?}",
+        committed(&brokers, &group, &topic, PARTITIONS)
+    );
+    c.stop().await;
+
+    let outputs = read_values(&brokers, &out, "read_committed");
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for o in &outputs {
+        *seen.entry(o.as_str()).or_default() += 1;
+    }
+    let letters: Vec<String> = read_values(&brokers, &dlq, "read_committed")
+        .iter()
+        .map(|v| {
+            let e = Envelope::from_slice(v.as_bytes()).expect("an envelope");
+            String::from_utf8(e.payload_bytes().unwrap().unwrap()).unwrap()
+        })
+        .collect();
+    let mut dead: HashMap<&str, usize> = HashMap::new();
+    for l in &letters {
+        *dead.entry(l.as_str()).or_default() += 1;
+    }
+    for v in &values {
+        let output = seen.get(format!("out-{v}").as_str()).copied().unwrap_or(0);
+        let letter = dead.get(v.as_str()).copied().unwrap_or(0);
+        if v.starts_with("bad") {
+            assert_eq!((output, letter), (0, 1), "{v}: one dead letter, no output");
+        } else {
+            assert_eq!((output, letter), (1, 0), "{v}: one output, no dead letter");
+        }
+    }
+    assert_eq!(
+        outputs.len() + letters.len(),
+        total,
+        "nothing else was committed"
+    );
+    eprintln!(
+        "{protocol:?}: {} outputs committed, {} calls",
+        outputs.len(),
+        handler.calls.lock().unwrap().values().sum::<usize>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_input_takes_effect_exactly_once_across_crashes_classic() {
+    each_input_takes_effect_exactly_once(GroupProtocol::Classic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_input_takes_effect_exactly_once_across_crashes_consumer_protocol() {
+    each_input_takes_effect_exactly_once(GroupProtocol::Consumer).await;
+}
+
+struct Plain;
+
+impl kafka_dlq::Handler for Plain {
+    async fn handle(&self, _record: &Record) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_transactional_handler_without_exactly_once_is_refused() {
+    let config = kafka_dlq::ConsumerConfig::new("127.0.0.1:9", "g", ["t"]);
+    let handler = Transactional(Invoicing {
+        out: "o".into(),
+        calls: Arc::default(),
+    });
+    let Err(kafka_dlq::ConsumerError::Config(error)) = kafka_dlq::Consumer::new(config, handler)
+    else {
+        panic!("refused");
+    };
+    assert_eq!(error.key, "exactly_once", "{error}");
+    let config = kafka_dlq::ConsumerConfig {
+        exactly_once: true,
+        ordering: kafka_dlq::config::Ordering::Key,
+        ..kafka_dlq::ConsumerConfig::new("127.0.0.1:9", "g", ["t"])
+    };
+    let Err(kafka_dlq::ConsumerError::Config(error)) = kafka_dlq::Consumer::new(config, Plain)
+    else {
+        panic!("refused");
+    };
+    assert_eq!(error.key, "ordering", "{error}");
+}
