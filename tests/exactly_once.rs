@@ -7,6 +7,10 @@
 //! (its task dropped; its revocation commits what settled); C joins; B leaves. A
 //! `read_committed` reader then finds each good or flaky input's output exactly once and each
 //! bad input's dead letter exactly once, never both, with the group committed to the end.
+//!
+//! An output the broker refuses as too large aborts its transaction: a `read_committed`
+//! reader then finds every other input's output once (the records refused in the same produce request go again, each in a transaction of
+//! its own), and the refused input dead-lettered once, its partition not wedged.
 
 mod common;
 
@@ -237,4 +241,129 @@ fn a_transactional_handler_without_exactly_once_is_refused() {
         panic!("refused");
     };
     assert_eq!(error.key, "ordering", "{error}");
+}
+
+struct Oversized {
+    out: String,
+}
+
+impl TransactionalHandler for Oversized {
+    async fn handle(&self, record: &Record) -> Result<Vec<Output>, HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        // Past the output topic's max.message.bytes (2 kB), under the producer's own limit.
+        let body = if value.starts_with("huge") {
+            "x".repeat(8_000)
+        } else {
+            value.clone()
+        };
+        Ok(vec![
+            Output::new(&self.out, format!("out-{body}")).key(value)
+        ])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_the_broker_refuses_aborts_then_dead_letters_its_record_once() {
+    let brokers = brokers();
+    let topic = unique("eos-large-in");
+    let out = unique("eos-large-out");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("eos-large");
+    create_topic(&brokers, &topic, 1).await;
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+    let small = rdkafka::admin::NewTopic::new(&out, 1, rdkafka::admin::TopicReplication::Fixed(1))
+        .set("max.message.bytes", "2000");
+    for created in admin
+        .create_topics(&[small], &rdkafka::admin::AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        created.expect("output topic created");
+    }
+    let values: Vec<String> = (0..40)
+        .map(|i| {
+            if i == 25 {
+                format!("huge-{i}")
+            } else {
+                format!("fine-{i}")
+            }
+        })
+        .collect();
+    produce(
+        &brokers,
+        &topic,
+        values.iter().map(|v| Out::new(0, v)).collect(),
+    )
+    .await;
+    let config = kafka_dlq::ConsumerConfig {
+        exactly_once: true,
+        // One transaction for all: the refused output takes the others' with it.
+        transaction_records: 100,
+        transaction_interval: Duration::from_millis(500),
+        ..test_config(&brokers, &group, &topic)
+    };
+    init_logs();
+    let consumer = kafka_dlq::Consumer::new(config, Transactional(Oversized { out: out.clone() }))
+        .expect("consumer");
+    let metrics = consumer.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let ends = HashMap::from([(0, values.len() as i64)]);
+    assert!(
+        eventually(Duration::from_secs(60), || committed(
+            &brokers, &group, &topic, 1
+        ) == ends)
+        .await,
+        "the partition is not wedged: {:?}",
+        committed(&brokers, &group, &topic, 1)
+    );
+    let _ = stop.send(());
+    running.await.unwrap().expect("run");
+    let transactions = metrics.render();
+    let aborted = transactions
+        .lines()
+        .find(|l| l.starts_with("kafka_dlq_transactions_total") && l.contains("aborted"))
+        .unwrap_or_default()
+        .to_string();
+    // The refused request's transaction, and the one of the record sent again alone that
+    // holds the large output (librdkafka may fail the transaction after each with "skipped
+    // sequence numbers" while it bumps the producer's epoch: an abort more each).
+    let aborted: f64 = aborted
+        .rsplit(' ')
+        .next()
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or(0.0);
+    assert!(
+        (2.0..=4.0).contains(&aborted),
+        "two transactions aborted, with librdkafka's recoveries at most four: {aborted}"
+    );
+    let outputs = read_values(&brokers, &out, "read_committed");
+    let expected: Vec<String> = values
+        .iter()
+        .filter(|v| v.starts_with("fine"))
+        .map(|v| format!("out-{v}"))
+        .collect();
+    assert_eq!(
+        outputs, expected,
+        "each other input's output once, in order"
+    );
+    let letters: Vec<Envelope> = read_values(&brokers, &dlq, "read_committed")
+        .iter()
+        .map(|v| Envelope::from_slice(v.as_bytes()).expect("an envelope"))
+        .collect();
+    assert_eq!(letters.len(), 1, "the refused input's one dead letter");
+    assert_eq!(letters[0].id, format!("{topic}-0-25"));
+    assert!(
+        letters[0].error.message.contains("too large"),
+        "{:?}",
+        letters[0].error
+    );
 }

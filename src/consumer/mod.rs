@@ -406,6 +406,12 @@ impl<H: BatchHandler> Consumer<H> {
                 self.stop_workers.child_token(),
             ));
         }
+        if let Some(transaction) = &self.shared.transaction {
+            let consumer = Arc::downgrade(&self.consumer);
+            transaction.read_group_from(Box::new(move || {
+                consumer.upgrade().and_then(|c| c.group_metadata())
+            }));
+        }
         let rewinds = self.shared.transaction.clone();
         let mut worker_names = HashMap::new();
         let mut outcome = Ok(());

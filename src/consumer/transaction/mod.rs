@@ -12,7 +12,9 @@
 //! fresh inbox and worker; the old worker's records are refused from then on. A record whose
 //! output or dead letter the broker refused as too large is remembered, and when it comes
 //! again it is dead-lettered (its dead letter as a reference), so it never wedges its
-//! partition. A fatal error (the producer fenced) stops the consumer.
+//! partition. The broker refuses a whole produce request, so when it held several records'
+//! writes, each of them goes again in a transaction of its own, which tells which are too
+//! large themselves. A fatal error (the producer fenced) stops the consumer.
 
 mod committer;
 mod open;
@@ -25,6 +27,7 @@ use futures_util::FutureExt;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
@@ -104,6 +107,10 @@ struct State {
     /// Rewinds for the poll loop: each partition and where it starts again.
     rewinds: Vec<(TopicPartition, i64)>,
     too_large: HashMap<(TopicPartition, i64), TooLarge>,
+    /// Records whose writes went in a produce request the broker refused as too large, with
+    /// others: each goes into a transaction of its own when it comes again, which tells
+    /// whether its own writes are too large.
+    suspects: HashSet<(TopicPartition, i64)>,
     fatal: Option<String>,
 }
 
@@ -120,7 +127,13 @@ pub(crate) struct Transaction {
     pub(crate) full: tokio::sync::Notify,
     /// Woken when rewinds wait for the poll loop, or the producer failed for good.
     pub(crate) rewound: tokio::sync::Notify,
+    /// The consumer's group metadata now, for a commit that [`Transaction::apply`] makes
+    /// itself (a suspect's transaction of its own); set once the consumer runs.
+    group: std::sync::OnceLock<GroupMetadata>,
 }
+
+/// Where the consumer's group metadata is read (its generation changes at each rebalance).
+pub(crate) type GroupMetadata = Box<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
 
 impl Transaction {
     /// The transaction of `dead_letters`' producer (transactional: `exactly_once`), committing
@@ -141,7 +154,17 @@ impl Transaction {
             metrics,
             full: tokio::sync::Notify::new(),
             rewound: tokio::sync::Notify::new(),
+            group: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Where commits made by [`Transaction::apply`] read the consumer's group metadata.
+    pub(crate) fn read_group_from(&self, group: GroupMetadata) {
+        let _ = self.group.set(group);
+    }
+
+    fn group_now(&self) -> Option<ConsumerGroupMetadata> {
+        self.group.get().and_then(|group| group())
     }
 
     /// Registers the producer with the transaction coordinator (fencing an earlier producer
@@ -171,6 +194,14 @@ impl Transaction {
         }
         let offset = record.delivered_offset();
         let key = (partition.clone(), offset);
+        let suspect = state.suspects.remove(&key);
+        if suspect && !state.open.is_empty() {
+            // Alone in its transaction: the one before commits first.
+            self.commit_locked(&mut state, self.group_now());
+            if state.fatal.is_some() || state.rewinding.contains(partition) {
+                return Applied::Refused;
+            }
+        }
         let (sent, output) = match (state.too_large.remove(&key), effect) {
             (Some(TooLarge::Output(why)), _) => (self.dead_letter(record, &why, 1, false), false),
             (
@@ -228,7 +259,13 @@ impl Transaction {
             });
         }
         state.open.add(partition, offset, Instant::now());
-        if state.open.records() >= self.max_records {
+        if suspect {
+            // Its transaction of its own commits now: if the broker refuses its writes as
+            // too large again, they are its own.
+            tracing::info!(event = "transaction_isolating", id = %record.id,
+                "committing the record alone: its writes were refused with others' as too large");
+            self.commit_locked(&mut state, self.group_now());
+        } else if state.open.records() >= self.max_records {
             self.full.notify_one();
         }
         Applied::Taken
@@ -305,6 +342,10 @@ impl Transaction {
     /// rewinds its partitions. Blocks until the broker answered; records wait meanwhile.
     pub(crate) fn commit(&self, group: Option<ConsumerGroupMetadata>) -> Committed {
         let mut state = self.lock();
+        self.commit_locked(&mut state, group)
+    }
+
+    fn commit_locked(&self, state: &mut State, group: Option<ConsumerGroupMetadata>) -> Committed {
         if let Some(fatal) = &state.fatal {
             return Committed::Fatal(fatal.clone());
         }
@@ -333,10 +374,10 @@ impl Transaction {
                 tracing::debug!(event = "transaction_committed", records);
                 match self.producer.begin_transaction() {
                     Ok(()) => Committed::Records(records),
-                    Err(e) => self.fail(&mut state, format!("could not begin a transaction: {e}")),
+                    Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
                 }
             }
-            Err(why) => self.abort(&mut state, why),
+            Err(why) => self.abort(state, why),
         }
     }
 
@@ -358,9 +399,27 @@ impl Transaction {
                 e.to_string()
             }
         };
-        self.producer
-            .send_offsets_to_transaction(&offsets, group, TIMEOUT)
-            .map_err(describe)?;
+        // Right after an abort the producer may still be getting its new epoch: the offsets
+        // are sent again for a while rather than the transaction aborted again.
+        let mut tries = 0;
+        loop {
+            match self
+                .producer
+                .send_offsets_to_transaction(&offsets, group, TIMEOUT)
+            {
+                Ok(()) => break,
+                Err(KafkaError::Transaction(e))
+                    if !e.is_fatal()
+                        && !e.txn_requires_abort()
+                        && (e.is_retriable() || e.code() == RDKafkaErrorCode::State)
+                        && tries < 20 =>
+                {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(describe(e)),
+            }
+        }
         // A commit that timed out may be tried again (librdkafka: retriable).
         let mut tries = 0;
         loop {
@@ -384,16 +443,17 @@ impl Transaction {
                 format!("could not abort the transaction ({why}): {e}"),
             );
         }
+        let mut refused = HashMap::new();
         for pending in state.pending.drain(..).collect::<Vec<_>>() {
-            let refused = match pending.sent {
+            let error = match pending.sent {
                 Ok(delivery) => match delivery.now_or_never() {
                     Some(Ok(Err((error, _)))) => Some(error),
                     _ => None,
                 },
                 Err(error) => Some(error),
             };
-            if let Some(error) = refused.filter(is_too_large) {
-                let refused = if pending.output {
+            if let Some(error) = error.filter(is_too_large) {
+                let too_large = if pending.output {
                     TooLarge::Output(format!(
                         "output to {} is too large for the topic: {error}",
                         pending.topic
@@ -401,10 +461,17 @@ impl Transaction {
                 } else {
                     TooLarge::Exit
                 };
-                state
-                    .too_large
-                    .insert((pending.partition, pending.offset), refused);
+                refused
+                    .entry((pending.partition, pending.offset))
+                    .or_insert(too_large);
             }
+        }
+        // The broker refuses a whole produce request: only a record refused alone is known
+        // to be too large itself.
+        if refused.len() == 1 {
+            state.too_large.extend(refused);
+        } else {
+            state.suspects.extend(refused.into_keys());
         }
         let rewinds = state.open.end();
         tracing::warn!(event = "transaction_aborted", error = %why,
