@@ -92,6 +92,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "share_group",
             "target_url",
             "target_proxy",
+            "output_topics",
             "request_timeout_ms",
             "content_type",
             "metrics_addr",

@@ -42,6 +42,11 @@ pub struct RunArgs {
     consumer: ConsumerFlags,
     #[command(flatten)]
     connection: super::connection::ConnectionArgs,
+    /// With --exactly-once: the topics a target's answer may produce records to,
+    /// comma-separated (`{"produce": [...]}`; see docs/sidecar.md). An answer naming another
+    /// topic is a permanent failure of its record.
+    #[arg(long, env = "KAFKA_DLQ_OUTPUT_TOPICS", value_delimiter = ',')]
+    output_topics: Vec<String>,
     /// Timeout of one HTTP request in ms; a timeout is a transient failure.
     #[arg(long, env = "KAFKA_DLQ_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
@@ -133,6 +138,24 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         .as_deref()
         .ok_or_else(|| ConfigError::new("target_url", "", "is required"))?;
     let timeout = Duration::from_millis(args.request_timeout_ms);
+    let output_topics: Vec<String> = args
+        .output_topics
+        .iter()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if !output_topics.is_empty() && !config.exactly_once {
+        return Err(ConfigError::new(
+            "output_topics",
+            output_topics.join(","),
+            "is only for --exactly-once (exactly_once = true): without it an answer's records are not produced",
+        )
+        .into());
+    }
+    for topic in &output_topics {
+        kafka_dlq::dlq::check_topic_name(topic)
+            .map_err(|why| ConfigError::new("output_topics", topic, why))?;
+    }
     let proxy = args.target_proxy.as_deref();
     let target = if config.batch_size > 1 {
         let target = HttpBatchTarget::new(url, timeout)?;
@@ -141,7 +164,10 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
             None => target,
         })
     } else {
-        let target = HttpTarget::new(url, timeout, &args.content_type)?;
+        let mut target = HttpTarget::new(url, timeout, &args.content_type)?;
+        if config.exactly_once {
+            target = target.producing_to(output_topics);
+        }
         Target::Single(match proxy {
             Some(proxy) => target.through_proxy(proxy)?,
             None => target,

@@ -17,7 +17,8 @@ use crate::retry_tier::RetryTiers;
 /// `fields` are settings without a flag of their own here (`kafka-dlq run` reads them its own
 /// way); `flags` are settings with a flag (`--<name>`, `_` as `-`) and an environment
 /// variable. A `Duration` flag says `ms "<key>" "<flag>"`: its key in the file and its flag,
-/// both ending in `_ms`, in milliseconds.
+/// both ending in `_ms`, in milliseconds. A flag ending in `switch "<value>"` means that value
+/// when given without one (`--exactly-once` alone is `true`).
 macro_rules! settings {
     (
         fields {
@@ -30,7 +31,7 @@ macro_rules! settings {
             $(
                 $(#[doc = $doc:literal])*
                 $name:ident : $ty:ty = $default:expr $(, ms $key:literal $flag:literal)?,
-                    env $env:literal $(, alias $alias:literal)? ;
+                    env $env:literal $(, alias $alias:literal)? $(, switch $switch:literal)? ;
             )*
         }
     ) => {
@@ -104,7 +105,8 @@ macro_rules! settings {
             $(
                 $(#[doc = $doc])*
                 #[arg(long $(= $flag, id = $key, value_name = "MS")?, env = $env, default_value_t = flag_value!($default $(, $key)?),
-                    action = clap::ArgAction::Set $(, visible_alias = $alias)?)]
+                    action = clap::ArgAction::Set $(, visible_alias = $alias)?
+                    $(, num_args = 0..=1, default_missing_value = $switch)?)]
                 pub $name: flag_type!($ty $(, $key)?),
             )*
         }
@@ -303,7 +305,7 @@ settings! {
         /// readers with `isolation.level = read_committed` see each record's effect once.
         /// Records of a partition one at a time (`ordering = "partition"`, `batch_size` 1);
         /// not with `consumption = "share"`. See `docs/exactly-once.md`.
-        exactly_once: bool = false, env "KAFKA_DLQ_EXACTLY_ONCE";
+        exactly_once: bool = false, env "KAFKA_DLQ_EXACTLY_ONCE", switch "true";
         /// With `exactly_once`: a transaction commits once this many records settled in it.
         transaction_records: usize = 1000, env "KAFKA_DLQ_TRANSACTION_RECORDS";
         /// With `exactly_once`: a transaction commits at the latest this long after its first

@@ -37,12 +37,16 @@
 //! [`BatchHandler`](crate::handler::BatchHandler)), unless a 2xx answer names them itself in
 //! AWS Lambda's partial batch response shape ([`batch_response`]).
 //!
+//! With `--exactly-once` ([`HttpTarget::producing_to`]), a 2xx answer may carry records to
+//! produce in the record's transaction ([`produce`]).
+//!
 //! The target URL is never shown with its credentials: logs, failure messages (and so dead
 //! letters and alerts) and setting errors show `http://***@host/…` ([`shown_url`]).
 
 use std::time::Duration;
 
 pub mod batch_response;
+pub mod produce;
 pub mod shown_url;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -67,6 +71,8 @@ pub struct HttpTarget {
     shown: String,
     content_type: HeaderValue,
     timeout: Duration,
+    /// With `--exactly-once`: the topics an answer may produce to ([`produce`]).
+    output_topics: Option<std::sync::Arc<[String]>>,
 }
 
 /// Shows the target URL redacted, never its credentials.
@@ -115,7 +121,18 @@ impl HttpTarget {
             shown,
             content_type,
             timeout,
+            output_topics: None,
         })
+    }
+
+    /// The same target, for a consumer with `exactly_once`: each 2xx answer is read for the
+    /// records it asks to produce to `topics` ([`produce::outputs`]), which the consumer
+    /// writes in the record's transaction.
+    pub fn producing_to(self, topics: Vec<String>) -> Self {
+        Self {
+            output_topics: Some(topics.into()),
+            ..self
+        }
     }
 
     /// The same target reached through the HTTP proxy at `proxy` (`http://host:port`,
@@ -185,7 +202,14 @@ impl Handler for HttpTarget {
                 None => request.header("X-Kafka-Key-Base64", BASE64.encode(key)),
             };
         }
-        self.send(request).await
+        match &self.output_topics {
+            Some(topics) => {
+                let answer = self.exchange(request, true).await?;
+                crate::handler::output::set(produce::outputs(&answer, topics)?);
+                Ok(())
+            }
+            None => self.send(request).await,
+        }
     }
 }
 

@@ -1,0 +1,203 @@
+//! The records a target's answer asks to produce, with `kafka-dlq run --exactly-once`: a 2xx
+//! answer may carry
+//! `{"produce": [{"topic": "T", "key": "k" | null, "value": <any JSON>, "headers": {"name": "value"}}]}`
+//! (or `"value_base64"` for bytes; neither for a tombstone), written in the record's
+//! transaction with its offset. Pure: the answer's bytes in, the outputs or a permanent
+//! failure out.
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde_json::Value;
+
+use crate::failure::HandlerError;
+use crate::handler::Output;
+
+/// The records `body` (a 2xx answer, read up to 1 MiB) asks to produce, each to one of
+/// `allowed`. An empty body, or a JSON object without `produce`, asks for none. Anything else
+/// that is not the shape above — a body that is not JSON, an item with an unknown field, a
+/// topic outside `allowed` — is a permanent failure of the record, saying what is wrong:
+/// nothing of it is produced.
+pub fn outputs(body: &[u8], allowed: &[String]) -> Result<Vec<Output>, HandlerError> {
+    let invalid = |why: String| HandlerError::permanent(format!("the target's answer {why}"));
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    let answer: Value = serde_json::from_slice(body).map_err(|e| {
+        invalid(format!(
+            "is not JSON ({e}); with --exactly-once a 2xx answer is empty or JSON, `{{\"produce\": [...]}}` for records to produce"
+        ))
+    })?;
+    let Some(produce) = answer.as_object().and_then(|a| a.get("produce")) else {
+        return Ok(Vec::new());
+    };
+    let items = produce
+        .as_array()
+        .ok_or_else(|| invalid("has a `produce` that is not an array".to_string()))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            output(item, allowed).map_err(|why| {
+                invalid(format!(
+                    "asks to produce an invalid record (produce[{i}]): {why}"
+                ))
+            })
+        })
+        .collect()
+}
+
+fn output(item: &Value, allowed: &[String]) -> Result<Output, String> {
+    let item = item.as_object().ok_or("not an object")?;
+    if let Some(unknown) = item
+        .keys()
+        .find(|k| !["topic", "key", "value", "value_base64", "headers"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown field `{unknown}` (fields: topic, key, value, value_base64, headers)"
+        ));
+    }
+    let topic = item
+        .get("topic")
+        .and_then(Value::as_str)
+        .ok_or("`topic` is missing or not a string")?;
+    if !allowed.iter().any(|t| t == topic) {
+        return Err(format!(
+            "topic {topic:?} is not one of --output-topics ({})",
+            allowed.join(", ")
+        ));
+    }
+    let key = match item.get("key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(key)) => Some(key.clone().into_bytes()),
+        Some(_) => return Err("`key` is not a string or null".to_string()),
+    };
+    let value = match (item.get("value"), item.get("value_base64")) {
+        (Some(_), Some(_)) => return Err("has both `value` and `value_base64`".to_string()),
+        (Some(value), None) => Some(value.to_string().into_bytes()),
+        (None, Some(Value::String(encoded))) => Some(
+            BASE64
+                .decode(encoded)
+                .map_err(|e| format!("`value_base64` is not base64: {e}"))?,
+        ),
+        (None, Some(_)) => return Err("`value_base64` is not a string".to_string()),
+        (None, None) => None,
+    };
+    let mut headers = Vec::new();
+    match item.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (name, value) in map {
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| format!("header {name:?} is not a string"))?;
+                headers.push((name.clone(), value.as_bytes().to_vec()));
+            }
+        }
+        Some(_) => return Err("`headers` is not an object".to_string()),
+    }
+    Ok(Output {
+        topic: topic.to_string(),
+        key,
+        value,
+        headers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureKind;
+
+    fn allowed() -> Vec<String> {
+        vec!["invoices".to_string(), "audit".to_string()]
+    }
+
+    #[test]
+    fn an_answer_without_produce_produces_nothing() {
+        for body in [&b""[..], b"  \n", b"{}", b"{\"status\": \"ok\"}"] {
+            assert_eq!(outputs(body, &allowed()).unwrap(), vec![], "{body:?}");
+        }
+    }
+
+    #[test]
+    fn records_are_produced_as_asked() {
+        let body = br#"{"produce": [
+            {"topic": "invoices", "key": "o-1", "value": {"cents": 250, "lines": [1, 2]},
+             "headers": {"source": "billing"}},
+            {"topic": "audit", "key": null, "value_base64": "AP8="},
+            {"topic": "audit", "key": "gone"}
+        ]}"#;
+        let out = outputs(body, &allowed()).unwrap();
+        assert_eq!(
+            out[0],
+            Output::new("invoices", br#"{"cents":250,"lines":[1,2]}"#.to_vec())
+                .key("o-1")
+                .header("source", "billing")
+        );
+        assert_eq!(out[1].value.as_deref(), Some(&[0x00, 0xff][..]));
+        assert_eq!(out[1].key, None);
+        assert_eq!(
+            (out[2].key.as_deref(), out[2].value.as_deref()),
+            (Some(&b"gone"[..]), None)
+        );
+    }
+
+    #[test]
+    fn a_string_value_is_written_as_its_json_text() {
+        let out = outputs(
+            br#"{"produce": [{"topic": "audit", "value": "hi"}]}"#,
+            &allowed(),
+        )
+        .unwrap();
+        assert_eq!(out[0].value.as_deref(), Some(&b"\"hi\""[..]));
+    }
+
+    #[test]
+    fn an_invalid_answer_is_a_permanent_failure_that_says_why() {
+        let cases: [(&[u8], &str); 9] = [
+            (b"ok", "is not JSON"),
+            (br#"{"produce": {}}"#, "not an array"),
+            (
+                br#"{"produce": [{"topic": "payments", "value": 1}]}"#,
+                "\"payments\" is not one of --output-topics (invoices, audit)",
+            ),
+            (br#"{"produce": [{"value": 1}]}"#, "`topic` is missing"),
+            (
+                br#"{"produce": [{"topic": "audit", "vlaue": 1}]}"#,
+                "unknown field `vlaue`",
+            ),
+            (
+                br#"{"produce": [{"topic": "audit", "key": 7}]}"#,
+                "`key` is not a string",
+            ),
+            (
+                br#"{"produce": [{"topic": "audit", "value": 1, "value_base64": "AA=="}]}"#,
+                "both",
+            ),
+            (
+                br#"{"produce": [{"topic": "audit", "value_base64": "%%"}]}"#,
+                "not base64",
+            ),
+            (
+                br#"{"produce": [{"topic": "audit", "headers": {"h": 1}}]}"#,
+                "header \"h\" is not a string",
+            ),
+        ];
+        for (body, why) in cases {
+            let error = outputs(body, &allowed()).unwrap_err();
+            assert_eq!(error.kind(), FailureKind::Permanent);
+            assert!(
+                error.message().contains(why),
+                "{}: {}",
+                String::from_utf8_lossy(body),
+                error.message()
+            );
+        }
+        let error = outputs(br#"{"produce": [{"topic": "audit"}, 3]}"#, &allowed()).unwrap_err();
+        assert!(
+            error.message().contains("produce[1]"),
+            "{}",
+            error.message()
+        );
+    }
+}
