@@ -65,9 +65,10 @@ impl TransactionalHandler for Invoicing {
     }
 }
 
-/// Every value of `topic` a reader with `isolation` finds, once the topic has been idle for
-/// two seconds.
-fn read_values(brokers: &str, topic: &str, isolation: &str) -> Vec<String> {
+/// Every value of `topic` a reader with `isolation` finds: at least `expected` (open
+/// transactions of killed members hold a `read_committed` reader back until the broker aborts
+/// them), then whatever comes within two idle seconds more.
+fn read_values(brokers: &str, topic: &str, isolation: &str, expected: usize) -> Vec<String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", unique("reader"))
@@ -79,9 +80,13 @@ fn read_values(brokers: &str, topic: &str, isolation: &str) -> Vec<String> {
     consumer.subscribe(&[topic]).unwrap();
     let mut values = Vec::new();
     let mut idle_since = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while idle_since.elapsed() < Duration::from_secs(2) || values.is_empty() {
-        assert!(Instant::now() < deadline, "read {topic} for a minute");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while idle_since.elapsed() < Duration::from_secs(2) || values.len() < expected {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {expected} records of {topic} ({isolation})",
+            values.len()
+        );
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("read");
             values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
@@ -164,12 +169,13 @@ async fn each_input_takes_effect_exactly_once(protocol: GroupProtocol) {
     );
     c.stop().await;
 
-    let outputs = read_values(&brokers, &out, "read_committed");
+    let bad = values.iter().filter(|v| v.starts_with("bad")).count();
+    let outputs = read_values(&brokers, &out, "read_committed", total - bad);
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for o in &outputs {
         *seen.entry(o.as_str()).or_default() += 1;
     }
-    let letters: Vec<String> = read_values(&brokers, &dlq, "read_committed")
+    let letters: Vec<String> = read_values(&brokers, &dlq, "read_committed", bad)
         .iter()
         .map(|v| {
             let e = Envelope::from_slice(v.as_bytes()).expect("an envelope");
@@ -345,7 +351,7 @@ async fn an_output_the_broker_refuses_aborts_then_dead_letters_its_record_once()
         (2.0..=4.0).contains(&aborted),
         "two transactions aborted, with librdkafka's recoveries at most four: {aborted}"
     );
-    let outputs = read_values(&brokers, &out, "read_committed");
+    let outputs = read_values(&brokers, &out, "read_committed", values.len() - 1);
     let expected: Vec<String> = values
         .iter()
         .filter(|v| v.starts_with("fine"))
@@ -355,7 +361,7 @@ async fn an_output_the_broker_refuses_aborts_then_dead_letters_its_record_once()
         outputs, expected,
         "each other input's output once, in order"
     );
-    let letters: Vec<Envelope> = read_values(&brokers, &dlq, "read_committed")
+    let letters: Vec<Envelope> = read_values(&brokers, &dlq, "read_committed", 1)
         .iter()
         .map(|v| Envelope::from_slice(v.as_bytes()).expect("an envelope"))
         .collect();
@@ -365,5 +371,302 @@ async fn an_output_the_broker_refuses_aborts_then_dead_letters_its_record_once()
         letters[0].error.message.contains("too large"),
         "{:?}",
         letters[0].error
+    );
+}
+
+/// The sidecars' target: `ok…` answers one record to produce; `flaky…` fails with 503
+/// twice, then answers like `ok…`; `bad…` answers 400; `forbidden…` asks to produce to a
+/// topic outside `--output-topics`. It counts calls across members.
+#[derive(Clone)]
+struct Target {
+    out: String,
+    calls: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+async fn answer(
+    axum::extract::State(t): axum::extract::State<Target>,
+    body: axum::body::Bytes,
+) -> (axum::http::StatusCode, String) {
+    let value = String::from_utf8_lossy(&body).to_string();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let calls = {
+        let mut calls = t.calls.lock().unwrap();
+        let n = calls.entry(value.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    let produce = |topic: &str| {
+        serde_json::json!({"produce": [{"topic": topic, "key": value, "value": {"from": value}}]})
+            .to_string()
+    };
+    match value.split('-').next().unwrap_or_default() {
+        "bad" => (axum::http::StatusCode::BAD_REQUEST, "malformed".into()),
+        "flaky" if calls <= 2 => (axum::http::StatusCode::SERVICE_UNAVAILABLE, String::new()),
+        "forbidden" => (axum::http::StatusCode::OK, produce("payments")),
+        _ => (axum::http::StatusCode::OK, produce(&t.out)),
+    }
+}
+
+fn spawn_eos_sidecar(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    url: &str,
+    out: &str,
+    protocol: &str,
+    interval_ms: u64,
+) -> (tokio::process::Child, std::path::PathBuf) {
+    let log = std::env::temp_dir().join(format!("{}.log", unique("eos-sidecar")));
+    let mut command = sidecar_command(brokers, group, topic, url);
+    if protocol == "classic" {
+        command
+            .args(["--kafka-option", "session.timeout.ms=6000"])
+            .args(["--kafka-option", "heartbeat.interval.ms=1000"]);
+    }
+    let child = command
+        .args(["--exactly-once", "--output-topics", out])
+        .args(["--transaction-interval-ms", &interval_ms.to_string()])
+        .args([
+            "--max-retries",
+            "3",
+            "--backoff-initial-ms",
+            "10",
+            "--backoff-max-ms",
+            "50",
+        ])
+        .args(["--breaker-failure-ratio", "0"])
+        .args(["--group-protocol", protocol])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(
+            std::fs::File::create(&log).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
+fn signal(child: &tokio::process::Child, signal: i32) {
+    // SAFETY: kill only sends a signal to the child's pid.
+    unsafe {
+        libc::kill(child.id().expect("the child runs") as i32, signal);
+    }
+}
+
+/// The values of `dlq`'s dead letters (`read_committed`) and their error messages.
+fn dead_letters(brokers: &str, dlq: &str, expected: usize) -> Vec<(String, String)> {
+    read_values(brokers, dlq, "read_committed", expected)
+        .iter()
+        .map(|v| {
+            let e = Envelope::from_slice(v.as_bytes()).expect("an envelope");
+            let value = String::from_utf8(e.payload_bytes().unwrap().unwrap()).unwrap();
+            (value, e.error.message)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_take_effect_exactly_once_through_kills_and_a_broker_restart() {
+    for protocol in ["classic", "consumer"] {
+        sidecars_through_kills(protocol).await;
+    }
+}
+
+async fn sidecars_through_kills(protocol: &str) {
+    const PARTITIONS: i32 = 6;
+    let mut kafka = Kafka::start().unwrap();
+    let brokers = kafka.brokers();
+    let topic = unique("eos-chaos");
+    let out = unique("eos-chaos-out");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("eos-chaos");
+    create_topic(&brokers, &topic, PARTITIONS).await;
+    create_topic(&brokers, &out, 3).await;
+    let values: Vec<String> = (0..1_800)
+        .map(|i| match i % 20 {
+            3 => format!("bad-{i}"),
+            7 | 11 => format!("flaky-{i}"),
+            13 if i % 100 == 13 => format!("forbidden-{i}"),
+            _ => format!("ok-{i}"),
+        })
+        .collect();
+    produce(
+        &brokers,
+        &topic,
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Out::new(i as i32 % PARTITIONS, v))
+            .collect(),
+    )
+    .await;
+    let target = Target {
+        out: out.clone(),
+        calls: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(answer))
+        .with_state(target.clone());
+    let url = format!("http://{}/", serve_on_loopback(app).await);
+    let spawn = || spawn_eos_sidecar(&brokers, &group, &topic, &url, &out, protocol, 200);
+    let mut members: Vec<_> = (0..3).map(|_| spawn()).collect();
+    let mut rng = fastrand::Rng::with_seed(7);
+    for kill in 1..=3 {
+        tokio::time::sleep(Duration::from_millis(rng.u64(1_500..3_000))).await;
+        let victim = rng.usize(..members.len());
+        signal(&members[victim].0, libc::SIGKILL);
+        let _ = members[victim].0.wait().await;
+        members[victim] = spawn();
+        if kill == 2 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            kafka.kill();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            kafka = kafka.restart();
+        }
+    }
+    let ends: HashMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| (p, values.len() as i64 / PARTITIONS as i64))
+        .collect();
+    let logs: Vec<_> = members.iter().map(|(_, log)| log.clone()).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while committed(&brokers, &group, &topic, PARTITIONS) != ends {
+        for (member, log) in &mut members {
+            if let Ok(Some(status)) = member.try_wait() {
+                panic!("{protocol}: a sidecar exited by itself ({status}); its log: {log:?}");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{protocol}: not settled: committed {:?} of {ends:?}; logs {logs:?}",
+            committed(&brokers, &group, &topic, PARTITIONS)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (member, _) in &members {
+        signal(member, libc::SIGTERM);
+    }
+    for (member, _) in &mut members {
+        let _ = tokio::time::timeout(Duration::from_secs(30), member.wait()).await;
+    }
+
+    let failing = |v: &&String| v.starts_with("bad") || v.starts_with("forbidden");
+    let good: Vec<&String> = values.iter().filter(|v| !failing(v)).collect();
+    let outputs = read_values(&brokers, &out, "read_committed", good.len());
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for o in &outputs {
+        *seen.entry(o.as_str()).or_default() += 1;
+    }
+    let letters = dead_letters(&brokers, &dlq, values.len() - good.len());
+    let mut dead: HashMap<&str, usize> = HashMap::new();
+    for (value, why) in &letters {
+        *dead.entry(value.as_str()).or_default() += 1;
+        if value.starts_with("forbidden") {
+            assert!(
+                why.contains("is not one of --output-topics"),
+                "{value}: {why}"
+            );
+        }
+    }
+    for v in &values {
+        let output = seen
+            .get(serde_json::json!({"from": v}).to_string().as_str())
+            .copied()
+            .unwrap_or(0);
+        let letter = dead.get(v.as_str()).copied().unwrap_or(0);
+        let expected = if failing(&v) { (0, 1) } else { (1, 0) };
+        assert_eq!(
+            (output, letter),
+            expected,
+            "{protocol}: {v}: (outputs, dead letters)"
+        );
+    }
+    let uncommitted = read_values(&brokers, &out, "read_uncommitted", outputs.len());
+    let calls: u32 = target.calls.lock().unwrap().values().sum();
+    eprintln!(
+        "eos chaos ({protocol}): {} inputs, 3 SIGKILLs, 1 broker restart: {} outputs and {} dead letters committed, each once; {} outputs written in all (aborted included); {calls} calls",
+        values.len(),
+        outputs.len(),
+        letters.len(),
+        uncommitted.len()
+    );
+    assert!(
+        uncommitted.len() > outputs.len(),
+        "{protocol}: the killed members' transactions wrote outputs that were then aborted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stopped_until_its_partitions_moved_commits_nothing() {
+    let brokers = brokers();
+    let topic = unique("eos-zombie");
+    let out = unique("eos-zombie-out");
+    let group = unique("eos-zombie");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &out, 1).await;
+    let values: Vec<String> = (0..400).map(|i| format!("ok-{i}")).collect();
+    produce(
+        &brokers,
+        &topic,
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Out::new(i as i32 % 2, v))
+            .collect(),
+    )
+    .await;
+    let target = Target {
+        out: out.clone(),
+        calls: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(answer))
+        .with_state(target.clone());
+    let url = format!("http://{}/", serve_on_loopback(app).await);
+    let calls = || target.calls.lock().unwrap().len();
+    // Long transactions: the zombie holds one open when it is stopped.
+    let (mut zombie, zombie_log) =
+        spawn_eos_sidecar(&brokers, &group, &topic, &url, &out, "classic", 2_000);
+    assert!(
+        eventually(Duration::from_secs(60), || calls() > 50).await,
+        "the first member works"
+    );
+    signal(&zombie, libc::SIGSTOP);
+    let stopped_at = calls();
+    let (mut heir, _) = spawn_eos_sidecar(&brokers, &group, &topic, &url, &out, "classic", 2_000);
+    // Past the zombie's session (6 s): its partitions moved to the heir, which handles again
+    // what the zombie had not committed.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    signal(&zombie, libc::SIGCONT);
+    let ends = HashMap::from([(0, 200), (1, 200)]);
+    assert!(
+        eventually(Duration::from_secs(120), || committed(
+            &brokers, &group, &topic, 2
+        ) == ends)
+        .await,
+        "the heir commits to the end: {:?}",
+        committed(&brokers, &group, &topic, 2)
+    );
+    signal(&heir, libc::SIGTERM);
+    let _ = tokio::time::timeout(Duration::from_secs(30), heir.wait()).await;
+    signal(&zombie, libc::SIGTERM);
+    let _ = tokio::time::timeout(Duration::from_secs(30), zombie.wait()).await;
+    let outputs = read_values(&brokers, &out, "read_committed", values.len());
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for o in &outputs {
+        *seen.entry(o.as_str()).or_default() += 1;
+    }
+    for v in &values {
+        let key = serde_json::json!({"from": v}).to_string();
+        assert_eq!(seen.get(key.as_str()), Some(&1), "{v}: one output");
+    }
+    let log = std::fs::read_to_string(&zombie_log).unwrap();
+    let fenced = log.contains("transaction_aborted") || log.contains("transaction_failed");
+    eprintln!(
+        "zombie: stopped after {stopped_at} calls; its log says it was fenced: {fenced}; {} outputs committed, each once",
+        outputs.len()
+    );
+    assert!(
+        fenced,
+        "the zombie's transaction was refused: see {zombie_log:?}"
     );
 }

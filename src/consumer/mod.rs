@@ -289,8 +289,12 @@ impl<H: BatchHandler> Consumer<H> {
         ));
         let dlq = dead_letter_publisher(&config, &metrics)?;
         let transaction = config.exactly_once.then(|| {
+            let (for_new, metrics_for_new) = (config.clone(), metrics.clone());
             Arc::new(transaction::Transaction::new(
                 dlq.clone(),
+                Box::new(move || {
+                    dead_letter_publisher(&for_new, &metrics_for_new).map_err(|e| e.to_string())
+                }),
                 config.transaction_records,
                 config.transaction_interval,
                 metrics.clone(),

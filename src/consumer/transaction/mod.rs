@@ -96,179 +96,22 @@ struct Pending {
     sent: Sent,
 }
 
-#[derive(Default)]
-struct State {
-    open: Open,
-    pending: Vec<Pending>,
-    /// Why the open transaction must abort (a write the producer did not take).
-    doomed: Option<String>,
-    /// Partitions that rewind: their records are refused until the poll loop restarted them.
-    rewinding: HashSet<TopicPartition>,
-    /// Rewinds for the poll loop: each partition and where it starts again.
-    rewinds: Vec<(TopicPartition, i64)>,
-    too_large: HashMap<(TopicPartition, i64), TooLarge>,
-    /// Records whose writes went in a produce request the broker refused as too large, with
-    /// others: each goes into a transaction of its own when it comes again, which tells
-    /// whether its own writes are too large.
-    suspects: HashSet<(TopicPartition, i64)>,
-    fatal: Option<String>,
-}
-
-/// See the module docs.
-pub(crate) struct Transaction {
+/// The transactional producer and what writes through it. Replaced when the producer is
+/// fenced (its transaction timed out on the broker during an outage): a new one, with a new
+/// transactional id, takes over.
+struct Writers {
     producer: FutureProducer<LogContext>,
     dead_letters: DeadLetterPublisher,
     retries: RetryWriter,
-    state: Mutex<State>,
-    max_records: usize,
-    interval: Duration,
-    metrics: Metrics,
-    /// Woken when the open transaction has its most records.
-    pub(crate) full: tokio::sync::Notify,
-    /// Woken when rewinds wait for the poll loop, or the producer failed for good.
-    pub(crate) rewound: tokio::sync::Notify,
-    /// The consumer's group metadata now, for a commit that [`Transaction::apply`] makes
-    /// itself (a suspect's transaction of its own); set once the consumer runs.
-    group: std::sync::OnceLock<GroupMetadata>,
 }
 
-/// Where the consumer's group metadata is read (its generation changes at each rebalance).
-pub(crate) type GroupMetadata = Box<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
-
-impl Transaction {
-    /// The transaction of `dead_letters`' producer (transactional: `exactly_once`), committing
-    /// every `max_records` records or `interval`.
-    pub(crate) fn new(
-        dead_letters: DeadLetterPublisher,
-        max_records: usize,
-        interval: Duration,
-        metrics: Metrics,
-    ) -> Self {
+impl Writers {
+    fn new(dead_letters: DeadLetterPublisher) -> Self {
         Self {
             producer: dead_letters.producer().clone(),
             retries: RetryWriter::new(&dead_letters),
             dead_letters,
-            state: Mutex::default(),
-            max_records,
-            interval,
-            metrics,
-            full: tokio::sync::Notify::new(),
-            rewound: tokio::sync::Notify::new(),
-            group: std::sync::OnceLock::new(),
         }
-    }
-
-    /// Where commits made by [`Transaction::apply`] read the consumer's group metadata.
-    pub(crate) fn read_group_from(&self, group: GroupMetadata) {
-        let _ = self.group.set(group);
-    }
-
-    fn group_now(&self) -> Option<ConsumerGroupMetadata> {
-        self.group.get().and_then(|group| group())
-    }
-
-    /// Registers the producer with the transaction coordinator (fencing an earlier producer
-    /// of its id) and opens the first transaction. Blocks.
-    pub(crate) fn init(&self) -> Result<(), KafkaError> {
-        self.producer.init_transactions(TIMEOUT)?;
-        self.producer.begin_transaction()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `record`, taken from `partition`, settled with `effect`: hands its writes to the
-    /// producer and notes its position, together. Never waits for the broker (the lock is
-    /// held only while a commit runs).
-    pub(crate) fn apply(
-        &self,
-        partition: &TopicPartition,
-        record: &Record,
-        revoked: &CancellationToken,
-        effect: Effect<'_>,
-    ) -> Applied {
-        let mut state = self.lock();
-        if state.fatal.is_some() || revoked.is_cancelled() || state.rewinding.contains(partition) {
-            return Applied::Refused;
-        }
-        let offset = record.delivered_offset();
-        let key = (partition.clone(), offset);
-        let suspect = state.suspects.remove(&key);
-        if suspect && !state.open.is_empty() {
-            // Alone in its transaction: the one before commits first.
-            self.commit_locked(&mut state, self.group_now());
-            if state.fatal.is_some() || state.rewinding.contains(partition) {
-                return Applied::Refused;
-            }
-        }
-        let (sent, output) = match (state.too_large.remove(&key), effect) {
-            (Some(TooLarge::Output(why)), _) => (self.dead_letter(record, &why, 1, false), false),
-            (
-                Some(TooLarge::Exit),
-                Effect::Exit(ExitWrite::DeadLetter {
-                    kind,
-                    message,
-                    attempts,
-                }),
-            ) => (
-                vec![self
-                    .dead_letters
-                    .send_once(record, *kind, message, *attempts, true)],
-                false,
-            ),
-            (Some(TooLarge::Exit), Effect::Exit(ExitWrite::Retry { left, .. })) => {
-                let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
-                (self.dead_letter(record, &left.error, attempts, true), false)
-            }
-            (_, Effect::Handled(outputs)) => match self.produce(&outputs) {
-                Ok(sent) => (sent, true),
-                // The producer refused it before anything of it was written.
-                Err(why) => (self.dead_letter(record, &why, 1, false), false),
-            },
-            (
-                _,
-                Effect::Exit(ExitWrite::DeadLetter {
-                    kind,
-                    message,
-                    attempts,
-                }),
-            ) => (
-                vec![self
-                    .dead_letters
-                    .send_once(record, *kind, message, *attempts, false)],
-                false,
-            ),
-            (_, Effect::Exit(ExitWrite::Retry { tier, due, left })) => (
-                vec![self.retries.send_once(record, *tier, *due, left.clone())],
-                false,
-            ),
-        };
-        for (topic, sent) in sent {
-            if let Err(error) = &sent {
-                state.doomed.get_or_insert_with(|| {
-                    format!("the producer did not take a record for {topic}: {error}")
-                });
-            }
-            state.pending.push(Pending {
-                partition: partition.clone(),
-                offset,
-                output,
-                topic,
-                sent,
-            });
-        }
-        state.open.add(partition, offset, Instant::now());
-        if suspect {
-            // Its transaction of its own commits now: if the broker refuses its writes as
-            // too large again, they are its own.
-            tracing::info!(event = "transaction_isolating", id = %record.id,
-                "committing the record alone: its writes were refused with others' as too large");
-            self.commit_locked(&mut state, self.group_now());
-        } else if state.open.records() >= self.max_records {
-            self.full.notify_one();
-        }
-        Applied::Taken
     }
 
     /// `record`'s dead letter as a permanent failure `why` after `attempts` calls.
@@ -321,6 +164,203 @@ impl Transaction {
         }
         Ok(sent)
     }
+}
+
+struct State {
+    writers: Writers,
+    open: Open,
+    pending: Vec<Pending>,
+    /// Why the open transaction must abort (a write the producer did not take).
+    doomed: Option<String>,
+    /// Partitions that rewind: their records are refused until the poll loop restarted them.
+    rewinding: HashSet<TopicPartition>,
+    /// Rewinds for the poll loop: each partition and where it starts again.
+    rewinds: Vec<(TopicPartition, i64)>,
+    too_large: HashMap<(TopicPartition, i64), TooLarge>,
+    /// Records whose writes went in a produce request the broker refused as too large, with
+    /// others: each goes into a transaction of its own when it comes again, which tells
+    /// whether its own writes are too large.
+    suspects: HashSet<(TopicPartition, i64)>,
+    fatal: Option<String>,
+}
+
+impl State {
+    fn new(writers: Writers) -> Self {
+        Self {
+            writers,
+            open: Open::default(),
+            pending: Vec::new(),
+            doomed: None,
+            rewinding: HashSet::new(),
+            rewinds: Vec::new(),
+            too_large: HashMap::new(),
+            suspects: HashSet::new(),
+            fatal: None,
+        }
+    }
+}
+
+/// Creates a dead-letter publisher on a new transactional producer.
+pub(crate) type NewWriters = Box<dyn Fn() -> Result<DeadLetterPublisher, String> + Send + Sync>;
+
+/// See the module docs.
+pub(crate) struct Transaction {
+    /// Creates the producer that replaces a fenced one.
+    new_writers: NewWriters,
+    state: Mutex<State>,
+    max_records: usize,
+    interval: Duration,
+    metrics: Metrics,
+    /// Woken when the open transaction has its most records.
+    pub(crate) full: tokio::sync::Notify,
+    /// Woken when rewinds wait for the poll loop, or the producer failed for good.
+    pub(crate) rewound: tokio::sync::Notify,
+    /// The consumer's group metadata now, for a commit that [`Transaction::apply`] makes
+    /// itself (a suspect's transaction of its own); set once the consumer runs.
+    group: std::sync::OnceLock<GroupMetadata>,
+}
+
+/// Where the consumer's group metadata is read (its generation changes at each rebalance).
+pub(crate) type GroupMetadata = Box<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
+
+impl Transaction {
+    /// The transaction of `dead_letters`' producer (transactional: `exactly_once`), committing
+    /// every `max_records` records or `interval`; `new_writers` makes the producer that
+    /// replaces a fenced one.
+    pub(crate) fn new(
+        dead_letters: DeadLetterPublisher,
+        new_writers: NewWriters,
+        max_records: usize,
+        interval: Duration,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            new_writers,
+            state: Mutex::new(State::new(Writers::new(dead_letters))),
+            max_records,
+            interval,
+            metrics,
+            full: tokio::sync::Notify::new(),
+            rewound: tokio::sync::Notify::new(),
+            group: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Where commits made by [`Transaction::apply`] read the consumer's group metadata.
+    pub(crate) fn read_group_from(&self, group: GroupMetadata) {
+        let _ = self.group.set(group);
+    }
+
+    fn group_now(&self) -> Option<ConsumerGroupMetadata> {
+        self.group.get().and_then(|group| group())
+    }
+
+    /// Registers the producer with the transaction coordinator (fencing an earlier producer
+    /// of its id) and opens the first transaction. Blocks.
+    pub(crate) fn init(&self) -> Result<(), KafkaError> {
+        let state = self.lock();
+        state.writers.producer.init_transactions(TIMEOUT)?;
+        state.writers.producer.begin_transaction()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `record`, taken from `partition`, settled with `effect`: hands its writes to the
+    /// producer and notes its position, together. Never waits for the broker (the lock is
+    /// held only while a commit runs).
+    pub(crate) fn apply(
+        &self,
+        partition: &TopicPartition,
+        record: &Record,
+        revoked: &CancellationToken,
+        effect: Effect<'_>,
+    ) -> Applied {
+        let mut state = self.lock();
+        if state.fatal.is_some() || revoked.is_cancelled() || state.rewinding.contains(partition) {
+            return Applied::Refused;
+        }
+        let offset = record.delivered_offset();
+        let key = (partition.clone(), offset);
+        let suspect = state.suspects.remove(&key);
+        if suspect && !state.open.is_empty() {
+            // Alone in its transaction: the one before commits first.
+            self.commit_locked(&mut state, self.group_now());
+            if state.fatal.is_some() || state.rewinding.contains(partition) {
+                return Applied::Refused;
+            }
+        }
+        let too_large = state.too_large.remove(&key);
+        let w = &state.writers;
+        let (sent, output) = match (too_large, effect) {
+            (Some(TooLarge::Output(why)), _) => (w.dead_letter(record, &why, 1, false), false),
+            (
+                Some(TooLarge::Exit),
+                Effect::Exit(ExitWrite::DeadLetter {
+                    kind,
+                    message,
+                    attempts,
+                }),
+            ) => (
+                vec![w
+                    .dead_letters
+                    .send_once(record, *kind, message, *attempts, true)],
+                false,
+            ),
+            (Some(TooLarge::Exit), Effect::Exit(ExitWrite::Retry { left, .. })) => {
+                let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
+                (w.dead_letter(record, &left.error, attempts, true), false)
+            }
+            (_, Effect::Handled(outputs)) => match w.produce(&outputs) {
+                Ok(sent) => (sent, true),
+                // The producer refused it before anything of it was written.
+                Err(why) => (w.dead_letter(record, &why, 1, false), false),
+            },
+            (
+                _,
+                Effect::Exit(ExitWrite::DeadLetter {
+                    kind,
+                    message,
+                    attempts,
+                }),
+            ) => (
+                vec![w
+                    .dead_letters
+                    .send_once(record, *kind, message, *attempts, false)],
+                false,
+            ),
+            (_, Effect::Exit(ExitWrite::Retry { tier, due, left })) => (
+                vec![w.retries.send_once(record, *tier, *due, left.clone())],
+                false,
+            ),
+        };
+        for (topic, sent) in sent {
+            if let Err(error) = &sent {
+                state.doomed.get_or_insert_with(|| {
+                    format!("the producer did not take a record for {topic}: {error}")
+                });
+            }
+            state.pending.push(Pending {
+                partition: partition.clone(),
+                offset,
+                output,
+                topic,
+                sent,
+            });
+        }
+        state.open.add(partition, offset, Instant::now());
+        if suspect {
+            // Its transaction of its own commits now: if the broker refuses its writes as
+            // too large again, they are its own.
+            tracing::info!(event = "transaction_isolating", id = %record.id,
+                "committing the record alone: its writes were refused with others' as too large");
+            self.commit_locked(&mut state, self.group_now());
+        } else if state.open.records() >= self.max_records {
+            self.full.notify_one();
+        }
+        Applied::Taken
+    }
 
     /// Whether the open transaction should commit now.
     pub(crate) fn is_due(&self) -> bool {
@@ -357,7 +397,7 @@ impl Transaction {
         let outcome = match (state.doomed.take(), group) {
             (Some(why), _) => Err(why),
             (None, None) => Err("the consumer has no group metadata".to_string()),
-            (None, Some(group)) => self.send_and_commit(&state.open, &group),
+            (None, Some(group)) => send_and_commit(&state.writers.producer, &state.open, &group),
         };
         match outcome {
             Ok(()) => {
@@ -372,62 +412,12 @@ impl Transaction {
                     .transaction_commit_seconds
                     .observe(started.elapsed().as_secs_f64());
                 tracing::debug!(event = "transaction_committed", records);
-                match self.producer.begin_transaction() {
+                match state.writers.producer.begin_transaction() {
                     Ok(()) => Committed::Records(records),
                     Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
                 }
             }
             Err(why) => self.abort(state, why),
-        }
-    }
-
-    fn send_and_commit(&self, open: &Open, group: &ConsumerGroupMetadata) -> Result<(), String> {
-        let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), position) in open.positions() {
-            offsets
-                .add_partition_offset(topic, *partition, Offset::Offset(position))
-                .map_err(|e| e.to_string())?;
-        }
-        let fatal = |e: &KafkaError| match e {
-            KafkaError::Transaction(e) => e.is_fatal(),
-            _ => false,
-        };
-        let describe = |e: KafkaError| {
-            if fatal(&e) {
-                format!("fatal: {e}")
-            } else {
-                e.to_string()
-            }
-        };
-        // Right after an abort the producer may still be getting its new epoch: the offsets
-        // are sent again for a while rather than the transaction aborted again.
-        let mut tries = 0;
-        loop {
-            match self
-                .producer
-                .send_offsets_to_transaction(&offsets, group, TIMEOUT)
-            {
-                Ok(()) => break,
-                Err(KafkaError::Transaction(e))
-                    if !e.is_fatal()
-                        && !e.txn_requires_abort()
-                        && (e.is_retriable() || e.code() == RDKafkaErrorCode::State)
-                        && tries < 20 =>
-                {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => return Err(describe(e)),
-            }
-        }
-        // A commit that timed out may be tried again (librdkafka: retriable).
-        let mut tries = 0;
-        loop {
-            match self.producer.commit_transaction(TIMEOUT) {
-                Ok(()) => return Ok(()),
-                Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < 3 => tries += 1,
-                Err(e) => return Err(describe(e)),
-            }
         }
     }
 
@@ -437,7 +427,7 @@ impl Transaction {
         if why.starts_with("fatal: ") {
             return self.fail(state, why);
         }
-        if let Err(e) = self.producer.abort_transaction(TIMEOUT) {
+        if let Err(e) = state.writers.producer.abort_transaction(TIMEOUT) {
             return self.fail(
                 state,
                 format!("could not abort the transaction ({why}): {e}"),
@@ -486,18 +476,56 @@ impl Transaction {
             .extend(rewinds.iter().map(|(p, _)| p.clone()));
         state.rewinds.extend(rewinds);
         self.rewound.notify_one();
-        match self.producer.begin_transaction() {
+        match state.writers.producer.begin_transaction() {
             Ok(()) => Committed::Aborted(why),
             Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
         }
     }
 
+    /// The producer failed for `why` and cannot go on. When it was fenced (its transaction
+    /// timed out on the broker, during an outage) or its transaction is stuck, a new producer
+    /// with a new transactional id takes over and the open transaction's partitions rewind (the
+    /// broker aborted it, or will once it times out); when no new producer can start, the
+    /// consumer stops.
     fn fail(&self, state: &mut State, why: String) -> Committed {
         tracing::error!(event = "transaction_failed", error = %why,
-            "the transactional producer cannot go on; stopping the consumer");
-        state.fatal = Some(why.clone());
-        self.rewound.notify_one();
-        Committed::Fatal(why)
+            "the transactional producer cannot go on; starting a new one");
+        let renewed = (self.new_writers)().and_then(|dead_letters| {
+            let writers = Writers::new(dead_letters);
+            writers
+                .producer
+                .init_transactions(TIMEOUT)
+                .and_then(|()| writers.producer.begin_transaction())
+                .map_err(|e| e.to_string())?;
+            Ok(writers)
+        });
+        match renewed {
+            Ok(writers) => {
+                state.writers = writers;
+                state.pending.clear();
+                state.doomed = None;
+                let rewinds = state.open.end();
+                tracing::warn!(event = "transaction_producer_renewed", partitions = rewinds.len(),
+                    "a new transactional producer took over; the failed transaction's records are consumed again");
+                self.metrics
+                    .transactions
+                    .with_label_values(&["aborted"])
+                    .inc();
+                state
+                    .rewinding
+                    .extend(rewinds.iter().map(|(p, _)| p.clone()));
+                state.rewinds.extend(rewinds);
+                self.rewound.notify_one();
+                Committed::Aborted(why)
+            }
+            Err(e) => {
+                let why = format!("{why}; and no new transactional producer could start: {e}");
+                tracing::error!(event = "transaction_fatal", error = %why, "stopping the consumer");
+                state.fatal = Some(why.clone());
+                self.rewound.notify_one();
+                Committed::Fatal(why)
+            }
+        }
     }
 
     /// The rewinds waiting for the poll loop, each partition and where it starts again; or
@@ -513,5 +541,58 @@ impl Transaction {
     /// `partition` starts again (a fresh worker, after the seek): its records are taken again.
     pub(crate) fn restarted(&self, partition: &TopicPartition) {
         self.lock().rewinding.remove(partition);
+    }
+}
+
+/// Sends the positions of `open` as the member of `group` and commits, on `producer`; what
+/// went wrong, `fatal: `-prefixed when the producer cannot go on.
+fn send_and_commit(
+    producer: &FutureProducer<LogContext>,
+    open: &Open,
+    group: &ConsumerGroupMetadata,
+) -> Result<(), String> {
+    let mut offsets = TopicPartitionList::new();
+    for ((topic, partition), position) in open.positions() {
+        offsets
+            .add_partition_offset(topic, *partition, Offset::Offset(position))
+            .map_err(|e| e.to_string())?;
+    }
+    let fatal = |e: &KafkaError| match e {
+        KafkaError::Transaction(e) => e.is_fatal(),
+        _ => false,
+    };
+    let describe = |e: KafkaError| {
+        if fatal(&e) {
+            format!("fatal: {e}")
+        } else {
+            e.to_string()
+        }
+    };
+    // Right after an abort the producer may still be getting its new epoch: the offsets
+    // are sent again for a while rather than the transaction aborted again.
+    let mut tries = 0;
+    loop {
+        match producer.send_offsets_to_transaction(&offsets, group, TIMEOUT) {
+            Ok(()) => break,
+            Err(KafkaError::Transaction(e))
+                if !e.is_fatal()
+                    && !e.txn_requires_abort()
+                    && (e.is_retriable() || e.code() == RDKafkaErrorCode::State)
+                    && tries < 20 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(describe(e)),
+        }
+    }
+    // A commit that timed out may be tried again (librdkafka: retriable).
+    let mut tries = 0;
+    loop {
+        match producer.commit_transaction(TIMEOUT) {
+            Ok(()) => return Ok(()),
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < 3 => tries += 1,
+            Err(e) => return Err(describe(e)),
+        }
     }
 }
