@@ -257,6 +257,10 @@ impl Metrics {
             "Exactly once: transactions ended, by outcome (committed, aborted).",
             &["outcome"],
         );
+        // Both series from the start (at 0): a panel and an alert have them to read.
+        for outcome in ["committed", "aborted"] {
+            transactions.with_label_values(&[outcome]);
+        }
         let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
             let h =
                 prometheus::Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
