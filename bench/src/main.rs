@@ -68,6 +68,10 @@ pub struct Args {
     /// Records the slow (1 ms per record) scenarios handle.
     #[arg(long, default_value_t = 60_000)]
     slow_records: u64,
+    /// Records the exactly-once scenarios and Spring's transactional ones handle (Spring's
+    /// container commits a transaction per record: a few hundred a second).
+    #[arg(long, default_value_t = 10_000)]
+    transactional_records: u64,
     /// Records of Parallel Consumer's README workload.
     #[arg(long, default_value_t = 10_000)]
     readme_records: u64,
@@ -345,7 +349,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             let mut redrives = Vec::new();
             for pass in 0..passes {
                 for scenario in scenarios.iter().filter(|s| s.runner.is_ours()) {
-                    if pass > 0 && matches!(scenario.data, Data::Slow | Data::Readme) {
+                    if pass > 0
+                        && matches!(
+                            scenario.data,
+                            Data::Slow | Data::Transactional | Data::Readme
+                        )
+                    {
                         continue;
                     }
                     let (on, partitions) = if scenario.data == Data::Readme {
@@ -403,7 +412,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let mut tls_results: HashMap<&'static str, Figures> = HashMap::new();
     for pass in 0..passes {
         for scenario in &scenarios {
-            if pass > 0 && matches!(scenario.data, Data::Slow | Data::Readme) {
+            if pass > 0
+                && matches!(
+                    scenario.data,
+                    Data::Slow | Data::Transactional | Data::Readme
+                )
+            {
                 continue;
             }
             let on = if scenario.data == Data::Readme {
@@ -467,6 +481,7 @@ async fn run_one(
     let group = format!("{topic}-{}-{pass}", scenario.name);
     let expect = match scenario.data {
         Data::Slow => args.slow_records.min(args.records),
+        Data::Transactional => args.transactional_records.min(args.records),
         data => targets(args, brokers, topic, data).await?.iter().sum(),
     };
     let partitions = if scenario.data == Data::Readme {
@@ -485,7 +500,7 @@ async fn run_one(
             name,
             args.max_in_flight * partitions as usize,
         ),
-        Runner::Baseline | Runner::Ours(..) => {
+        Runner::Baseline | Runner::Ours(..) | Runner::OursExactlyOnce(_) => {
             return scenario_process(
                 args,
                 brokers,
@@ -532,6 +547,10 @@ async fn scenario_process(
         .args(["--records", &args.records.to_string()])
         .args(["--partitions", &args.partitions.to_string()])
         .args(["--slow-records", &args.slow_records.to_string()])
+        .args([
+            "--transactional-records",
+            &args.transactional_records.to_string(),
+        ])
         .args(["--max-in-flight", &args.max_in_flight.to_string()])
         .kill_on_drop(true)
         .output()
@@ -566,11 +585,12 @@ async fn run_here(
     };
     let options = args.client_options()?;
     let per_partition = match scenario.data {
-        Data::Slow => Vec::new(),
+        Data::Slow | Data::Transactional => Vec::new(),
         data => targets(args, brokers, topic, data).await?,
     };
     let end = match scenario.data {
         Data::Slow => ours::End::Records(args.slow_records.min(args.records)),
+        Data::Transactional => ours::End::Records(args.transactional_records.min(args.records)),
         _ => ours::End::Partitions(&per_partition),
     };
     match scenario.runner {
@@ -586,6 +606,22 @@ async fn run_here(
                 end,
                 ordering,
                 max_in_flight: args.max_in_flight,
+                exactly_once: false,
+            })
+            .await
+        }
+        Runner::OursExactlyOnce(behaviour) => {
+            ours::run(ours::Run {
+                brokers,
+                options: &options,
+                group: &group,
+                topic,
+                partitions,
+                behaviour,
+                end,
+                ordering: kafka_dlq::config::Ordering::Partition,
+                max_in_flight: args.max_in_flight,
+                exactly_once: true,
             })
             .await
         }

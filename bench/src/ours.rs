@@ -36,6 +36,8 @@ pub struct Run<'a> {
     pub ordering: Ordering,
     /// Records in flight per partition in key order.
     pub max_in_flight: usize,
+    /// Exactly once: the scenario ends once its records' transactions committed.
+    pub exactly_once: bool,
 }
 
 /// Runs kafka-dlq with `run.behaviour` until `run.end`.
@@ -43,6 +45,7 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
     let config = ConsumerConfig {
         ordering: run.ordering,
         max_in_flight: run.max_in_flight,
+        exactly_once: run.exactly_once,
         max_retries: 1,
         backoff_initial: Duration::from_millis(600_000),
         backoff_max: Duration::from_millis(600_000),
@@ -109,6 +112,25 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
         }
         end = None;
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Exactly once: settled means committed in a transaction.
+    if run.exactly_once {
+        let committed = || {
+            metrics
+                .render()
+                .lines()
+                .find(|l| l.starts_with("kafka_dlq_transaction_records_sum"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or(0.0) as u64
+        };
+        let waited = Instant::now();
+        while committed() < settled {
+            if waited.elapsed() > Duration::from_secs(60) {
+                bail!("{} of {settled} records committed after 60 s", committed());
+            }
+            end = None;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
     let first = started.get().copied();
     let (elapsed, cpu) = match (first, end) {

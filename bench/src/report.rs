@@ -23,6 +23,17 @@ pub fn setup(args: &Args, scenarios: &[Scenario]) -> String {
             crate::peers::HEAP
         ));
     }
+    if scenarios.iter().any(|s| {
+        matches!(
+            s.runner,
+            Runner::OursExactlyOnce(_) | Runner::Spring("tx-noop" | "tx-poison1")
+        )
+    }) {
+        lines.push(format!(
+            "eos-*: kafka-dlq exactly_once (transactions of up to 1000 records or 100 ms, ended once committed); spring-tx-*: a KafkaTransactionManager on the container (a transaction per record), DefaultAfterRollbackProcessor(transactional DeadLetterPublishingRecoverer, the same back-off, commitRecovered), read_committed; both on the first {} records",
+            args.transactional_records.min(args.records)
+        ));
+    }
     if scenarios
         .iter()
         .any(|s| matches!(s.runner, Runner::ParallelConsumer(_)))

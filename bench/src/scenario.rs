@@ -12,6 +12,9 @@ pub enum Runner {
     Baseline,
     /// kafka-dlq.
     Ours(Behaviour, Ordering),
+    /// kafka-dlq with `exactly_once` (in partition order): offsets and dead letters in
+    /// transactions.
+    OursExactlyOnce(Behaviour),
     /// Spring Kafka (`bench/peers/spring-kafka`) with this scenario name.
     Spring(&'static str),
     /// Parallel Consumer in KEY order (`bench/peers/parallel-consumer`) with this scenario.
@@ -26,7 +29,7 @@ impl Runner {
 
     /// Whether kafka-dlq runs it.
     pub fn is_ours(self) -> bool {
-        matches!(self, Runner::Ours(..))
+        matches!(self, Runner::Ours(..) | Runner::OursExactlyOnce(_))
     }
 }
 
@@ -39,6 +42,8 @@ pub enum Data {
     AllButPartition0,
     /// The first `--slow-records` of the main topic.
     Slow,
+    /// The first `--transactional-records` of the main topic.
+    Transactional,
     /// The README topic (Parallel Consumer's workload), whole.
     Readme,
 }
@@ -88,7 +93,7 @@ use RatioTo::*;
 /// Every scenario, in the order they run in each pass: each peer right after the kafka-dlq
 /// scenario it is compared with, and the dead-letter scenarios last, because their dead
 /// letters slow a broker down for a while after them.
-pub const ALL: [Scenario; 14] = [
+pub const ALL: [Scenario; 18] = [
     s("baseline", Runner::Baseline, Whole, Nothing, None),
     s(
         "noop",
@@ -102,6 +107,20 @@ pub const ALL: [Scenario; 14] = [
         Runner::Spring("noop"),
         Whole,
         Rate("baseline"),
+        None,
+    ),
+    s(
+        "eos-noop",
+        Runner::OursExactlyOnce(Behaviour::Noop),
+        Data::Transactional,
+        Rate("noop"),
+        Some("spring-tx-noop"),
+    ),
+    s(
+        "spring-tx-noop",
+        Runner::Spring("tx-noop"),
+        Data::Transactional,
+        Rate("spring-noop"),
         None,
     ),
     s(
@@ -179,6 +198,20 @@ pub const ALL: [Scenario; 14] = [
         Runner::Spring("poison1"),
         Whole,
         Rate("spring-noop"),
+        None,
+    ),
+    s(
+        "eos-poison1",
+        Runner::OursExactlyOnce(Behaviour::Poison1),
+        Data::Transactional,
+        Rate("eos-noop"),
+        Some("spring-tx-poison1"),
+    ),
+    s(
+        "spring-tx-poison1",
+        Runner::Spring("tx-poison1"),
+        Data::Transactional,
+        Rate("spring-tx-noop"),
         None,
     ),
 ];

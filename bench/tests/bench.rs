@@ -73,6 +73,8 @@ async fn bench_runs_every_scenario_on_the_mock_cluster_and_reports_a_result_line
         "600",
         "--readme-records",
         "300",
+        "--transactional-records",
+        "2000",
     ])
     .await;
     check_rows(
@@ -86,6 +88,8 @@ async fn bench_runs_every_scenario_on_the_mock_cluster_and_reports_a_result_line
             ("readme-partition", 300),
             ("readme-keyed", 300),
             ("poison1", 24_000),
+            ("eos-noop", 2_000),
+            ("eos-poison1", 2_000),
         ],
     );
     assert!(
@@ -109,6 +113,8 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
         "600",
         "--readme-records",
         "300",
+        "--transactional-records",
+        "2000",
     ])
     .await;
     check_rows(
@@ -126,6 +132,10 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
             ("pc-readme", 300),
             ("poison1", 12_000),
             ("spring-poison1", 12_000),
+            ("eos-noop", 2_000),
+            ("spring-tx-noop", 2_000),
+            ("eos-poison1", 2_000),
+            ("spring-tx-poison1", 2_000),
         ],
     );
     for ours in [
@@ -135,6 +145,8 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
         "slow-keyed",
         "readme-keyed",
         "poison1",
+        "eos-noop",
+        "eos-poison1",
     ] {
         let line = stdout
             .lines()

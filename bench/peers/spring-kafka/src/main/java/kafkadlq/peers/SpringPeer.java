@@ -17,9 +17,11 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
+import org.springframework.kafka.listener.DefaultAfterRollbackProcessor;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListener;
 import org.springframework.kafka.support.ExponentialBackOffWithMaxRetries;
+import org.springframework.kafka.transaction.KafkaTransactionManager;
 
 /**
  * What a Spring Kafka user writes for kafka-dlq's job: a ConcurrentMessageListenerContainer
@@ -31,7 +33,13 @@ import org.springframework.kafka.support.ExponentialBackOffWithMaxRetries;
  *
  * <p>Scenarios, as kafka-dlq-bench's: {@code noop}; {@code poison1} (1% fail permanently);
  * {@code stalled} (the first record of partition 0 fails transiently, so its container thread
- * sits in the back-off); {@code slow} (1 ms of work a record).
+ * sits in the back-off); {@code slow} (1 ms of work a record). {@code tx-noop} and
+ * {@code tx-poison1} are the same in Spring's transactional set-up, what kafka-dlq's
+ * exactly-once mode is compared with: a {@code KafkaTransactionManager} on the container (a
+ * transactional producer factory), a {@code DefaultAfterRollbackProcessor} with the same
+ * back-off and a transactional {@code DeadLetterPublishingRecoverer}, {@code commitRecovered}
+ * on (the dead letter and the skipped offset commit in one transaction), and
+ * {@code read_committed} consumers.
  */
 public final class SpringPeer {
     private SpringPeer() {}
@@ -48,7 +56,8 @@ public final class SpringPeer {
         Map<String, String> args = Measure.args(argv);
         String brokers = args.get("brokers");
         String topic = args.get("topic");
-        String scenario = args.get("scenario");
+        boolean transactional = args.get("scenario").startsWith("tx-");
+        String scenario = transactional ? args.get("scenario").substring(3) : args.get("scenario");
         int concurrency = Integer.parseInt(args.get("concurrency"));
         Measure measure = new Measure(Long.parseLong(args.get("expect")));
 
@@ -56,7 +65,11 @@ public final class SpringPeer {
         producerProps.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, brokers);
         producerProps.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
         producerProps.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
-        var template = new KafkaTemplate<>(new DefaultKafkaProducerFactory<byte[], byte[]>(producerProps));
+        var producers = new DefaultKafkaProducerFactory<byte[], byte[]>(producerProps);
+        if (transactional) {
+            producers.setTransactionIdPrefix("spring-peer-" + args.get("group") + "-");
+        }
+        var template = new KafkaTemplate<>(producers);
         var recoverer = new DeadLetterPublishingRecoverer(template) {
             @Override
             public void accept(ConsumerRecord<?, ?> record, Consumer<?, ?> consumer, Exception e) {
@@ -68,8 +81,6 @@ public final class SpringPeer {
         backOff.setInitialInterval(1_000);
         backOff.setMultiplier(2.0);
         backOff.setMaxInterval(30_000);
-        var errorHandler = new DefaultErrorHandler(recoverer, backOff);
-        errorHandler.addNotRetryableExceptions(PoisonRecordException.class);
 
         Map<String, Object> consumerProps = new HashMap<>();
         consumerProps.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, brokers);
@@ -77,7 +88,13 @@ public final class SpringPeer {
         consumerProps.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         consumerProps.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
         consumerProps.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+        if (transactional) {
+            consumerProps.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        }
         var properties = new ContainerProperties(topic);
+        if (transactional) {
+            properties.setKafkaAwareTransactionManager(new KafkaTransactionManager<>(producers));
+        }
         properties.setMessageListener((MessageListener<byte[], byte[]>) record -> {
             measure.started();
             switch (scenario) {
@@ -100,7 +117,16 @@ public final class SpringPeer {
         var container = new ConcurrentMessageListenerContainer<>(
                 new DefaultKafkaConsumerFactory<byte[], byte[]>(consumerProps), properties);
         container.setConcurrency(concurrency);
-        container.setCommonErrorHandler(errorHandler);
+        if (transactional) {
+            var afterRollback = new DefaultAfterRollbackProcessor<byte[], byte[]>(
+                    recoverer, backOff, template, true);
+            afterRollback.addNotRetryableExceptions(PoisonRecordException.class);
+            container.setAfterRollbackProcessor(afterRollback);
+        } else {
+            var errorHandler = new DefaultErrorHandler(recoverer, backOff);
+            errorHandler.addNotRetryableExceptions(PoisonRecordException.class);
+            container.setCommonErrorHandler(errorHandler);
+        }
         container.start();
         boolean finished = measure.await();
         System.out.println(measure.figures());
