@@ -407,6 +407,36 @@ async fn answer(
     }
 }
 
+/// Produces `values` round-robin over `partitions` of `topic`, and serves a [`Target`]
+/// producing to `out` on loopback: the target and its URL.
+async fn produce_and_serve(
+    brokers: &str,
+    topic: &str,
+    values: &[String],
+    partitions: i32,
+    out: &str,
+) -> (Target, String) {
+    produce(
+        brokers,
+        topic,
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Out::new(i as i32 % partitions, v))
+            .collect(),
+    )
+    .await;
+    let target = Target {
+        out: out.to_string(),
+        calls: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(answer))
+        .with_state(target.clone());
+    let url = format!("http://{}/", serve_on_loopback(app).await);
+    (target, url)
+}
+
 fn spawn_eos_sidecar(
     brokers: &str,
     group: &str,
@@ -490,24 +520,7 @@ async fn sidecars_through_kills(protocol: &str) {
             _ => format!("ok-{i}"),
         })
         .collect();
-    produce(
-        &brokers,
-        &topic,
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Out::new(i as i32 % PARTITIONS, v))
-            .collect(),
-    )
-    .await;
-    let target = Target {
-        out: out.clone(),
-        calls: Arc::default(),
-    };
-    let app = axum::Router::new()
-        .route("/", axum::routing::post(answer))
-        .with_state(target.clone());
-    let url = format!("http://{}/", serve_on_loopback(app).await);
+    let (target, url) = produce_and_serve(&brokers, &topic, &values, PARTITIONS, &out).await;
     let spawn = || spawn_eos_sidecar(&brokers, &group, &topic, &url, &out, protocol, 200);
     let mut members: Vec<_> = (0..3).map(|_| spawn()).collect();
     let mut rng = fastrand::Rng::with_seed(7);
@@ -604,24 +617,7 @@ async fn a_member_stopped_until_its_partitions_moved_commits_nothing() {
     create_topic(&brokers, &topic, 2).await;
     create_topic(&brokers, &out, 1).await;
     let values: Vec<String> = (0..400).map(|i| format!("ok-{i}")).collect();
-    produce(
-        &brokers,
-        &topic,
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Out::new(i as i32 % 2, v))
-            .collect(),
-    )
-    .await;
-    let target = Target {
-        out: out.clone(),
-        calls: Arc::default(),
-    };
-    let app = axum::Router::new()
-        .route("/", axum::routing::post(answer))
-        .with_state(target.clone());
-    let url = format!("http://{}/", serve_on_loopback(app).await);
+    let (target, url) = produce_and_serve(&brokers, &topic, &values, 2, &out).await;
     let calls = || target.calls.lock().unwrap().len();
     // Long transactions: the zombie holds one open when it is stopped.
     let (mut zombie, zombie_log) =

@@ -595,7 +595,14 @@ async fn run_here(
     };
     match scenario.runner {
         Runner::Baseline => baseline::run(brokers, &options, &group, topic, args.records).await,
-        Runner::Ours(behaviour, ordering) => {
+        Runner::Ours(..) | Runner::OursExactlyOnce(_) => {
+            let (behaviour, ordering, exactly_once) = match scenario.runner {
+                Runner::Ours(behaviour, ordering) => (behaviour, ordering, false),
+                Runner::OursExactlyOnce(behaviour) => {
+                    (behaviour, kafka_dlq::config::Ordering::Partition, true)
+                }
+                _ => unreachable!("matched above"),
+            };
             ours::run(ours::Run {
                 brokers,
                 options: &options,
@@ -606,22 +613,7 @@ async fn run_here(
                 end,
                 ordering,
                 max_in_flight: args.max_in_flight,
-                exactly_once: false,
-            })
-            .await
-        }
-        Runner::OursExactlyOnce(behaviour) => {
-            ours::run(ours::Run {
-                brokers,
-                options: &options,
-                group: &group,
-                topic,
-                partitions,
-                behaviour,
-                end,
-                ordering: kafka_dlq::config::Ordering::Partition,
-                max_in_flight: args.max_in_flight,
-                exactly_once: true,
+                exactly_once,
             })
             .await
         }

@@ -295,19 +295,6 @@ impl Transaction {
         let w = &state.writers;
         let (sent, output) = match (too_large, effect) {
             (Some(TooLarge::Output(why)), _) => (w.dead_letter(record, &why, 1, false), false),
-            (
-                Some(TooLarge::Exit),
-                Effect::Exit(ExitWrite::DeadLetter {
-                    kind,
-                    message,
-                    attempts,
-                }),
-            ) => (
-                vec![w
-                    .dead_letters
-                    .send_once(record, *kind, message, *attempts, true)],
-                false,
-            ),
             (Some(TooLarge::Exit), Effect::Exit(ExitWrite::Retry { left, .. })) => {
                 let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
                 (w.dead_letter(record, &left.error, attempts, true), false)
@@ -317,19 +304,21 @@ impl Transaction {
                 // The producer refused it before anything of it was written.
                 Err(why) => (w.dead_letter(record, &why, 1, false), false),
             },
+            // A dead letter refused as too large goes again as a reference, which fits.
             (
-                _,
+                too_large,
                 Effect::Exit(ExitWrite::DeadLetter {
                     kind,
                     message,
                     attempts,
                 }),
-            ) => (
-                vec![w
+            ) => {
+                let smallest = too_large == Some(TooLarge::Exit);
+                let sent = w
                     .dead_letters
-                    .send_once(record, *kind, message, *attempts, false)],
-                false,
-            ),
+                    .send_once(record, *kind, message, *attempts, smallest);
+                (vec![sent], false)
+            }
             (_, Effect::Exit(ExitWrite::Retry { tier, due, left })) => (
                 vec![w.retries.send_once(record, *tier, *due, left.clone())],
                 false,
@@ -463,10 +452,19 @@ impl Transaction {
         } else {
             state.suspects.extend(refused.into_keys());
         }
-        let rewinds = state.open.end();
-        tracing::warn!(event = "transaction_aborted", error = %why,
-            partitions = rewinds.len(),
+        let partitions = self.rewind_open(state);
+        tracing::warn!(event = "transaction_aborted", error = %why, partitions,
             "the transaction's records are consumed again from their partitions' committed positions");
+        match state.writers.producer.begin_transaction() {
+            Ok(()) => Committed::Aborted(why),
+            Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
+        }
+    }
+
+    /// Ends the open transaction as aborted: counts it, and has its partitions rewound by the
+    /// poll loop (their records refused until then). Returns how many partitions rewind.
+    fn rewind_open(&self, state: &mut State) -> usize {
+        let rewinds = state.open.end();
         self.metrics
             .transactions
             .with_label_values(&["aborted"])
@@ -474,12 +472,10 @@ impl Transaction {
         state
             .rewinding
             .extend(rewinds.iter().map(|(p, _)| p.clone()));
+        let partitions = rewinds.len();
         state.rewinds.extend(rewinds);
         self.rewound.notify_one();
-        match state.writers.producer.begin_transaction() {
-            Ok(()) => Committed::Aborted(why),
-            Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
-        }
+        partitions
     }
 
     /// The producer failed for `why` and cannot go on. When it was fenced (its transaction
@@ -504,18 +500,9 @@ impl Transaction {
                 state.writers = writers;
                 state.pending.clear();
                 state.doomed = None;
-                let rewinds = state.open.end();
-                tracing::warn!(event = "transaction_producer_renewed", partitions = rewinds.len(),
+                let partitions = self.rewind_open(state);
+                tracing::warn!(event = "transaction_producer_renewed", partitions,
                     "a new transactional producer took over; the failed transaction's records are consumed again");
-                self.metrics
-                    .transactions
-                    .with_label_values(&["aborted"])
-                    .inc();
-                state
-                    .rewinding
-                    .extend(rewinds.iter().map(|(p, _)| p.clone()));
-                state.rewinds.extend(rewinds);
-                self.rewound.notify_one();
                 Committed::Aborted(why)
             }
             Err(e) => {
