@@ -666,3 +666,113 @@ async fn a_member_stopped_until_its_partitions_moved_commits_nothing() {
         "the zombie's transaction was refused: see {zombie_log:?}"
     );
 }
+
+/// Fails the first four calls of each `tier…` record (its three in-process retries used up:
+/// to the retry topic), then produces one output; `ok…` produces one output at once.
+struct Tiered {
+    out: String,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl TransactionalHandler for Tiered {
+    async fn handle(&self, record: &Record) -> Result<Vec<Output>, HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        let calls = {
+            let mut calls = self.calls.lock().unwrap();
+            let n = calls.entry(value.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        if value.starts_with("tier") && calls <= 4 {
+            return Err(HandlerError::transient("not yet"));
+        }
+        Ok(vec![Output::new(&self.out, format!("out-{value}"))])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_through_a_retry_topic_takes_effect_once() {
+    let brokers = brokers();
+    let topic = unique("eos-tier");
+    let out = unique("eos-tier-out");
+    let group = unique("eos-tier");
+    create_topic(&brokers, &topic, 2).await;
+    create_topic(&brokers, &out, 1).await;
+    let values: Vec<String> = (0..60)
+        .map(|i| {
+            if i % 6 == 0 {
+                format!("tier-{i}")
+            } else {
+                format!("ok-{i}")
+            }
+        })
+        .collect();
+    produce(
+        &brokers,
+        &topic,
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Out::new(i as i32 % 2, v))
+            .collect(),
+    )
+    .await;
+    let calls = Arc::new(Mutex::new(HashMap::new()));
+    let config = kafka_dlq::ConsumerConfig {
+        exactly_once: true,
+        retry_topic_delays_ms: "300".parse().unwrap(),
+        breaker_failure_ratio: 0.0,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let consumer = Running::start(
+        config,
+        Transactional(Tiered {
+            out: out.clone(),
+            calls: calls.clone(),
+        }),
+    );
+    let outputs_seen = || {
+        calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(v, n)| !v.starts_with("tier") || **n > 4)
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(90), || outputs_seen() == values.len()).await,
+        "every record handled, the tier ones from the retry topic: {} of {}",
+        outputs_seen(),
+        values.len()
+    );
+    let retry_topic = format!("{topic}-retry-0");
+    let ends = HashMap::from([(0, 30), (1, 30)]);
+    assert!(
+        eventually(Duration::from_secs(60), || committed(
+            &brokers, &group, &topic, 2
+        ) == ends)
+        .await,
+        "the source is committed to the end"
+    );
+    consumer.stop().await;
+    let outputs = read_values(&brokers, &out, "read_committed", values.len());
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for o in &outputs {
+        *seen.entry(o.as_str()).or_default() += 1;
+    }
+    for v in &values {
+        assert_eq!(
+            seen.get(format!("out-{v}").as_str()),
+            Some(&1),
+            "{v}: one output"
+        );
+    }
+    let retried = read_values(&brokers, &retry_topic, "read_committed", 10);
+    assert_eq!(
+        retried.len(),
+        10,
+        "each tier record written to the retry topic once: {retried:?}"
+    );
+    assert!(retried.iter().all(|v| v.starts_with("tier")), "{retried:?}");
+}
