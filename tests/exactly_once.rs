@@ -388,7 +388,7 @@ async fn answer(
     body: axum::body::Bytes,
 ) -> (axum::http::StatusCode, String) {
     let value = String::from_utf8_lossy(&body).to_string();
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let calls = {
         let mut calls = t.calls.lock().unwrap();
         let n = calls.entry(value.clone()).or_default();
@@ -512,7 +512,7 @@ async fn sidecars_through_kills(protocol: &str) {
     let group = unique("eos-chaos");
     create_topic(&brokers, &topic, PARTITIONS).await;
     create_topic(&brokers, &out, 3).await;
-    let values: Vec<String> = (0..1_800)
+    let values: Vec<String> = (0..3_000)
         .map(|i| match i % 20 {
             3 => format!("bad-{i}"),
             7 | 11 => format!("flaky-{i}"),
@@ -521,8 +521,14 @@ async fn sidecars_through_kills(protocol: &str) {
         })
         .collect();
     let (target, url) = produce_and_serve(&brokers, &topic, &values, PARTITIONS, &out).await;
-    let spawn = || spawn_eos_sidecar(&brokers, &group, &topic, &url, &out, protocol, 200);
+    // Transactions of a second: a member killed while it works holds one open, with outputs.
+    let spawn = || spawn_eos_sidecar(&brokers, &group, &topic, &url, &out, protocol, 1_000);
     let mut members: Vec<_> = (0..3).map(|_| spawn()).collect();
+    let calls = || target.calls.lock().unwrap().len();
+    assert!(
+        eventually(Duration::from_secs(60), || calls() > values.len() / 10).await,
+        "{protocol}: the members work before the first kill"
+    );
     let mut rng = fastrand::Rng::with_seed(7);
     for kill in 1..=3 {
         tokio::time::sleep(Duration::from_millis(rng.u64(1_500..3_000))).await;
