@@ -159,14 +159,6 @@ impl Assignments {
         }
     }
 
-    /// Whether `partition` is assigned here now.
-    pub(crate) fn is_assigned(&self, partition: &PartitionKey) -> bool {
-        self.partitions
-            .lock()
-            .expect("partitions lock")
-            .contains_key(partition)
-    }
-
     /// Ends every assignment (at shutdown).
     pub(super) fn end_all(&self) {
         for (_, slot) in self.partitions.lock().expect("partitions lock").drain() {

@@ -88,7 +88,7 @@ impl ConsumerContext for RebalanceContext {
                     // The revoked workers' records are refused from now on: the commit takes
                     // what settled before (or aborts, and the next owner starts before it).
                     Some(transaction) => {
-                        transaction.commit(consumer.group_metadata());
+                        transaction.commit();
                     }
                     None => commit_stored(consumer, "rebalance"),
                 }

@@ -288,12 +288,21 @@ impl<H: BatchHandler> Consumer<H> {
             config.max_buffered_bytes / 2,
         ));
         let dlq = dead_letter_publisher(&config, &metrics)?;
+        // The transactional producers commit as the member the consumer is then.
+        let group = transaction::GroupReader::default();
         let transaction = config.exactly_once.then(|| {
-            let (for_new, metrics_for_new) = (config.clone(), metrics.clone());
+            let (for_new, metrics_for_new, group_for_new) =
+                (config.clone(), metrics.clone(), group.clone());
             Arc::new(transaction::Transaction::new(
-                dlq.clone(),
+                Box::new(transaction::KafkaProducer::new(dlq.clone(), group.clone())),
                 Box::new(move || {
-                    dead_letter_publisher(&for_new, &metrics_for_new).map_err(|e| e.to_string())
+                    let dead_letters = dead_letter_publisher(&for_new, &metrics_for_new)
+                        .map_err(|e| e.to_string())?;
+                    Ok(Box::new(transaction::KafkaProducer::new(
+                        dead_letters,
+                        group_for_new.clone(),
+                    ))
+                        as Box<dyn transaction::TransactionalProducer>)
                 }),
                 config.transaction_records,
                 config.transaction_interval,
@@ -313,6 +322,10 @@ impl<H: BatchHandler> Consumer<H> {
             )
             .map_err(ConsumerError::CreateConsumer)?,
         );
+        let weak = Arc::downgrade(&consumer);
+        let _ = group.set(Box::new(move || {
+            weak.upgrade().and_then(|c| c.group_metadata())
+        }));
         let mut shared = Shared::new(
             &config,
             handler,
@@ -383,7 +396,7 @@ impl<H: BatchHandler> Consumer<H> {
         topic_retention::check(&self.config).await?;
         if let Some(transaction) = self.shared.transaction.clone() {
             // Fences an earlier producer of the id, and opens the first transaction.
-            tokio::task::spawn_blocking(move || transaction.init())
+            tokio::task::spawn_blocking(move || transaction.start())
                 .await
                 .expect("init_transactions does not panic")
                 .map_err(|e| {
@@ -406,16 +419,11 @@ impl<H: BatchHandler> Consumer<H> {
         if let Some(transaction) = &self.shared.transaction {
             workers.spawn(transaction::commit_when_due(
                 transaction.clone(),
-                self.consumer.clone(),
                 self.stop_workers.child_token(),
+                |t| async { tokio::task::spawn_blocking(move || t.commit()).await.ok() },
             ));
         }
-        if let Some(transaction) = &self.shared.transaction {
-            let consumer = Arc::downgrade(&self.consumer);
-            transaction.read_group_from(Box::new(move || {
-                consumer.upgrade().and_then(|c| c.group_metadata())
-            }));
-        }
+        let seeker = worker::client::KafkaClient(self.consumer.clone());
         let rewinds = self.shared.transaction.clone();
         let mut worker_names = HashMap::new();
         let mut outcome = Ok(());
@@ -452,7 +460,7 @@ impl<H: BatchHandler> Consumer<H> {
                 }
                 _ = async { rewinds.as_ref().expect("checked").rewound.notified().await }, if rewinds.is_some() => {
                     let transaction = rewinds.as_ref().expect("checked");
-                    if let Err(why) = transaction::rewind(transaction, &self.consumer, &self.assignments).await {
+                    if let Err(why) = transaction::rewind(transaction, &seeker, &self.assignments).await {
                         outcome = Err(ConsumerError::Transaction(why));
                         break;
                     }
@@ -531,11 +539,7 @@ impl<H: BatchHandler> Consumer<H> {
         }
         match self.shared.transaction.clone() {
             Some(transaction) => {
-                let consumer = self.consumer.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    transaction.commit(consumer.group_metadata())
-                })
-                .await;
+                let _ = tokio::task::spawn_blocking(move || transaction.commit()).await;
             }
             None => commit_stored(self.consumer.as_ref(), "shutdown"),
         }

@@ -1,26 +1,43 @@
 //! What runs the transaction beside the workers: the commit when it is due, and the poll
 //! loop's rewind of partitions after an abort.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
-use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use super::{Committed, Transaction};
+use super::{Committed, Rewind, TopicPartition, Transaction};
 use crate::consumer::assignments::Assignments;
 
-/// How long a rewind's seek may take.
-const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a rewind asks of the consumer (librdkafka's, or the simulation's world).
+pub(crate) trait Seek: Send + Sync {
+    /// Starts fetching `partition` at `position`, dropping what was fetched beyond.
+    fn seek<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+        position: i64,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+    /// Fetches `partition` again (its inbox may have paused it).
+    fn resume_partition(&self, partition: &TopicPartition);
+}
 
 /// Commits `transaction` each time it is due (its records, or its interval since its first),
-/// as the member `consumer` is now, until `stop` or a fatal error.
-pub(crate) async fn commit_when_due<C: ConsumerContext + 'static>(
+/// until `stop` or a fatal error; `commit` runs one commit (off the async threads: it waits
+/// for the broker) and says how it ended, `None` if it could not run. After an abort it waits
+/// [`pause_after_aborts`] before the next commit: a member that lost its partitions without
+/// knowing yet (its commits refused until its revocation comes) or a coordinator that refuses
+/// every commit would otherwise call the handler again for the same records in a tight loop.
+pub(crate) async fn commit_when_due<F>(
     transaction: Arc<Transaction>,
-    consumer: Arc<StreamConsumer<C>>,
     stop: CancellationToken,
-) {
+    commit: impl Fn(Arc<Transaction>) -> F,
+) where
+    F: Future<Output = Option<Committed>>,
+{
+    let mut aborts_in_a_row = 0;
     loop {
         let wait = transaction.due_in();
         tokio::select! {
@@ -32,33 +49,48 @@ pub(crate) async fn commit_when_due<C: ConsumerContext + 'static>(
         if !transaction.is_due() {
             continue;
         }
-        let (t, c) = (transaction.clone(), consumer.clone());
-        let committed = tokio::task::spawn_blocking(move || t.commit(c.group_metadata())).await;
-        if let Ok(Committed::Fatal(_)) = committed {
-            return;
+        match commit(transaction.clone()).await {
+            Some(Committed::Fatal(_)) => return,
+            Some(Committed::Records(_)) => aborts_in_a_row = 0,
+            Some(Committed::Aborted(_)) => {
+                aborts_in_a_row += 1;
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause_after_aborts(aborts_in_a_row)) => {}
+                }
+            }
+            Some(Committed::Nothing) | None => {}
         }
     }
 }
 
-/// Restarts each partition of an aborted transaction still assigned here at its first record
-/// in it: seeks there (which drops what librdkafka fetched beyond), then gives it a fresh
-/// inbox and worker (ending the old one, whose records the transaction refuses). `Err` when
-/// the producer failed for good or a seek failed (its records would be skipped): the consumer
-/// stops.
-pub(crate) async fn rewind<C: ConsumerContext + 'static>(
+/// How long the committer waits after `n` (at least one) transactions aborted in a row: 100 ms,
+/// doubling, at most 5 s.
+pub(crate) fn pause_after_aborts(n: u32) -> Duration {
+    let doubled = 100u64.saturating_mul(1 << n.saturating_sub(1).min(16));
+    Duration::from_millis(doubled.min(5_000))
+}
+
+/// Restarts each partition of an aborted transaction at its first record in it, unless the
+/// assignment whose records those were has ended (a later assignment started from the
+/// committed position itself): seeks there (which drops what was fetched beyond), then gives
+/// it a fresh inbox and worker (ending the old one, whose records the transaction refuses).
+/// `Err` when the producer failed for good or a seek failed (its records would be skipped):
+/// the consumer stops.
+pub(crate) async fn rewind(
     transaction: &Arc<Transaction>,
-    consumer: &Arc<StreamConsumer<C>>,
+    consumer: &dyn Seek,
     assignments: &Assignments,
 ) -> Result<(), String> {
-    for (partition, position) in transaction.take_rewinds()? {
-        if assignments.is_assigned(&partition) {
-            let (c, (topic, p)) = (consumer.clone(), partition.clone());
-            let sought = tokio::task::spawn_blocking(move || {
-                c.seek(&topic, p, Offset::Offset(position), SEEK_TIMEOUT)
-            })
-            .await
-            .expect("seek does not panic");
-            if let Err(e) = sought {
+    for Rewind {
+        partition,
+        position,
+        assignment,
+    } in transaction.take_rewinds()?
+    {
+        if !assignment.is_cancelled() {
+            if let Err(e) = consumer.seek(&partition, position).await {
                 return Err(format!(
                     "could not rewind {}-{} to offset {position} after an aborted transaction: {e}",
                     partition.0, partition.1
@@ -66,16 +98,25 @@ pub(crate) async fn rewind<C: ConsumerContext + 'static>(
             }
             assignments.rebalancing();
             assignments.assign(std::slice::from_ref(&partition));
-            let mut list = TopicPartitionList::with_capacity(1);
-            list.add_partition(&partition.0, partition.1);
-            if let Err(error) = consumer.resume(&list) {
-                tracing::warn!(event = "partition_resume_failed", topic = %partition.0,
-                    partition = partition.1, %error, "the rewound partition may stay paused");
-            }
+            consumer.resume_partition(&partition);
             tracing::info!(event = "partition_rewound", topic = %partition.0,
                 partition = partition.1, position);
         }
-        transaction.restarted(&partition);
     }
+    transaction.restarted();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_after_aborts_doubles_from_100_ms_to_at_most_5_s() {
+        let pauses: Vec<u64> = (1..=8)
+            .map(|n| pause_after_aborts(n).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, vec![100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
+        assert_eq!(pause_after_aborts(u32::MAX), Duration::from_secs(5));
+    }
 }

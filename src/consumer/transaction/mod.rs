@@ -18,34 +18,25 @@
 
 mod committer;
 mod open;
+mod producer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_util::FutureExt;
-use rdkafka::consumer::ConsumerGroupMetadata;
-use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::settle::ExitWrite;
-use crate::dlq::DeadLetterPublisher;
 use crate::failure::DeadLetterKind;
 use crate::handler::Output;
-use crate::kafka::send::{is_too_large, Sent};
-use crate::kafka::LogContext;
+use crate::kafka::send::is_too_large;
 use crate::metrics::Metrics;
 use crate::record::Record;
-use crate::retry_tier::RetryWriter;
-pub(crate) use committer::{commit_when_due, rewind};
+pub(crate) use committer::{commit_when_due, rewind, Seek};
 use open::Open;
 pub(crate) use open::TopicPartition;
-
-/// How long one transactional call to the broker may take.
-const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) use producer::{GroupReader, Handed, KafkaProducer, TransactionalProducer};
 
 /// What a settled record leaves behind.
 pub(crate) enum Effect<'a> {
@@ -92,90 +83,40 @@ struct Pending {
     partition: TopicPartition,
     offset: i64,
     output: bool,
-    topic: String,
-    sent: Sent,
+    handed: Handed,
 }
 
-/// The transactional producer and what writes through it. Replaced when the producer is
-/// fenced (its transaction timed out on the broker during an outage): a new one, with a new
-/// transactional id, takes over.
-struct Writers {
-    producer: FutureProducer<LogContext>,
-    dead_letters: DeadLetterPublisher,
-    retries: RetryWriter,
-}
-
-impl Writers {
-    fn new(dead_letters: DeadLetterPublisher) -> Self {
-        Self {
-            producer: dead_letters.producer().clone(),
-            retries: RetryWriter::new(&dead_letters),
-            dead_letters,
-        }
-    }
-
-    /// `record`'s dead letter as a permanent failure `why` after `attempts` calls.
-    fn dead_letter(
-        &self,
-        record: &Record,
-        why: &str,
-        attempts: u32,
-        smallest: bool,
-    ) -> Vec<(String, Sent)> {
-        tracing::error!(event = "record_output_refused", id = %record.id, error = %why,
-            "dead-lettering the record instead of writing its outputs");
-        vec![self.dead_letters.send_once(
-            record,
-            DeadLetterKind::Permanent,
-            why,
-            attempts,
-            smallest,
-        )]
-    }
-
-    /// Hands `outputs` to the producer; an output it refuses at once as too large makes the
-    /// record's outputs a permanent failure (then nothing of them has been handed over when
-    /// it is the first; a later one dooms the transaction instead).
-    fn produce(&self, outputs: &[Output]) -> Result<Vec<(String, Sent)>, String> {
-        let mut sent = Vec::with_capacity(outputs.len());
-        for output in outputs {
-            let mut headers =
-                rdkafka::message::OwnedHeaders::new_with_capacity(output.headers.len());
-            for (name, value) in &output.headers {
-                headers = crate::kafka::headers::add(headers, name.as_bytes(), Some(value));
-            }
-            let mut record = FutureRecord::<[u8], [u8]>::to(&output.topic).headers(headers);
-            if let Some(value) = output.value.as_deref() {
-                record = record.payload(value);
-            }
-            if let Some(key) = output.key.as_deref() {
-                record = record.key(key);
-            }
-            let result = self.producer.send_result(record).map_err(|(e, _)| e);
-            match result {
-                Err(error) if is_too_large(&error) && sent.is_empty() => {
-                    return Err(format!(
-                        "output to {} is too large for the producer: {error}",
-                        output.topic
-                    ))
-                }
-                result => sent.push((output.topic.clone(), result)),
-            }
-        }
-        Ok(sent)
-    }
+/// `record`'s dead letter, through `producer`, as a permanent failure `why` after `attempts`
+/// calls, in place of its outputs.
+fn dead_letter_instead(
+    producer: &dyn TransactionalProducer,
+    record: &Record,
+    why: &str,
+    attempts: u32,
+    smallest: bool,
+) -> Vec<Handed> {
+    tracing::error!(event = "record_output_refused", id = %record.id, error = %why,
+        "dead-lettering the record instead of writing its outputs");
+    vec![producer.write_dead_letter(record, DeadLetterKind::Permanent, why, attempts, smallest)]
 }
 
 struct State {
-    writers: Writers,
+    /// Replaced when the producer is fenced (its transaction timed out on the broker during
+    /// an outage): a new one, with a new transactional id, takes over.
+    producer: Box<dyn TransactionalProducer>,
     open: Open,
     pending: Vec<Pending>,
     /// Why the open transaction must abort (a write the producer did not take).
     doomed: Option<String>,
     /// Partitions that rewind: their records are refused until the poll loop restarted them.
-    rewinding: HashSet<TopicPartition>,
+    /// Keyed by partition, the assignment whose records rewind: refused while it lasts (a
+    /// later assignment of the partition started from the committed position).
+    rewinding: HashMap<TopicPartition, CancellationToken>,
     /// Rewinds for the poll loop: each partition and where it starts again.
-    rewinds: Vec<(TopicPartition, i64)>,
+    rewinds: Vec<Rewind>,
+    /// The assignment (its revocation token) of each partition with records in the open
+    /// transaction.
+    assignments: HashMap<TopicPartition, CancellationToken>,
     too_large: HashMap<(TopicPartition, i64), TooLarge>,
     /// Records whose writes went in a produce request the broker refused as too large, with
     /// others: each goes into a transaction of its own when it comes again, which tells
@@ -185,14 +126,23 @@ struct State {
 }
 
 impl State {
-    fn new(writers: Writers) -> Self {
+    /// Whether `partition`'s records are refused now: the assignment whose records rewind
+    /// lasts (any record taken now is of that assignment).
+    fn rewinds_now(&self, partition: &TopicPartition) -> bool {
+        self.rewinding
+            .get(partition)
+            .is_some_and(|assignment| !assignment.is_cancelled())
+    }
+
+    fn new(producer: Box<dyn TransactionalProducer>) -> Self {
         Self {
-            writers,
+            producer,
             open: Open::default(),
             pending: Vec::new(),
             doomed: None,
-            rewinding: HashSet::new(),
+            rewinding: HashMap::new(),
             rewinds: Vec::new(),
+            assignments: HashMap::new(),
             too_large: HashMap::new(),
             suspects: HashSet::new(),
             fatal: None,
@@ -200,13 +150,25 @@ impl State {
     }
 }
 
-/// Creates a dead-letter publisher on a new transactional producer.
-pub(crate) type NewWriters = Box<dyn Fn() -> Result<DeadLetterPublisher, String> + Send + Sync>;
+/// A partition to start again after an aborted transaction.
+pub(crate) struct Rewind {
+    pub partition: TopicPartition,
+    /// Its first record in the transaction.
+    pub position: i64,
+    /// Cancelled once the assignment whose records those were ended: then the partition's
+    /// next assignment (if any) starts from the committed position itself, and the rewind
+    /// must not move it (it could be behind what another member committed since).
+    pub assignment: CancellationToken,
+}
+
+/// Creates a new transactional producer (a new transactional id), not started yet.
+pub(crate) type NewProducer =
+    Box<dyn Fn() -> Result<Box<dyn TransactionalProducer>, String> + Send + Sync>;
 
 /// See the module docs.
 pub(crate) struct Transaction {
     /// Creates the producer that replaces a fenced one.
-    new_writers: NewWriters,
+    new_producer: NewProducer,
     state: Mutex<State>,
     max_records: usize,
     interval: Duration,
@@ -215,52 +177,34 @@ pub(crate) struct Transaction {
     pub(crate) full: tokio::sync::Notify,
     /// Woken when rewinds wait for the poll loop, or the producer failed for good.
     pub(crate) rewound: tokio::sync::Notify,
-    /// The consumer's group metadata now, for a commit that [`Transaction::apply`] makes
-    /// itself (a suspect's transaction of its own); set once the consumer runs.
-    group: std::sync::OnceLock<GroupMetadata>,
 }
 
-/// Where the consumer's group metadata is read (its generation changes at each rebalance).
-pub(crate) type GroupMetadata = Box<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>;
-
 impl Transaction {
-    /// The transaction of `dead_letters`' producer (transactional: `exactly_once`), committing
-    /// every `max_records` records or `interval`; `new_writers` makes the producer that
+    /// The transactions of `producer` (not started yet: [`Transaction::start`]), committing
+    /// every `max_records` records or `interval`; `new_producer` makes the producer that
     /// replaces a fenced one.
     pub(crate) fn new(
-        dead_letters: DeadLetterPublisher,
-        new_writers: NewWriters,
+        producer: Box<dyn TransactionalProducer>,
+        new_producer: NewProducer,
         max_records: usize,
         interval: Duration,
         metrics: Metrics,
     ) -> Self {
         Self {
-            new_writers,
-            state: Mutex::new(State::new(Writers::new(dead_letters))),
+            new_producer,
+            state: Mutex::new(State::new(producer)),
             max_records,
             interval,
             metrics,
             full: tokio::sync::Notify::new(),
             rewound: tokio::sync::Notify::new(),
-            group: std::sync::OnceLock::new(),
         }
-    }
-
-    /// Where commits made by [`Transaction::apply`] read the consumer's group metadata.
-    pub(crate) fn read_group_from(&self, group: GroupMetadata) {
-        let _ = self.group.set(group);
-    }
-
-    fn group_now(&self) -> Option<ConsumerGroupMetadata> {
-        self.group.get().and_then(|group| group())
     }
 
     /// Registers the producer with the transaction coordinator (fencing an earlier producer
     /// of its id) and opens the first transaction. Blocks.
-    pub(crate) fn init(&self) -> Result<(), KafkaError> {
-        let state = self.lock();
-        state.writers.producer.init_transactions(TIMEOUT)?;
-        state.writers.producer.begin_transaction()
+    pub(crate) fn start(&self) -> Result<(), String> {
+        self.lock().producer.start()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -278,7 +222,7 @@ impl Transaction {
         effect: Effect<'_>,
     ) -> Applied {
         let mut state = self.lock();
-        if state.fatal.is_some() || revoked.is_cancelled() || state.rewinding.contains(partition) {
+        if state.fatal.is_some() || revoked.is_cancelled() || state.rewinds_now(partition) {
             return Applied::Refused;
         }
         let offset = record.delivered_offset();
@@ -286,23 +230,28 @@ impl Transaction {
         let suspect = state.suspects.remove(&key);
         if suspect && !state.open.is_empty() {
             // Alone in its transaction: the one before commits first.
-            self.commit_locked(&mut state, self.group_now());
-            if state.fatal.is_some() || state.rewinding.contains(partition) {
+            self.commit_locked(&mut state);
+            if state.fatal.is_some() || state.rewinds_now(partition) {
                 return Applied::Refused;
             }
         }
         let too_large = state.too_large.remove(&key);
-        let w = &state.writers;
-        let (sent, output) = match (too_large, effect) {
-            (Some(TooLarge::Output(why)), _) => (w.dead_letter(record, &why, 1, false), false),
+        let p = state.producer.as_ref();
+        let (handed, output) = match (too_large, effect) {
+            (Some(TooLarge::Output(why)), _) => {
+                (dead_letter_instead(p, record, &why, 1, false), false)
+            }
             (Some(TooLarge::Exit), Effect::Exit(ExitWrite::Retry { left, .. })) => {
                 let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
-                (w.dead_letter(record, &left.error, attempts, true), false)
+                (
+                    dead_letter_instead(p, record, &left.error, attempts, true),
+                    false,
+                )
             }
-            (_, Effect::Handled(outputs)) => match w.produce(&outputs) {
-                Ok(sent) => (sent, true),
+            (_, Effect::Handled(outputs)) => match p.write_outputs(&outputs) {
+                Ok(handed) => (handed, true),
                 // The producer refused it before anything of it was written.
-                Err(why) => (w.dead_letter(record, &why, 1, false), false),
+                Err(why) => (dead_letter_instead(p, record, &why, 1, false), false),
             },
             // A dead letter refused as too large goes again as a reference, which fits.
             (
@@ -314,18 +263,17 @@ impl Transaction {
                 }),
             ) => {
                 let smallest = too_large == Some(TooLarge::Exit);
-                let sent = w
-                    .dead_letters
-                    .send_once(record, *kind, message, *attempts, smallest);
-                (vec![sent], false)
+                let handed = p.write_dead_letter(record, *kind, message, *attempts, smallest);
+                (vec![handed], false)
             }
             (_, Effect::Exit(ExitWrite::Retry { tier, due, left })) => (
-                vec![w.retries.send_once(record, *tier, *due, left.clone())],
+                vec![p.write_retry(record, *tier, *due, left.clone())],
                 false,
             ),
         };
-        for (topic, sent) in sent {
-            if let Err(error) = &sent {
+        for handed in handed {
+            if let Err(error) = &handed.answer {
+                let topic = &handed.topic;
                 state.doomed.get_or_insert_with(|| {
                     format!("the producer did not take a record for {topic}: {error}")
                 });
@@ -334,17 +282,19 @@ impl Transaction {
                 partition: partition.clone(),
                 offset,
                 output,
-                topic,
-                sent,
+                handed,
             });
         }
         state.open.add(partition, offset, Instant::now());
+        if !state.assignments.contains_key(partition) {
+            state.assignments.insert(partition.clone(), revoked.clone());
+        }
         if suspect {
             // Its transaction of its own commits now: if the broker refuses its writes as
             // too large again, they are its own.
             tracing::info!(event = "transaction_isolating", id = %record.id,
                 "committing the record alone: its writes were refused with others' as too large");
-            self.commit_locked(&mut state, self.group_now());
+            self.commit_locked(&mut state);
         } else if state.open.records() >= self.max_records {
             self.full.notify_one();
         }
@@ -366,15 +316,15 @@ impl Transaction {
             .unwrap_or(self.interval)
     }
 
-    /// Commits the open transaction with the positions of its records, as the member of
-    /// `group` (the consumer's metadata now), and opens the next; on failure aborts it and
-    /// rewinds its partitions. Blocks until the broker answered; records wait meanwhile.
-    pub(crate) fn commit(&self, group: Option<ConsumerGroupMetadata>) -> Committed {
+    /// Commits the open transaction with the positions of its records, as the group member
+    /// the consumer is now, and opens the next; on failure aborts it and rewinds its
+    /// partitions. Blocks until the broker answered; records wait meanwhile.
+    pub(crate) fn commit(&self) -> Committed {
         let mut state = self.lock();
-        self.commit_locked(&mut state, group)
+        self.commit_locked(&mut state)
     }
 
-    fn commit_locked(&self, state: &mut State, group: Option<ConsumerGroupMetadata>) -> Committed {
+    fn commit_locked(&self, state: &mut State) -> Committed {
         if let Some(fatal) = &state.fatal {
             return Committed::Fatal(fatal.clone());
         }
@@ -383,14 +333,21 @@ impl Transaction {
         }
         let started = Instant::now();
         let records = state.open.records();
-        let outcome = match (state.doomed.take(), group) {
-            (Some(why), _) => Err(why),
-            (None, None) => Err("the consumer has no group metadata".to_string()),
-            (None, Some(group)) => send_and_commit(&state.writers.producer, &state.open, &group),
+        let outcome = match state.doomed.take() {
+            Some(why) => Err(why),
+            None => {
+                let positions: Vec<_> = state
+                    .open
+                    .positions()
+                    .map(|(p, o)| (p.clone(), o))
+                    .collect();
+                state.producer.commit(&positions)
+            }
         };
         match outcome {
             Ok(()) => {
                 state.open.end();
+                state.assignments.clear();
                 state.pending.clear();
                 self.metrics
                     .transactions
@@ -401,7 +358,7 @@ impl Transaction {
                     .transaction_commit_seconds
                     .observe(started.elapsed().as_secs_f64());
                 tracing::debug!(event = "transaction_committed", records);
-                match state.writers.producer.begin_transaction() {
+                match state.producer.begin() {
                     Ok(()) => Committed::Records(records),
                     Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
                 }
@@ -416,7 +373,7 @@ impl Transaction {
         if why.starts_with("fatal: ") {
             return self.fail(state, why);
         }
-        if let Err(e) = state.writers.producer.abort_transaction(TIMEOUT) {
+        if let Err(e) = state.producer.abort() {
             return self.fail(
                 state,
                 format!("could not abort the transaction ({why}): {e}"),
@@ -424,18 +381,11 @@ impl Transaction {
         }
         let mut refused = HashMap::new();
         for pending in state.pending.drain(..).collect::<Vec<_>>() {
-            let error = match pending.sent {
-                Ok(delivery) => match delivery.now_or_never() {
-                    Some(Ok(Err((error, _)))) => Some(error),
-                    _ => None,
-                },
-                Err(error) => Some(error),
-            };
-            if let Some(error) = error.filter(is_too_large) {
+            let topic = pending.handed.topic.clone();
+            if let Some(error) = pending.handed.refused_now().filter(is_too_large) {
                 let too_large = if pending.output {
                     TooLarge::Output(format!(
-                        "output to {} is too large for the topic: {error}",
-                        pending.topic
+                        "output to {topic} is too large for the topic: {error}"
                     ))
                 } else {
                     TooLarge::Exit
@@ -455,7 +405,7 @@ impl Transaction {
         let partitions = self.rewind_open(state);
         tracing::warn!(event = "transaction_aborted", error = %why, partitions,
             "the transaction's records are consumed again from their partitions' committed positions");
-        match state.writers.producer.begin_transaction() {
+        match state.producer.begin() {
             Ok(()) => Committed::Aborted(why),
             Err(e) => self.fail(state, format!("could not begin a transaction: {e}")),
         }
@@ -469,11 +419,19 @@ impl Transaction {
             .transactions
             .with_label_values(&["aborted"])
             .inc();
-        state
-            .rewinding
-            .extend(rewinds.iter().map(|(p, _)| p.clone()));
         let partitions = rewinds.len();
-        state.rewinds.extend(rewinds);
+        for (partition, position) in rewinds {
+            let assignment = state.assignments.remove(&partition).unwrap_or_default();
+            state
+                .rewinding
+                .insert(partition.clone(), assignment.clone());
+            state.rewinds.push(Rewind {
+                partition,
+                position,
+                assignment,
+            });
+        }
+        state.assignments.clear();
         self.rewound.notify_one();
         partitions
     }
@@ -486,18 +444,13 @@ impl Transaction {
     fn fail(&self, state: &mut State, why: String) -> Committed {
         tracing::error!(event = "transaction_failed", error = %why,
             "the transactional producer cannot go on; starting a new one");
-        let renewed = (self.new_writers)().and_then(|dead_letters| {
-            let writers = Writers::new(dead_letters);
-            writers
-                .producer
-                .init_transactions(TIMEOUT)
-                .and_then(|()| writers.producer.begin_transaction())
-                .map_err(|e| e.to_string())?;
-            Ok(writers)
+        let renewed = (self.new_producer)().and_then(|producer| {
+            producer.start()?;
+            Ok(producer)
         });
         match renewed {
-            Ok(writers) => {
-                state.writers = writers;
+            Ok(producer) => {
+                state.producer = producer;
                 state.pending.clear();
                 state.doomed = None;
                 let partitions = self.rewind_open(state);
@@ -517,7 +470,7 @@ impl Transaction {
 
     /// The rewinds waiting for the poll loop, each partition and where it starts again; or
     /// why the producer cannot go on.
-    pub(crate) fn take_rewinds(&self) -> Result<Vec<(TopicPartition, i64)>, String> {
+    pub(crate) fn take_rewinds(&self) -> Result<Vec<Rewind>, String> {
         let mut state = self.lock();
         match &state.fatal {
             Some(fatal) => Err(fatal.clone()),
@@ -525,61 +478,12 @@ impl Transaction {
         }
     }
 
-    /// `partition` starts again (a fresh worker, after the seek): its records are taken again.
-    pub(crate) fn restarted(&self, partition: &TopicPartition) {
-        self.lock().rewinding.remove(partition);
-    }
-}
-
-/// Sends the positions of `open` as the member of `group` and commits, on `producer`; what
-/// went wrong, `fatal: `-prefixed when the producer cannot go on.
-fn send_and_commit(
-    producer: &FutureProducer<LogContext>,
-    open: &Open,
-    group: &ConsumerGroupMetadata,
-) -> Result<(), String> {
-    let mut offsets = TopicPartitionList::new();
-    for ((topic, partition), position) in open.positions() {
-        offsets
-            .add_partition_offset(topic, *partition, Offset::Offset(position))
-            .map_err(|e| e.to_string())?;
-    }
-    let fatal = |e: &KafkaError| match e {
-        KafkaError::Transaction(e) => e.is_fatal(),
-        _ => false,
-    };
-    let describe = |e: KafkaError| {
-        if fatal(&e) {
-            format!("fatal: {e}")
-        } else {
-            e.to_string()
-        }
-    };
-    // Right after an abort the producer may still be getting its new epoch: the offsets
-    // are sent again for a while rather than the transaction aborted again.
-    let mut tries = 0;
-    loop {
-        match producer.send_offsets_to_transaction(&offsets, group, TIMEOUT) {
-            Ok(()) => break,
-            Err(KafkaError::Transaction(e))
-                if !e.is_fatal()
-                    && !e.txn_requires_abort()
-                    && (e.is_retriable() || e.code() == RDKafkaErrorCode::State)
-                    && tries < 20 =>
-            {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(describe(e)),
-        }
-    }
-    // A commit that timed out may be tried again (librdkafka: retriable).
-    let mut tries = 0;
-    loop {
-        match producer.commit_transaction(TIMEOUT) {
-            Ok(()) => return Ok(()),
-            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < 3 => tries += 1,
-            Err(e) => return Err(describe(e)),
-        }
+    /// Forgets the rewinds whose assignments have ended (the rewind started a new one, or a
+    /// revocation ended it): the partitions' records are taken again. A rewind of a later
+    /// assignment of the same partition stays.
+    pub(crate) fn restarted(&self) {
+        self.lock()
+            .rewinding
+            .retain(|_, assignment| !assignment.is_cancelled());
     }
 }

@@ -1,8 +1,11 @@
 //! The open transaction's bookkeeping, pure: the position each partition reaches in it, where
 //! each would rewind to if it aborts, how many records settled in it, and when it is due.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+// tokio's clock: the simulation runs the transaction on a paused one.
+use tokio::time::Instant;
 
 /// A topic and partition.
 pub(crate) type TopicPartition = (String, i32);
@@ -11,10 +14,10 @@ pub(crate) type TopicPartition = (String, i32);
 #[derive(Debug, Default)]
 pub(crate) struct Open {
     /// The next offset to consume of each partition, once the transaction commits.
-    positions: HashMap<TopicPartition, i64>,
+    positions: BTreeMap<TopicPartition, i64>,
     /// Each partition's first record in the transaction: where it starts again if the
     /// transaction aborts (its records settle in order, so that is its committed position).
-    firsts: HashMap<TopicPartition, i64>,
+    firsts: BTreeMap<TopicPartition, i64>,
     records: usize,
     /// When its first record settled.
     since: Option<Instant>,
@@ -58,14 +61,14 @@ impl Open {
             .map(|since| (since + interval).saturating_duration_since(now))
     }
 
-    /// The positions its commit stores.
+    /// The positions its commit stores, in partition order.
     pub(crate) fn positions(&self) -> impl Iterator<Item = (&TopicPartition, i64)> {
         self.positions.iter().map(|(p, o)| (p, *o))
     }
 
-    /// Ends it: where each of its partitions starts again if it aborted.
+    /// Ends it: where each of its partitions starts again if it aborted, in partition order.
     pub(crate) fn end(&mut self) -> Vec<(TopicPartition, i64)> {
-        let rewinds = self.firsts.drain().collect();
+        let rewinds = std::mem::take(&mut self.firsts).into_iter().collect();
         *self = Open::default();
         rewinds
     }

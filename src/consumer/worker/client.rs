@@ -134,6 +134,35 @@ impl Client for KafkaClient {
     }
 }
 
+/// How long a rewind's seek may take.
+const SEEK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl crate::consumer::transaction::Seek for KafkaClient {
+    fn seek<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+        position: i64,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
+        Box::pin(async move {
+            // Waits for librdkafka: off the async threads.
+            tokio::task::spawn_blocking(move || {
+                consumer.seek(&topic, p, Offset::Offset(position), SEEK_TIMEOUT)
+            })
+            .await
+            .expect("seek does not panic")
+            .map_err(|e| e.to_string())
+        })
+    }
+
+    fn resume_partition(&self, partition: &TopicPartition) {
+        if let Err(error) = self.resume(std::slice::from_ref(partition)) {
+            tracing::warn!(event = "partition_resume_failed", topic = %partition.0,
+                partition = partition.1, %error, "the rewound partition may stay paused");
+        }
+    }
+}
+
 /// Starts the retry or redrive partition `topic`/`partition` at its first record.
 ///
 /// librdkafka refuses a seek (`Erroneous state`) until the partition's fetcher has started,

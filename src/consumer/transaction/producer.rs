@@ -1,0 +1,254 @@
+//! The transactional producer as the transaction uses it: begin, hand writes over, commit
+//! with the group's offsets, abort. A trait so that the seeded simulation runs the real
+//! [`Transaction`](super::Transaction) against a simulated coordinator
+//! (`worker/simulation/coordinator.rs`); [`KafkaProducer`] is librdkafka's.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::TopicPartition;
+use crate::dlq::DeadLetterPublisher;
+use crate::failure::DeadLetterKind;
+use crate::handler::Output;
+use crate::kafka::send::{is_too_large, Sent};
+use crate::record::retry::RetryStage;
+use crate::record::Record;
+use crate::retry_tier::RetryWriter;
+
+/// How long one transactional call to the broker may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A write handed to the producer in the open transaction: its topic, and the error the
+/// broker answered it with (`None` once acknowledged), or why the producer refused it at once.
+pub(crate) struct Handed {
+    pub topic: String,
+    pub answer: Result<BoxFuture<'static, Option<KafkaError>>, KafkaError>,
+}
+
+impl Handed {
+    fn from_sent(topic: String, sent: Sent) -> Self {
+        let answer = sent.map(|delivery| {
+            delivery
+                .map(|answered| match answered {
+                    Ok(Err((error, _))) => Some(error),
+                    // Acknowledged, or the producer went away (its transaction with it).
+                    Ok(Ok(_)) | Err(_) => None,
+                })
+                .boxed()
+        });
+        Self { topic, answer }
+    }
+
+    /// The error it was refused with, if the answer is known now.
+    pub(crate) fn refused_now(self) -> Option<KafkaError> {
+        match self.answer {
+            Ok(answer) => answer.now_or_never().flatten(),
+            Err(error) => Some(error),
+        }
+    }
+}
+
+/// One transactional producer (one transactional id). Every call but the `write` ones waits
+/// for the coordinator. An `Err` starting with `fatal: ` says the producer cannot go on
+/// (fenced); any other says the open transaction must abort.
+pub(crate) trait TransactionalProducer: Send {
+    /// Registers with the coordinator (fencing an earlier producer of the id) and begins the
+    /// first transaction.
+    fn start(&self) -> Result<(), String>;
+
+    /// Begins the next transaction.
+    fn begin(&self) -> Result<(), String>;
+
+    /// Hands `outputs` over. `Err` (the reason) when the first is refused at once as too
+    /// large: nothing of them was handed over. A later refusal dooms the transaction instead
+    /// (its [`Handed::answer`] is the error).
+    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String>;
+
+    /// Hands `record`'s dead letter over (`smallest`: as a reference, the payload left out).
+    fn write_dead_letter(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        smallest: bool,
+    ) -> Handed;
+
+    /// Hands `record`'s retry record for `tier`, due at `due`, over.
+    fn write_retry(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+    ) -> Handed;
+
+    /// Sends `positions` as the group member the consumer is now (KIP-447: a member whose
+    /// generation is over is refused) and commits.
+    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), String>;
+
+    /// Aborts the open transaction.
+    fn abort(&self) -> Result<(), String>;
+}
+
+/// Where the consumer's group metadata is read (its generation changes at each rebalance);
+/// set once the consumer exists.
+pub(crate) type GroupReader =
+    Arc<OnceLock<Box<dyn Fn() -> Option<ConsumerGroupMetadata> + Send + Sync>>>;
+
+/// librdkafka's transactional producer (`transactional.id` set: `exactly_once`), with the
+/// dead-letter and retry writers over it.
+pub(crate) struct KafkaProducer {
+    producer: FutureProducer<crate::kafka::LogContext>,
+    dead_letters: DeadLetterPublisher,
+    retries: RetryWriter,
+    group: GroupReader,
+}
+
+impl KafkaProducer {
+    /// The producer of `dead_letters`, committing as the member `group` reads.
+    pub(crate) fn new(dead_letters: DeadLetterPublisher, group: GroupReader) -> Self {
+        Self {
+            producer: dead_letters.producer().clone(),
+            retries: RetryWriter::new(&dead_letters),
+            dead_letters,
+            group,
+        }
+    }
+}
+
+impl TransactionalProducer for KafkaProducer {
+    fn start(&self) -> Result<(), String> {
+        self.producer
+            .init_transactions(TIMEOUT)
+            .and_then(|()| self.producer.begin_transaction())
+            .map_err(|e| e.to_string())
+    }
+
+    fn begin(&self) -> Result<(), String> {
+        self.producer.begin_transaction().map_err(|e| e.to_string())
+    }
+
+    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
+        let mut handed = Vec::with_capacity(outputs.len());
+        for output in outputs {
+            let mut headers =
+                rdkafka::message::OwnedHeaders::new_with_capacity(output.headers.len());
+            for (name, value) in &output.headers {
+                headers = crate::kafka::headers::add(headers, name.as_bytes(), Some(value));
+            }
+            let mut record = FutureRecord::<[u8], [u8]>::to(&output.topic).headers(headers);
+            if let Some(value) = output.value.as_deref() {
+                record = record.payload(value);
+            }
+            if let Some(key) = output.key.as_deref() {
+                record = record.key(key);
+            }
+            let sent = self.producer.send_result(record).map_err(|(e, _)| e);
+            match sent {
+                Err(error) if is_too_large(&error) && handed.is_empty() => {
+                    return Err(format!(
+                        "output to {} is too large for the producer: {error}",
+                        output.topic
+                    ))
+                }
+                sent => handed.push(Handed::from_sent(output.topic.clone(), sent)),
+            }
+        }
+        Ok(handed)
+    }
+
+    fn write_dead_letter(
+        &self,
+        record: &Record,
+        kind: DeadLetterKind,
+        message: &str,
+        attempts: u32,
+        smallest: bool,
+    ) -> Handed {
+        let (topic, sent) = self
+            .dead_letters
+            .send_once(record, kind, message, attempts, smallest);
+        Handed::from_sent(topic, sent)
+    }
+
+    fn write_retry(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+    ) -> Handed {
+        let (topic, sent) = self.retries.send_once(record, tier, due, left);
+        Handed::from_sent(topic, sent)
+    }
+
+    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), String> {
+        let group = self.group.get().and_then(|read| read());
+        let Some(group) = group else {
+            return Err("the consumer has no group metadata".to_string());
+        };
+        send_and_commit(&self.producer, positions, &group)
+    }
+
+    fn abort(&self) -> Result<(), String> {
+        self.producer
+            .abort_transaction(TIMEOUT)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Sends `positions` as the member of `group` and commits, on `producer`; what went wrong,
+/// `fatal: `-prefixed when the producer cannot go on.
+fn send_and_commit(
+    producer: &FutureProducer<crate::kafka::LogContext>,
+    positions: &[(TopicPartition, i64)],
+    group: &ConsumerGroupMetadata,
+) -> Result<(), String> {
+    let mut offsets = TopicPartitionList::new();
+    for ((topic, partition), position) in positions {
+        offsets
+            .add_partition_offset(topic, *partition, Offset::Offset(*position))
+            .map_err(|e| e.to_string())?;
+    }
+    let describe = |e: KafkaError| match &e {
+        KafkaError::Transaction(t) if t.is_fatal() => format!("fatal: {e}"),
+        _ => e.to_string(),
+    };
+    // Right after an abort the producer may still be getting its new epoch: the offsets
+    // are sent again for a while rather than the transaction aborted again.
+    let mut tries = 0;
+    loop {
+        match producer.send_offsets_to_transaction(&offsets, group, TIMEOUT) {
+            Ok(()) => break,
+            Err(KafkaError::Transaction(e))
+                if !e.is_fatal()
+                    && !e.txn_requires_abort()
+                    && (e.is_retriable() || e.code() == RDKafkaErrorCode::State)
+                    && tries < 20 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(describe(e)),
+        }
+    }
+    // A commit that timed out may be tried again (librdkafka: retriable).
+    let mut tries = 0;
+    loop {
+        match producer.commit_transaction(TIMEOUT) {
+            Ok(()) => return Ok(()),
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < 3 => tries += 1,
+            Err(e) => return Err(describe(e)),
+        }
+    }
+}
