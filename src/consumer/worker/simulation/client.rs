@@ -71,3 +71,18 @@ impl Client for SimClient {
         self.world.lock().now()
     }
 }
+
+impl crate::consumer::transaction::Seek for SimClient {
+    fn seek<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+        position: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        let sought = self.world.lock().seek(self.member, partition, position);
+        Box::pin(async move { sought })
+    }
+
+    fn resume_partition(&self, partition: &TopicPartition) {
+        self.world.lock().resume(self.member, partition);
+    }
+}

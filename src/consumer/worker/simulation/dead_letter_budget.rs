@@ -30,7 +30,7 @@ fn one_member(
             max_retries: 3,
             ..settings(Mode::InOrder, &Default::default())
         };
-        let member = member(&world, 0, &config, budget_kib);
+        let member = member(&world, 0, &config, budget_kib, None);
         body(world, member).await;
     });
 }

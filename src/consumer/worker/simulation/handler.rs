@@ -2,7 +2,9 @@
 //! seed — wait (not at all, a yield, a sleep, one that outlives a revocation), then succeed,
 //! fail transiently n times, fail permanently or panic; while the downstream is down every
 //! call fails transiently. In a batch, a failure fails the batch, or half the time comes back
-//! as a partial response naming the failed records.
+//! as a partial response naming the failed records. Exactly once, a successful call outputs
+//! one record per input, naming where the input was delivered (some too large for its
+//! topic).
 
 use std::time::Duration;
 
@@ -52,13 +54,20 @@ impl BatchHandler for SimHandler {
 impl SimHandler {
     /// One call of `records`, as their plans say.
     async fn call(&self, records: &[Record]) -> Result<(), HandlerError> {
-        let (results, wait, down, partial) = {
+        // What an earlier, failed call produced is not this call's.
+        crate::handler::output::set(Vec::new());
+        let (results, wait, down, partial, outputs) = {
             let mut world = self.world.lock();
             let down = world.downstream_down;
             let mut wait = Wait::None;
             let mut results = Vec::with_capacity(records.len());
+            let mut outputs = world.exactly_once.is_some().then(Vec::new);
             for record in records {
                 let (plan, call) = world.called(record);
+                if let Some(outputs) = outputs.as_mut() {
+                    let too_large = matches!(plan.outcome, Outcome::TooLarge);
+                    outputs.push(super::producer::output_of(record, too_large));
+                }
                 wait = match (wait, plan.wait) {
                     (Wait::Sleep(a), Wait::Sleep(b)) => Wait::Sleep(a.max(b)),
                     (Wait::Sleep(a), _) | (_, Wait::Sleep(a)) => Wait::Sleep(a),
@@ -66,7 +75,7 @@ impl SimHandler {
                     _ => Wait::None,
                 };
                 results.push(match plan.outcome {
-                    Outcome::Ok => Ok(()),
+                    Outcome::Ok | Outcome::TooLarge => Ok(()),
                     Outcome::Transient(n) if call <= n => {
                         Err(HandlerError::transient(format!("try {call} of {n}")))
                     }
@@ -76,7 +85,11 @@ impl SimHandler {
                 });
             }
             let partial = records.len() > 1 && world.rng.bool();
-            (results, wait, down, partial)
+            if world.looping() {
+                // Time passes, so the schedule's next check reports the loop.
+                wait = Wait::Sleep(1_000);
+            }
+            (results, wait, down, partial, outputs)
         };
         match wait {
             Wait::None => {}
@@ -96,6 +109,9 @@ impl SimHandler {
         if results.iter().all(Result::is_ok) {
             for record in records {
                 world.handled(record);
+            }
+            if let Some(outputs) = outputs {
+                crate::handler::output::set(outputs);
             }
             return Ok(());
         }

@@ -15,10 +15,12 @@ use super::super::Shared;
 use super::client::SimClient;
 use super::handler::SimHandler;
 use super::poll_loop::poll_loop;
+use super::producer::SimProducer;
 use super::world::{WorldRef, SOURCE};
 use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
 use crate::consumer::assignments::{Assigned, Assignments};
+use crate::consumer::transaction::{commit_when_due, rewind, Transaction, TransactionalProducer};
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
 
@@ -35,7 +37,20 @@ pub(super) struct SimMember {
     pub shared: Arc<Shared<SimHandler>>,
     pub assignments: Arc<Assignments>,
     /// Where `assignments` sends newly assigned partitions.
-    assigned: Mutex<mpsc::UnboundedReceiver<Assigned>>,
+    assigned: Arc<Mutex<mpsc::UnboundedReceiver<Assigned>>>,
+    /// Exactly once: the workers its poll loop started again after an aborted transaction,
+    /// for the schedule to take over.
+    pub restarted: Restarted,
+}
+
+/// Workers a poll loop started again, each with its partition.
+pub(super) type Restarted = Arc<Mutex<Vec<(TopicPartition, JoinHandle<()>)>>>;
+
+/// Exactly once: how many records, or how long, a member's transactions take at most.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Transactions {
+    pub records: usize,
+    pub interval: Duration,
 }
 
 /// A consumer's settings for `mode` and `tiers`, its breaker quick to open and probe; the
@@ -68,11 +83,16 @@ pub(super) fn settings(mode: Mode, tiers: &RetryTiers) -> ConsumerConfig {
 /// Member `member`'s workers, set up from `config` as the consumer sets them up, over the
 /// world: its consumer, writes and handler, `budget_kib` of dead-letter budget; its
 /// partitions, and its poll loop, started (it runs until the runtime ends).
+///
+/// With `transactions` (exactly once) its workers settle into a transaction of a
+/// [`SimProducer`], committed when due by the real committer, and its poll loop rewinds the
+/// partitions of aborted ones with the real rewind.
 pub(super) fn member(
     world: &WorldRef,
     member: usize,
     config: &ConsumerConfig,
     budget_kib: usize,
+    transactions: Option<Transactions>,
 ) -> SimMember {
     let metrics = Metrics::new();
     let (sender, assigned) = mpsc::unbounded_channel();
@@ -95,16 +115,40 @@ pub(super) fn member(
         world: world.clone(),
         member,
     });
-    let shared = Shared::new(config, handler, metrics, exits, client).expect("valid settings");
+    let shared =
+        Shared::new(config, handler, metrics.clone(), exits, client).expect("valid settings");
+    let transaction = transactions.map(|t| {
+        let for_new = world.clone();
+        Arc::new(Transaction::new(
+            Box::new(SimProducer::new(world, member)),
+            Box::new(move || {
+                Ok(Box::new(SimProducer::new(&for_new, member)) as Box<dyn TransactionalProducer>)
+            }),
+            t.records,
+            t.interval,
+            metrics.clone(),
+        ))
+    });
     let shared = Arc::new(Shared {
         dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+        transaction: transaction.clone(),
         ..shared
     });
-    SimMember {
+    let sim = SimMember {
         shared,
         assignments,
-        assigned: Mutex::new(assigned),
+        assigned: Arc::new(Mutex::new(assigned)),
+        restarted: Arc::default(),
+    };
+    if let Some(transaction) = transaction {
+        tokio::spawn(commit_when_due(
+            transaction.clone(),
+            CancellationToken::new(),
+            |t| async move { Some(t.commit()) },
+        ));
+        tokio::spawn(sim.rewinds(world.clone(), member, transaction));
     }
+    sim
 }
 
 impl SimMember {
@@ -130,10 +174,47 @@ impl SimMember {
     }
 
     /// `tp` revoked from this member (`member`): the rebalance callback ends its assignment
-    /// and commits the positions stored so far.
+    /// and commits the positions stored so far (exactly once: the open transaction).
     pub(super) fn revoke(&self, world: &WorldRef, member: usize, tp: &TopicPartition) {
         self.assignments.rebalancing();
         self.assignments.revoke(std::slice::from_ref(tp));
+        if let Some(transaction) = &self.shared.transaction {
+            transaction.commit();
+        }
         world.lock().revoke(member, tp);
+    }
+
+    /// The poll loop's part in exactly once: each time a transaction aborted, the real
+    /// rewind of its partitions, and their new workers started.
+    fn rewinds(
+        &self,
+        world: WorldRef,
+        member: usize,
+        transaction: Arc<Transaction>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (shared, assignments) = (self.shared.clone(), self.assignments.clone());
+        let (assigned, restarted) = (self.assigned.clone(), self.restarted.clone());
+        async move {
+            let seek = SimClient {
+                world: world.clone(),
+                member,
+            };
+            let sources = [SOURCE.to_string()];
+            loop {
+                transaction.rewound.notified().await;
+                if let Err(why) = rewind(&transaction, &seek, &assignments).await {
+                    world
+                        .lock()
+                        .violations
+                        .push(format!("member {member} stopped: {why}"));
+                    return;
+                }
+                while let Ok(new) = assigned.lock().expect("assigned lock").try_recv() {
+                    let tp = (new.topic.clone(), new.partition);
+                    let handle = tokio::spawn(super::super::start(&shared, new, &sources));
+                    restarted.lock().expect("restarted lock").push((tp, handle));
+                }
+            }
+        }
     }
 }

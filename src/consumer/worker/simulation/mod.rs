@@ -35,6 +35,14 @@
 //! and at the end, with the outages over and every partition assigned, that every record is
 //! settled and committed (none dropped, none stalled).
 //!
+//! Exactly once ([`schedule::Variant::ExactlyOnce`]) the members' workers settle into the
+//! real transaction over a simulated coordinator ([`coordinator`], [`producer`]), committed by the real
+//! committer and rewound by the real rewind; commits are refused, producers fenced, members
+//! lose partitions without knowing (zombies) and outputs are too large, in every schedule. At
+//! every commit: a committed offset implies exactly one committed effect (output, dead letter
+//! or retry record) of each record before it, and no record has two. Handler calls that go
+//! round without the simulated clock moving are a violation too (a loop no step would end).
+//!
 //! The same seed gives the same schedule: one thread, tokio's paused clock, `biased`
 //! selects in the worker, seeded jitter. It runs on the simulation kernel
 //! (`consumer::simulation`): `KAFKA_DLQ_SIMULATION_SCHEDULES=N` runs N schedules (default
@@ -42,11 +50,13 @@
 //! replays one.
 
 mod client;
+mod coordinator;
 mod dead_letter_budget;
 mod handler;
 mod member;
 mod plan;
 mod poll_loop;
+mod producer;
 mod replay;
 mod schedule;
 mod world;
@@ -90,6 +100,22 @@ fn replayed_dead_letters_are_handled_from_the_redrive_topic_in_every_schedule() 
     );
 }
 
+/// The same schedules exactly once: every settled record's output, dead letter or retry
+/// record goes into its member's transaction with its offset; commits are refused (the
+/// transaction aborts and its partitions rewind), producers are fenced (a new one takes
+/// over), members lose partitions without knowing (their commits are refused), outputs are
+/// too large. In every schedule at least one transaction aborts and one producer is fenced,
+/// and a committed offset implies exactly one committed effect of each record before it. A
+/// quarter as many.
+#[test]
+fn every_committed_offset_has_exactly_one_committed_effect_in_every_schedule() {
+    run_variant(
+        "every_committed_offset_has_exactly_one_committed_effect",
+        Variant::ExactlyOnce,
+        4,
+    );
+}
+
 /// A seed replays exactly: the same events, fields and simulated times, run twice. A schedule
 /// that took another path the second time (a `select!` picking a branch at random, a wall
 /// clock read) could not be replayed from its seed.
@@ -97,7 +123,13 @@ fn replayed_dead_letters_are_handled_from_the_redrive_topic_in_every_schedule() 
 fn a_seed_replays_the_same_trace() {
     crate::consumer::simulation::quiet();
     let seeds = (0..20).map(|seed| (seed, Variant::Plain));
-    for (seed, variant) in seeds.chain([(2, Variant::Redrive), (3, Variant::OtherGroup)]) {
+    let others = [
+        (2, Variant::Redrive),
+        (3, Variant::OtherGroup),
+        (4, Variant::ExactlyOnce),
+        (5, Variant::ExactlyOnce),
+    ];
+    for (seed, variant) in seeds.chain(others) {
         crate::consumer::simulated_trace::assert_replays(
             &format!("seed {seed} ({variant:?})"),
             || schedule::run(seed, variant),
@@ -118,6 +150,10 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
             "replayed_dead_letters_are_handled_from_the_redrive_topic",
             Variant::Redrive,
         ),
+        (
+            "every_committed_offset_has_exactly_one_committed_effect",
+            Variant::ExactlyOnce,
+        ),
     ] {
         let seeds = REGRESSIONS.iter().filter(|r| r.1 == variant).map(|r| r.0);
         run_all(test, seeds, |seed| schedule::run(seed, variant));
@@ -132,6 +168,16 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
 /// unit test `a_workers_hold_and_the_inboxs_pause_never_undo_each_other` does): they stay as
 /// schedules that must keep the guarantees.
 const REGRESSIONS: &[(u64, Variant, &str)] = &[
+    (
+        21,
+        Variant::ExactlyOnce,
+        "a rewind waiting when its partition was revoked and assigned to the same member again moved the new assignment back behind what another member had committed: an effect committed twice (#38)",
+    ),
+    (
+        14,
+        Variant::ExactlyOnce,
+        "a zombie's refused commits aborted and rewound with no pause, calling the handler again and again (#38)",
+    ),
     (
         10023956,
         Variant::Plain,

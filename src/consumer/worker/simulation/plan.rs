@@ -26,4 +26,6 @@ pub(super) enum Outcome {
     Transient(u32),
     Permanent,
     Panic,
+    /// Succeeds with an output larger than its topic accepts (exactly once).
+    TooLarge,
 }

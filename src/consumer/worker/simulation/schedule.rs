@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::super::client::TopicPartition;
-use super::member::{member, settings, Mode, SimMember};
+use super::member::{member, settings, Mode, SimMember, Transactions};
 use super::plan::{Outcome, Plan, Wait};
 use super::replay::replay;
 use super::world::{World, WorldRef, GROUP, SOURCE};
@@ -25,6 +25,13 @@ pub(super) struct Report {
     pub records: usize,
     pub handled: usize,
     pub dead_letters: u64,
+    /// Exactly once: transactions committed, aborted, producers fenced, commits of zombies
+    /// refused, and the writes aborted transactions had made.
+    pub commits: u64,
+    pub aborts: u64,
+    pub fences: u64,
+    pub zombie_refusals: u64,
+    pub aborted_writes: u64,
 }
 
 impl crate::consumer::simulation::Summary for Report {
@@ -33,6 +40,11 @@ impl crate::consumer::simulation::Summary for Report {
         self.records += one.records;
         self.handled += one.handled;
         self.dead_letters += one.dead_letters;
+        self.commits += one.commits;
+        self.aborts += one.aborts;
+        self.fences += one.fences;
+        self.zombie_refusals += one.zombie_refusals;
+        self.aborted_writes += one.aborted_writes;
     }
 
     fn handled_nothing(&self) -> bool {
@@ -46,7 +58,15 @@ impl std::fmt::Display for Report {
             f,
             "{} schedules, {} records, {} handled, {} dead letters",
             self.schedules, self.records, self.handled, self.dead_letters
-        )
+        )?;
+        if self.commits > 0 {
+            write!(
+                f,
+                "; {} transactions committed, {} aborted ({} writes discarded), {} producers fenced, {} commits of zombies refused",
+                self.commits, self.aborts, self.aborted_writes, self.fences, self.zombie_refusals
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -81,6 +101,10 @@ pub(super) enum Variant {
     /// `dlq replay` putting dead letters back on the group's redrive topic now and then,
     /// some claiming to be due in 2099.
     Redrive,
+    /// Exactly once (in order, one record at a time): outputs, dead letters and retry records
+    /// committed with the offsets in transactions; commits refused (aborts), producers fenced,
+    /// members that lost partitions without knowing (zombies), outputs too large.
+    ExactlyOnce,
 }
 
 struct Run {
@@ -101,6 +125,11 @@ struct Run {
     /// Paused partitions nothing holds, since when.
     unheld: BTreeMap<(usize, TopicPartition), tokio::time::Instant>,
     mode: Mode,
+    /// With [`Variant::ExactlyOnce`]: the faults of the transactions.
+    faults: Option<fastrand::Rng>,
+    /// Members working on a partition the group gave another (their worker's handle): they
+    /// do not know until their revocation callback runs ([`Run::wake`]).
+    zombies: Vec<(usize, TopicPartition, JoinHandle<()>)>,
 }
 
 /// Runs the schedule of `seed` with `variant`; `Err` names the first broken guarantee.
@@ -119,6 +148,7 @@ pub(super) fn run(seed: u64, variant: Variant) -> Result<Report, String> {
 
 async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     let mut rng = fastrand::Rng::with_seed(seed);
+    let exactly_once = variant == Variant::ExactlyOnce;
     let mode = match rng.u8(0..3) {
         0 => Mode::InOrder,
         1 => Mode::Batch {
@@ -129,6 +159,8 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
             max_in_flight: [1, 2, 4, 16, 64][rng.usize(0..5)],
         },
     };
+    // Exactly once settles one record at a time, in order (the settings refuse the others).
+    let mode = if exactly_once { Mode::InOrder } else { mode };
     let tiers = match rng.u8(0..4) {
         0 | 1 => RetryTiers::default(),
         2 => RetryTiers::new([rng.u64(20..=500)]),
@@ -144,6 +176,12 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         (variant == Variant::OtherGroup).then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
     let redrive = variant == Variant::Redrive;
     world.dead_lettered = redrive.then(Vec::new);
+    let mut faults = exactly_once.then(|| fastrand::Rng::with_seed(seed ^ 0xe05));
+    world.exactly_once = exactly_once.then(Default::default);
+    let transactions = faults.as_mut().map(|rng| Transactions {
+        records: [1, 3, 20, 1_000][rng.usize(0..4)],
+        interval: Duration::from_millis([5, 50, 300][rng.usize(0..3)]),
+    });
     let world = WorldRef::new(world);
     let max_retries = rng.u32(0..=3);
     let config = ConsumerConfig {
@@ -163,7 +201,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         partitions.push((redrive_topic(SOURCE, GROUP), 0));
     }
     let members = (0..MEMBERS)
-        .map(|m| member(&world, m, &config, budget_kib))
+        .map(|m| member(&world, m, &config, budget_kib, transactions))
         .collect();
     let mut run = Run {
         seed,
@@ -180,6 +218,8 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         tiers,
         unheld: BTreeMap::new(),
         mode,
+        faults,
+        zombies: Vec::new(),
     };
     // Mostly small partitions; sometimes ones long enough that a worker takes more records
     // in one poll than tokio's budget allows (128).
@@ -200,13 +240,30 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     run.heal().await?;
     run.shutdown().await?;
     run.check_handler_time()?;
+    let context = run.context();
     let world = run.world.lock();
-    Ok(Report {
+    let mut report = Report {
         schedules: 1,
         records: world.partitions.values().map(|p| p.log.len()).sum(),
         handled: world.partitions.values().map(|p| p.handled.len()).sum(),
         dead_letters: world.dead_letters,
-    })
+        ..Report::default()
+    };
+    if let Some(c) = &world.exactly_once {
+        if c.aborts == 0 || c.fences == 0 {
+            return Err(format!(
+                "the schedule aborted {} transactions and fenced {} producers: every schedule must do both; {context}",
+                c.aborts, c.fences
+            ));
+        }
+        report.dead_letters = c.dead_letters;
+        report.commits = c.commits;
+        report.aborts = c.aborts;
+        report.fences = c.fences;
+        report.zombie_refusals = c.zombie_refusals;
+        report.aborted_writes = c.aborted_writes;
+    }
+    Ok(report)
 }
 
 impl Run {
@@ -220,6 +277,7 @@ impl Run {
                 Variant::Plain => "",
                 Variant::OtherGroup => ", another group's retry records",
                 Variant::Redrive => ", replays to the redrive topic",
+                Variant::ExactlyOnce => ", exactly once",
             },
         )
     }
@@ -242,6 +300,12 @@ impl Run {
                 34..=37 => Outcome::Permanent,
                 _ => Outcome::Panic,
             };
+            let too_large = self.faults.as_mut().is_some_and(|f| f.u8(0..60) == 0);
+            let outcome = if too_large {
+                Outcome::TooLarge
+            } else {
+                outcome
+            };
             world.produce(partition, Some(vec![b'k', key]), Plan { wait, outcome });
         }
     }
@@ -250,11 +314,21 @@ impl Run {
         (0..MEMBERS).find(|m| self.workers[*m].contains_key(tp))
     }
 
-    /// The rebalance callback's assignment and the consumer loop's start of the worker.
+    /// The rebalance callback's assignment and the consumer loop's start of the worker. A
+    /// zombie of the partition learns first that it lost it.
     fn assign(&mut self, member: usize, tp: &TopicPartition) {
+        self.adopt_restarted();
         if self.owner(tp).is_some() {
             return;
         }
+        if let Some(at) = self
+            .zombies
+            .iter()
+            .position(|z| z.0 == member && z.1 == *tp)
+        {
+            self.wake(at);
+        }
+        tracing::debug!(event = "simulated_assign", member, topic = %tp.0, partition = tp.1);
         let handle = self.members[member].assign(&self.world, member, tp);
         self.workers[member].insert(tp.clone(), handle);
     }
@@ -262,8 +336,10 @@ impl Run {
     /// The rebalance callback's revocation: the worker cancelled, the stored positions
     /// committed, the partition unassigned.
     fn revoke(&mut self, tp: &TopicPartition) {
+        self.adopt_restarted();
         let Some(member) = self.owner(tp) else { return };
         let handle = self.workers[member].remove(tp).expect("owned");
+        tracing::debug!(event = "simulated_revoke", member, topic = %tp.0, partition = tp.1);
         self.members[member].revoke(&self.world, member, tp);
         self.stopping.push(Stopping {
             member,
@@ -273,7 +349,97 @@ impl Run {
         });
     }
 
+    /// A member loses `tp` without knowing (stopped past its session, say): the group gives
+    /// it to the other member, which starts at the committed position, while this one's
+    /// worker goes on and its transaction holds the partition's records.
+    fn lose(&mut self, tp: &TopicPartition) {
+        self.adopt_restarted();
+        let Some(member) = self.owner(tp) else { return };
+        let handle = self.workers[member].remove(tp).expect("owned");
+        tracing::debug!(event = "simulated_lose", member, topic = %tp.0, partition = tp.1);
+        let mut world = self.world.lock();
+        let coordinator = world.exactly_once.as_mut().expect("exactly once");
+        coordinator.lost.insert((member, tp.clone()));
+        drop(world);
+        self.zombies.push((member, tp.clone(), handle));
+        self.assign((member + 1) % MEMBERS, tp);
+    }
+
+    /// Zombie `at` learns it lost its partition: its revocation callback runs (the commit of
+    /// its transaction is refused when it holds the partition's records: an abort).
+    fn wake(&mut self, at: usize) {
+        self.adopt_restarted();
+        let (member, tp, handle) = self.zombies.remove(at);
+        tracing::debug!(event = "simulated_wake", member, topic = %tp.0, partition = tp.1);
+        self.members[member].revoke(&self.world, member, &tp);
+        self.stopping.push(Stopping {
+            member,
+            tp,
+            handle,
+            since: tokio::time::Instant::now(),
+        });
+    }
+
+    /// Takes over the workers the members' poll loops started again after an aborted
+    /// transaction: each replaces its partition's worker (which ends), or stops at once when
+    /// the partition has gone meanwhile. Called before every change of who owns what, so a
+    /// restarted worker never replaces one assigned after it.
+    fn adopt_restarted(&mut self) {
+        for member in 0..MEMBERS {
+            let restarted = std::mem::take(
+                &mut *self.members[member]
+                    .restarted
+                    .lock()
+                    .expect("restarted lock"),
+            );
+            for (tp, handle) in restarted {
+                let now = tokio::time::Instant::now();
+                let zombie = self.zombies.iter_mut().find(|z| z.0 == member && z.1 == tp);
+                let old = match (self.workers[member].get_mut(&tp), zombie) {
+                    (Some(current), _) => std::mem::replace(current, handle),
+                    (None, Some(zombie)) => std::mem::replace(&mut zombie.2, handle),
+                    (None, None) => handle,
+                };
+                tracing::debug!(event = "simulated_restart_adopted", member, topic = %tp.0, partition = tp.1);
+                self.stopping.push(Stopping {
+                    member,
+                    tp,
+                    handle: old,
+                    since: now,
+                });
+            }
+        }
+    }
+
+    /// With [`Variant::ExactlyOnce`]: now and then the next commit is refused, a producer is
+    /// fenced, a member loses a partition without knowing, or a zombie learns it.
+    fn transaction_faults(&mut self, tp: &TopicPartition) {
+        let Some(faults) = self.faults.as_mut() else {
+            return;
+        };
+        let (abort, fence, lose, wake) = (
+            faults.u8(0..10) == 0,
+            faults.u8(0..15) == 0,
+            faults.u8(0..12) == 0,
+            faults.u8(0..5) == 0,
+        );
+        let zombie = (!self.zombies.is_empty()).then(|| faults.usize(0..self.zombies.len()));
+        {
+            let mut world = self.world.lock();
+            let coordinator = world.exactly_once.as_mut().expect("exactly once");
+            coordinator.abort_next |= abort;
+            coordinator.fence_next |= fence;
+        }
+        if lose {
+            self.lose(tp);
+        }
+        if let Some(at) = zombie.filter(|_| wake) {
+            self.wake(at);
+        }
+    }
+
     async fn step(&mut self) {
+        self.adopt_restarted();
         let pick = self.rng.usize(0..self.partitions.len());
         let tp = self.partitions[pick].clone();
         match self.rng.u8(0..100) {
@@ -320,6 +486,7 @@ impl Run {
                 replay(&mut self.world.lock(), rng);
             }
         }
+        self.transaction_faults(&tp);
         // Let what the step set off run a little.
         tokio::time::sleep(Duration::from_millis(self.rng.u64(0..5))).await;
     }
@@ -328,6 +495,7 @@ impl Run {
     /// revoked workers ending in time, every owned partition fetched unless a retry wait
     /// holds it now.
     fn check(&mut self) -> Result<(), String> {
+        self.adopt_restarted();
         let now = tokio::time::Instant::now();
         if let Some(violation) = self.world.lock().violations.first() {
             return Err(format!("{violation}; {}", self.context()));
@@ -391,10 +559,22 @@ impl Run {
     /// The outages end and every partition is assigned: every record must settle and be
     /// committed.
     async fn heal(&mut self) -> Result<(), String> {
+        while !self.zombies.is_empty() {
+            self.wake(0);
+        }
         {
             let mut world = self.world.lock();
             world.downstream_down = false;
             world.dlq_down = false;
+            // Every schedule aborts a transaction and fences a producer: the faults not
+            // met yet meet the records produced now.
+            if let Some(c) = world.exactly_once.as_mut() {
+                c.abort_next |= c.aborts == 0;
+                c.fence_next |= c.fences == 0;
+            }
+        }
+        if self.faults.is_some() {
+            self.produce(10);
         }
         for tp in self.partitions.clone() {
             let member = self.rng.usize(0..MEMBERS);
@@ -416,12 +596,36 @@ impl Run {
             for (tp, partition) in world.partitions.iter_mut() {
                 let committed = world.committed.get(tp).copied().unwrap_or(0);
                 if committed < partition.log.len() as i64 {
+                    // Where each member that has it stands: what holds it up.
+                    let members: Vec<String> = world
+                        .members
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, m)| m.assigned.contains(tp))
+                        .map(|(i, m)| {
+                            let queue = m.queues.get(tp);
+                            format!(
+                                "member {i}: worker {}, paused {}, fetched to {}, handed out to {}, {} queued, {} bytes in its inbox",
+                                match self.workers[i].get(tp) {
+                                    Some(w) if w.is_finished() => "ended",
+                                    Some(_) => "running",
+                                    None => "none",
+                                },
+                                m.paused.contains(tp),
+                                queue.map_or(0, |q| q.fetch),
+                                queue.map_or(0, |q| q.app),
+                                queue.map_or(0, |q| q.records.len()),
+                                self.members[i].assignments.inbox_bytes(&tp.0, tp.1)
+                            )
+                        })
+                        .collect();
                     behind.push(format!(
-                        "{}-{} committed {committed} of {} (first unsettled {})",
+                        "{}-{} committed {committed} of {} (first unsettled {}; {})",
                         tp.0,
                         tp.1,
                         partition.log.len(),
-                        partition.first_unsettled()
+                        partition.first_unsettled(),
+                        members.join("; ")
                     ));
                 }
             }
@@ -430,7 +634,8 @@ impl Run {
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(format!(
-                    "stalled: 600 s after the last outage, {}; {}",
+                    "stalled: 600 s after the last outage (at {:?}), {}; {}",
+                    tokio::time::Instant::now() - world.start,
                     behind.join(", "),
                     self.context()
                 ));
@@ -462,6 +667,9 @@ impl Run {
 
     /// Every worker stopped: each must end within its bound.
     async fn shutdown(&mut self) -> Result<(), String> {
+        while !self.zombies.is_empty() {
+            self.wake(0);
+        }
         for tp in self.partitions.clone() {
             self.revoke(&tp);
         }

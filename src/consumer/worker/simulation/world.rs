@@ -99,6 +99,8 @@ pub(super) struct World {
     /// Calls per record id (its source record's, kept by its retry records).
     pub calls: BTreeMap<String, u32>,
     pub plans: BTreeMap<String, Plan>,
+    /// Handler calls at one instant of the simulated clock: when, and how many.
+    pub calls_at: (tokio::time::Instant, u64),
     pub downstream_down: bool,
     pub dlq_down: bool,
     pub key_order: bool,
@@ -116,7 +118,12 @@ pub(super) struct World {
     /// When `dlq replay` puts dead letters back on the group's redrive topic: the dead
     /// letters acknowledged and not replayed yet.
     pub dead_lettered: Option<Vec<crate::dlq::Envelope>>,
+    /// Exactly once: the transaction coordinator, which commits effects and offsets.
+    pub exactly_once: Option<super::coordinator::Coordinator>,
 }
+
+/// Handler calls at one instant that make a loop: far more than a schedule's records.
+const LOOPING_CALLS: u64 = 100_000;
 
 /// The wall clock at the simulation's start.
 fn epoch() -> DateTime<Utc> {
@@ -150,6 +157,7 @@ impl World {
             handler_time: Duration::ZERO,
             calls: BTreeMap::new(),
             plans: BTreeMap::new(),
+            calls_at: (tokio::time::Instant::now(), 0),
             downstream_down: false,
             dlq_down: false,
             key_order,
@@ -160,6 +168,7 @@ impl World {
             other_group: None,
             max_ack: Duration::from_millis(300),
             dead_lettered: None,
+            exactly_once: None,
         }
     }
 
@@ -277,7 +286,31 @@ impl World {
         queue.records.clear();
         queue.fetch = start;
         queue.app = start;
+        // A new generation of the group: the member's offsets for it count again.
+        if let Some(coordinator) = &mut self.exactly_once {
+            coordinator.lost.remove(&(member, tp.clone()));
+        }
         self.resume(member, tp);
+    }
+
+    /// `member` fetches `tp` from `position` again (an aborted transaction's rewind): what
+    /// was fetched is dropped. Fails when `tp` is not assigned to it.
+    pub fn seek(
+        &mut self,
+        member: usize,
+        tp: &TopicPartition,
+        position: i64,
+    ) -> Result<(), String> {
+        let m = &mut self.members[member];
+        if !m.assigned.contains(tp) {
+            return Err(format!("{}-{} is not assigned", tp.0, tp.1));
+        }
+        let queue = m.queues.entry(tp.clone()).or_default();
+        queue.records.clear();
+        queue.fetch = position;
+        queue.app = position;
+        self.fetch(member, tp);
+        Ok(())
     }
 
     /// `tp` revoked from `member`: its stored position committed, its queue dropped.
@@ -340,6 +373,22 @@ impl World {
     pub fn exited(&mut self, record: &Record) {
         let (tp, offset) = delivered(record);
         self.partitions.entry(tp).or_default().exited.insert(offset);
+    }
+
+    /// Whether the handler calls go round without the simulated clock moving: a loop that
+    /// would never let the schedule take its next step (found as a violation, once).
+    pub fn looping(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if self.calls_at.0 != now {
+            self.calls_at = (now, 0);
+        }
+        self.calls_at.1 += 1;
+        if self.calls_at.1 == LOOPING_CALLS {
+            self.violations.push(format!(
+                "{LOOPING_CALLS} handler calls without the simulated clock moving: the workers go round in a loop"
+            ));
+        }
+        self.calls_at.1 >= LOOPING_CALLS
     }
 
     /// A handler call of `record` begins: counts it and checks the order of first calls (per

@@ -1,0 +1,74 @@
+//! The simulated transaction coordinator's state, in the world: each producer's open
+//! transaction and its writes, the fenced producers, the partitions the group moved away from
+//! a member that does not know yet, the faults a schedule asks for, and the effects committed
+//! so far (each delivered record's count), with what the schedule reports. The producers that
+//! act on it are [`super::producer`]'s.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::client::TopicPartition;
+use crate::record::Record;
+
+/// What a transaction wrote, for the record delivered at `of`.
+#[derive(Debug)]
+pub(super) enum Write {
+    Output {
+        of: (TopicPartition, i64),
+    },
+    DeadLetter {
+        of: (TopicPartition, i64),
+    },
+    /// The retry record as written, and where it goes.
+    Retry {
+        of: (TopicPartition, i64),
+        to: TopicPartition,
+        record: Record,
+    },
+    /// A write the broker refused (an output too large): the commit fails.
+    Refused,
+}
+
+impl Write {
+    pub(super) fn of(&self) -> Option<&(TopicPartition, i64)> {
+        match self {
+            Write::Output { of } | Write::DeadLetter { of } | Write::Retry { of, .. } => Some(of),
+            Write::Refused => None,
+        }
+    }
+}
+
+/// The coordinator's state, in the world; see the module docs.
+#[derive(Default)]
+pub(super) struct Coordinator {
+    /// Each producer's open transaction: its member and its writes.
+    pub open: BTreeMap<u64, (usize, Vec<Write>)>,
+    pub fenced: BTreeSet<u64>,
+    pub next_id: u64,
+    /// Partitions the group gave another member while this one still works on them (a
+    /// zombie): its offsets for them are refused.
+    pub lost: BTreeSet<(usize, TopicPartition)>,
+    /// The schedule's faults: the next commit with records is refused (abortable), and
+    /// the next producer to commit records is fenced.
+    pub abort_next: bool,
+    pub fence_next: bool,
+    /// Committed effects of each delivered record.
+    pub effects: BTreeMap<(TopicPartition, i64), u32>,
+    pub outputs: u64,
+    pub dead_letters: u64,
+    pub commits: u64,
+    pub aborts: u64,
+    pub fences: u64,
+    /// Commits refused for a partition the group had moved away.
+    pub zombie_refusals: u64,
+    /// Writes that existed in a transaction that then aborted.
+    pub aborted_writes: u64,
+}
+
+impl Coordinator {
+    /// Registers a new producer of `member`.
+    pub(super) fn register(&mut self, member: usize) -> u64 {
+        self.next_id += 1;
+        self.open.insert(self.next_id, (member, Vec::new()));
+        self.next_id
+    }
+}

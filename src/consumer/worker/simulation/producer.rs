@@ -1,0 +1,282 @@
+//! Exactly once in the simulation: each member's transactional producer ([`SimProducer`],
+//! behind the real `consumer::transaction`), over the coordinator's state
+//! ([`super::coordinator`]). A transaction's writes stay invisible until it commits; a commit
+//! is refused when the schedule says so (the coordinator unavailable), when a write in it
+//! failed (an output too large for the topic), when it sends the offsets of a partition the
+//! group moved away from the member (KIP-447: a zombie's generation is over), and fatally when
+//! the producer was fenced (its transaction timed out on the broker); an abort discards the
+//! writes. At each commit the guarantee is checked: a committed offset implies exactly one
+//! committed effect (an output, a dead letter or a retry record) of each record before it,
+//! and no record ever has two.
+
+use chrono::{DateTime, Utc};
+use futures_util::FutureExt;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::super::client::TopicPartition;
+use super::coordinator::{Coordinator, Write};
+use super::world::{delivered, World, WorldRef, GROUP};
+use crate::consumer::transaction::{Handed, TransactionalProducer};
+use crate::failure::DeadLetterKind;
+use crate::handler::Output;
+use crate::record::retry::RetryStage;
+use crate::record::Record;
+
+/// The topic the simulated handler's outputs go to.
+pub(super) const OUTPUTS: &str = "t-out";
+
+/// The header that marks an output as larger than the topic accepts.
+pub(super) const TOO_LARGE: &str = "simulated-too-large";
+
+/// A member's transactional producer; see the module docs.
+pub(super) struct SimProducer {
+    world: WorldRef,
+    member: usize,
+    id: u64,
+}
+
+impl SimProducer {
+    /// A new producer of `member` (a new transactional id).
+    pub(super) fn new(world: &WorldRef, member: usize) -> Self {
+        let id = coordinator(&mut world.lock()).register(member);
+        Self {
+            world: world.clone(),
+            member,
+            id,
+        }
+    }
+
+    /// Adds `write` to the open transaction: taken, or refused at once now and then (the
+    /// producer's queue full), which dooms the transaction.
+    fn hand(&self, write: Write, topic: &str) -> Handed {
+        let mut w = self.world.lock();
+        let refused_at_once = w.rng.u16(0..2_000) == 0;
+        let answer = if refused_at_once {
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
+        } else {
+            let refused = matches!(write, Write::Refused);
+            coordinator(&mut w)
+                .open
+                .entry(self.id)
+                .or_insert((self.member, Vec::new()))
+                .1
+                .push(write);
+            let answer = refused.then_some(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageSizeTooLarge,
+            ));
+            Ok(futures_util::future::ready(answer).boxed())
+        };
+        Handed {
+            topic: topic.to_string(),
+            answer,
+        }
+    }
+}
+
+fn coordinator(w: &mut World) -> &mut Coordinator {
+    w.exactly_once
+        .as_mut()
+        .expect("an exactly-once schedule has a coordinator")
+}
+
+fn fenced(id: u64) -> String {
+    format!("fatal: producer {id} was fenced: its transaction timed out on the broker")
+}
+
+impl TransactionalProducer for SimProducer {
+    fn start(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn begin(&self) -> Result<(), String> {
+        let mut w = self.world.lock();
+        if coordinator(&mut w).fenced.contains(&self.id) {
+            return Err(fenced(self.id));
+        }
+        Ok(())
+    }
+
+    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
+        let mut handed = Vec::new();
+        for output in outputs {
+            let of = String::from_utf8(output.value.clone().unwrap_or_default())
+                .ok()
+                .and_then(|at| parse_position(&at));
+            let too_large = output.headers.iter().any(|(name, _)| name == TOO_LARGE);
+            // Half the time the producer refuses it itself, before anything is written; else
+            // the broker does, and the transaction cannot commit.
+            if too_large && handed.is_empty() && self.world.lock().rng.bool() {
+                return Err(format!(
+                    "output to {} is too large for the producer",
+                    output.topic
+                ));
+            }
+            let write = match (too_large, of) {
+                (false, Some(of)) => Write::Output { of },
+                _ => Write::Refused,
+            };
+            handed.push(self.hand(write, &output.topic));
+        }
+        Ok(handed)
+    }
+
+    fn write_dead_letter(
+        &self,
+        record: &Record,
+        _kind: DeadLetterKind,
+        _message: &str,
+        _attempts: u32,
+        _smallest: bool,
+    ) -> Handed {
+        self.hand(
+            Write::DeadLetter {
+                of: delivered(record),
+            },
+            "t-dlt",
+        )
+    }
+
+    fn write_retry(
+        &self,
+        record: &Record,
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+    ) -> Handed {
+        let topic = crate::record::retry::topic_name(record.source_topic(), tier);
+        let written = Record {
+            headers: crate::retry_tier::retry_headers(record, tier, due, left, GROUP),
+            retry: None,
+            ..record.clone()
+        };
+        let write = Write::Retry {
+            of: delivered(record),
+            to: (topic.clone(), 0),
+            record: written,
+        };
+        self.hand(write, &topic)
+    }
+
+    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), String> {
+        let mut guard = self.world.lock();
+        let w = &mut *guard;
+        let c = coordinator(w);
+        if c.fenced.contains(&self.id) {
+            return Err(fenced(self.id));
+        }
+        let writes = c.open.get(&self.id).map_or(0, |(_, writes)| writes.len());
+        if writes > 0 && c.fence_next {
+            c.fence_next = false;
+            c.fenced.insert(self.id);
+            c.fences += 1;
+            // The broker aborted the transaction when it timed out.
+            let (_, aborted) = c.open.remove(&self.id).unwrap_or_default();
+            c.aborted_writes += aborted.len() as u64;
+            return Err(fenced(self.id));
+        }
+        if writes > 0 && std::mem::take(&mut c.abort_next) {
+            return Err("the transaction coordinator is not available".into());
+        }
+        let open = c.open.get(&self.id).map(|(_, writes)| writes);
+        if open.is_some_and(|writes| writes.iter().any(|w| matches!(w, Write::Refused))) {
+            return Err("a record in the transaction was refused: message too large".into());
+        }
+        if let Some((tp, _)) = positions
+            .iter()
+            .find(|(tp, _)| c.lost.contains(&(self.member, tp.clone())))
+        {
+            c.zombie_refusals += 1;
+            return Err(format!(
+                "the group's generation moved on: {}-{} is another member's now",
+                tp.0, tp.1
+            ));
+        }
+        let (_, writes) = c
+            .open
+            .insert(self.id, (self.member, Vec::new()))
+            .unwrap_or_default();
+        c.commits += 1;
+        tracing::debug!(event = "simulated_commit", member = self.member, producer = self.id,
+            ?positions, writes = ?writes.iter().map(Write::of).collect::<Vec<_>>());
+        let mut retries = Vec::new();
+        let mut twice = Vec::new();
+        for write in writes {
+            let of = write.of().cloned().expect("refused writes do not commit");
+            let n = c.effects.entry(of.clone()).or_default();
+            *n += 1;
+            if *n > 1 {
+                twice.push(format!(
+                    "{}-{} offset {} has {n} committed effects",
+                    of.0 .0, of.0 .1, of.1
+                ));
+            }
+            match write {
+                Write::Output { .. } => c.outputs += 1,
+                Write::DeadLetter { .. } => c.dead_letters += 1,
+                Write::Retry { to, record, .. } => retries.push((to, record)),
+                Write::Refused => {}
+            }
+        }
+        w.violations.extend(twice);
+        for (to, record) in retries {
+            w.append(&to, record);
+        }
+        for (tp, position) in positions {
+            let from = w.committed.get(tp).copied().unwrap_or(0);
+            if *position < from {
+                let violation = format!(
+                    "the committed position of {}-{} moves back from {from} to {position}",
+                    tp.0, tp.1
+                );
+                w.violations.push(violation);
+            }
+            let c = coordinator(w);
+            let missing = (from..*position).find(|o| c.effects.get(&(tp.clone(), *o)) != Some(&1));
+            if let Some(offset) = missing {
+                let violation = format!(
+                    "{}-{} is committed to {position}, but offset {offset} has no committed effect",
+                    tp.0, tp.1
+                );
+                w.violations.push(violation);
+            }
+            w.committed.insert(tp.clone(), (*position).max(from));
+        }
+        Ok(())
+    }
+
+    fn abort(&self) -> Result<(), String> {
+        let mut w = self.world.lock();
+        let c = coordinator(&mut w);
+        if c.fenced.contains(&self.id) {
+            return Err(fenced(self.id));
+        }
+        c.aborts += 1;
+        if let Some((_, writes)) = c.open.get_mut(&self.id) {
+            c.aborted_writes += writes.len() as u64;
+            writes.clear();
+        }
+        Ok(())
+    }
+}
+
+/// `topic-partition-offset` (a delivered record's position, as the handler's output carries
+/// it) parsed.
+fn parse_position(at: &str) -> Option<(TopicPartition, i64)> {
+    let mut parts = at.rsplitn(3, '-');
+    let offset = parts.next()?.parse().ok()?;
+    let partition = parts.next()?.parse().ok()?;
+    Some(((parts.next()?.to_string(), partition), offset))
+}
+
+/// The output the handler writes for `record`: where it was delivered, too large when
+/// `too_large`.
+pub(super) fn output_of(record: &Record, too_large: bool) -> Output {
+    let ((topic, partition), offset) = delivered(record);
+    let output = Output::new(OUTPUTS, format!("{topic}-{partition}-{offset}"));
+    if too_large {
+        output.header(TOO_LARGE, "")
+    } else {
+        output
+    }
+}
