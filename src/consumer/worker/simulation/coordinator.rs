@@ -53,6 +53,12 @@ pub(super) struct Coordinator {
     pub fence_next: bool,
     /// Committed effects of each delivered record.
     pub effects: BTreeMap<(TopicPartition, i64), u32>,
+    pub tally: Tally,
+}
+
+/// What the transactions of schedules did, summed.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Tally {
     pub outputs: u64,
     pub dead_letters: u64,
     pub commits: u64,
@@ -62,6 +68,19 @@ pub(super) struct Coordinator {
     pub zombie_refusals: u64,
     /// Writes that existed in a transaction that then aborted.
     pub aborted_writes: u64,
+}
+
+impl Tally {
+    /// Adds `other`'s counts.
+    pub(super) fn add(&mut self, other: &Tally) {
+        self.outputs += other.outputs;
+        self.dead_letters += other.dead_letters;
+        self.commits += other.commits;
+        self.aborts += other.aborts;
+        self.fences += other.fences;
+        self.zombie_refusals += other.zombie_refusals;
+        self.aborted_writes += other.aborted_writes;
+    }
 }
 
 impl Coordinator {

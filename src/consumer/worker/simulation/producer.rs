@@ -169,10 +169,10 @@ impl TransactionalProducer for SimProducer {
         if writes > 0 && c.fence_next {
             c.fence_next = false;
             c.fenced.insert(self.id);
-            c.fences += 1;
+            c.tally.fences += 1;
             // The broker aborted the transaction when it timed out.
             let (_, aborted) = c.open.remove(&self.id).unwrap_or_default();
-            c.aborted_writes += aborted.len() as u64;
+            c.tally.aborted_writes += aborted.len() as u64;
             return Err(fenced(self.id));
         }
         if writes > 0 && std::mem::take(&mut c.abort_next) {
@@ -186,7 +186,7 @@ impl TransactionalProducer for SimProducer {
             .iter()
             .find(|(tp, _)| c.lost.contains(&(self.member, tp.clone())))
         {
-            c.zombie_refusals += 1;
+            c.tally.zombie_refusals += 1;
             return Err(format!(
                 "the group's generation moved on: {}-{} is another member's now",
                 tp.0, tp.1
@@ -196,7 +196,7 @@ impl TransactionalProducer for SimProducer {
             .open
             .insert(self.id, (self.member, Vec::new()))
             .unwrap_or_default();
-        c.commits += 1;
+        c.tally.commits += 1;
         tracing::debug!(event = "simulated_commit", member = self.member, producer = self.id,
             ?positions, writes = ?writes.iter().map(Write::of).collect::<Vec<_>>());
         let mut retries = Vec::new();
@@ -212,8 +212,8 @@ impl TransactionalProducer for SimProducer {
                 ));
             }
             match write {
-                Write::Output { .. } => c.outputs += 1,
-                Write::DeadLetter { .. } => c.dead_letters += 1,
+                Write::Output { .. } => c.tally.outputs += 1,
+                Write::DeadLetter { .. } => c.tally.dead_letters += 1,
                 Write::Retry { to, record, .. } => retries.push((to, record)),
                 Write::Refused => {}
             }
@@ -251,9 +251,9 @@ impl TransactionalProducer for SimProducer {
         if c.fenced.contains(&self.id) {
             return Err(fenced(self.id));
         }
-        c.aborts += 1;
+        c.tally.aborts += 1;
         if let Some((_, writes)) = c.open.get_mut(&self.id) {
-            c.aborted_writes += writes.len() as u64;
+            c.tally.aborted_writes += writes.len() as u64;
             writes.clear();
         }
         Ok(())

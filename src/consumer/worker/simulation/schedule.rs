@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::super::client::TopicPartition;
+use super::coordinator::Tally;
 use super::member::{member, settings, Mode, SimMember, Transactions};
 use super::plan::{Outcome, Plan, Wait};
 use super::replay::replay;
@@ -25,13 +26,8 @@ pub(super) struct Report {
     pub records: usize,
     pub handled: usize,
     pub dead_letters: u64,
-    /// Exactly once: transactions committed, aborted, producers fenced, commits of zombies
-    /// refused, and the writes aborted transactions had made.
-    pub commits: u64,
-    pub aborts: u64,
-    pub fences: u64,
-    pub zombie_refusals: u64,
-    pub aborted_writes: u64,
+    /// Exactly once: what the transactions did.
+    pub transactions: Tally,
 }
 
 impl crate::consumer::simulation::Summary for Report {
@@ -40,11 +36,7 @@ impl crate::consumer::simulation::Summary for Report {
         self.records += one.records;
         self.handled += one.handled;
         self.dead_letters += one.dead_letters;
-        self.commits += one.commits;
-        self.aborts += one.aborts;
-        self.fences += one.fences;
-        self.zombie_refusals += one.zombie_refusals;
-        self.aborted_writes += one.aborted_writes;
+        self.transactions.add(&one.transactions);
     }
 
     fn handled_nothing(&self) -> bool {
@@ -59,11 +51,12 @@ impl std::fmt::Display for Report {
             "{} schedules, {} records, {} handled, {} dead letters",
             self.schedules, self.records, self.handled, self.dead_letters
         )?;
-        if self.commits > 0 {
+        let t = &self.transactions;
+        if t.commits > 0 {
             write!(
                 f,
-                "; {} transactions committed, {} aborted ({} writes discarded), {} producers fenced, {} commits of zombies refused",
-                self.commits, self.aborts, self.aborted_writes, self.fences, self.zombie_refusals
+                "; {} transactions committed ({} outputs), {} aborted ({} writes discarded), {} producers fenced, {} commits of zombies refused",
+                t.commits, t.outputs, t.aborts, t.aborted_writes, t.fences, t.zombie_refusals
             )?;
         }
         Ok(())
@@ -250,18 +243,15 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         ..Report::default()
     };
     if let Some(c) = &world.exactly_once {
-        if c.aborts == 0 || c.fences == 0 {
+        let t = c.tally;
+        if t.aborts == 0 || t.fences == 0 {
             return Err(format!(
                 "the schedule aborted {} transactions and fenced {} producers: every schedule must do both; {context}",
-                c.aborts, c.fences
+                t.aborts, t.fences
             ));
         }
-        report.dead_letters = c.dead_letters;
-        report.commits = c.commits;
-        report.aborts = c.aborts;
-        report.fences = c.fences;
-        report.zombie_refusals = c.zombie_refusals;
-        report.aborted_writes = c.aborted_writes;
+        report.dead_letters = t.dead_letters;
+        report.transactions = t;
     }
     Ok(report)
 }
@@ -569,8 +559,8 @@ impl Run {
             // Every schedule aborts a transaction and fences a producer: the faults not
             // met yet meet the records produced now.
             if let Some(c) = world.exactly_once.as_mut() {
-                c.abort_next |= c.aborts == 0;
-                c.fence_next |= c.fences == 0;
+                c.abort_next |= c.tally.aborts == 0;
+                c.fence_next |= c.tally.fences == 0;
             }
         }
         if self.faults.is_some() {
