@@ -12,7 +12,7 @@
 //! | `kafka_dlq_records_consumed_total` | counter | topic | records fetched and queued |
 //! | `kafka_dlq_records_succeeded_total` | counter | topic | records the handler accepted |
 //! | `kafka_dlq_records_retried_total` | counter | topic | retries scheduled |
-//! | `kafka_dlq_records_dead_lettered_total` | counter | topic, kind | dead letters acknowledged |
+//! | `kafka_dlq_records_dead_lettered_total` | counter | topic, kind | dead letters acknowledged (exactly once: committed) |
 //! | `kafka_dlq_dlq_write_failures_total` | counter | topic | failed writes to the dead-letter or a retry topic |
 //! | `kafka_dlq_retry_topic_records_total` | counter | topic, tier | records acknowledged by a retry topic (see [`crate::retry_tier`]) |
 //! | `kafka_dlq_retry_partitions_waiting` | gauge | | retry-topic partitions waiting for their next record to be due |

@@ -153,17 +153,14 @@ impl ExitWriter for KafkaExits {
     }
 }
 
-/// Logs and counts `write` of a record of `topic` handed to an exactly-once transaction
-/// (where it lands is known only once the transaction commits).
-pub(crate) fn exited_in_transaction(metrics: &Metrics, topic: &str, write: &ExitWrite) {
+/// Logs `write` of a record handed to an exactly-once transaction (where it lands is known
+/// only once the transaction commits, and the transaction counts it then: an aborted one is
+/// done again).
+pub(crate) fn exited_in_transaction(write: &ExitWrite) {
     match write {
         ExitWrite::Retry { tier, left, .. } => {
             tracing::warn!(event = "record_sent_to_retry_topic", tier, attempts = left.attempts,
                 error = %left.error, "in the transaction");
-            metrics
-                .retry_tier_sent
-                .with_label_values(&[topic, &tier.to_string()])
-                .inc();
         }
         ExitWrite::DeadLetter {
             kind,
@@ -172,10 +169,6 @@ pub(crate) fn exited_in_transaction(metrics: &Metrics, topic: &str, write: &Exit
         } => {
             tracing::warn!(event = "record_dead_lettered", kind = kind.as_str(), attempts,
                 error = %message, "in the transaction");
-            metrics
-                .dead_lettered
-                .with_label_values(&[topic, kind.as_str()])
-                .inc();
         }
     }
 }

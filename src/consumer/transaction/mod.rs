@@ -78,6 +78,13 @@ enum TooLarge {
     Exit,
 }
 
+/// A record's exit in the open transaction, counted when it commits (an aborted one is done
+/// again, and counted then).
+enum Counted {
+    DeadLetter { topic: String, kind: DeadLetterKind },
+    Retry { topic: String, tier: u32 },
+}
+
 /// A write handed to the producer in the open transaction, and whose record it is.
 struct Pending {
     partition: TopicPartition,
@@ -106,6 +113,8 @@ struct State {
     producer: Box<dyn TransactionalProducer>,
     open: Open,
     pending: Vec<Pending>,
+    /// What the open transaction's exits add to the metrics once it commits.
+    exits: Vec<Counted>,
     /// Why the open transaction must abort (a write the producer did not take).
     doomed: Option<String>,
     /// Partitions that rewind: their records are refused until the poll loop restarted them.
@@ -139,6 +148,7 @@ impl State {
             producer,
             open: Open::default(),
             pending: Vec::new(),
+            exits: Vec::new(),
             doomed: None,
             rewinding: HashMap::new(),
             rewinds: Vec::new(),
@@ -237,21 +247,27 @@ impl Transaction {
         }
         let too_large = state.too_large.remove(&key);
         let p = state.producer.as_ref();
-        let (handed, output) = match (too_large, effect) {
-            (Some(TooLarge::Output(why)), _) => {
-                (dead_letter_instead(p, record, &why, 1, false), false)
-            }
+        let permanent = || Counted::DeadLetter {
+            topic: record.topic.clone(),
+            kind: DeadLetterKind::Permanent,
+        };
+        let (handed, exit) = match (too_large, effect) {
+            (Some(TooLarge::Output(why)), _) => (
+                dead_letter_instead(p, record, &why, 1, false),
+                Some(permanent()),
+            ),
             (Some(TooLarge::Exit), Effect::Exit(ExitWrite::Retry { left, .. })) => {
                 let attempts = record.retry.as_ref().map_or(0, |r| r.attempts) + left.attempts;
-                (
-                    dead_letter_instead(p, record, &left.error, attempts, true),
-                    false,
-                )
+                let handed = dead_letter_instead(p, record, &left.error, attempts, true);
+                (handed, Some(permanent()))
             }
             (_, Effect::Handled(outputs)) => match p.write_outputs(&outputs) {
-                Ok(handed) => (handed, true),
+                Ok(handed) => (handed, None),
                 // The producer refused it before anything of it was written.
-                Err(why) => (dead_letter_instead(p, record, &why, 1, false), false),
+                Err(why) => (
+                    dead_letter_instead(p, record, &why, 1, false),
+                    Some(permanent()),
+                ),
             },
             // A dead letter refused as too large goes again as a reference, which fits.
             (
@@ -264,13 +280,20 @@ impl Transaction {
             ) => {
                 let smallest = too_large == Some(TooLarge::Exit);
                 let handed = p.write_dead_letter(record, *kind, message, *attempts, smallest);
-                (vec![handed], false)
+                let topic = record.topic.clone();
+                (
+                    vec![handed],
+                    Some(Counted::DeadLetter { topic, kind: *kind }),
+                )
             }
-            (_, Effect::Exit(ExitWrite::Retry { tier, due, left })) => (
-                vec![p.write_retry(record, *tier, *due, left.clone())],
-                false,
-            ),
+            (_, Effect::Exit(ExitWrite::Retry { tier, due, left })) => {
+                let handed = p.write_retry(record, *tier, *due, left.clone());
+                let topic = record.topic.clone();
+                (vec![handed], Some(Counted::Retry { topic, tier: *tier }))
+            }
         };
+        let output = exit.is_none();
+        state.exits.extend(exit);
         for handed in handed {
             if let Err(error) = &handed.answer {
                 let topic = &handed.topic;
@@ -349,6 +372,9 @@ impl Transaction {
                 state.open.end();
                 state.assignments.clear();
                 state.pending.clear();
+                for exit in state.exits.drain(..) {
+                    self.count(exit);
+                }
                 self.metrics
                     .transactions
                     .with_label_values(&["committed"])
@@ -415,6 +441,7 @@ impl Transaction {
     /// poll loop (their records refused until then). Returns how many partitions rewind.
     fn rewind_open(&self, state: &mut State) -> usize {
         let rewinds = state.open.end();
+        state.exits.clear();
         self.metrics
             .transactions
             .with_label_values(&["aborted"])
@@ -475,6 +502,22 @@ impl Transaction {
         match &state.fatal {
             Some(fatal) => Err(fatal.clone()),
             None => Ok(std::mem::take(&mut state.rewinds)),
+        }
+    }
+
+    /// Counts a committed exit.
+    fn count(&self, exit: Counted) {
+        match exit {
+            Counted::DeadLetter { topic, kind } => self
+                .metrics
+                .dead_lettered
+                .with_label_values(&[topic.as_str(), kind.as_str()])
+                .inc(),
+            Counted::Retry { topic, tier } => self
+                .metrics
+                .retry_tier_sent
+                .with_label_values(&[topic.as_str(), &tier.to_string()])
+                .inc(),
         }
     }
 

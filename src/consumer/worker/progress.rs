@@ -134,7 +134,7 @@ impl Progress {
             if transaction.apply(partition, record, &self.revoked, Effect::Exit(&write))
                 == Applied::Taken
             {
-                exited_in_transaction(&shared.metrics, &record.topic, &write);
+                exited_in_transaction(&write);
             }
             self.offsets.settle(record.delivered_offset());
             return Ok(true);

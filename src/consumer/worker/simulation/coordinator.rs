@@ -61,6 +61,7 @@ pub(super) struct Coordinator {
 pub(super) struct Tally {
     pub outputs: u64,
     pub dead_letters: u64,
+    pub retries: u64,
     pub commits: u64,
     pub aborts: u64,
     pub fences: u64,
@@ -75,6 +76,7 @@ impl Tally {
     pub(super) fn add(&mut self, other: &Tally) {
         self.outputs += other.outputs;
         self.dead_letters += other.dead_letters;
+        self.retries += other.retries;
         self.commits += other.commits;
         self.aborts += other.aborts;
         self.fences += other.fences;

@@ -214,7 +214,10 @@ impl TransactionalProducer for SimProducer {
             match write {
                 Write::Output { .. } => c.tally.outputs += 1,
                 Write::DeadLetter { .. } => c.tally.dead_letters += 1,
-                Write::Retry { to, record, .. } => retries.push((to, record)),
+                Write::Retry { to, record, .. } => {
+                    c.tally.retries += 1;
+                    retries.push((to, record));
+                }
                 Write::Refused => {}
             }
         }

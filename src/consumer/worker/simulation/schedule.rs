@@ -250,6 +250,27 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
                 t.aborts, t.fences
             ));
         }
+        // The members counted each exit once its transaction committed, not each time it
+        // went into one that aborted.
+        let counted = |family: fn(&crate::metrics::Metrics) -> &prometheus::IntCounterVec| -> u64 {
+            use prometheus::core::Collector;
+            run.members
+                .iter()
+                .flat_map(|member| family(&member.shared.metrics).collect())
+                .flat_map(|family| family.get_metric().to_vec())
+                .map(|metric| metric.get_counter().get_value() as u64)
+                .sum()
+        };
+        let (dead_letters, retries) = (
+            counted(|m| &m.dead_lettered),
+            counted(|m| &m.retry_tier_sent),
+        );
+        if (dead_letters, retries) != (t.dead_letters, t.retries) {
+            return Err(format!(
+                "the members counted {dead_letters} dead letters and {retries} retry records, but {} and {} were committed; {context}",
+                t.dead_letters, t.retries
+            ));
+        }
         report.dead_letters = t.dead_letters;
         report.transactions = t;
     }
