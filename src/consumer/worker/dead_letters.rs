@@ -31,6 +31,15 @@ pub(super) struct Leaving {
     pub span: tracing::Span,
 }
 
+impl Leaving {
+    /// What is written for `record` leaving now (the clock of `shared`'s consumer: a retry
+    /// record's due time counts from the moment it is handed over).
+    pub(super) fn write_of<H>(&self, shared: &Shared<H>, record: &Record) -> ExitWrite {
+        let now = shared.client.now();
+        ExitWrite::new(record, self.exit, &self.message, &shared.retry_tiers, now)
+    }
+}
+
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
 
@@ -157,9 +166,7 @@ impl DeadLetterWrites {
             gauge: shared.metrics.dead_letter_bytes_in_flight.clone(),
         };
         // Handed to the producer now, so that dead letters keep the partition's order.
-        let now = shared.client.now();
-        let (exit, message) = (leaving.exit, &leaving.message);
-        let write = ExitWrite::new(record, exit, message, &shared.retry_tiers, now);
+        let write = leaving.write_of(shared, record);
         let pending = (shared.exits)
             .write(record, &write, cancel.clone())
             .instrument(leaving.span);

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::dead_letters::{DeadLetterWrites, Leaving};
 use super::Shared;
 use crate::consumer::offsets::Offsets;
-use crate::consumer::settle::{exited, exited_in_transaction, ExitWrite};
+use crate::consumer::settle::{exited, exited_in_transaction};
 use crate::consumer::transaction::{Applied, Effect, Transaction};
 use crate::handler::BatchHandler;
 use crate::record::Record;
@@ -122,14 +122,7 @@ impl Progress {
     ) -> Result<bool, Stopped> {
         if let (Some(transaction), Some(partition)) = (&self.transaction, &self.partition) {
             // Exactly once: its exit is written in the transaction that commits its offset.
-            let now = shared.client.now();
-            let write = ExitWrite::new(
-                record,
-                leaving.exit,
-                &leaving.message,
-                &shared.retry_tiers,
-                now,
-            );
+            let write = leaving.write_of(shared, record);
             let _entered = leaving.span.enter();
             if transaction.apply(partition, record, &self.revoked, Effect::Exit(&write))
                 == Applied::Taken
@@ -145,9 +138,7 @@ impl Progress {
                 Ok(false)
             }
             None => {
-                let now = shared.client.now();
-                let (exit, message) = (leaving.exit, &leaving.message);
-                let write = ExitWrite::new(record, exit, message, &shared.retry_tiers, now);
+                let write = leaving.write_of(shared, record);
                 let written = (shared.exits)
                     .write(record, &write, cancel.clone())
                     .instrument(leaving.span)
