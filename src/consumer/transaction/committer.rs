@@ -98,6 +98,9 @@ pub(crate) async fn rewind(
             }
             assignments.rebalancing();
             assignments.assign(std::slice::from_ref(&partition));
+            // The new assignment ended the old one (its token is cancelled); said again so
+            // the rewind is forgotten below whatever token it was noted with.
+            assignment.cancel();
             consumer.resume_partition(&partition);
             tracing::info!(event = "partition_rewound", topic = %partition.0,
                 partition = partition.1, position);
