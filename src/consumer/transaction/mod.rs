@@ -9,12 +9,16 @@
 //! generation is over is refused) and commits. When a commit fails, the transaction aborts
 //! and every partition that had records in it starts again at its first one: the poll loop
 //! takes the rewinds ([`Transaction::take_rewinds`]), seeks there and gives the partition a
-//! fresh inbox and worker; the old worker's records are refused from then on. A record whose
-//! output or dead letter the broker refused as too large is remembered, and when it comes
-//! again it is dead-lettered (its dead letter as a reference), so it never wedges its
+//! fresh inbox and worker; the old worker's records are refused from then on. A rewind
+//! belongs to the assignment whose records were in the transaction: once that assignment
+//! ended, the partition's next one starts from the committed position and is not rewound. A
+//! record whose output or dead letter the broker refused as too large is remembered, and when
+//! it comes again it is dead-lettered (its dead letter as a reference), so it never wedges its
 //! partition. The broker refuses a whole produce request, so when it held several records'
 //! writes, each of them goes again in a transaction of its own, which tells which are too
-//! large themselves. A fatal error (the producer fenced) stops the consumer.
+//! large themselves. A fenced producer is replaced by a new one (a new transactional id);
+//! only when none can start does the consumer stop. Dead letters and retry records are
+//! counted when their transaction commits.
 
 mod committer;
 mod open;
