@@ -25,6 +25,19 @@ impl DlqTopic {
     pub fn for_topic(&self, topic: &str) -> String {
         self.template.replace("{topic}", topic)
     }
+
+    /// Whether `name` is a dead-letter topic under this template: the template itself when it
+    /// has no `{topic}`, else its text around `{topic}` with a source topic name between.
+    pub fn is_dlq_topic(&self, name: &str) -> bool {
+        match self.template.split_once("{topic}") {
+            None => name == self.template,
+            Some((before, after)) => {
+                name.len() > before.len() + after.len()
+                    && name.starts_with(before)
+                    && name.ends_with(after)
+            }
+        }
+    }
 }
 
 /// `{topic}-dlt`, kafka-dlq's default (Spring Kafka 3.3+'s suffix).
@@ -94,6 +107,19 @@ mod tests {
         );
         assert!(DlqTopic::new("{topic}").is_err());
         assert!(DlqTopic::new("").is_err());
+    }
+
+    #[test]
+    fn tells_its_dead_letter_topics() {
+        let t = DlqTopic::default();
+        assert!(t.is_dlq_topic("orders-dlt"));
+        assert!(!t.is_dlq_topic("-dlt"));
+        assert!(!t.is_dlq_topic("orders"));
+        let one = DlqTopic::new("all-dead").unwrap();
+        assert!(one.is_dlq_topic("all-dead"));
+        assert!(!one.is_dlq_topic("orders-dlt"));
+        let prefixed = DlqTopic::new("dlq.{topic}").unwrap();
+        assert!(prefixed.is_dlq_topic("dlq.orders") && !prefixed.is_dlq_topic("orders-dlt"));
     }
 
     #[test]

@@ -99,6 +99,27 @@ impl DlqContent {
             DlqContent::NotAnEnvelope { .. } => None,
         }
     }
+
+    /// Its error kind and message: the envelope's, or for a record that is not one
+    /// `unreadable` and `not a kafka-dlq envelope: <why>`.
+    pub fn cause(&self) -> (&'static str, std::borrow::Cow<'_, str>) {
+        match self {
+            DlqContent::Envelope(e) | DlqContent::Foreign { envelope: e, .. } => {
+                (e.error.kind.as_str(), e.error.message.as_str().into())
+            }
+            DlqContent::NotAnEnvelope { reason, .. } => (
+                "unreadable",
+                format!("not a kafka-dlq envelope: {reason}").into(),
+            ),
+        }
+    }
+
+    /// The fingerprint of its [`cause`](Self::cause) ([`crate::fingerprint::fingerprint`]):
+    /// how the monitor and the console group dead letters.
+    pub fn fingerprint(&self) -> String {
+        let (kind, message) = self.cause();
+        crate::fingerprint::fingerprint(kind, &message)
+    }
 }
 
 /// A record waiting in one of our retry topics or a group's redrive topic (it has a readable

@@ -1,45 +1,85 @@
 //! Which dead letters an operator means: `dlq list/show/replay`'s filters.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 use super::reader::DlqEntry;
 use crate::failure::DeadLetterKind;
 
 /// Which dead letters an operator means. Every field set must match; an entry that is not an
-/// envelope matches only filters on id (its DLQ coordinates) and time.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// envelope matches only filters on id (its DLQ coordinates), DLQ records and time.
+///
+/// Its JSON form (in the audit topic's run summaries, so that what a run selected can be
+/// evaluated again) has the field names below, those not set left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Filter {
     /// The source topic (`source.topic`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_topic: Option<String>,
     /// The error kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<DeadLetterKind>,
     /// Dead-lettered at or after.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
     /// Dead-lettered before.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<DateTime<Utc>>,
     /// The record id.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// The consumer group that dead-lettered it (`source.group`; for a Spring dead letter, its
     /// `kafka_dlt-original-consumer-group`): the service whose failure it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// The source partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_partition: Option<i32>,
     /// Source offsets from `start` (included) to `end` (excluded).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_offsets: Option<std::ops::Range<i64>>,
     /// The record key as the envelope writes it: its text when it is UTF-8, else its base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// The error message.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorText>,
+    /// The error's fingerprint ([`crate::fingerprint::fingerprint`] of its kind and message):
+    /// one cause, as the monitor and the console group them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// Only these DLQ records, as (partition, offset): a selection made one by one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dlq_records: Option<BTreeSet<(i32, i64)>>,
 }
 
-/// What an error message must hold to match.
-#[derive(Debug, Clone)]
+/// What an error message must hold to match. JSON: `{"contains": "…"}` or
+/// `{"matches": "regex"}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ErrorText {
     /// This text, anywhere in it.
     Contains(String),
     /// A match of this regular expression (the `regex-lite` syntax: Perl-like, ASCII classes),
     /// anywhere in it.
-    Matches(regex_lite::Regex),
+    Matches(#[serde(with = "regex_text")] regex_lite::Regex),
+}
+
+/// A regular expression as its pattern.
+mod regex_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(regex: &regex_lite::Regex, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(regex.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<regex_lite::Regex, D::Error> {
+        let pattern = String::deserialize(d)?;
+        regex_lite::Regex::new(&pattern).map_err(serde::de::Error::custom)
+    }
 }
 
 impl ErrorText {
@@ -105,6 +145,14 @@ impl Filter {
                 ErrorText::Matches(r) => format!("matches:{}", r.as_str()),
             }),
         );
+        add("fingerprint", self.fingerprint.clone());
+        add(
+            "dlq_records",
+            self.dlq_records.as_ref().map(|records| {
+                let list: Vec<String> = records.iter().map(|(p, o)| format!("{p}@{o}")).collect();
+                list.join(",")
+            }),
+        );
         parts.join("&")
     }
 
@@ -129,6 +177,11 @@ impl Filter {
                 return false;
             }
         }
+        if let Some(records) = &self.dlq_records {
+            if !records.contains(&(entry.partition, entry.offset)) {
+                return false;
+            }
+        }
         match entry.content.envelope() {
             Some(e) => {
                 let source = &e.source;
@@ -150,6 +203,10 @@ impl Filter {
                         .error
                         .as_ref()
                         .is_none_or(|t| t.matches(&e.error.message))
+                    && self
+                        .fingerprint
+                        .as_ref()
+                        .is_none_or(|f| *f == entry.content.fingerprint())
             }
             None => {
                 self.source_topic.is_none()
@@ -159,6 +216,10 @@ impl Filter {
                     && self.source_offsets.is_none()
                     && self.key.is_none()
                     && self.error.is_none()
+                    && self
+                        .fingerprint
+                        .as_ref()
+                        .is_none_or(|f| *f == entry.content.fingerprint())
             }
         }
     }

@@ -236,6 +236,38 @@ impl DlqReader {
         self
     }
 
+    /// Reads only the offsets of `ranges` (by partition) within what it would read: a
+    /// partition not named is not read; the ends taken at open still hold. For one dead letter,
+    /// or what was written since the last read. Blocks on re-assigning the partitions.
+    pub fn narrow(
+        &mut self,
+        ranges: &HashMap<i32, std::ops::Range<i64>>,
+    ) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (partition, (next, end)) in &mut self.positions {
+            match ranges.get(partition) {
+                Some(range) => {
+                    *next = (*next).max(range.start);
+                    *end = (*end).min(range.end).max(*next);
+                }
+                None => *next = *end,
+            }
+            if next < end {
+                tpl.add_partition_offset(&self.topic, *partition, Offset::Offset(*next))?;
+            }
+        }
+        self.consumer.assign(&tpl)
+    }
+
+    /// Each partition's end: the high watermark (last stable offset) taken at open, or
+    /// where [`DlqReader::narrow`] cut it.
+    pub fn ends(&self) -> HashMap<i32, i64> {
+        self.positions
+            .iter()
+            .map(|(p, (_, end))| (*p, *end))
+            .collect()
+    }
+
     /// The partitions whose reading stops at a transaction still open when the reader
     /// opened, in partition order.
     pub fn open_transactions(&self) -> &[OpenTransaction] {

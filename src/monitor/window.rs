@@ -66,24 +66,11 @@ impl Window {
         if !self.dlq_topics.iter().any(|t| t == dlq_topic) {
             self.dlq_topics.push(dlq_topic.to_string());
         }
-        let (source, kind, message, id) = match (content, content.envelope()) {
-            (_, Some(env)) => (
-                env.source.topic.clone(),
-                env.error.kind.as_str().to_string(),
-                env.error.message.clone(),
-                Some((env.id.clone(), env)),
-            ),
-            (content, None) => (
-                "(unknown)".to_string(),
-                "unreadable".to_string(),
-                match content {
-                    DlqContent::NotAnEnvelope { reason, .. } => {
-                        format!("not a kafka-dlq envelope: {reason}")
-                    }
-                    _ => "not a kafka-dlq envelope".to_string(),
-                },
-                None,
-            ),
+        let (kind, message) = content.cause();
+        let (kind, message) = (kind.to_string(), message.into_owned());
+        let (source, id) = match content.envelope() {
+            Some(env) => (env.source.topic.clone(), Some((env.id.clone(), env))),
+            None => ("(unknown)".to_string(), None),
         };
         count(&mut self.by_source_topic, source);
         count(&mut self.by_kind, kind.clone());

@@ -151,6 +151,10 @@ pub struct FilterArgs {
     /// Only dead letters whose error message matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     error_matches: Option<String>,
+    /// Only dead letters of this cause: the error fingerprint the monitor's alerts and the
+    /// console show (`<kind>: <message with ids and numbers as #>`).
+    #[arg(long)]
+    fingerprint: Option<String>,
 }
 
 /// `FROM..TO`, `FROM..` or `..TO` as a range of offsets.
@@ -232,6 +236,8 @@ impl FilterArgs {
                 })?),
                 (None, None) => None,
             },
+            fingerprint: self.fingerprint.clone(),
+            dlq_records: None,
         })
     }
 }
