@@ -40,7 +40,8 @@ pub const HEADER_REPLAYED_FROM: &str = "kafka_dlq-replayed-from";
 /// The audit topic replays append their summaries to unless told otherwise.
 pub const DEFAULT_AUDIT_TOPIC: &str = "kafka-dlq-audit";
 
-/// One replay run, as its summary on the audit topic says.
+/// One action on a DLQ, as its summary on the audit topic says: a replay run (`dlq replay`,
+/// or the console's redrive and edit then redrive), or the console's discard or restore.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplayRun {
     /// The run's id, as in each record's `kafka_dlq-replay-run`.
@@ -74,6 +75,116 @@ pub struct ReplayRun {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What it did (`replay` for summaries written before actions were named).
+    #[serde(default)]
+    pub action: Action,
+    /// Its filter as a structure, so that what it selected can be told again (the console's
+    /// outstanding dead letters); `None` in summaries written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<crate::dlq_reader::Filter>,
+    /// A replay: the consumer group holding its position
+    /// ([`super::ReplayOptions::position_group`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_group: Option<String>,
+    /// A discard: the end of each DLQ partition when it was made; it discards the dead
+    /// letters its selection matches before those ends, not those written later.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub ends: std::collections::BTreeMap<i32, i64>,
+    /// A discard or restore: the operator's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A restore: the run id of the discard it undoes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restores: Option<String>,
+    /// An edit then redrive: the payload as it was and as it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<Edit>,
+}
+
+/// What an audited action did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Sent dead letters back (`dlq replay`, the console's redrive).
+    #[default]
+    Replay,
+    /// Marked dead letters as handled without sending them: no longer outstanding.
+    Discard,
+    /// Undid a discard: its dead letters are outstanding again.
+    Restore,
+}
+
+impl Action {
+    /// `replay`, `discard` or `restore`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Replay => "replay",
+            Action::Discard => "discard",
+            Action::Restore => "restore",
+        }
+    }
+}
+
+/// The payload of a dead letter edited before its redrive, both as base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edit {
+    /// The payload as the dead letter holds it.
+    pub original: String,
+    /// The payload sent.
+    pub edited: String,
+}
+
+impl Edit {
+    /// The edit of `original` into `edited`.
+    pub fn new(original: &[u8], edited: &[u8]) -> Edit {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        Edit {
+            original: b64.encode(original),
+            edited: b64.encode(edited),
+        }
+    }
+
+    /// The payload to send.
+    pub fn edited_bytes(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        // Built by [`Edit::new`]: always base64.
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.edited)
+            .unwrap_or_default()
+    }
+}
+
+impl ReplayRun {
+    /// A summary of an action that sends nothing (a discard or a restore), started now, by
+    /// `operator`, on `dlq_topic`.
+    pub fn record(action: Action, operator: &str, dlq_topic: &str) -> ReplayRun {
+        let started = Started::now();
+        ReplayRun {
+            run: started.run,
+            operator: operator.to_string(),
+            host: started.host,
+            dlq_topic: dlq_topic.to_string(),
+            filter: String::new(),
+            to: String::new(),
+            started: started.at,
+            ended: started.at,
+            scanned: 0,
+            replayed: 0,
+            filtered_out: 0,
+            refused: 0,
+            passed_over: 0,
+            interrupted: false,
+            error: None,
+            action,
+            selection: None,
+            position_group: None,
+            ends: Default::default(),
+            reason: None,
+            restores: None,
+            edit: None,
+        }
+    }
 }
 
 impl ReplayRun {
@@ -108,6 +219,13 @@ impl ReplayRun {
             passed_over: r.not_envelopes + r.undecodable + r.lost,
             interrupted: r.interrupted,
             error,
+            action: Action::Replay,
+            selection: Some(options.filter.clone()),
+            position_group: Some(options.position_group()),
+            ends: Default::default(),
+            reason: None,
+            restores: None,
+            edit: options.edit.clone(),
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct ReplayOptions {
     /// The topic each run that is not a dry run appends its summary to ([`audit`]); `None`
     /// for none. Default [`audit::DEFAULT_AUDIT_TOPIC`].
     pub audit_topic: Option<String>,
+    /// Sends the edited payload instead of each dead letter's own (the console's edit then
+    /// redrive, whose filter names one dead letter); the run's summary keeps both.
+    pub edit: Option<audit::Edit>,
 }
 
 impl ReplayOptions {
@@ -50,6 +53,7 @@ impl ReplayOptions {
             max_replays: 3,
             operator: audit::operator_name(),
             audit_topic: Some(audit::DEFAULT_AUDIT_TOPIC.to_string()),
+            edit: None,
         }
     }
 

@@ -86,6 +86,11 @@ impl<'a> Sender<'a> {
     ) -> Result<(Outcome, Option<DeliveryFuture>), ReplayError> {
         let options = self.options;
         let (mut headers, key, payload) = match decoded(envelope) {
+            Ok((headers, key, _)) if options.edit.is_some() => (
+                headers,
+                key,
+                options.edit.as_ref().map(|e| e.edited_bytes()),
+            ),
             Ok(decoded) => decoded,
             Err(e) => {
                 tracing::warn!(event = "replay_undecodable", id = %envelope.id,
