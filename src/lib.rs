@@ -56,6 +56,8 @@
 pub mod backoff;
 pub mod breaker;
 pub mod config;
+#[cfg(feature = "console")]
+pub mod console;
 pub mod consumer;
 pub mod dlq;
 pub mod dlq_reader;

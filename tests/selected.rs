@@ -50,7 +50,12 @@ fn the_tests_on_apache_kafka_start_a_broker() {
         assert!(kafka.port > 0);
         // The secured brokers' CA and certificates are made with openssl, their MSK IAM
         // check compiled with javac.
-        for tool in [["openssl", "version"], ["javac", "-version"]] {
+        // The console's browser test drives Debian's Chromium through its chromedriver.
+        for tool in [
+            ["openssl", "version"],
+            ["javac", "-version"],
+            ["chromedriver", "--version"],
+        ] {
             let ran = std::process::Command::new(tool[0]).arg(tool[1]).output();
             assert!(
                 ran.is_ok_and(|o| o.status.success()),

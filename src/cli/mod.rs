@@ -3,6 +3,7 @@
 mod check;
 mod config;
 mod connection;
+mod console;
 mod demo;
 mod dlq;
 mod monitor;
@@ -51,6 +52,8 @@ enum Command {
     Run(run::RunArgs),
     /// Watch dead-letter topics and alert in Slack when their volume changes.
     Monitor(monitor::MonitorArgs),
+    /// Serve the DLQ console: a web page and a JSON API to see, redrive and discard dead letters.
+    Console(console::ConsoleArgs),
     /// Inspect and replay a dead-letter topic.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
@@ -67,6 +70,7 @@ impl Command {
         match self {
             Command::Run(args) => Some(args.connection_mut()),
             Command::Monitor(args) => Some(args.connection_mut()),
+            Command::Console(args) => Some(args.connection_mut()),
             Command::Dlq(command) => Some(command.connection_mut()),
             Command::Demo(args) => Some(args.connection_mut()),
             Command::Config(_) => None,
@@ -153,6 +157,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Monitor(args) => monitor::run(args).await,
+            Command::Console(args) => console::run(args).await,
             Command::Dlq(command) => dlq::run(command).await,
             Command::Config(_) => unreachable!("handled before the runtime starts"),
             Command::Demo(args) => demo::run(args).await,

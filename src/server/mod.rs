@@ -45,7 +45,19 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let service = TowerToHyperService::new(router(metrics));
+    serve_router(listener, router(metrics), shutdown, drain).await
+}
+
+/// Serves `routes` as [`serve`] serves the metrics: HTTP/1.1, a client that sends no complete
+/// request head within [`HEADER_READ_TIMEOUT`] disconnected, and on `shutdown` at most `drain`
+/// for the requests in progress.
+pub async fn serve_router(
+    listener: TcpListener,
+    routes: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let service = TowerToHyperService::new(routes);
     let connections = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -57,8 +69,8 @@ pub async fn serve(
                     Ok((stream, _)) => stream,
                     Err(e) => {
                         // Out of file descriptors and the like: the listener stays usable.
-                        tracing::warn!(event = "metrics_accept_failed", error = %e,
-                            "the metrics endpoint could not accept a connection");
+                        tracing::warn!(event = "http_accept_failed", error = %e,
+                            "the HTTP endpoint could not accept a connection");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -80,9 +92,9 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!(
-            event = "metrics_server_drain_timeout",
+            event = "http_server_drain_timeout",
             drain_ms = drain.as_millis() as u64,
-            "a metrics client still holds a request; the endpoint stops without it"
+            "a client still holds a request; the endpoint stops without it"
         );
     }
     Ok(())

@@ -1,0 +1,246 @@
+//! `kafka-dlq console`: the DLQ console's web page and API (see `kafka_dlq::console`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use kafka_dlq::console::access::{parse_tokens, Access, Role};
+use kafka_dlq::console::api::Console;
+use kafka_dlq::console::watch::Watch;
+use kafka_dlq::console::ConsoleConfig;
+use kafka_dlq::ConfigError;
+use tokio_util::sync::CancellationToken;
+
+use super::CliError;
+
+/// Flags of `kafka-dlq console`.
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// Bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// A dead-letter topic to show (repeat, or comma-separate); none: every topic the
+    /// template names, looked up again as topics are created.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_TOPICS", value_delimiter = ',')]
+    dlq_topic: Vec<String>,
+    /// The consumers' dead-letter topic template (`{topic}` standing for the source topic).
+    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = "{topic}-dlt")]
+    dlq_topic_template: String,
+    /// Where the page and the API listen.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONSOLE_LISTEN",
+        default_value = "127.0.0.1:8090"
+    )]
+    listen: String,
+    /// Viewer tokens: `NAME:TOKEN` or `TOKEN`, comma-separated (secret: never logged).
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_VIEWER_TOKEN", hide_env_values = true)]
+    viewer_token: Option<String>,
+    /// A file holding the viewer tokens.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_VIEWER_TOKEN_FILE")]
+    viewer_token_file: Option<PathBuf>,
+    /// Operator tokens (redrive, discard, edit): `NAME:TOKEN` or `TOKEN`, comma-separated;
+    /// the name is who the audit says acted (secret: never logged).
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN", hide_env_values = true)]
+    operator_token: Option<String>,
+    /// A file holding the operator tokens.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN_FILE")]
+    operator_token_file: Option<PathBuf>,
+    /// What a caller without a token may do: `none` (refused) or `viewer`.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONSOLE_ANONYMOUS",
+        value_enum,
+        default_value = "none"
+    )]
+    anonymous: Anonymous,
+    /// Viewers see payloads, keys and header values too (they may hold personal data).
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_SHOW_PAYLOADS")]
+    show_payloads: bool,
+    /// The path the console is served under behind a reverse proxy, e.g. `/dlq`.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_PATH_PREFIX", default_value = "")]
+    path_prefix: String,
+    /// The audit topic (`dlq history`'s): redrives, discards and restores are recorded there.
+    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
+    audit_topic: String,
+    /// Redrives refuse records already replayed this many times.
+    #[arg(long, default_value_t = 3)]
+    max_replays: u32,
+    #[command(flatten)]
+    connection: super::connection::ConnectionArgs,
+}
+
+/// Who may use the console without a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Anonymous {
+    /// Nobody.
+    None,
+    /// Anyone, as a viewer.
+    Viewer,
+}
+
+impl ConsoleArgs {
+    /// Its connection settings.
+    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+        &mut self.connection
+    }
+}
+
+fn tokens(
+    value: &Option<String>,
+    file: &Option<PathBuf>,
+    key: &str,
+    role: Role,
+) -> Result<Vec<(String, String, Role)>, ConfigError> {
+    let list = match (value, file) {
+        (Some(v), _) if !v.trim().is_empty() => v.clone(),
+        (_, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(&format!("{key}_file"), path.display(), e))?,
+        _ => return Ok(Vec::new()),
+    };
+    parse_tokens(&list, role).map_err(|e| ConfigError::new(key, "<redacted>", e))
+}
+
+/// The settings checked, without connecting.
+pub struct Checked {
+    config: ConsoleConfig,
+    access: Access,
+    listen: std::net::SocketAddr,
+}
+
+/// Checks every setting of `console`.
+pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
+    let brokers = args
+        .brokers
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| ConfigError::new("brokers", "", "is required"))?;
+    let template = kafka_dlq::dlq::DlqTopic::new(&args.dlq_topic_template)
+        .map_err(|r| ConfigError::new("dlq_topic_template", &args.dlq_topic_template, r))?;
+    let mut dlq_topics = Vec::new();
+    for topic in args
+        .dlq_topic
+        .iter()
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+    {
+        kafka_dlq::dlq::check_topic_name(topic)
+            .map_err(|r| ConfigError::new("dlq_topic", topic, r))?;
+        if !dlq_topics.iter().any(|t| t == topic) {
+            dlq_topics.push(topic.to_string());
+        }
+    }
+    let listen = args.listen.parse().map_err(|e| {
+        ConfigError::new("listen", &args.listen, format!("expected host:port ({e})"))
+    })?;
+    let prefix = args.path_prefix.trim().trim_end_matches('/').to_string();
+    if !prefix.is_empty()
+        && (!prefix.starts_with('/')
+            || prefix.contains(['?', '#', '{', '}', '*', ' '])
+            || prefix.contains("//"))
+    {
+        return Err(ConfigError::new(
+            "path_prefix",
+            &args.path_prefix,
+            "expected a path such as /dlq: starting with /, without ?, #, spaces, braces or *",
+        )
+        .into());
+    }
+    let mut all = tokens(
+        &args.viewer_token,
+        &args.viewer_token_file,
+        "viewer_token",
+        Role::Viewer,
+    )?;
+    all.extend(tokens(
+        &args.operator_token,
+        &args.operator_token_file,
+        "operator_token",
+        Role::Operator,
+    )?);
+    let anonymous = match args.anonymous {
+        Anonymous::None => None,
+        Anonymous::Viewer => Some(Role::Viewer),
+    };
+    let access = Access::new(all, anonymous);
+    if access.is_closed() {
+        return Err(ConfigError::new(
+            "operator_token",
+            "",
+            "no token is set, so nobody could sign in: set KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN and/or KAFKA_DLQ_CONSOLE_VIEWER_TOKEN (or their _FILE forms), or allow --anonymous viewer",
+        )
+        .into());
+    }
+    let config = ConsoleConfig {
+        librdkafka: args.connection.client_options()?,
+        dlq_template: template,
+        audit_topic: args.audit_topic.clone(),
+        show_payloads: args.show_payloads,
+        path_prefix: prefix,
+        max_replays: args.max_replays,
+        ..ConsoleConfig::new(&brokers, dlq_topics)
+    };
+    Ok(Checked {
+        config,
+        access,
+        listen,
+    })
+}
+
+/// Serves the console until SIGINT or SIGTERM.
+pub async fn run(args: ConsoleArgs) -> Result<(), CliError> {
+    let checked = check(&args)?;
+    let listener = tokio::net::TcpListener::bind(checked.listen)
+        .await
+        .with_context(|| format!("cannot listen on --listen {}", checked.listen))
+        .map_err(CliError::Runtime)?;
+    serve(
+        checked.config,
+        checked.access,
+        listener,
+        super::shutdown_signal(),
+    )
+    .await
+}
+
+/// Serves the console of `config` on `listener` until `shutdown`.
+pub async fn serve(
+    config: ConsoleConfig,
+    access: Access,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), CliError> {
+    let address = listener
+        .local_addr()
+        .map_err(|e| CliError::Runtime(e.into()))?;
+    let url = format!("http://{address}{}/", config.path_prefix);
+    tracing::info!(event = "console_listening", %url, topics = ?config.dlq_topics,
+        "the DLQ console serves {url}");
+    let config = Arc::new(config);
+    let watch = Watch::new(config.clone());
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn(watch.clone().run(stop.clone()));
+    let console = Console::new(config, Arc::new(access), watch);
+    let routes = console.clone().router();
+    let stopping = stop.clone();
+    let result = kafka_dlq::server::serve_router(
+        listener,
+        routes,
+        async move {
+            shutdown.await;
+            stopping.cancel();
+        },
+        Duration::from_secs(5),
+    )
+    .await;
+    stop.cancel();
+    console.stop_redrives();
+    let _ = watcher.await;
+    // The redrives commit their positions as they stop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    result
+        .context("the console's HTTP server failed")
+        .map_err(CliError::Runtime)
+}

@@ -1,0 +1,335 @@
+//! Who may do what in the console: bearer tokens of two roles, the page's sessions, and the
+//! CSRF token every action a session sends must carry. Deciding only; the HTTP layer asks.
+//!
+//! A token list (`KAFKA_DLQ_CONSOLE_VIEWER_TOKEN`, `KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN`) is one
+//! or more tokens separated by commas or new lines, each `NAME:TOKEN` (the name goes into the
+//! audit as who acted) or a bare `TOKEN` (named after its role).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Read the inbox, dead letters (payloads only with `show_payloads`) and the history.
+    Viewer,
+    /// Also redrive, discard, restore and edit.
+    Operator,
+}
+
+impl Role {
+    /// `viewer` or `operator`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+        }
+    }
+}
+
+/// A caller known: its role and the name the audit records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    /// Its role.
+    pub role: Role,
+    /// Its name (`console:<name>` in the audit).
+    pub name: String,
+}
+
+/// Why a request is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No credentials, or none that are valid: 401.
+    #[error("sign in: send `Authorization: Bearer <token>` or sign in on the page")]
+    Unauthenticated,
+    /// Valid credentials without the role: 403.
+    #[error("the {0} role may not do this; an operator token may")]
+    Forbidden(&'static str),
+    /// An action sent with the session cookie but without its CSRF token: 403.
+    #[error("missing or wrong X-CSRF-Token header: actions sent with the session cookie must carry the token the sign-in answered")]
+    Csrf,
+}
+
+/// A malformed token list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadTokens(String);
+
+/// Parses a token list (see the module docs) of `role`.
+pub fn parse_tokens(list: &str, role: Role) -> Result<Vec<(String, String, Role)>, BadTokens> {
+    let mut tokens = Vec::new();
+    for item in list
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+    {
+        let (name, token) = match item.split_once(':') {
+            Some((name, token)) => (name.trim().to_string(), token.trim().to_string()),
+            None => (role.as_str().to_string(), item.to_string()),
+        };
+        if token.len() < 16 {
+            return Err(BadTokens(format!(
+                "a {} token of `{name}` has {} characters; at least 16 are needed (`openssl rand -hex 32` makes one)",
+                role.as_str(),
+                token.len()
+            )));
+        }
+        if name.is_empty() || name.chars().any(|c| c.is_control()) {
+            return Err(BadTokens(format!(
+                "a {} token has an empty or unprintable name",
+                role.as_str()
+            )));
+        }
+        tokens.push((name, token, role));
+    }
+    Ok(tokens)
+}
+
+/// How long a session lasts.
+pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at most; the oldest goes first.
+const MAX_SESSIONS: usize = 10_000;
+
+struct Session {
+    caller: Caller,
+    csrf: String,
+    expires: Instant,
+}
+
+/// The tokens, the anonymous role if any, and the sessions signed in.
+pub struct Access {
+    tokens: Vec<(String, String, Role)>,
+    anonymous: Option<Role>,
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+/// A new session: its id (the cookie) and CSRF token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// The session cookie's value.
+    pub id: String,
+    /// The token actions must carry in `X-CSRF-Token`.
+    pub csrf: String,
+    /// Who signed in.
+    pub caller: Caller,
+}
+
+impl Access {
+    /// Access by `tokens` ([`parse_tokens`]); `anonymous` is the role of a caller without
+    /// credentials (`None`: refused).
+    pub fn new(tokens: Vec<(String, String, Role)>, anonymous: Option<Role>) -> Access {
+        Access {
+            tokens,
+            anonymous,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// No token and no anonymous role: nobody could get in.
+    pub fn is_closed(&self) -> bool {
+        self.tokens.is_empty() && self.anonymous.is_none()
+    }
+
+    /// The caller a bearer token names.
+    pub fn by_token(&self, token: &str) -> Option<Caller> {
+        // Every token is compared, each in constant time: how long it takes says nothing of
+        // which one or how much of it matched.
+        let mut found = None;
+        for (name, secret, role) in &self.tokens {
+            if equal(secret.as_bytes(), token.as_bytes()) && found.is_none() {
+                found = Some(Caller {
+                    role: *role,
+                    name: name.clone(),
+                });
+            }
+        }
+        found
+    }
+
+    /// Signs in with `token`: a session for its caller.
+    pub fn sign_in(&self, token: &str) -> Option<NewSession> {
+        let caller = self.by_token(token)?;
+        let session = NewSession {
+            id: random_token(),
+            csrf: random_token(),
+            caller: caller.clone(),
+        };
+        let mut sessions = self.sessions.lock().expect("sessions");
+        let now = Instant::now();
+        sessions.retain(|_, s| s.expires > now);
+        if sessions.len() >= MAX_SESSIONS {
+            if let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.expires)
+                .map(|(k, _)| k.clone())
+            {
+                sessions.remove(&oldest);
+            }
+        }
+        sessions.insert(
+            session.id.clone(),
+            Session {
+                caller,
+                csrf: session.csrf.clone(),
+                expires: now + SESSION_LIFETIME,
+            },
+        );
+        Some(session)
+    }
+
+    /// Ends the session `id`.
+    pub fn sign_out(&self, id: &str) {
+        self.sessions.lock().expect("sessions").remove(id);
+    }
+
+    /// The session `id`'s caller and CSRF token, while it lasts.
+    pub fn session(&self, id: &str) -> Option<(Caller, String)> {
+        let sessions = self.sessions.lock().expect("sessions");
+        sessions
+            .get(id)
+            .filter(|s| s.expires > Instant::now())
+            .map(|s| (s.caller.clone(), s.csrf.clone()))
+    }
+
+    /// Who is calling and whether they may: `bearer` is the `Authorization: Bearer` token,
+    /// `cookie` the session cookie, `csrf` the `X-CSRF-Token` header; `action` says the
+    /// request changes something (then the session's CSRF token is required), `needs` the
+    /// role it takes.
+    pub fn check(
+        &self,
+        bearer: Option<&str>,
+        cookie: Option<&str>,
+        csrf: Option<&str>,
+        action: bool,
+        needs: Role,
+    ) -> Result<Caller, Refusal> {
+        let caller = if let Some(token) = bearer {
+            // A bearer token is never sent by a browser on its own: no CSRF token needed.
+            self.by_token(token).ok_or(Refusal::Unauthenticated)?
+        } else if let Some((caller, expected)) = cookie.and_then(|id| self.session(id)) {
+            if action && !csrf.is_some_and(|c| equal(c.as_bytes(), expected.as_bytes())) {
+                return Err(Refusal::Csrf);
+            }
+            caller
+        } else if let Some(role) = self.anonymous {
+            Caller {
+                role,
+                name: "anonymous".into(),
+            }
+        } else {
+            return Err(Refusal::Unauthenticated);
+        };
+        if caller.role < needs {
+            return Err(Refusal::Forbidden(caller.role.as_str()));
+        }
+        Ok(caller)
+    }
+}
+
+/// Constant-time equality of two byte strings (their lengths may differ: that alone is told).
+fn equal(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 32 random bytes as hex, from the operating system's generator.
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    openssl::rand::rand_bytes(&mut bytes).expect("the operating system's random generator");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V: &str = "viewer-token-0123456789";
+    const O: &str = "operator-token-0123456789";
+
+    fn access(anonymous: Option<Role>) -> Access {
+        let mut tokens = parse_tokens(V, Role::Viewer).unwrap();
+        tokens.extend(parse_tokens(&format!("alice:{O}, bob:{O}-bob"), Role::Operator).unwrap());
+        Access::new(tokens, anonymous)
+    }
+
+    #[test]
+    fn token_lists_name_each_token() {
+        let tokens = parse_tokens(&format!("alice:{O}\n{O}x"), Role::Operator).unwrap();
+        assert_eq!(tokens[0].0, "alice");
+        assert_eq!(tokens[1].0, "operator");
+        let short = parse_tokens("bob:short", Role::Viewer).unwrap_err();
+        assert!(
+            short.to_string().contains("`bob` has 5 characters"),
+            "{short}"
+        );
+        assert!(parse_tokens(" , ", Role::Viewer).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_viewer_may_read_and_not_act() {
+        let a = access(None);
+        let viewer = a.check(Some(V), None, None, false, Role::Viewer).unwrap();
+        assert_eq!(viewer.role, Role::Viewer);
+        assert_eq!(
+            a.check(Some(V), None, None, true, Role::Operator),
+            Err(Refusal::Forbidden("viewer"))
+        );
+        let alice = a.check(Some(O), None, None, true, Role::Operator).unwrap();
+        assert_eq!(alice.name, "alice");
+    }
+
+    #[test]
+    fn no_credentials_is_refused_unless_anonymous_is_allowed() {
+        assert_eq!(
+            access(None).check(None, None, None, false, Role::Viewer),
+            Err(Refusal::Unauthenticated)
+        );
+        assert_eq!(
+            access(None).check(Some("wrong"), None, None, false, Role::Viewer),
+            Err(Refusal::Unauthenticated)
+        );
+        let anonymous = access(Some(Role::Viewer));
+        assert!(anonymous
+            .check(None, None, None, false, Role::Viewer)
+            .is_ok());
+        assert_eq!(
+            anonymous.check(None, None, None, true, Role::Operator),
+            Err(Refusal::Forbidden("viewer"))
+        );
+        assert!(Access::new(Vec::new(), None).is_closed());
+    }
+
+    #[test]
+    fn session_actions_need_the_csrf_token() {
+        let a = access(None);
+        let s = a.sign_in(O).unwrap();
+        assert_eq!(s.caller.name, "alice");
+        assert!(a
+            .check(None, Some(&s.id), None, false, Role::Viewer)
+            .is_ok());
+        assert_eq!(
+            a.check(None, Some(&s.id), None, true, Role::Operator),
+            Err(Refusal::Csrf)
+        );
+        assert_eq!(
+            a.check(None, Some(&s.id), Some("forged"), true, Role::Operator),
+            Err(Refusal::Csrf)
+        );
+        assert!(a
+            .check(None, Some(&s.id), Some(&s.csrf), true, Role::Operator)
+            .is_ok());
+        a.sign_out(&s.id);
+        assert_eq!(
+            a.check(None, Some(&s.id), Some(&s.csrf), true, Role::Operator),
+            Err(Refusal::Unauthenticated)
+        );
+        assert!(a.sign_in("nope").is_none());
+        assert_ne!(a.sign_in(V).unwrap().id, a.sign_in(V).unwrap().id);
+    }
+}

@@ -1,0 +1,63 @@
+//! The DLQ console: a web page and a JSON API where operators see the outstanding dead
+//! letters grouped by cause, look at one in full, and redrive, discard or edit them — each
+//! action on the audit topic beside `dlq replay`'s runs. Manual: `docs/console.md`.
+//!
+//! - [`inbox`]: the outstanding dead letters by cause, in memory that grows with the causes;
+//! - [`ledger`]: which dead letters are outstanding (the replay position, discards, filtered
+//!   replays);
+//! - [`payload`]: how a payload is shown; [`dead_letter`]: a dead letter in the API;
+//! - [`access`]: tokens, roles, sessions and CSRF;
+//! - [`watch`]: the inbox kept current by reading the DLTs (built once, then only what is
+//!   written after);
+//! - [`redrives`]: the redrives running, with their progress, pause, resume and cancel;
+//! - [`api`]: the HTTP routes, the page included.
+
+pub mod access;
+pub mod api;
+pub mod dead_letter;
+pub mod inbox;
+pub mod ledger;
+pub mod payload;
+pub mod redrives;
+pub mod watch;
+
+use crate::kafka::ClientOptions;
+
+/// What the console reads and how it lets people in.
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Client options of every client the console makes (security, timeouts).
+    pub librdkafka: ClientOptions,
+    /// The DLTs shown; empty for every topic the template names
+    /// ([`crate::dlq::DlqTopic::is_dlq_topic`]), looked up again as topics are created.
+    pub dlq_topics: Vec<String>,
+    /// The consumers' dead-letter topic template.
+    pub dlq_template: crate::dlq::DlqTopic,
+    /// The audit topic (`dlq history`'s).
+    pub audit_topic: String,
+    /// Viewers see payloads, keys and header values too.
+    pub show_payloads: bool,
+    /// The path the console is served under behind a reverse proxy (`/dlq`), empty for the
+    /// root.
+    pub path_prefix: String,
+    /// The loop guard of redrives ([`crate::replay::ReplayOptions::max_replays`]).
+    pub max_replays: u32,
+}
+
+impl ConsoleConfig {
+    /// The console of `dlq_topics` (empty: every DLT) on `brokers`, with the defaults.
+    pub fn new(brokers: &str, dlq_topics: Vec<String>) -> ConsoleConfig {
+        ConsoleConfig {
+            brokers: brokers.to_string(),
+            librdkafka: ClientOptions::new(),
+            dlq_topics,
+            dlq_template: crate::dlq::DlqTopic::default(),
+            audit_topic: crate::replay::audit::DEFAULT_AUDIT_TOPIC.to_string(),
+            show_payloads: false,
+            path_prefix: String::new(),
+            max_replays: 3,
+        }
+    }
+}

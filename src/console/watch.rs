@@ -1,0 +1,539 @@
+//! The inbox kept current. Once a second the watcher reads the audit topic's end and the
+//! replay groups' committed positions; when either moved (a replay, a redrive, a discard, from
+//! this console or another, or `dlq replay`), it builds the inbox again from the first
+//! outstanding offset of each partition, else it reads only what was written since the last
+//! read. A page view never reads the topic.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio::sync::Notify;
+
+use super::inbox::{Inbox, InboxFilter, InboxRow, Sighting};
+use super::ledger::{Ledger, Resolution};
+use super::ConsoleConfig;
+use crate::dlq_reader::position::Position;
+use crate::dlq_reader::{DlqEntry, DlqReader, Filter};
+use crate::kafka::LogContext;
+use crate::replay::audit::ReplayRun;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the watcher looks for what changed.
+pub const TICK: Duration = Duration::from_secs(1);
+/// Rebuilds at most this often while positions keep moving (a redrive in progress).
+const REBUILD_AT_MOST_EVERY: Duration = Duration::from_secs(3);
+/// The group name the console's readers carry (they never join it nor commit).
+const READER_GROUP: &str = "kafka-dlq-console";
+
+/// How far the inbox is.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    /// The DLTs read.
+    pub dlq_topics: Vec<String>,
+    /// When the inbox was last complete (built or brought up to date); `None` before the
+    /// first build ends.
+    pub current_at: Option<DateTime<Utc>>,
+    /// Outstanding dead letters counted.
+    pub outstanding: u64,
+    /// Causes counted.
+    pub causes: usize,
+    /// Builds since the console started.
+    pub builds: u64,
+    /// The last error reading the cluster, when the last attempt failed.
+    pub error: Option<String>,
+}
+
+struct State {
+    inbox: Inbox,
+    topics: Vec<String>,
+    current_at: Option<DateTime<Utc>>,
+    builds: u64,
+    error: Option<String>,
+    runs: Arc<Vec<ReplayRun>>,
+    ledgers: HashMap<String, Arc<Ledger>>,
+    ends: HashMap<String, HashMap<i32, i64>>,
+}
+
+/// The inbox and what it was built from, kept current by [`Watch::run`].
+pub struct Watch {
+    config: Arc<ConsoleConfig>,
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+/// The positions the ledgers were built from: (topic, group) → partition → position.
+type Positions = HashMap<(String, String), HashMap<i32, Position>>;
+
+impl Watch {
+    /// A watcher of `config`'s DLTs; nothing is read until [`Watch::run`].
+    pub fn new(config: Arc<ConsoleConfig>) -> Arc<Watch> {
+        Arc::new(Watch {
+            config,
+            state: Mutex::new(State {
+                inbox: Inbox::default(),
+                topics: Vec::new(),
+                current_at: None,
+                builds: 0,
+                error: None,
+                runs: Arc::new(Vec::new()),
+                ledgers: HashMap::new(),
+                ends: HashMap::new(),
+            }),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Looks again at once (an action just changed the audit or a position).
+    pub fn poke(&self) {
+        self.wake.notify_one();
+    }
+
+    /// How far the inbox is.
+    pub fn status(&self) -> Status {
+        let s = self.state.lock().expect("state");
+        Status {
+            dlq_topics: s.topics.clone(),
+            current_at: s.current_at,
+            outstanding: s.inbox.total(),
+            causes: s.inbox.len(),
+            builds: s.builds,
+            error: s.error.clone(),
+        }
+    }
+
+    /// The inbox rows `filter` selects.
+    pub fn inbox(&self, filter: &InboxFilter) -> Result<Vec<InboxRow>, String> {
+        self.state
+            .lock()
+            .expect("state")
+            .inbox
+            .rows(filter, Utc::now())
+    }
+
+    /// The DLTs shown.
+    pub fn topics(&self) -> Vec<String> {
+        self.state.lock().expect("state").topics.clone()
+    }
+
+    /// The audit's runs, oldest first, as last read.
+    pub fn runs(&self) -> Arc<Vec<ReplayRun>> {
+        self.state.lock().expect("state").runs.clone()
+    }
+
+    fn ledger(&self, topic: &str) -> Option<Arc<Ledger>> {
+        self.state
+            .lock()
+            .expect("state")
+            .ledgers
+            .get(topic)
+            .cloned()
+    }
+
+    /// Keeps the inbox current until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        let mut seen: Option<(Vec<String>, i64, Positions)> = None;
+        let mut last_build = tokio::time::Instant::now() - REBUILD_AT_MOST_EVERY;
+        let clients = Clients::default();
+        loop {
+            let step = self.step(&mut seen, &mut last_build, &clients).await;
+            {
+                let mut s = self.state.lock().expect("state");
+                s.error = step.err().map(|e| e.to_string());
+            }
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(TICK) => {}
+            }
+        }
+    }
+
+    async fn step(
+        &self,
+        seen: &mut Option<(Vec<String>, i64, Positions)>,
+        last_build: &mut tokio::time::Instant,
+        clients: &Clients,
+    ) -> Result<(), KafkaError> {
+        let config = self.config.clone();
+        let topics = match config.dlq_topics.is_empty() {
+            false => config.dlq_topics.clone(),
+            true => {
+                blocking({
+                    let config = config.clone();
+                    move || discover(&config)
+                })
+                .await?
+            }
+        };
+        let audit_end = blocking({
+            let config = config.clone();
+            move || audit_end(&config)
+        })
+        .await?;
+        let runs = match seen.as_ref() {
+            Some((_, end, _)) if *end == audit_end => self.runs(),
+            _ => Arc::new(
+                blocking({
+                    let config = config.clone();
+                    move || {
+                        crate::replay::audit::history(
+                            &config.brokers,
+                            &config.librdkafka,
+                            &config.audit_topic,
+                            None,
+                        )
+                    }
+                })
+                .await?,
+            ),
+        };
+        let mut positions = Positions::new();
+        for topic in &topics {
+            for group in Ledger::groups(topic, &runs) {
+                let found = clients.positions(&config, topic, &group).await?;
+                positions.insert((topic.clone(), group), found);
+            }
+        }
+        let changed = seen
+            .as_ref()
+            .is_none_or(|(t, end, p)| *t != topics || *end != audit_end || *p != positions);
+        let ledgers: HashMap<String, Arc<Ledger>> = topics
+            .iter()
+            .map(|topic| {
+                let ledger = Ledger::new(topic, &runs, |group| {
+                    positions
+                        .get(&(topic.clone(), group.to_string()))
+                        .cloned()
+                        .unwrap_or_default()
+                });
+                (topic.clone(), Arc::new(ledger))
+            })
+            .collect();
+        if changed && last_build.elapsed() >= REBUILD_AT_MOST_EVERY {
+            let mut inbox = Inbox::default();
+            let mut ends = HashMap::new();
+            for topic in &topics {
+                let ledger = &ledgers[topic];
+                let from = Start::Outstanding(ledger.clone());
+                let end = read(&config, topic, from, |entry| {
+                    if ledger.resolution(entry).is_none() {
+                        inbox.add(&Sighting::of(entry), Utc::now());
+                    }
+                    true
+                })
+                .await?;
+                ends.insert(topic.clone(), end);
+            }
+            *last_build = tokio::time::Instant::now();
+            *seen = Some((topics.clone(), audit_end, positions));
+            let mut s = self.state.lock().expect("state");
+            s.inbox = inbox;
+            s.topics = topics;
+            s.ends = ends;
+            s.runs = runs;
+            s.ledgers = ledgers;
+            s.builds += 1;
+            s.current_at = Some(Utc::now());
+            return Ok(());
+        }
+        if changed {
+            return Ok(()); // built again once the pause since the last build is over
+        }
+        // Only what was written since.
+        for topic in &topics {
+            let (from, ledger) = {
+                let s = self.state.lock().expect("state");
+                (
+                    s.ends.get(topic).cloned().unwrap_or_default(),
+                    s.ledgers[topic].clone(),
+                )
+            };
+            let mut added = Vec::new();
+            let end = read(&config, topic, Start::At(from), |entry| {
+                if ledger.resolution(entry).is_none() {
+                    added.push(Sighting::of(entry));
+                }
+                true
+            })
+            .await?;
+            let mut s = self.state.lock().expect("state");
+            let now = Utc::now();
+            for sighting in &added {
+                s.inbox.add(sighting, now);
+            }
+            s.ends.insert(topic.clone(), end);
+        }
+        self.state.lock().expect("state").current_at = Some(Utc::now());
+        Ok(())
+    }
+
+    /// A reader of `dlq_topic` (one of the console's) from its first outstanding offsets, or
+    /// with `all` from the log start, to its ends now, and the ledger that tells which
+    /// entries are outstanding; `None` for a topic the console does not show.
+    pub async fn open(
+        &self,
+        dlq_topic: &str,
+        all: bool,
+    ) -> Result<Option<(DlqReader, Arc<Ledger>)>, KafkaError> {
+        let Some(ledger) = self.ledger(dlq_topic) else {
+            return Ok(None);
+        };
+        let from = match all {
+            true => Start::At(HashMap::new()),
+            false => Start::Outstanding(ledger.clone()),
+        };
+        let reader = open_reader(&self.config, dlq_topic, from).await?;
+        Ok(Some((reader, ledger)))
+    }
+
+    /// Dead letters `filter` selects, at most `limit`, in partition and offset order per DLT:
+    /// the outstanding ones, or with `all` every one the log holds, each with why it is no
+    /// longer outstanding. Reads the DLTs (from their first outstanding offsets).
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        dlq_topic: Option<&str>,
+        all: bool,
+        limit: usize,
+    ) -> Result<Vec<(DlqEntry, Option<Resolution>)>, KafkaError> {
+        let mut found = Vec::new();
+        self.scan(filter, dlq_topic, all, |entry, resolution| {
+            found.push((entry.clone(), resolution));
+            found.len() < limit
+        })
+        .await?;
+        Ok(found)
+    }
+
+    /// Calls `each` with the dead letters `filter` selects (outstanding ones, or with `all`
+    /// every one), DLT by DLT, until it says no more; the ends read to of the last DLT read.
+    pub async fn scan(
+        &self,
+        filter: &Filter,
+        dlq_topic: Option<&str>,
+        all: bool,
+        mut each: impl FnMut(&DlqEntry, Option<Resolution>) -> bool,
+    ) -> Result<HashMap<i32, i64>, KafkaError> {
+        let mut ends = HashMap::new();
+        for topic in self
+            .topics()
+            .iter()
+            .filter(|t| dlq_topic.is_none_or(|d| d == *t))
+        {
+            let Some((mut reader, ledger)) = self.open(topic, all).await? else {
+                continue;
+            };
+            ends = reader.ends();
+            while let Some(entry) = reader.next_entry().await {
+                let entry = entry?;
+                let resolution = ledger.resolution(&entry);
+                if (all || resolution.is_none())
+                    && filter.matches(&entry)
+                    && !each(&entry, resolution)
+                {
+                    return Ok(ends);
+                }
+            }
+        }
+        Ok(ends)
+    }
+
+    /// The dead letter at `offset` of `partition` of `dlq_topic` (one of the console's), with
+    /// why it is no longer outstanding; `None` when there is none there.
+    pub async fn fetch(
+        &self,
+        dlq_topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Option<(DlqEntry, Option<Resolution>)>, KafkaError> {
+        let Some(ledger) = self.ledger(dlq_topic) else {
+            return Ok(None);
+        };
+        let mut found = None;
+        let only = Start::Only(partition, offset);
+        read(&self.config, dlq_topic, only, |entry| {
+            if entry.partition == partition && entry.offset == offset {
+                found = Some((entry.clone(), ledger.resolution(entry)));
+            }
+            false
+        })
+        .await?;
+        Ok(found)
+    }
+}
+
+/// Where a read starts.
+enum Start {
+    /// Each partition's first offset that may be outstanding.
+    Outstanding(Arc<Ledger>),
+    /// These offsets (a partition not named: its log start).
+    At(HashMap<i32, i64>),
+    /// This one record.
+    Only(i32, i64),
+}
+
+/// Reads `topic` from `from` to its ends now, calling `each` with every entry until it says
+/// no more; the ends read to.
+async fn read(
+    config: &ConsoleConfig,
+    topic: &str,
+    from: Start,
+    mut each: impl FnMut(&DlqEntry) -> bool,
+) -> Result<HashMap<i32, i64>, KafkaError> {
+    let mut reader = open_reader(config, topic, from).await?;
+    let ends = reader.ends();
+    while let Some(entry) = reader.next_entry().await {
+        if !each(&entry?) {
+            break;
+        }
+    }
+    Ok(ends)
+}
+
+/// A reader of `topic` from `from` to its ends now.
+async fn open_reader(
+    config: &ConsoleConfig,
+    topic: &str,
+    from: Start,
+) -> Result<DlqReader, KafkaError> {
+    let (brokers, raw, t, template) = (
+        config.brokers.clone(),
+        config.librdkafka.clone(),
+        topic.to_string(),
+        config.dlq_template.clone(),
+    );
+    blocking(move || {
+        let mut reader =
+            DlqReader::open(&brokers, &raw, &t, READER_GROUP, false)?.with_template(template);
+        let ends = reader.ends();
+        let ranges: HashMap<i32, std::ops::Range<i64>> = ends
+            .keys()
+            .map(|&p| {
+                let start = match &from {
+                    Start::Outstanding(ledger) => ledger.first_outstanding(p),
+                    Start::At(at) => at.get(&p).copied().unwrap_or(0),
+                    Start::Only(partition, offset) if *partition == p => *offset,
+                    Start::Only(..) => i64::MAX,
+                };
+                let end = match &from {
+                    Start::Only(_, offset) => offset.saturating_add(1),
+                    _ => i64::MAX,
+                };
+                (p, start..end)
+            })
+            .collect();
+        reader.narrow(&ranges)?;
+        Ok::<_, KafkaError>(reader)
+    })
+    .await
+}
+
+/// The DLTs the template names, in name order.
+fn discover(config: &ConsoleConfig) -> Result<Vec<String>, KafkaError> {
+    let consumer = client(config, READER_GROUP)?;
+    let metadata = consumer.fetch_metadata(None, TIMEOUT)?;
+    let mut topics: Vec<String> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|name| config.dlq_template.is_dlq_topic(name))
+        .filter(|name| crate::record::retry::parse_topic(name).is_none())
+        .collect();
+    topics.sort();
+    Ok(topics)
+}
+
+/// The audit topic's end (0 while it does not exist).
+fn audit_end(config: &ConsoleConfig) -> Result<i64, KafkaError> {
+    let consumer = client(config, READER_GROUP)?;
+    let metadata = consumer.fetch_metadata(Some(&config.audit_topic), TIMEOUT)?;
+    let Some(t) = metadata.topics().first().filter(|t| t.error().is_none()) else {
+        return Ok(0);
+    };
+    let mut end = 0;
+    for p in t.partitions() {
+        end += consumer
+            .fetch_watermarks(&config.audit_topic, p.id(), TIMEOUT)?
+            .1;
+    }
+    Ok(end)
+}
+
+fn client(config: &ConsoleConfig, group: &str) -> Result<BaseConsumer<LogContext>, KafkaError> {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false");
+    config.librdkafka.apply(&mut client);
+    crate::kafka::create_logged(&client)
+}
+
+/// A client per replay group, to read its committed positions.
+#[derive(Default, Clone)]
+struct Clients(Arc<Mutex<HashMap<String, Arc<BaseConsumer<LogContext>>>>>);
+
+impl Clients {
+    async fn positions(
+        &self,
+        config: &Arc<ConsoleConfig>,
+        topic: &str,
+        group: &str,
+    ) -> Result<HashMap<i32, Position>, KafkaError> {
+        let (clients, config, topic, group) = (
+            self.clone(),
+            config.clone(),
+            topic.to_string(),
+            group.to_string(),
+        );
+        blocking(move || clients.positions_now(&config, &topic, &group)).await
+    }
+
+    fn positions_now(
+        &self,
+        config: &ConsoleConfig,
+        topic: &str,
+        group: &str,
+    ) -> Result<HashMap<i32, Position>, KafkaError> {
+        let consumer = {
+            let mut clients = self.0.lock().expect("clients");
+            if !clients.contains_key(group) {
+                clients.insert(group.to_string(), Arc::new(client(config, group)?));
+            }
+            clients[group].clone()
+        };
+        let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
+        let mut tpl = TopicPartitionList::new();
+        for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
+            for p in t.partitions() {
+                tpl.add_partition(topic, p.id());
+            }
+        }
+        if tpl.count() == 0 {
+            return Ok(HashMap::new());
+        }
+        let committed = consumer.committed_offsets(tpl, TIMEOUT)?;
+        Ok(committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), Position::from_commit(o, e.metadata()))),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+) -> Result<T, KafkaError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("console read task")
+}

@@ -1,0 +1,788 @@
+//! `kafka-dlq console` on Apache Kafka, with dead letters the real consumer wrote: every API
+//! endpoint, the roles, CSRF, hostile records, and (tests/console/browser.rs) the page in
+//! headless Chromium.
+
+mod common;
+#[path = "console/mod.rs"]
+mod console;
+
+use common::*;
+use console::*;
+use serde_json::json;
+
+const PERMANENT: &str = "permanent: rejected #";
+const EXHAUSTED: &str = "retries_exhausted: downstream down";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
+    let dlt = dead_letters(&[
+        "perm-1", "always-1", "perm-2", "ok-1", "always-2", "perm-3", "always-3",
+    ])
+    .await;
+    let (_console, base) = console(&dlt.dlq, "/dlq", &[]).await;
+    let api = Api::new(&base);
+    let brokers = brokers();
+
+    // The inbox: one row per cause, counted.
+    let rows = api
+        .inbox_until("", |rows| {
+            row(rows, PERMANENT).is_some() && row(rows, EXHAUSTED).is_some()
+        })
+        .await;
+    let perm = row(&rows, PERMANENT).unwrap();
+    assert_eq!(perm["count"], 3, "{perm}");
+    assert_eq!(perm["group"], dlt.group.as_str());
+    assert_eq!(perm["source_topic"], dlt.topic.as_str());
+    assert_eq!(perm["dlq_topic"], dlt.dlq.as_str());
+    assert_eq!(perm["kind"], "permanent");
+    assert_eq!(perm["new"], true);
+    assert_eq!(perm["sample_ids"].as_array().unwrap().len(), 3);
+    assert_eq!(perm["ages"]["hour"], 3);
+    assert_eq!(perm["trend"].as_array().unwrap().len(), 24);
+    assert_eq!(row(&rows, EXHAUSTED).unwrap()["count"], 3);
+    assert_eq!(row(&rows, "permanent: rejected perm<").unwrap()["count"], 1);
+    let filtered = api
+        .inbox_until("kind=retries_exhausted", |r| r.len() == 1)
+        .await;
+    assert_eq!(filtered[0]["fingerprint"], EXHAUSTED);
+    let (status, v) = api
+        .get("/api/inbox?older_than=soon", As::Bearer(VIEWER))
+        .await;
+    assert_eq!(status, 400, "{v}");
+
+    // Access: nobody is refused, a viewer reads, a wrong token is refused.
+    assert_eq!(api.get("/api/inbox", As::Nobody).await.0, 401);
+    assert_eq!(
+        api.get("/api/inbox", As::Bearer("not-a-token-at-all-0000"))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(api.get("/api/history", As::Bearer(VIEWER)).await.0, 200);
+
+    // A dead letter in full; hostile text is returned as text, payloads hidden from viewers.
+    let hostile = format!("/api/dead-letters?dlq_topic={}&text=perm%3Cscript", dlt.dlq);
+    let (status, list) = api.get(&hostile, As::Bearer(VIEWER)).await;
+    assert_eq!(status, 200, "{list}");
+    let found = list["dead_letters"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{list}");
+    let at = format!(
+        "/api/dead-letters/{}/{}/{}",
+        dlt.dlq, found[0]["partition"], found[0]["offset"]
+    );
+    let (status, seen_by_viewer) = api.get(&at, As::Bearer(VIEWER)).await;
+    assert_eq!(status, 200, "{seen_by_viewer}");
+    assert_eq!(seen_by_viewer["hidden"], true);
+    assert!(seen_by_viewer.get("payload").is_none() && seen_by_viewer.get("key").is_none());
+    let (_, full) = api.get(&at, As::Bearer(OPERATOR)).await;
+    assert_eq!(full["payload"]["as"], "text", "{full}");
+    assert!(full["payload"]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("perm<script>window.pwned=1</script>"));
+    assert!(full["payload"]["why"]
+        .as_str()
+        .unwrap()
+        .starts_with("not JSON"));
+    assert_eq!(
+        full["key"]["text"],
+        "<img src=x onerror=\"window.pwned=3\">\u{1b}[31m"
+    );
+    assert_eq!(
+        full["headers"][0]["name"]["text"],
+        "<script>window.pwned=4</script>"
+    );
+    assert_eq!(
+        full["headers"][0]["value"]["text"],
+        "\u{1b}]0;pwned\u{7}<b>"
+    );
+    assert_eq!(full["group"], dlt.group.as_str());
+    assert_eq!(full["source"]["topic"], dlt.topic.as_str());
+    assert_eq!(full["attempts"], 1);
+    assert_eq!(full["outstanding"], true);
+    // Hostile paths.
+    for path in [
+        format!("/api/dead-letters/{}/0/99999", dlt.dlq),
+        "/api/dead-letters/..%2F..%2Fetc%2Fpasswd/0/0".to_string(),
+        "/api/dead-letters/%3Cscript%3E/0/0".to_string(),
+        format!("/api/dead-letters/{}/-1/0", dlt.dlq),
+    ] {
+        let (status, v) = api.get(&path, As::Bearer(OPERATOR)).await;
+        assert_eq!(status, 404, "{path}: {v}");
+    }
+    assert_eq!(
+        api.get(
+            &format!("/api/dead-letters/{}/x/1", dlt.dlq),
+            As::Bearer(OPERATOR)
+        )
+        .await
+        .0,
+        400
+    );
+
+    // A viewer's redrive is refused and sends nothing; a viewer may dry-run.
+    let exhausted = json!({ "dlq_topic": dlt.dlq, "fingerprint": EXHAUSTED });
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(VIEWER),
+            json!({ "filter": exhausted }),
+        )
+        .await;
+    assert_eq!(status, 403, "{v}");
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(VIEWER),
+            json!({ "filter": exhausted, "reason": "x" }),
+        )
+        .await;
+    assert_eq!(status, 403, "{v}");
+    let redrive_topic = kafka_dlq::record::retry::redrive_topic(&dlt.topic, &dlt.group);
+    let (status, dry) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(VIEWER),
+            json!({ "filter": exhausted, "dry_run": true }),
+        )
+        .await;
+    assert_eq!(status, 202, "{dry}");
+    let dry = api.redrive_end(dry["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (dry["state"].as_str(), dry["sent"].as_u64()),
+        (Some("done"), Some(3)),
+        "{dry}"
+    );
+    assert_eq!(dry["preview"].as_array().unwrap().len(), 3);
+    assert_eq!(dry["preview"][0]["to"], redrive_topic.as_str());
+    assert!(
+        read_all_if_exists(&brokers, &redrive_topic).is_empty(),
+        "a dry run sends nothing"
+    );
+
+    // CSRF: a session's action without its token is refused, with it goes through.
+    let (cookie, csrf) = api.sign_in(OPERATOR).await;
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Session(&cookie, None),
+            json!({ "filter": exhausted, "reason": "x" }),
+        )
+        .await;
+    assert_eq!(status, 403, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("X-CSRF-Token"), "{v}");
+    let (status, _) = api
+        .post(
+            "/api/discards",
+            As::Session(&cookie, Some("forged")),
+            json!({ "filter": exhausted, "reason": "x" }),
+        )
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        api.get("/api/inbox", As::Session(&cookie, None)).await.0,
+        200,
+        "reading needs no CSRF token"
+    );
+
+    // A redrive at a rate, to the failing group's redrive topic.
+    let (status, started) = api
+        .post(
+            "/api/redrives",
+            As::Session(&cookie, Some(&csrf)),
+            json!({ "filter": exhausted, "destination": "group", "rate": 5 }),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["id"].as_str().unwrap().to_string();
+    let (status, busy) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": exhausted }),
+        )
+        .await;
+    let done = api.redrive_end(&id).await;
+    assert!(
+        status == 409 || done["state"] == "done",
+        "one redrive per DLT at a time: {busy}"
+    );
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(
+        (
+            done["sent"].as_u64(),
+            done["refused"].as_u64(),
+            done["failed"].as_u64()
+        ),
+        (Some(3), Some(0), Some(0)),
+        "{done}"
+    );
+    assert_eq!(done["destinations"][&redrive_topic], 3);
+    let sent = read_all(&brokers, &redrive_topic);
+    let mut values: Vec<String> = sent
+        .iter()
+        .map(|m| String::from_utf8_lossy(rdkafka::Message::payload(m).unwrap()).to_string())
+        .collect();
+    values.sort();
+    assert_eq!(values, ["always-1", "always-2", "always-3"]);
+    // No longer outstanding: the cause leaves the inbox.
+    api.inbox_until("", |rows| row(rows, EXHAUSTED).is_none())
+        .await;
+
+    // Discard with a reason; restore it.
+    let permanent = json!({ "dlq_topic": dlt.dlq, "fingerprint": PERMANENT });
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": permanent, "reason": "  " }),
+        )
+        .await;
+    assert_eq!(status, 400, "a reason is required: {v}");
+    let (status, discarded) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": permanent, "reason": "test orders from the load test" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{discarded}");
+    assert_eq!(discarded["discarded"], 3);
+    api.inbox_until("", |rows| row(rows, PERMANENT).is_none())
+        .await;
+    let (_, all) = api
+        .get(
+            &format!(
+                "/api/dead-letters?dlq_topic={}&fingerprint={}&state=all",
+                dlt.dlq,
+                urlencode(PERMANENT)
+            ),
+            As::Bearer(VIEWER),
+        )
+        .await;
+    let all = all["dead_letters"].as_array().unwrap().clone();
+    assert_eq!(all.len(), 3);
+    assert!(all.iter().all(|d| d["outstanding"] == false
+        && d["resolution"]["by"] == "discarded"
+        && d["resolution"]["reason"] == "test orders from the load test"
+        && d["resolution"]["operator"] == "console:alice"));
+    let (status, v) = api
+        .post(
+            &format!(
+                "/api/discards/{}/restore",
+                discarded["run"].as_str().unwrap()
+            ),
+            As::Bearer(OPERATOR),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    api.inbox_until("", |rows| {
+        row(rows, PERMANENT).is_some_and(|r| r["count"] == 3)
+    })
+    .await;
+
+    // The history: who did what, with the same runs `dlq history` lists.
+    let (_, history) = api.get("/api/history", As::Bearer(VIEWER)).await;
+    let runs = history["runs"].as_array().unwrap();
+    let actions: Vec<(&str, &str)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap(),
+                r["operator"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("restore", "console:alice"),
+            ("discard", "console:alice"),
+            ("replay", "console:alice")
+        ],
+        "{history}"
+    );
+    assert_eq!(runs[1]["reason"], "test orders from the load test");
+    assert_eq!(runs[2]["replayed"], 3);
+    let (code, out, err) = cli(&[
+        "dlq",
+        "history",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt.dlq,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+
+    // Export: the outstanding dead letters as JSON lines, every one an envelope.
+    let export = reqwest::Client::new()
+        .get(format!("{base}/api/export?dlq_topic={}", dlt.dlq))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.headers()["content-type"], "application/x-ndjson");
+    let lines = export.text().await.unwrap();
+    let lines: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "3 permanent and the hostile one");
+    assert!(lines.iter().all(|l| l["envelope"]["id"].is_string()));
+    assert_eq!(
+        api.get(
+            &format!("/api/export?dlq_topic={}", dlt.dlq),
+            As::Bearer(VIEWER)
+        )
+        .await
+        .0,
+        403,
+        "payloads are not a viewer's"
+    );
+
+    // Edit then redrive one dead letter: the edited payload goes, the original is in the audit.
+    let (_, one) = api
+        .get(
+            &format!(
+                "/api/dead-letters?dlq_topic={}&fingerprint={}&limit=1",
+                dlt.dlq,
+                urlencode(PERMANENT)
+            ),
+            As::Bearer(VIEWER),
+        )
+        .await;
+    let one = &one["dead_letters"][0];
+    let fixed = unique("fixed");
+    let (status, started) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq, "records": [{ "partition": one["partition"], "offset": one["offset"] }] },
+                    "destination": { "topic": fixed }, "payload": "{\"fixed\":true}" }),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let done = api.redrive_end(started["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (
+            done["state"].as_str(),
+            done["sent"].as_u64(),
+            done["edited"].as_bool()
+        ),
+        (Some("done"), Some(1), Some(true)),
+        "{done}"
+    );
+    let arrived = read_all(&brokers, &fixed);
+    assert_eq!(arrived.len(), 1);
+    assert_eq!(
+        rdkafka::Message::payload(&arrived[0]).unwrap(),
+        b"{\"fixed\":true}"
+    );
+    let runs = kafka_dlq::replay::audit::history(
+        &brokers,
+        &kafka_dlq::kafka::ClientOptions::new(),
+        "kafka-dlq-audit",
+        Some(&dlt.dlq),
+    )
+    .unwrap();
+    let edit = runs
+        .iter()
+        .find_map(|r| r.edit.clone())
+        .expect("the edit is audited");
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    assert_eq!(
+        b64.decode(&edit.original).unwrap(),
+        one_payload(&api, one).await
+    );
+    assert_eq!(b64.decode(&edit.edited).unwrap(), b"{\"fixed\":true}");
+    api.inbox_until("", |rows| {
+        row(rows, PERMANENT).is_some_and(|r| r["count"] == 2)
+    })
+    .await;
+
+    // Pause, resume and cancel.
+    let (_, started) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": permanent, "destination": { "topic": unique("slow") }, "rate": 1 }),
+        )
+        .await;
+    let id = started["id"].as_str().unwrap().to_string();
+    let (status, p) = api
+        .post(
+            &format!("/api/redrives/{id}/pause"),
+            As::Bearer(OPERATOR),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    assert!(
+        eventually_async(WAIT, || async {
+            api.get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+                .await
+                .1["state"]
+                == "paused"
+        })
+        .await,
+        "paused"
+    );
+    assert_eq!(
+        api.post(
+            &format!("/api/redrives/{id}/resume"),
+            As::Bearer(OPERATOR),
+            json!({})
+        )
+        .await
+        .0,
+        200
+    );
+    assert!(
+        eventually_async(WAIT, || async {
+            api.get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+                .await
+                .1["state"]
+                == "running"
+        })
+        .await,
+        "running again"
+    );
+    assert_eq!(
+        api.post(
+            &format!("/api/redrives/{id}/cancel"),
+            As::Bearer(VIEWER),
+            json!({})
+        )
+        .await
+        .0,
+        403
+    );
+    assert_eq!(
+        api.post(
+            &format!("/api/redrives/{id}/cancel"),
+            As::Bearer(OPERATOR),
+            json!({})
+        )
+        .await
+        .0,
+        200
+    );
+    let ended = api.redrive_end(&id).await;
+    assert_eq!(ended["state"], "cancelled", "{ended}");
+    assert_eq!(
+        api.post(
+            &format!("/api/redrives/{id}/resume"),
+            As::Bearer(OPERATOR),
+            json!({})
+        )
+        .await
+        .0,
+        409
+    );
+    assert_eq!(
+        api.get("/api/redrives/nope", As::Bearer(OPERATOR)).await.0,
+        404
+    );
+
+    // Bad requests say what is wrong.
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": permanent, "destination": "elsewhere" }),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("destination `elsewhere`"),
+        "{v}"
+    );
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": "other-dlt" } }),
+        )
+        .await;
+    assert_eq!(status, 404, "{v}");
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "kind": "sad" } }),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("kind `sad`"), "{v}");
+
+    // The probes, the metrics, the page and its prefix.
+    let get = |path: &str| reqwest::get(format!("{base}{path}"));
+    assert_eq!(get("/readyz").await.unwrap().status(), 200);
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("kafka_dlq_console_outstanding 3"),
+        "{metrics}"
+    );
+    let page = get("/").await.unwrap();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe"),
+        "{csp}"
+    );
+    assert!(page.text().await.unwrap().contains("assets/console.js"));
+    let root = base.trim_end_matches("/dlq");
+    let bare = reqwest::get(format!("{root}/dlq"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        bare.contains("<base href=\"/dlq/\">"),
+        "links resolve under the prefix: {bare}"
+    );
+    assert_eq!(
+        reqwest::get(format!("{root}/api/inbox"))
+            .await
+            .unwrap()
+            .status(),
+        404,
+        "only under the prefix"
+    );
+}
+
+async fn one_payload(api: &Api, one: &serde_json::Value) -> Vec<u8> {
+    let (_, full) = api
+        .get(
+            &format!(
+                "/api/dead-letters/{}/{}/{}",
+                one["dlq_topic"].as_str().unwrap(),
+                one["partition"],
+                one["offset"]
+            ),
+            As::Bearer(OPERATOR),
+        )
+        .await;
+    full["payload"]["text"]
+        .as_str()
+        .unwrap()
+        .as_bytes()
+        .to_vec()
+}
+
+fn urlencode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+fn read_all_if_exists(brokers: &str, topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let metadata = rdkafka::consumer::Consumer::fetch_metadata(
+        &consumer,
+        Some(topic),
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    if metadata
+        .topics()
+        .first()
+        .is_none_or(|t| t.error().is_some() || t.partitions().is_empty())
+    {
+        return Vec::new();
+    }
+    read_all(brokers, topic)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_refuses_to_start_without_a_way_in() {
+    let (code, _, err) = cli(&[
+        "console",
+        "--brokers",
+        "127.0.0.1:9",
+        "--dlq-topic",
+        "x-dlt",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no token is set"), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(["console", "--brokers", "127.0.0.1:9"])
+        .env("KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN", "short")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("operator_token") && err.contains("at least 16") && !err.contains("short"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&[
+        "console",
+        "--brokers",
+        "b:9092",
+        "--anonymous",
+        "viewer",
+        "--path-prefix",
+        "dlq",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("path_prefix"), "{err}");
+}
+
+/// The scenario of the issue, in headless Chromium: sign in, open the inbox, filter to one
+/// cause, open a dead letter, dry-run, redrive at a rate to the end, discard another with a
+/// reason, see both in the history — the records arrive where the page said, and the script
+/// planted in a record never runs. Screenshots go to target/console-screenshots/ (the
+/// manual's are copies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_redrives_and_discards_in_a_real_browser() {
+    let dlt = dead_letters(&["perm-1", "always-1", "perm-2", "always-2", "always-3"]).await;
+    let (_console, base) = console(&dlt.dlq, "", &[]).await;
+    let brokers = brokers();
+    let browser = browser::Browser::start().await;
+    browser.open(&format!("{base}/")).await;
+
+    // Signing in: the token is not in the page afterwards.
+    browser.wait_count("#signin:not([hidden])", 1).await;
+    browser.type_into("#token", OPERATOR).await;
+    browser.click("#sign-in").await;
+    browser
+        .wait_text("#who", |t| t.contains("alice (operator)"))
+        .await;
+
+    // The inbox: three causes, the counts as the consumer wrote them.
+    browser.wait_count("#inbox-table tr.cause", 3).await;
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("../console-screenshots");
+    browser.screenshot(&shots.join("inbox.png")).await;
+    let counts = browser
+        .run("return [...document.querySelectorAll('#inbox-table tr.cause')].map(r => r.querySelector('.fingerprint').textContent + '=' + r.querySelector('.count').textContent);", json!([]))
+        .await;
+    let counts: Vec<String> = serde_json::from_value(counts).unwrap();
+    assert!(
+        counts.contains(&format!("{EXHAUSTED}=3")) && counts.contains(&format!("{PERMANENT}=2")),
+        "{counts:?}"
+    );
+
+    // Filter to one cause, open it and one of its dead letters.
+    browser.type_into("#filter-fingerprint", EXHAUSTED).await;
+    browser.click("#inbox-apply").await;
+    browser.wait_count("#inbox-table tr.cause", 1).await;
+    browser.click("#inbox-table tr.cause").await;
+    browser.wait_count("#letters-table tr.dead-letter", 3).await;
+    browser.click("#letters-table tr.dead-letter").await;
+    browser
+        .wait_text("#detail-fields", |t| {
+            t.contains("downstream down") && t.contains(&dlt.group)
+        })
+        .await;
+    browser
+        .wait_text("#detail-payload", |t| t.starts_with("always-"))
+        .await;
+
+    // A dry run says what would go where, and sends nothing.
+    let redrive_topic = kafka_dlq::record::retry::redrive_topic(&dlt.topic, &dlt.group);
+    browser.click("#dry-run").await;
+    browser.wait_text("#progress-state", |t| t == "done").await;
+    browser.wait_count("#preview-table tbody tr", 3).await;
+    let said = browser
+        .text("#preview-table tbody tr td:nth-child(2)")
+        .await;
+    assert_eq!(said, redrive_topic, "the page says where they would go");
+    assert!(browser
+        .text("#progress-counts")
+        .await
+        .contains("would send 3"));
+
+    // The redrive at 2 per second, watched to its end.
+    browser.type_into("#rate", "2").await;
+    browser.click("#redrive").await;
+    browser
+        .wait_text("#progress-id", |t| !t.contains("dry run"))
+        .await;
+    let seen_running = browser
+        .wait_text("#progress-state", |t| t == "running" || t == "done")
+        .await;
+    browser.wait_text("#progress-state", |t| t == "done").await;
+    let counts = browser.text("#progress-counts").await;
+    assert!(
+        counts.contains("sent 3") && counts.contains("at most 2/s"),
+        "{counts} (seen {seen_running})"
+    );
+    let arrived = read_all(&brokers, &said);
+    assert_eq!(arrived.len(), 3, "the records arrived where the page said");
+
+    // The hostile dead letter: shown as text, its script never runs. Discarded with a reason.
+    browser.click("button[data-tab=inbox]").await;
+    browser.type_into("#filter-fingerprint", "").await;
+    browser.type_into("#filter-text", "pwned").await;
+    browser.click("#inbox-apply").await;
+    browser.wait_count("#inbox-table tr.cause", 1).await;
+    browser
+        .wait_text("#inbox-table tr.cause .fingerprint", |t| {
+            t.contains("pwned")
+        })
+        .await;
+    browser.click("#inbox-table tr.cause").await;
+    browser.wait_count("#letters-table tr.dead-letter", 1).await;
+    browser.click("#letters-table tr.dead-letter").await;
+    let payload = browser
+        .wait_text("#detail-payload", |t| t.contains("<script>"))
+        .await;
+    assert!(
+        payload.starts_with("perm<script>window.pwned=1</script><img src=x onerror="),
+        "{payload}"
+    );
+    let key = browser.text("#detail-key").await;
+    assert_eq!(
+        key, "<img src=x onerror=\"window.pwned=3\">\\u{1b}[31m",
+        "escapes shown, not obeyed"
+    );
+    assert!(browser
+        .text("#detail-headers")
+        .await
+        .contains("\\u{1b}]0;pwned\\u{7}<b>"));
+    browser.screenshot(&shots.join("dead-letter.png")).await;
+    browser
+        .type_into("#discard-reason", "a penetration test's record")
+        .await;
+    browser.click("#discard").await;
+    browser
+        .wait_text("#message", |t| t.starts_with("Discarded 1 dead letters"))
+        .await;
+
+    // Both in the history, by the operator who signed in.
+    browser.click("button[data-tab=history]").await;
+    browser.wait_count("#history-table tbody tr", 2).await;
+    let history = browser.text("#history-table tbody").await;
+    assert!(
+        history.contains("discard") && history.contains("a penetration test's record"),
+        "{history}"
+    );
+    assert!(
+        history.contains("replay") && history.contains(&redrive_topic) || history.contains("group"),
+        "{history}"
+    );
+    assert!(history.contains("console:alice"), "{history}");
+
+    // Nothing planted ran: no flag set, no script element but the console's own.
+    let planted = browser
+        .run("return [window.pwned === undefined, document.scripts.length, document.querySelectorAll('img').length];", json!([]))
+        .await;
+    assert_eq!(
+        planted,
+        json!([true, 1, 0]),
+        "no planted markup became elements"
+    );
+    browser.quit().await;
+}

@@ -1,0 +1,271 @@
+//! What the console tests share: real dead letters from the real consumer, the console
+//! binary on a free loopback port, and a small HTTP client.
+
+pub mod browser;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+pub const OPERATOR: &str = "operator-token-0123456789abcdef";
+pub const VIEWER: &str = "viewer-token-0123456789abcdef";
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A source topic, its DLT and the group whose dead letters they hold.
+pub struct Dlt {
+    pub topic: String,
+    pub dlq: String,
+    pub group: String,
+}
+
+/// Runs the real consumer over `values` (the scripted handler: `perm…` fails for good,
+/// `always…` is retried then dead-lettered) until every record is dealt with; a hostile record
+/// (markup in its key, header names and values, payload and id, terminal escapes) among them.
+pub async fn dead_letters(values: &[&str]) -> Dlt {
+    let brokers = brokers();
+    let topic = unique("orders");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("billing");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let mut records: Vec<Out> = values.iter().map(|v| Out::new(0, v)).collect();
+    let mut hostile = Out::new(
+        0,
+        "perm<script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\">",
+    );
+    hostile.key = Some(b"<img src=x onerror=\"window.pwned=3\">\x1b[31m".to_vec());
+    hostile.headers = vec![
+        (
+            b"<script>window.pwned=4</script>".to_vec(),
+            Some(b"\x1b]0;pwned\x07<b>".to_vec()),
+        ),
+        (
+            b"id".to_vec(),
+            Some(b"<img src=x onerror=\"window.pwned=5\">".to_vec()),
+        ),
+    ];
+    records.push(hostile);
+    let total = records.len() as i64;
+    produce(&brokers, &topic, records).await;
+    let running = Running::start(test_config(&brokers, &group, &topic), Scripted::default());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&total))
+        .await,
+        "the consumer dealt with every record"
+    );
+    running.stop().await;
+    Dlt { topic, dlq, group }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `kafka-dlq console` on `dlq`, killed when dropped; its base URL (with `prefix`).
+pub async fn console(dlq: &str, prefix: &str, extra: &[&str]) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args([
+            "console",
+            "--brokers",
+            &brokers(),
+            "--dlq-topic",
+            dlq,
+            "--listen",
+            &listen,
+        ])
+        .args(["--path-prefix", prefix])
+        .args(extra)
+        .env(
+            "KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN",
+            format!("alice:{OPERATOR}"),
+        )
+        .env("KAFKA_DLQ_CONSOLE_VIEWER_TOKEN", format!("victor:{VIEWER}"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kafka-dlq console");
+    let base = format!("http://{listen}{prefix}");
+    let health = format!("{base}/healthz");
+    assert!(
+        eventually_async(WAIT, || async {
+            reqwest::get(&health).await.is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "the console answers"
+    );
+    (child, base)
+}
+
+pub async fn eventually_async<F: std::future::Future<Output = bool>>(
+    timeout: Duration,
+    mut check: impl FnMut() -> F,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// Who calls the API.
+#[derive(Clone, Copy)]
+pub enum As<'a> {
+    Nobody,
+    Bearer(&'a str),
+    /// A session cookie, with the CSRF token or without.
+    Session(&'a str, Option<&'a str>),
+}
+
+pub struct Api {
+    pub base: String,
+    client: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: &str) -> Api {
+        Api {
+            base: base.to_string(),
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        who: As<'_>,
+        body: Option<Value>,
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        match who {
+            As::Nobody => {}
+            As::Bearer(token) => {
+                request = request.header("Authorization", format!("Bearer {token}"))
+            }
+            As::Session(cookie, csrf) => {
+                request = request.header("Cookie", format!("kafka_dlq_session={cookie}"));
+                if let Some(csrf) = csrf {
+                    request = request.header("X-CSRF-Token", csrf);
+                }
+            }
+        }
+        if let Some(body) = body {
+            request = request
+                .header("Content-Type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.expect("the console answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value, headers)
+    }
+
+    pub async fn get(&self, path: &str, who: As<'_>) -> (u16, Value) {
+        let (s, v, _) = self.send(reqwest::Method::GET, path, who, None).await;
+        (s, v)
+    }
+
+    pub async fn post(&self, path: &str, who: As<'_>, body: Value) -> (u16, Value) {
+        let (s, v, _) = self
+            .send(reqwest::Method::POST, path, who, Some(body))
+            .await;
+        (s, v)
+    }
+
+    /// Signs in with `token`: the session cookie and the CSRF token.
+    pub async fn sign_in(&self, token: &str) -> (String, String) {
+        let (status, v, headers) = self
+            .send(
+                reqwest::Method::POST,
+                "/api/session",
+                As::Nobody,
+                Some(serde_json::json!({ "token": token })),
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        let cookie = headers
+            .get("set-cookie")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        let id = cookie
+            .split(';')
+            .next()
+            .unwrap()
+            .split_once('=')
+            .unwrap()
+            .1
+            .to_string();
+        (id, v["csrf_token"].as_str().unwrap().to_string())
+    }
+
+    /// The inbox rows once `ready` holds for them.
+    pub async fn inbox_until(&self, query: &str, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (status, v) = self
+                .get(&format!("/api/inbox?{query}"), As::Bearer(VIEWER))
+                .await;
+            assert_eq!(status, 200, "{v}");
+            let rows = v["rows"].as_array().unwrap().clone();
+            if ready(&rows) {
+                return rows;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the inbox never got there: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Redrive `id`'s progress once it ended.
+    pub async fn redrive_end(&self, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (status, p) = self
+                .get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+                .await;
+            assert_eq!(status, 200, "{p}");
+            if ["done", "cancelled", "failed"].contains(&p["state"].as_str().unwrap()) {
+                return p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the redrive never ended: {p}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The row of `fingerprint` (its start) in `rows`.
+pub fn row<'a>(rows: &'a [Value], fingerprint: &str) -> Option<&'a Value> {
+    rows.iter().find(|r| {
+        r["fingerprint"]
+            .as_str()
+            .is_some_and(|f| f.starts_with(fingerprint))
+    })
+}
