@@ -406,6 +406,7 @@ async fn follow_ups_go_to_the_alerts_thread_across_a_restart_and_resolved_update
         links: kafka_dlq::monitor::Links {
             runbook: "https://runbooks.example.com/kafka-dlq".into(),
             topic_page: Some("http://console.example.com/topics/{topic}".into()),
+            console: Some("http://127.0.0.1:8090/dlq".into()),
         },
         ..config(&brokers, &dlq, web_api(&base))
     };
@@ -443,8 +444,14 @@ async fn follow_ups_go_to_the_alerts_thread_across_a_restart_and_resolved_update
         actions["elements"][0]["url"],
         "https://runbooks.example.com/kafka-dlq#kafkadlqdeadlettersgrowing"
     );
+    assert_eq!(actions["elements"][1]["url"], "http://127.0.0.1:8090/dlq/");
     assert_eq!(
-        actions["elements"][1]["url"],
+        actions["elements"][2]["url"],
+        format!("http://127.0.0.1:8090/dlq/?dlq_topic={dlq}&fingerprint=permanent%3A+bad+row+%23"),
+        "the console, filtered to the cause"
+    );
+    assert_eq!(
+        actions["elements"][3]["url"],
         format!("http://console.example.com/topics/{dlq}")
     );
     assert!(

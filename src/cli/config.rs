@@ -111,6 +111,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "include_payloads",
             "runbook_url",
             "topic_link",
+            "console_url",
         ],
     ),
     (
@@ -131,6 +132,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "include_payloads",
             "runbook_url",
             "topic_link",
+            "console_url",
         ],
     ),
     (

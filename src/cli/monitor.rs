@@ -78,6 +78,10 @@ pub struct AlertArgs {
     /// Grafana link): an increase alert gets an "Open <topic>" button per DLQ topic.
     #[arg(long, env = "KAFKA_DLQ_TOPIC_LINK")]
     topic_link: Option<String>,
+    /// The kafka-dlq console's address (`kafka-dlq console`, with its path prefix): alerts
+    /// link to it, each top error to the console filtered to its cause.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_URL")]
+    console_url: Option<String>,
 }
 
 fn secret(
@@ -134,6 +138,7 @@ impl AlertArgs {
             links: kafka_dlq::monitor::Links {
                 runbook: self.runbook_url.clone(),
                 topic_page: self.topic_link.clone(),
+                console: self.console_url.clone(),
             },
             librdkafka,
             ..MonitorConfig::new(brokers, dlq_topics)

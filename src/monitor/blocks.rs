@@ -16,6 +16,10 @@ pub struct Links {
     /// A page of the operator's own for a DLQ topic, `{topic}` standing for it (a Redpanda
     /// Console or Grafana link); none: no such button.
     pub topic_page: Option<String>,
+    /// The kafka-dlq console's address (`kafka-dlq console`, with its path prefix): every
+    /// alert gets a button to its inbox, an increase one button per top error to the console
+    /// filtered to that cause. None: no such buttons.
+    pub console: Option<String>,
 }
 
 impl Default for Links {
@@ -23,9 +27,29 @@ impl Default for Links {
         Self {
             runbook: DEFAULT_RUNBOOK.to_string(),
             topic_page: None,
+            console: None,
         }
     }
 }
+
+impl Links {
+    /// The console's page filtered by `query` (name, value pairs), when a console is set.
+    pub fn console_page(&self, query: &[(&str, &str)]) -> Option<String> {
+        let base = self.console.as_deref()?.trim_end_matches('/');
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in query {
+            q.append_pair(name, value);
+        }
+        let q = q.finish();
+        Some(match q.is_empty() {
+            true => format!("{base}/"),
+            false => format!("{base}/?{q}"),
+        })
+    }
+}
+
+/// Top errors of an increase alert that get a console button (Slack allows 25 a block).
+const MAX_CAUSE_BUTTONS: usize = 5;
 
 /// The runbook in kafka-dlq's repository.
 pub const DEFAULT_RUNBOOK: &str =
@@ -80,6 +104,26 @@ impl Alert {
             "Runbook",
             &format!("{}{}", links.runbook, runbook_anchor(self)),
         )];
+        if let Some(inbox) = links.console_page(&[]) {
+            buttons.push(button("console", "Open the console", &inbox));
+        }
+        if let Alert::Increase(i) = self {
+            let topic: Vec<(&str, &str)> = match i.dlq_topics.as_slice() {
+                [one] => vec![("dlq_topic", one.as_str())],
+                _ => Vec::new(),
+            };
+            for (n, error) in i.top_errors.iter().enumerate().take(MAX_CAUSE_BUTTONS) {
+                let mut query = topic.clone();
+                query.push(("fingerprint", &error.fingerprint));
+                if let Some(page) = links.console_page(&query) {
+                    buttons.push(button(
+                        &format!("console-cause-{n}"),
+                        &cut(&format!("Console: {}", error.fingerprint), 75),
+                        &page,
+                    ));
+                }
+            }
+        }
         if let (Some(template), Alert::Increase(i)) = (&links.topic_page, self) {
             for topic in &i.dlq_topics {
                 buttons.push(button(
@@ -292,6 +336,7 @@ mod tests {
         let links = Links {
             runbook: "https://runbooks.example.com/kafka-dlq".into(),
             topic_page: Some("http://console.example.com/topics/{topic}".into()),
+            console: None,
         };
         let message = Alert::Increase(increase()).message("b:9092", &links);
         assert_eq!(
@@ -387,6 +432,34 @@ mod tests {
     }
 
     #[test]
+    fn with_a_console_each_alert_links_to_it_and_each_top_error_to_its_cause() {
+        let links = Links {
+            console: Some("https://ops.example.com/dlq/".into()),
+            ..Links::default()
+        };
+        let mut i = increase();
+        i.top_errors[0].fingerprint = "malformed JSON: expected `,` or `}` at line # & more".into();
+        let json =
+            serde_json::to_value(Alert::Increase(i).message("b:9092", &links).blocks).unwrap();
+        let last = &json[json.as_array().unwrap().len() - 1];
+        assert_eq!(last["elements"][1]["url"], "https://ops.example.com/dlq/");
+        assert_eq!(
+            last["elements"][2]["url"],
+            "https://ops.example.com/dlq/?dlq_topic=orders-dlt&fingerprint=malformed+JSON%3A+expected+%60%2C%60+or+%60%7D%60+at+line+%23+%26+more"
+        );
+        assert!(last["elements"][2]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Console: malformed JSON"));
+        let resolved = Alert::Resolved { previous: 4 }.message("b:9092", &links);
+        let json = serde_json::to_value(&resolved.blocks).unwrap();
+        assert_eq!(
+            json[1]["elements"][1]["url"],
+            "https://ops.example.com/dlq/"
+        );
+    }
+
+    #[test]
     fn other_alerts_are_a_section_with_a_plain_summary() {
         let message = Alert::Resolved { previous: 4 }.message("b:9092", &Links::default());
         assert_eq!(
@@ -401,6 +474,7 @@ mod tests {
         let links = Links {
             runbook: "not a url".into(),
             topic_page: None,
+            console: None,
         };
         let message = Alert::BreakerOpened.message("b:9092", &links);
         assert_eq!(

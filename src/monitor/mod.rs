@@ -133,6 +133,19 @@ impl MonitorConfig {
         if let Err(e) = url::Url::parse(&self.links.runbook) {
             return Err(ConfigError::new("runbook_url", &self.links.runbook, e));
         }
+        if let Some(console) = &self.links.console {
+            match url::Url::parse(console) {
+                Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+                Ok(_) => {
+                    return Err(ConfigError::new(
+                        "console_url",
+                        console,
+                        "expected an http or https URL",
+                    ))
+                }
+                Err(e) => return Err(ConfigError::new("console_url", console, e)),
+            }
+        }
         if let Some(template) = &self.links.topic_page {
             let example = template.replace("{topic}", "orders-dlt");
             if !template.contains("{topic}") {
