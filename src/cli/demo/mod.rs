@@ -46,6 +46,13 @@ pub struct DemoArgs {
     /// Print the final report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// After the tour, keep the broker running with the DLQ console on it (and the alerts
+    /// linking to it) until Ctrl-C; its address and sign-in token are printed.
+    #[arg(long)]
+    console: bool,
+    /// Where the console listens.
+    #[arg(long, default_value = "127.0.0.1:8090", requires = "console")]
+    console_listen: String,
     #[command(flatten)]
     connection: super::connection::ConnectionArgs,
 }
@@ -135,6 +142,20 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         }
     }
 
+    // Bound before the tour, so a port in use is said at once.
+    let console = match args.console {
+        false => None,
+        true => {
+            let listener = tokio::net::TcpListener::bind(&args.console_listen)
+                .await
+                .with_context(|| {
+                    format!("cannot listen on --console-listen {}", args.console_listen)
+                })?;
+            let url = format!("http://{}/", listener.local_addr()?);
+            Some((listener, url))
+        }
+    };
+
     // A stand-in for Slack's incoming webhook: prints what the monitor posts.
     let alerts = Arc::new(AtomicU32::new(0));
     let increases = Arc::new(AtomicU32::new(0));
@@ -152,6 +173,10 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         check_interval_ms: 500,
         slack: SlackTarget::Webhook {
             url: Secret::new(webhook),
+        },
+        links: kafka_dlq::monitor::Links {
+            console: console.as_ref().map(|(_, url)| url.clone()),
+            ..Default::default()
         },
         librdkafka: options.clone(),
         ..MonitorConfig::new(&brokers, [dlq.clone()])
@@ -279,7 +304,38 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             result.dead_lettered_after_fix, result.replayed, result.alerts, result.elapsed_s
         ));
     }
+    if let Some((listener, url)) = console {
+        serve_console(&mut out, listener, &url, &brokers, &options, &dlq).await?;
+    }
+    drop(mock);
     Ok(())
+}
+
+/// Serves the console on the demo's broker until Ctrl-C or SIGTERM.
+async fn serve_console(
+    out: &mut std::io::Stdout,
+    listener: tokio::net::TcpListener,
+    url: &str,
+    brokers: &str,
+    options: &kafka_dlq::kafka::ClientOptions,
+    dlq: &str,
+) -> anyhow::Result<()> {
+    use kafka_dlq::console::access::{Access, Role};
+    let mut bytes = [0u8; 16];
+    openssl::rand::rand_bytes(&mut bytes)?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let access = Access::new(vec![("demo".into(), token.clone(), Role::Operator)], None);
+    let config = kafka_dlq::console::ConsoleConfig {
+        librdkafka: options.clone(),
+        ..kafka_dlq::console::ConsoleConfig::new(brokers, vec![dlq.to_string()])
+    };
+    say(out, &format!("\n== the DLQ console ==\nConsole: {url}\nSign in with the operator token {token}\nThe broker ({brokers}) and the console run until Ctrl-C."));
+    super::console::serve(config, access, listener, super::shutdown_signal())
+        .await
+        .map_err(|e| match e {
+            CliError::Runtime(e) => e,
+            CliError::Config(e) => e.into(),
+        })
 }
 
 fn say(out: &mut std::io::Stdout, text: &str) {
