@@ -1,4 +1,4 @@
-//! `kafka-dlq config check [--connect] run|monitor|dlq …`: the effective settings, checked as
+//! `kafka-dlq config check [--connect] run|monitor|console|dlq …`: the effective settings, checked as
 //! the command would use them.
 //!
 //! Without `--connect` nothing connects: the settings are validated, and each Kafka client of
@@ -14,7 +14,7 @@ use kafka_dlq::config::{check_client, ClientKind};
 use kafka_dlq::kafka::ClientOptions;
 use rdkafka::ClientConfig;
 
-use super::{config, dlq, exit_code, monitor, run, CliError};
+use super::{config, console, dlq, exit_code, monitor, run, CliError};
 
 /// How long `--connect` waits for the cluster.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -40,8 +40,10 @@ pub fn check(
     connect: bool,
     from_file: &config::FileValues,
 ) -> ExitCode {
-    if !matches!(subcommand, "run" | "monitor" | "dlq") {
-        eprintln!("error: `config check` checks `run`, `monitor` or `dlq`, not `{subcommand}`");
+    if !matches!(subcommand, "run" | "monitor" | "console" | "dlq") {
+        eprintln!(
+            "error: `config check` checks `run`, `monitor`, `console` or `dlq`, not `{subcommand}`"
+        );
         return ExitCode::from(2);
     }
     let argv = ["kafka-dlq", subcommand]
@@ -68,6 +70,7 @@ pub fn check(
     let needs = match subcommand {
         "run" => run_needs(sub, from_file),
         "monitor" => monitor_needs(sub, from_file),
+        "console" => console_needs(sub, from_file),
         _ => dlq_needs(&matches, from_file),
     };
     let needs = match needs {
@@ -137,6 +140,26 @@ fn monitor_needs(
         options: c.librdkafka.clone(),
         topics: c.dlq_topics.clone(),
         created: Vec::new(),
+    })
+}
+
+/// `console`: its settings, its readers and the redrives' producer.
+fn console_needs(
+    sub: &clap::ArgMatches,
+    from_file: &config::FileValues,
+) -> Result<Needs, CliError> {
+    let mut args = console::ConsoleArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit());
+    args.connection_mut()
+        .set_file_options(from_file.librdkafka.clone());
+    let c = console::check(&args)?.config;
+    let config = client(&c.brokers, &c.librdkafka);
+    check_client(&config, ClientKind::Consumer, &c.librdkafka)?;
+    check_client(&config, ClientKind::Producer, &c.librdkafka)?;
+    Ok(Needs {
+        brokers: c.brokers.clone(),
+        options: c.librdkafka.clone(),
+        topics: c.dlq_topics.clone(),
+        created: vec![c.audit_topic.clone()],
     })
 }
 

@@ -105,7 +105,8 @@ fn tokens(
 
 /// The settings checked, without connecting.
 pub struct Checked {
-    config: ConsoleConfig,
+    /// What the console reads.
+    pub config: ConsoleConfig,
     access: Access,
     listen: std::net::SocketAddr,
 }
