@@ -20,6 +20,7 @@
 
 mod baseline;
 mod child;
+mod console;
 mod delay;
 mod figures;
 mod handler;
@@ -114,6 +115,10 @@ pub struct Args {
     /// measure the peak RSS of `dlq list` and `dlq replay` on it.
     #[arg(long, requires = "brokers")]
     tools_memory: Option<u64>,
+    /// Instead of the scenarios: the console on DLTs of these many dead letters: time to the
+    /// first inbox, to 1,000 more, and peak RSS (needs `--brokers`; see `bench/src/console.rs`).
+    #[arg(long, value_delimiter = ',', requires = "brokers")]
+    console_sizes: Vec<u64>,
     /// Instead of the scenarios: the share-group benchmark with these member counts on one
     /// partition (needs `--brokers`, Apache Kafka 4.2+; see `bench/src/share.rs`).
     #[arg(long, value_delimiter = ',', requires = "brokers")]
@@ -221,6 +226,15 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     if let (Some(records), Some(brokers)) = (args.tools_memory, &args.brokers) {
         return tools::measure(brokers, records, &args.kafka_dlq_bin).await;
+    }
+    if let (false, Some(brokers)) = (args.console_sizes.is_empty(), &args.brokers) {
+        return console::measure(
+            brokers,
+            &args.console_sizes,
+            args.scale_runs,
+            &args.kafka_dlq_bin,
+        )
+        .await;
     }
     if let (Some(variant), Some(topic), Some(group), Some(brokers)) =
         (&args.run_scale, &args.topic, &args.group, &args.brokers)
