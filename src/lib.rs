@@ -68,6 +68,8 @@ pub mod kafka;
 pub mod metrics;
 #[cfg(feature = "monitor")]
 pub mod monitor;
+#[cfg(any(feature = "monitor", feature = "console"))]
+pub mod outstanding;
 pub mod record;
 pub mod replay;
 pub mod retry_tier;

@@ -96,6 +96,7 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
         full["headers"][0]["value"]["text"],
         "\u{1b}]0;pwned\u{7}<b>"
     );
+    assert_eq!(full["id"], "<img src=x onerror=\"window.pwned=5\">");
     assert_eq!(full["group"], dlt.group.as_str());
     assert_eq!(full["source"]["topic"], dlt.topic.as_str());
     assert_eq!(full["attempts"], 1);
@@ -785,4 +786,87 @@ async fn an_operator_redrives_and_discards_in_a_real_browser() {
         "no planted markup became elements"
     );
     browser.quit().await;
+}
+
+/// The monitor and the console mean the same by outstanding: what the console discards or
+/// redrives by a filter leaves the monitor's count, and once nothing is left it says resolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_console_discards_or_redrives_is_no_longer_outstanding_for_the_monitor() {
+    use std::sync::{Arc, Mutex};
+    let dlt = dead_letters(&["perm-1", "perm-2", "always-1"]).await;
+    let posted: Arc<Mutex<Vec<String>>> = Arc::default();
+    let hook = {
+        let posted = posted.clone();
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: String| async move {
+                posted.lock().unwrap().push(body);
+                "ok"
+            }),
+        )
+    };
+    let slack = serve_on_loopback(hook).await;
+    let monitor = kafka_dlq::monitor::Monitor::new(kafka_dlq::monitor::MonitorConfig {
+        group_id: unique("monitor"),
+        window_ms: 500,
+        min_interval_ms: 0,
+        check_interval_ms: 300,
+        slack: kafka_dlq::monitor::SlackTarget::Webhook {
+            url: kafka_dlq::monitor::Secret::new(format!("http://{slack}/hook")),
+        },
+        ..kafka_dlq::monitor::MonitorConfig::new(&brokers(), [dlt.dlq.clone()])
+    })
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(monitor.run(stop.clone().cancelled_owned()));
+    let said = |text: &str| posted.lock().unwrap().iter().any(|p| p.contains(text));
+    assert!(
+        eventually(WAIT, || said("(4 outstanding)")).await,
+        "{:?}",
+        posted.lock().unwrap()
+    );
+
+    let (_console, base) = console(&dlt.dlq, "", &[]).await;
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| rows.len() == 3).await;
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "fingerprint": PERMANENT }, "reason": "known bad rows" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        eventually(WAIT, || said("went down from 4 to 2 outstanding")).await,
+        "{:?}",
+        posted.lock().unwrap()
+    );
+    let (status, started) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "fingerprint": EXHAUSTED } }),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    assert_eq!(
+        api.redrive_end(started["id"].as_str().unwrap()).await["state"],
+        "done"
+    );
+    let (status, _) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "text": "pwned" }, "reason": "a penetration test" }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        eventually(WAIT, || said("Resolved")).await,
+        "{:?}",
+        posted.lock().unwrap()
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
 }

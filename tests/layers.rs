@@ -12,7 +12,7 @@
 //! | formats | `dlq` (the envelope, Spring's headers, the publisher), then `retry_tier` |
 //! | settings | `config`, `telemetry` |
 //! | consuming and reading | `consumer`, `dlq_reader` |
-//! | application | `replay`, `sidecar`, `server`, then `monitor`, `console`, and the binary's `cli` |
+//! | application | `replay`, `sidecar`, `server`, then `outstanding`, then `monitor`, `console`, and the binary's `cli` |
 //!
 //! Imports are the `crate::` and `super::` paths of code (comments, doc links and strings are
 //! not imports; a file's `#[cfg(test)] mod tests` is left out). Within a folder, its files and
@@ -40,6 +40,7 @@ const LAYERS: &[&[&str]] = &[
     &["config", "telemetry"],
     &["consumer", "dlq_reader"],
     &["replay", "sidecar", "server"],
+    &["outstanding"],
     &["monitor", "console"],
 ];
 

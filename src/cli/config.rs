@@ -112,6 +112,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "runbook_url",
             "topic_link",
             "console_url",
+            "audit_topic",
         ],
     ),
     (
@@ -133,6 +134,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "runbook_url",
             "topic_link",
             "console_url",
+            "audit_topic",
         ],
     ),
     (

@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use kafka_dlq::console::access::{parse_tokens, Access, Role};
 use kafka_dlq::console::api::Console;
-use kafka_dlq::console::watch::Watch;
 use kafka_dlq::console::ConsoleConfig;
+use kafka_dlq::outstanding::watch::Watch;
 use kafka_dlq::ConfigError;
 use tokio_util::sync::CancellationToken;
 
@@ -220,7 +220,7 @@ pub async fn serve(
     tracing::info!(event = "console_listening", %url, topics = ?config.dlq_topics,
         "the DLQ console serves {url}");
     let config = Arc::new(config);
-    let watch = Watch::new(config.clone());
+    let watch = Watch::new(Arc::new(config.source()));
     let stop = CancellationToken::new();
     let watcher = tokio::spawn(watch.clone().run(stop.clone()));
     let console = Console::new(config, Arc::new(access), watch);

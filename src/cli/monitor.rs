@@ -82,6 +82,10 @@ pub struct AlertArgs {
     /// link to it, each top error to the console filtered to its cause.
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_URL")]
     console_url: Option<String>,
+    /// The audit topic the console and `dlq replay` record their actions on: dead letters
+    /// discarded or sent by a filtered replay are not counted as outstanding.
+    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
+    audit_topic: String,
 }
 
 fn secret(
@@ -141,6 +145,7 @@ impl AlertArgs {
                 console: self.console_url.clone(),
             },
             librdkafka,
+            audit_topic: self.audit_topic.clone(),
             ..MonitorConfig::new(brokers, dlq_topics)
         };
         config.validate()?;

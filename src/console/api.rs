@@ -18,12 +18,12 @@ use serde_json::json;
 
 use super::access::{Access, Caller, Refusal, Role};
 use super::dead_letter;
-use super::inbox::{parse_age, InboxFilter};
 use super::redrives::{Control, RedriveError, Redrives, Request};
-use super::watch::Watch;
 use super::ConsoleConfig;
 use crate::dlq_reader::{ErrorText, Filter};
 use crate::failure::DeadLetterKind;
+use crate::outstanding::inbox::{parse_age, InboxFilter};
+use crate::outstanding::watch::Watch;
 use crate::replay::audit::{self, Action, ReplayRun};
 use crate::replay::Destination;
 

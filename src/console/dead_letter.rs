@@ -5,9 +5,9 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::ledger::Resolution;
 use super::payload::PayloadView;
 use crate::dlq_reader::{DlqContent, DlqEntry};
+use crate::outstanding::ledger::Resolution;
 
 /// Bytes as `{"text": …}` when they are UTF-8, else `{"base64": …}`; `null` for none.
 fn bytes(value: Option<&[u8]>) -> Value {

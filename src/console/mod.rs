@@ -2,24 +2,18 @@
 //! letters grouped by cause, look at one in full, and redrive, discard or edit them — each
 //! action on the audit topic beside `dlq replay`'s runs. Manual: `docs/console.md`.
 //!
-//! - [`inbox`]: the outstanding dead letters by cause, in memory that grows with the causes;
-//! - [`ledger`]: which dead letters are outstanding (the replay position, discards, filtered
-//!   replays);
+//! - [`crate::outstanding`] (beside the monitor): which dead letters are outstanding, and the
+//!   inbox of them by cause, kept current;
 //! - [`payload`]: how a payload is shown; [`dead_letter`]: a dead letter in the API;
 //! - [`access`]: tokens, roles, sessions and CSRF;
-//! - [`watch`]: the inbox kept current by reading the DLTs (built once, then only what is
-//!   written after);
 //! - [`redrives`]: the redrives running, with their progress, pause, resume and cancel;
 //! - [`api`]: the HTTP routes, the page included.
 
 pub mod access;
 pub mod api;
 pub mod dead_letter;
-pub mod inbox;
-pub mod ledger;
 pub mod payload;
 pub mod redrives;
-pub mod watch;
 
 use crate::kafka::ClientOptions;
 
@@ -47,6 +41,17 @@ pub struct ConsoleConfig {
 }
 
 impl ConsoleConfig {
+    /// What its inbox watches.
+    pub fn source(&self) -> crate::outstanding::Source {
+        crate::outstanding::Source {
+            brokers: self.brokers.clone(),
+            librdkafka: self.librdkafka.clone(),
+            dlq_topics: self.dlq_topics.clone(),
+            dlq_template: self.dlq_template.clone(),
+            audit_topic: self.audit_topic.clone(),
+        }
+    }
+
     /// The console of `dlq_topics` (empty: every DLT) on `brokers`, with the defaults.
     pub fn new(brokers: &str, dlq_topics: Vec<String>) -> ConsoleConfig {
         ConsoleConfig {

@@ -12,9 +12,9 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::watch::Watch;
 use super::ConsoleConfig;
 use crate::dlq_reader::Filter;
+use crate::outstanding::watch::Watch;
 use crate::replay::audit::Edit;
 use crate::replay::{Destination, Outcome, ReplayError, ReplayOptions};
 

@@ -80,6 +80,9 @@ pub struct MonitorConfig {
     pub links: Links,
     /// Raw librdkafka properties, applied last.
     pub librdkafka: crate::kafka::ClientOptions,
+    /// The audit topic (`dlq history`'s): dead letters the console discarded or a filtered
+    /// replay sent are not outstanding ([`crate::outstanding`]). Default `kafka-dlq-audit`.
+    pub audit_topic: String,
 }
 
 impl MonitorConfig {
@@ -96,6 +99,7 @@ impl MonitorConfig {
             slack: SlackTarget::Log,
             links: Links::default(),
             librdkafka: crate::kafka::ClientOptions::new(),
+            audit_topic: crate::replay::audit::DEFAULT_AUDIT_TOPIC.to_string(),
         }
     }
 
@@ -231,7 +235,9 @@ impl Monitor {
         consumer
             .subscribe(&topics)
             .map_err(|e| MonitorError::Subscribe(c.dlq_topics.clone(), e))?;
+        let stop_watch = CancellationToken::new();
         let volume = Volume::new(c).map_err(MonitorError::CreateConsumer)?;
+        let watcher = tokio::spawn(volume.watch().run(stop_watch.clone()));
         tracing::info!(event = "monitor_started", dlq_topics = ?c.dlq_topics,
             slack = self.notifier.is_slack());
         for topic in &c.dlq_topics {
@@ -364,6 +370,8 @@ impl Monitor {
         }
         drop(tx);
         stop.cancel();
+        stop_watch.cancel();
+        let _ = watcher.await;
         let _ = delivery.await;
         let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
         tracing::info!(event = "monitor_stopped");

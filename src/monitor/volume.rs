@@ -1,6 +1,7 @@
 //! Counting the outstanding dead letters: those after both the log start and the replay
 //! position, and those the replay passed over because their source record is gone
-//! ([`Position`]).
+//! ([`Position`]), less those a discard or a filtered replay resolved
+//! ([`crate::outstanding`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,8 @@ use crate::kafka::LogContext;
 pub(super) struct Volume {
     reader: Arc<BaseConsumer<LogContext>>,
     topics: Vec<String>,
+    /// What the console's actions resolved past the replay position.
+    watch: Arc<crate::outstanding::watch::Watch>,
 }
 
 impl Volume {
@@ -27,25 +30,42 @@ impl Volume {
             .set("group.id", REPLAY_GROUP)
             .set("enable.auto.commit", "false");
         c.librdkafka.apply(&mut client);
+        let source = crate::outstanding::Source {
+            brokers: c.brokers.clone(),
+            librdkafka: c.librdkafka.clone(),
+            dlq_topics: c.dlq_topics.clone(),
+            dlq_template: crate::dlq::DlqTopic::default(),
+            audit_topic: c.audit_topic.clone(),
+        };
         Ok(Self {
             reader: Arc::new(crate::kafka::create_logged(&client)?),
             topics: c.dlq_topics.clone(),
+            watch: crate::outstanding::watch::Watch::new(Arc::new(source)),
         })
     }
 
-    /// The dead letters outstanding and expired now ([`count`]); `None` when the broker cannot
-    /// tell.
+    /// The watcher of what the console's actions resolved, to run beside the monitor.
+    pub(super) fn watch(&self) -> Arc<crate::outstanding::watch::Watch> {
+        self.watch.clone()
+    }
+
+    /// The dead letters outstanding and expired now ([`count`]), less those the console's
+    /// actions resolved past the replay position (as of the watcher's last read; none before
+    /// its first); `None` when the broker cannot tell.
     pub(super) async fn count(&self) -> Option<DlqCount> {
         let reader = self.reader.clone();
         let topics = self.topics.clone();
-        tokio::task::spawn_blocking(move || {
+        let mut count = tokio::task::spawn_blocking(move || {
             // Nothing else polls this reader: its events (a token to refresh) are served here.
             let _ = reader.poll(Duration::ZERO);
             count(&reader, &topics)
         })
         .await
         .ok()
-        .flatten()
+        .flatten()?;
+        let resolved = self.watch.status().resolved_by_actions;
+        count.outstanding = count.outstanding.saturating_sub(resolved);
+        Some(count)
     }
 
     /// Σ over DLQ partitions of [`Position::outstanding`]; `None` when the broker cannot tell.

@@ -49,7 +49,12 @@ pub async fn dead_letters(values: &[&str]) -> Dlt {
     records.push(hostile);
     let total = records.len() as i64;
     produce(&brokers, &topic, records).await;
-    let running = Running::start(test_config(&brokers, &group, &topic), Scripted::default());
+    // The hostile record's `id` header becomes its record id: markup in an id too.
+    let config = kafka_dlq::ConsumerConfig {
+        id_header: Some("id".into()),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, Scripted::default());
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
             == Some(&total))

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::inbox::{Inbox, InboxFilter, InboxRow, Sighting};
 use super::ledger::{Ledger, Resolution};
-use super::ConsoleConfig;
+use super::Source;
 use crate::dlq_reader::position::Position;
 use crate::dlq_reader::{DlqEntry, DlqReader, Filter};
 use crate::kafka::LogContext;
@@ -28,7 +28,7 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// Rebuilds at most this often while positions keep moving (a redrive in progress).
 const REBUILD_AT_MOST_EVERY: Duration = Duration::from_secs(3);
 /// The group name the console's readers carry (they never join it nor commit).
-const READER_GROUP: &str = "kafka-dlq-console";
+const READER_GROUP: &str = "kafka-dlq-outstanding";
 
 /// How far the inbox is.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -40,6 +40,10 @@ pub struct Status {
     pub current_at: Option<DateTime<Utc>>,
     /// Outstanding dead letters counted.
     pub outstanding: u64,
+    /// Dead letters past the replay position (or passed over by it) that a discard or a
+    /// filtered replay resolved: what a count from the replay position alone (the monitor's
+    /// watermarks) must take off to say the same.
+    pub resolved_by_actions: u64,
     /// Causes counted.
     pub causes: usize,
     /// Builds since the console started.
@@ -53,6 +57,7 @@ struct State {
     topics: Vec<String>,
     current_at: Option<DateTime<Utc>>,
     builds: u64,
+    resolved_by_actions: u64,
     error: Option<String>,
     runs: Arc<Vec<ReplayRun>>,
     ledgers: HashMap<String, Arc<Ledger>>,
@@ -61,7 +66,7 @@ struct State {
 
 /// The inbox and what it was built from, kept current by [`Watch::run`].
 pub struct Watch {
-    config: Arc<ConsoleConfig>,
+    config: Arc<Source>,
     state: Mutex<State>,
     wake: Notify,
 }
@@ -71,7 +76,7 @@ type Positions = HashMap<(String, String), HashMap<i32, Position>>;
 
 impl Watch {
     /// A watcher of `config`'s DLTs; nothing is read until [`Watch::run`].
-    pub fn new(config: Arc<ConsoleConfig>) -> Arc<Watch> {
+    pub fn new(config: Arc<Source>) -> Arc<Watch> {
         Arc::new(Watch {
             config,
             state: Mutex::new(State {
@@ -79,6 +84,7 @@ impl Watch {
                 topics: Vec::new(),
                 current_at: None,
                 builds: 0,
+                resolved_by_actions: 0,
                 error: None,
                 runs: Arc::new(Vec::new()),
                 ledgers: HashMap::new(),
@@ -100,6 +106,7 @@ impl Watch {
             dlq_topics: s.topics.clone(),
             current_at: s.current_at,
             outstanding: s.inbox.total(),
+            resolved_by_actions: s.resolved_by_actions,
             causes: s.inbox.len(),
             builds: s.builds,
             error: s.error.clone(),
@@ -217,13 +224,16 @@ impl Watch {
             .collect();
         if changed && last_build.elapsed() >= REBUILD_AT_MOST_EVERY {
             let mut inbox = Inbox::default();
+            let mut resolved = 0;
             let mut ends = HashMap::new();
             for topic in &topics {
                 let ledger = &ledgers[topic];
                 let from = Start::Outstanding(ledger.clone());
                 let end = read(&config, topic, from, |entry| {
-                    if ledger.resolution(entry).is_none() {
-                        inbox.add(&Sighting::of(entry), Utc::now());
+                    match ledger.resolution(entry) {
+                        None => inbox.add(&Sighting::of(entry), Utc::now()),
+                        Some(Resolution::Replayed) => {}
+                        Some(_) => resolved += 1,
                     }
                     true
                 })
@@ -234,6 +244,7 @@ impl Watch {
             *seen = Some((topics.clone(), audit_end, positions));
             let mut s = self.state.lock().expect("state");
             s.inbox = inbox;
+            s.resolved_by_actions = resolved;
             s.topics = topics;
             s.ends = ends;
             s.runs = runs;
@@ -255,14 +266,18 @@ impl Watch {
                 )
             };
             let mut added = Vec::new();
+            let mut resolved = 0;
             let end = read(&config, topic, Start::At(from), |entry| {
-                if ledger.resolution(entry).is_none() {
-                    added.push(Sighting::of(entry));
+                match ledger.resolution(entry) {
+                    None => added.push(Sighting::of(entry)),
+                    Some(Resolution::Replayed) => {}
+                    Some(_) => resolved += 1,
                 }
                 true
             })
             .await?;
             let mut s = self.state.lock().expect("state");
+            s.resolved_by_actions += resolved;
             let now = Utc::now();
             for sighting in &added {
                 s.inbox.add(sighting, now);
@@ -381,12 +396,16 @@ enum Start {
 /// Reads `topic` from `from` to its ends now, calling `each` with every entry until it says
 /// no more; the ends read to.
 async fn read(
-    config: &ConsoleConfig,
+    config: &Source,
     topic: &str,
     from: Start,
     mut each: impl FnMut(&DlqEntry) -> bool,
 ) -> Result<HashMap<i32, i64>, KafkaError> {
-    let mut reader = open_reader(config, topic, from).await?;
+    let mut reader = match open_reader(config, topic, from).await {
+        // Not created yet: nothing in it.
+        Err(e) if crate::dlq_reader::is_unknown_topic(&e) => return Ok(HashMap::new()),
+        opened => opened?,
+    };
     let ends = reader.ends();
     while let Some(entry) = reader.next_entry().await {
         if !each(&entry?) {
@@ -397,11 +416,7 @@ async fn read(
 }
 
 /// A reader of `topic` from `from` to its ends now.
-async fn open_reader(
-    config: &ConsoleConfig,
-    topic: &str,
-    from: Start,
-) -> Result<DlqReader, KafkaError> {
+async fn open_reader(config: &Source, topic: &str, from: Start) -> Result<DlqReader, KafkaError> {
     let (brokers, raw, t, template) = (
         config.brokers.clone(),
         config.librdkafka.clone(),
@@ -435,7 +450,7 @@ async fn open_reader(
 }
 
 /// The DLTs the template names, in name order.
-fn discover(config: &ConsoleConfig) -> Result<Vec<String>, KafkaError> {
+fn discover(config: &Source) -> Result<Vec<String>, KafkaError> {
     let consumer = client(config, READER_GROUP)?;
     let metadata = consumer.fetch_metadata(None, TIMEOUT)?;
     let mut topics: Vec<String> = metadata
@@ -450,7 +465,7 @@ fn discover(config: &ConsoleConfig) -> Result<Vec<String>, KafkaError> {
 }
 
 /// The audit topic's end (0 while it does not exist).
-fn audit_end(config: &ConsoleConfig) -> Result<i64, KafkaError> {
+fn audit_end(config: &Source) -> Result<i64, KafkaError> {
     let consumer = client(config, READER_GROUP)?;
     let metadata = consumer.fetch_metadata(Some(&config.audit_topic), TIMEOUT)?;
     let Some(t) = metadata.topics().first().filter(|t| t.error().is_none()) else {
@@ -465,7 +480,7 @@ fn audit_end(config: &ConsoleConfig) -> Result<i64, KafkaError> {
     Ok(end)
 }
 
-fn client(config: &ConsoleConfig, group: &str) -> Result<BaseConsumer<LogContext>, KafkaError> {
+fn client(config: &Source, group: &str) -> Result<BaseConsumer<LogContext>, KafkaError> {
     let mut client = ClientConfig::new();
     client
         .set("bootstrap.servers", &config.brokers)
@@ -482,7 +497,7 @@ struct Clients(Arc<Mutex<HashMap<String, Arc<BaseConsumer<LogContext>>>>>);
 impl Clients {
     async fn positions(
         &self,
-        config: &Arc<ConsoleConfig>,
+        config: &Arc<Source>,
         topic: &str,
         group: &str,
     ) -> Result<HashMap<i32, Position>, KafkaError> {
@@ -497,7 +512,7 @@ impl Clients {
 
     fn positions_now(
         &self,
-        config: &ConsoleConfig,
+        config: &Source,
         topic: &str,
         group: &str,
     ) -> Result<HashMap<i32, Position>, KafkaError> {

@@ -1,0 +1,36 @@
+//! Which dead letters are outstanding, and the inbox of them by cause: what the monitor
+//! counts and the console shows, one definition for both.
+//!
+//! A dead letter is outstanding when the replay position has not passed it (or passed it
+//! unsent: [`crate::dlq_reader::position`]) and no later action resolved it — a discard not
+//! restored, or a filtered replay (the console's redrives, `dlq replay` with filters) whose
+//! position passed it and sent it. The actions are the audit topic's run summaries
+//! ([`crate::replay::audit`]).
+//!
+//! - [`ledger`]: the decision, from the runs and the replay groups' positions (pure);
+//! - [`inbox`]: the outstanding dead letters grouped by cause, in memory that grows with the
+//!   causes (pure);
+//! - [`watch`]: both kept current by reading the DLTs (built once, then only what is written
+//!   after, built again when an action or a replay moves something).
+
+pub mod inbox;
+pub mod ledger;
+pub mod watch;
+
+use crate::kafka::ClientOptions;
+
+/// The DLTs to watch and where the actions on them are recorded.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Client options of every client (security, timeouts).
+    pub librdkafka: ClientOptions,
+    /// The DLTs; empty for every topic `dlq_template` names
+    /// ([`crate::dlq::DlqTopic::is_dlq_topic`]), looked up again as topics are created.
+    pub dlq_topics: Vec<String>,
+    /// The consumers' dead-letter topic template.
+    pub dlq_template: crate::dlq::DlqTopic,
+    /// The audit topic.
+    pub audit_topic: String,
+}
