@@ -103,6 +103,35 @@ fn uncommitted_ends(
         .collect()
 }
 
+/// The offsets committed for `partitions`, asked again while the group's coordinator is moving
+/// or loading (a broker just started or restarted answers so for a few seconds).
+fn committed(
+    consumer: &BaseConsumer<LogContext>,
+    partitions: TopicPartitionList,
+) -> Result<TopicPartitionList, KafkaError> {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match consumer.committed_offsets(partitions.clone(), TIMEOUT) {
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        Code::NotCoordinator
+                            | Code::CoordinatorLoadInProgress
+                            | Code::CoordinatorNotAvailable
+                    )
+                ) && std::time::Instant::now() + pause < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Reads a DLQ topic without joining a group (its group id only names where positions are
 /// committed), from given positions up to the high watermarks taken when it was opened.
 pub struct DlqReader {
@@ -184,7 +213,7 @@ impl DlqReader {
             for p in t.partitions() {
                 all.add_partition(topic, p.id());
             }
-            for e in consumer.committed_offsets(all, TIMEOUT)?.elements() {
+            for e in committed(&consumer, all)?.elements() {
                 if let Offset::Offset(o) = e.offset() {
                     start.insert(e.partition(), o);
                     lost.insert(e.partition(), Position::from_commit(o, e.metadata()));
