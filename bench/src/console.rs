@@ -48,13 +48,14 @@ impl Shape for DeadLetters {
     }
 }
 
-/// For each of `sizes`: fills a fresh DLT, then starts the console on it `runs` times and
-/// prints the table.
+/// For each of `sizes`: fills a fresh DLT, then starts the console on it `runs` times (with
+/// `options`, `--kafka-option`s) and prints the table.
 pub async fn measure(
     brokers: &str,
     sizes: &[u64],
     runs: usize,
     kafka_dlq: &Path,
+    options: &[String],
 ) -> anyhow::Result<()> {
     println!("| dead letters | first inbox | 1,000 more in it | peak RSS |");
     println!("|---:|---:|---:|---:|");
@@ -77,7 +78,7 @@ pub async fn measure(
         let (mut first, mut more, mut rss) = (Vec::new(), Vec::new(), Vec::new());
         let mut written = size;
         for _ in 0..runs {
-            let figures = start(brokers, &dlq, &source, kafka_dlq, &mut written).await?;
+            let figures = start(brokers, &dlq, &source, kafka_dlq, options, &mut written).await?;
             first.push(figures.0);
             more.push(figures.1);
             rss.push(figures.2);
@@ -100,6 +101,7 @@ async fn start(
     dlq: &str,
     source: &str,
     kafka_dlq: &Path,
+    options: &[String],
     written: &mut u64,
 ) -> anyhow::Result<(f64, f64, f64)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -122,6 +124,7 @@ async fn start(
             "--audit-topic",
             &format!("{dlq}-audit"),
         ])
+        .args(options.iter().flat_map(|o| ["--kafka-option", o.as_str()]))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)

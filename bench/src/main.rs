@@ -233,6 +233,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             &args.console_sizes,
             args.scale_runs,
             &args.kafka_dlq_bin,
+            &args.kafka_options,
         )
         .await;
     }
