@@ -263,11 +263,13 @@ impl Redrives {
             (State::Done, _) => return Err(RedriveError::Finished("done")),
             (State::Cancelled, _) => return Err(RedriveError::Finished("cancelled")),
             (State::Failed, _) => return Err(RedriveError::Finished("failed")),
-            (State::Running, Control::Pause) => {
+            // What is wanted is set before the run is stopped: the driver reads it after it
+            // stores each run's token, so a pause or cancel is never lost between two runs.
+            (_, Control::Pause) => {
                 *redrive.wanted.lock().expect("wanted") = Wanted::Pause;
                 redrive.stop.lock().expect("stop").cancel();
             }
-            (State::Paused, Control::Resume) => {
+            (_, Control::Resume) => {
                 *redrive.wanted.lock().expect("wanted") = Wanted::Run;
                 redrive.wake.notify_one();
             }
@@ -276,7 +278,6 @@ impl Redrives {
                 redrive.stop.lock().expect("stop").cancel();
                 redrive.wake.notify_one();
             }
-            (State::Running, Control::Resume) | (State::Paused, Control::Pause) => {}
         }
         let progress = redrive.progress.lock().expect("progress").clone();
         Ok(progress)
@@ -310,10 +311,17 @@ impl Redrives {
         loop {
             let stop = CancellationToken::new();
             *redrive.stop.lock().expect("stop") = stop.clone();
+            // Paused (asked before this run started, or after the last one stopped) until
+            // resumed or cancelled.
+            while *redrive.wanted.lock().expect("wanted") == Wanted::Pause {
+                redrive.progress.lock().expect("progress").state = State::Paused;
+                redrive.wake.notified().await;
+            }
             if *redrive.wanted.lock().expect("wanted") == Wanted::Cancel {
                 self.end(&redrive, State::Cancelled, None);
                 return;
             }
+            redrive.progress.lock().expect("progress").state = State::Running;
             let progress = &redrive.progress;
             let result = crate::replay::replay(
                 &options,
@@ -352,20 +360,7 @@ impl Redrives {
                     }
                 }
             }
-            // Interrupted: paused or cancelled.
-            if *redrive.wanted.lock().expect("wanted") == Wanted::Cancel {
-                self.end(&redrive, State::Cancelled, None);
-                return;
-            }
-            redrive.progress.lock().expect("progress").state = State::Paused;
-            loop {
-                redrive.wake.notified().await;
-                match *redrive.wanted.lock().expect("wanted") {
-                    Wanted::Pause => continue,
-                    Wanted::Run | Wanted::Cancel => break,
-                }
-            }
-            redrive.progress.lock().expect("progress").state = State::Running;
+            // Interrupted: paused or cancelled, which the loop's start tells.
         }
     }
 
