@@ -172,12 +172,58 @@ impl Console {
             .map_err(refused)
     }
 
+    /// Who the audit says acted: `console:<token name>`.
+    fn operator(caller: &Caller) -> String {
+        format!("console:{}", caller.name)
+    }
+
     fn payloads(&self, caller: &Caller) -> bool {
         caller.role == Role::Operator || self.config.show_payloads
     }
 
     fn is_topic(&self, topic: &str) -> bool {
         self.watch.topics().iter().any(|t| t == topic)
+    }
+
+    /// Appends `run` to the audit topic and has the inbox look again; the answer when the
+    /// audit topic refuses it (then nothing was done).
+    #[allow(clippy::result_large_err)] // the refusal is answered at once
+    async fn record(&self, run: &ReplayRun) -> Result<(), Response> {
+        let c = &self.config;
+        match audit::append(&c.brokers, &c.librdkafka, &c.audit_topic, run).await {
+            Ok(()) => {
+                self.watch.poke();
+                Ok(())
+            }
+            Err(e) => Err(error(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "cannot write the {} to the audit topic `{}`: {e}; nothing was done",
+                    run.action.as_str(),
+                    c.audit_topic
+                ),
+            )),
+        }
+    }
+
+    /// Every run on the audit topic, read afresh (an action just taken is in it).
+    #[allow(clippy::result_large_err)] // the refusal is answered at once
+    async fn audit_runs(&self) -> Result<Vec<ReplayRun>, Response> {
+        let c = &self.config;
+        let (brokers, options, topic) = (
+            c.brokers.clone(),
+            c.librdkafka.clone(),
+            c.audit_topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || audit::history(&brokers, &options, &topic, None))
+            .await
+            .expect("history task")
+            .map_err(|e| {
+                error(
+                    StatusCode::BAD_GATEWAY,
+                    format!("cannot read the audit topic `{}`: {e}", c.audit_topic),
+                )
+            })
     }
 
     fn cookie_path(&self) -> String {
@@ -601,7 +647,7 @@ async fn export(
             .filter(|t| topic.as_ref().is_none_or(|d| d == t))
             .collect();
         for topic in topics {
-            let (mut reader, ledger) = match watch.open(&topic, all).await {
+            let (mut reader, ledger) = match watch.open(&topic, all, true).await {
                 Ok(Some(opened)) => opened,
                 Ok(None) => continue,
                 Err(e) => {
@@ -770,7 +816,7 @@ async fn start_redrive(
         rate: body.rate,
         dry_run: body.dry_run,
         edit,
-        operator: format!("console:{}", caller.name),
+        operator: Console::operator(&caller),
     };
     match c.redrives.start(request) {
         Ok(id) => (StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response(),
@@ -879,32 +925,16 @@ async fn discard(
             )
         }
     };
-    let mut run = ReplayRun::record(Action::Discard, &format!("console:{}", caller.name), &topic);
+    let mut run = ReplayRun::record(Action::Discard, &Console::operator(&caller), &topic);
     run.filter = filter.key();
     run.selection = Some(filter);
     run.ends = ends.into_iter().collect();
     run.reason = Some(reason.chars().take(1000).collect());
     run.scanned = count;
     run.passed_over = count;
-    match audit::append(
-        &c.config.brokers,
-        &c.config.librdkafka,
-        &c.config.audit_topic,
-        &run,
-    )
-    .await
-    {
-        Ok(()) => {
-            c.watch.poke();
-            Json(json!({ "run": run.run, "discarded": count })).into_response()
-        }
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            format!(
-                "cannot write the discard to the audit topic `{}`: {e}; nothing was discarded",
-                c.config.audit_topic
-            ),
-        ),
+    match c.record(&run).await {
+        Ok(()) => Json(json!({ "run": run.run, "discarded": count })).into_response(),
+        Err(r) => r,
     }
 }
 
@@ -925,7 +955,10 @@ async fn restore(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let runs = c.watch.runs();
+    let runs = match c.audit_runs().await {
+        Ok(runs) => runs,
+        Err(r) => return r,
+    };
     let Some(discarded) = runs
         .iter()
         .find(|r| r.run == run_id && r.action == Action::Discard)
@@ -940,7 +973,7 @@ async fn restore(
     }
     let mut run = ReplayRun::record(
         Action::Restore,
-        &format!("console:{}", caller.name),
+        &Console::operator(&caller),
         &discarded.dlq_topic,
     );
     run.restores = Some(run_id);
@@ -948,22 +981,9 @@ async fn restore(
     run.reason = body
         .and_then(|Json(b)| b.reason)
         .map(|r| r.chars().take(1000).collect());
-    match audit::append(
-        &c.config.brokers,
-        &c.config.librdkafka,
-        &c.config.audit_topic,
-        &run,
-    )
-    .await
-    {
-        Ok(()) => {
-            c.watch.poke();
-            Json(json!({ "run": run.run })).into_response()
-        }
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            format!("cannot write to the audit topic: {e}"),
-        ),
+    match c.record(&run).await {
+        Ok(()) => Json(json!({ "run": run.run })).into_response(),
+        Err(r) => r,
     }
 }
 
@@ -991,27 +1011,9 @@ async fn history(
     if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
         return r;
     }
-    // Read afresh: an action just taken is in it.
-    let (brokers, options, topic) = (
-        c.config.brokers.clone(),
-        c.config.librdkafka.clone(),
-        c.config.audit_topic.clone(),
-    );
-    let read =
-        tokio::task::spawn_blocking(move || audit::history(&brokers, &options, &topic, None))
-            .await
-            .expect("history task");
-    let all = match read {
+    let all = match c.audit_runs().await {
         Ok(all) => all,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                format!(
-                    "cannot read the audit topic `{}`: {e}",
-                    c.config.audit_topic
-                ),
-            )
-        }
+        Err(r) => return r,
     };
     let topics = c.watch.topics();
     let runs: Vec<_> = all
