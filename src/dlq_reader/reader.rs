@@ -139,6 +139,8 @@ pub struct DlqReader {
     topic: String,
     /// Resolves references from their source topics.
     sources: super::reference::SourceReader,
+    /// Whether references are resolved ([`DlqReader::leaving_references`]).
+    resolve_references: bool,
     /// Per partition: the next offset to read and the end (high watermark at open).
     positions: HashMap<i32, (i64, i64)>,
     /// Per partition: the committed position's lost dead letters, carried on by each commit.
@@ -251,10 +253,19 @@ impl DlqReader {
             consumer,
             topic: topic.to_string(),
             sources: super::reference::SourceReader::new(brokers, librdkafka, topic),
+            resolve_references: true,
             positions,
             lost,
             open_transactions,
         })
+    }
+
+    /// Gives references as they are, without reading their source records back: for a reader
+    /// that needs a dead letter's metadata only (counting, grouping by cause); their payload
+    /// does not decode and `unresolved` stays `None`.
+    pub fn leaving_references(mut self) -> Self {
+        self.resolve_references = false;
+        self
     }
 
     /// Follows references only to source topics whose dead-letter topic under `template` is
@@ -408,7 +419,9 @@ impl DlqReader {
             };
             drop(message);
             if let DlqContent::Envelope(env) = &entry.content {
-                if env.payload_encoding == crate::dlq::Encoding::Reference {
+                if env.payload_encoding == crate::dlq::Encoding::Reference
+                    && self.resolve_references
+                {
                     match self.sources.resolve((**env).clone()).await {
                         Ok(resolved) => entry.content = DlqContent::Envelope(Box::new(resolved)),
                         Err(unresolved) => entry.unresolved = Some(unresolved),

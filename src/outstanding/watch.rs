@@ -289,12 +289,14 @@ impl Watch {
     }
 
     /// A reader of `dlq_topic` (one of the console's) from its first outstanding offsets, or
-    /// with `all` from the log start, to its ends now, and the ledger that tells which
-    /// entries are outstanding; `None` for a topic the console does not show.
+    /// with `all` from the log start, to its ends now (with `payloads`, references read back
+    /// from their source records), and the ledger that tells which entries are outstanding;
+    /// `None` for a topic the console does not show.
     pub async fn open(
         &self,
         dlq_topic: &str,
         all: bool,
+        payloads: bool,
     ) -> Result<Option<(DlqReader, Arc<Ledger>)>, KafkaError> {
         let Some(ledger) = self.ledger(dlq_topic) else {
             return Ok(None);
@@ -303,7 +305,7 @@ impl Watch {
             true => Start::At(HashMap::new()),
             false => Start::Outstanding(ledger.clone()),
         };
-        let reader = open_reader(&self.config, dlq_topic, from).await?;
+        let reader = open_reader(&self.config, dlq_topic, from, payloads).await?;
         Ok(Some((reader, ledger)))
     }
 
@@ -341,7 +343,7 @@ impl Watch {
             .iter()
             .filter(|t| dlq_topic.is_none_or(|d| d == *t))
         {
-            let Some((mut reader, ledger)) = self.open(topic, all).await? else {
+            let Some((mut reader, ledger)) = self.open(topic, all, false).await? else {
                 continue;
             };
             ends = reader.ends();
@@ -401,7 +403,9 @@ async fn read(
     from: Start,
     mut each: impl FnMut(&DlqEntry) -> bool,
 ) -> Result<HashMap<i32, i64>, KafkaError> {
-    let mut reader = match open_reader(config, topic, from).await {
+    // Only one dead letter in full needs its payload: the others are counted and grouped.
+    let payloads = matches!(from, Start::Only(..));
+    let mut reader = match open_reader(config, topic, from, payloads).await {
         // Not created yet: nothing in it.
         Err(e) if crate::dlq_reader::is_unknown_topic(&e) => return Ok(HashMap::new()),
         opened => opened?,
@@ -415,8 +419,14 @@ async fn read(
     Ok(ends)
 }
 
-/// A reader of `topic` from `from` to its ends now.
-async fn open_reader(config: &Source, topic: &str, from: Start) -> Result<DlqReader, KafkaError> {
+/// A reader of `topic` from `from` to its ends now; with `payloads`, references are read back
+/// from their source records ([`DlqReader::leaving_references`]).
+async fn open_reader(
+    config: &Source,
+    topic: &str,
+    from: Start,
+    payloads: bool,
+) -> Result<DlqReader, KafkaError> {
     let (brokers, raw, t, template) = (
         config.brokers.clone(),
         config.librdkafka.clone(),
@@ -426,6 +436,9 @@ async fn open_reader(config: &Source, topic: &str, from: Start) -> Result<DlqRea
     blocking(move || {
         let mut reader =
             DlqReader::open(&brokers, &raw, &t, READER_GROUP, false)?.with_template(template);
+        if !payloads {
+            reader = reader.leaving_references();
+        }
         let ends = reader.ends();
         let ranges: HashMap<i32, std::ops::Range<i64>> = ends
             .keys()
