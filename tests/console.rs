@@ -414,76 +414,15 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
         )
         .await;
     let id = started["id"].as_str().unwrap().to_string();
-    let (status, p) = api
-        .post(
-            &format!("/api/redrives/{id}/pause"),
-            As::Bearer(OPERATOR),
-            json!({}),
-        )
-        .await;
-    assert_eq!(status, 200, "{p}");
-    assert!(
-        eventually_async(WAIT, || async {
-            api.get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
-                .await
-                .1["state"]
-                == "paused"
-        })
-        .await,
-        "paused"
-    );
-    assert_eq!(
-        api.post(
-            &format!("/api/redrives/{id}/resume"),
-            As::Bearer(OPERATOR),
-            json!({})
-        )
-        .await
-        .0,
-        200
-    );
-    assert!(
-        eventually_async(WAIT, || async {
-            api.get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
-                .await
-                .1["state"]
-                == "running"
-        })
-        .await,
-        "running again"
-    );
-    assert_eq!(
-        api.post(
-            &format!("/api/redrives/{id}/cancel"),
-            As::Bearer(VIEWER),
-            json!({})
-        )
-        .await
-        .0,
-        403
-    );
-    assert_eq!(
-        api.post(
-            &format!("/api/redrives/{id}/cancel"),
-            As::Bearer(OPERATOR),
-            json!({})
-        )
-        .await
-        .0,
-        200
-    );
+    assert_eq!(api.control(&id, "pause", OPERATOR).await, 200);
+    api.state_becomes(&id, "paused").await;
+    assert_eq!(api.control(&id, "resume", OPERATOR).await, 200);
+    api.state_becomes(&id, "running").await;
+    assert_eq!(api.control(&id, "cancel", VIEWER).await, 403);
+    assert_eq!(api.control(&id, "cancel", OPERATOR).await, 200);
     let ended = api.redrive_end(&id).await;
     assert_eq!(ended["state"], "cancelled", "{ended}");
-    assert_eq!(
-        api.post(
-            &format!("/api/redrives/{id}/resume"),
-            As::Bearer(OPERATOR),
-            json!({})
-        )
-        .await
-        .0,
-        409
-    );
+    assert_eq!(api.control(&id, "resume", OPERATOR).await, 409);
     assert_eq!(
         api.get("/api/redrives/nope", As::Bearer(OPERATOR)).await.0,
         404

@@ -246,6 +246,24 @@ impl Api {
         }
     }
 
+    /// Asks redrive `id` to `pause`, `resume` or `cancel` as `token`'s caller: the status.
+    pub async fn control(&self, id: &str, what: &str, token: &str) -> u16 {
+        let path = format!("/api/redrives/{id}/{what}");
+        self.post(&path, As::Bearer(token), serde_json::json!({}))
+            .await
+            .0
+    }
+
+    /// Waits until redrive `id` is in `state`.
+    pub async fn state_becomes(&self, id: &str, state: &str) {
+        let path = format!("/api/redrives/{id}");
+        let reached = eventually_async(WAIT, || async {
+            self.get(&path, As::Bearer(VIEWER)).await.1["state"] == state
+        })
+        .await;
+        assert!(reached, "redrive {id} never became {state}");
+    }
+
     /// Redrive `id`'s progress once it ended.
     pub async fn redrive_end(&self, id: &str) -> Value {
         let deadline = tokio::time::Instant::now() + WAIT;
