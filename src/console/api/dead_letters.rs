@@ -1,0 +1,217 @@
+//! What the console shows: its status, the inbox, the dead letters a filter selects, one in
+//! full, and the export of a selection as JSON lines.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::Utc;
+use serde_json::json;
+
+use super::selection::{ListQuery, Selection};
+use super::{error, refused, Console, MAX_EXPORT, MAX_LIMIT};
+use crate::console::access::{Refusal, Role};
+use crate::console::dead_letter;
+use crate::outstanding::inbox::InboxFilter;
+use crate::replay::audit::ReplayRun;
+
+pub(super) async fn status(State(c): State<Console>, headers: HeaderMap) -> Response {
+    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
+        return r;
+    }
+    Json(c.watch.status()).into_response()
+}
+
+pub(super) async fn inbox(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Query(filter): Query<InboxFilter>,
+) -> Response {
+    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
+        return r;
+    }
+    match c.watch.inbox(&filter) {
+        Ok(rows) => Json(json!({ "status": c.watch.status(), "rows": rows })).into_response(),
+        Err(why) => error(StatusCode::BAD_REQUEST, why),
+    }
+}
+
+pub(super) async fn dead_letters(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let all = match q.state.as_deref() {
+        None | Some("outstanding") => false,
+        Some("all") => true,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("state `{other}`: expected outstanding or all"),
+            )
+        }
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
+    let selection: Selection = q.selection.into();
+    let filter = match selection.filter() {
+        Ok(f) => f,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    if let Some(t) = &selection.dlq_topic {
+        if !c.is_topic(t) {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("`{t}` is not a dead-letter topic this console shows"),
+            );
+        }
+    }
+    match c
+        .watch
+        .list(&filter, selection.dlq_topic.as_deref(), all, limit)
+        .await
+    {
+        Ok(found) => {
+            let payloads = c.payloads(&caller);
+            let items: Vec<_> = found
+                .iter()
+                .map(|(e, r)| dead_letter::to_json(e, r.as_ref(), payloads, false))
+                .collect();
+            Json(json!({ "dead_letters": items, "limit": limit, "more": items.len() >= limit }))
+                .into_response()
+        }
+        Err(e) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("cannot read the dead-letter topic: {e}"),
+        ),
+    }
+}
+
+pub(super) async fn dead_letter(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path((topic, partition, offset)): Path<(String, String, String)>,
+) -> Response {
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let (Ok(partition), Ok(offset)) = (partition.parse::<i32>(), offset.parse::<i64>()) else {
+        return error(StatusCode::BAD_REQUEST, "partition and offset are numbers");
+    };
+    if !c.is_topic(&topic) || partition < 0 || offset < 0 {
+        return error(StatusCode::NOT_FOUND, "no such dead letter");
+    }
+    match c.watch.fetch(&topic, partition, offset).await {
+        Ok(Some((entry, resolution))) => {
+            let mut v =
+                dead_letter::to_json(&entry, resolution.as_ref(), c.payloads(&caller), true);
+            v["actions"] = json!(c
+                .watch
+                .runs()
+                .iter()
+                .filter(|r| touches(r, &entry))
+                .map(super::history::history_json)
+                .collect::<Vec<_>>());
+            Json(v).into_response()
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, "no such dead letter"),
+        Err(e) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("cannot read the dead-letter topic: {e}"),
+        ),
+    }
+}
+
+/// Whether audited action `r` selected `entry`.
+fn touches(r: &ReplayRun, entry: &crate::dlq_reader::DlqEntry) -> bool {
+    r.dlq_topic == entry.topic
+        && r.selection
+            .as_ref()
+            .is_some_and(|s| !s.is_empty() && s.matches(entry))
+}
+
+pub(super) async fn export(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    if !c.payloads(&caller) {
+        return refused(Refusal::Forbidden("viewer"));
+    }
+    let all = q.state.as_deref() == Some("all");
+    let selection: Selection = q.selection.into();
+    let filter = match selection.filter() {
+        Ok(f) => f,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
+    let watch = c.watch.clone();
+    let topic = selection.dlq_topic.clone();
+    let limit = q.limit.unwrap_or(MAX_EXPORT).clamp(1, MAX_EXPORT);
+    tokio::spawn(async move {
+        let mut sent = 0;
+        let topics: Vec<String> = watch
+            .topics()
+            .into_iter()
+            .filter(|t| topic.as_ref().is_none_or(|d| d == t))
+            .collect();
+        for topic in topics {
+            let (mut reader, ledger) = match watch.open(&topic, all, true).await {
+                Ok(Some(opened)) => opened,
+                Ok(None) => continue,
+                Err(e) => {
+                    let _ = sender.send(Err(std::io::Error::other(e.to_string()))).await;
+                    return;
+                }
+            };
+            while let Some(entry) = reader.next_entry().await {
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        let _ = sender.send(Err(std::io::Error::other(e.to_string()))).await;
+                        return;
+                    }
+                };
+                if !(all || ledger.resolution(&entry).is_none()) || !filter.matches(&entry) {
+                    continue;
+                }
+                // The client gone: stop reading.
+                if sender
+                    .send(Ok(dead_letter::export_line(&entry) + "\n"))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                sent += 1;
+                if sent >= limit {
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(receiver, |mut r| async move {
+        r.recv().await.map(|item| (item, r))
+    });
+    let name = format!(
+        "attachment; filename=\"dead-letters-{}.jsonl\"",
+        Utc::now().format("%Y%m%dT%H%M%SZ")
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_string()),
+            (header::CONTENT_DISPOSITION, name),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}

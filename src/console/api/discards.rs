@@ -1,0 +1,130 @@
+//! Discarding dead letters with a reason, and restoring a discard.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::selection::Selection;
+use super::{error, Console};
+use crate::console::access::Role;
+use crate::replay::audit::{Action, ReplayRun};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DiscardBody {
+    #[serde(default)]
+    filter: Selection,
+    reason: String,
+}
+
+pub(super) async fn discard(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    method: Method,
+    Json(body): Json<DiscardBody>,
+) -> Response {
+    let caller = match c.caller(&headers, &method, Role::Operator) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let reason = body.reason.trim();
+    if reason.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "reason: say why these dead letters need no redrive",
+        );
+    }
+    let topic = match body.filter.topic(&c) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let filter = match body.filter.filter() {
+        Ok(f) => f,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    if filter.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "filter: a discard needs at least one field (or records); to discard everything, say so with newer_than or older_than");
+    }
+    // Counted as read: the ends read to bound what it discards, so later dead letters of the
+    // same cause stay outstanding.
+    let mut count = 0u64;
+    let ends = match c
+        .watch
+        .scan(&filter, Some(&topic), false, |_, _| {
+            count += 1;
+            true
+        })
+        .await
+    {
+        Ok(ends) => ends,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot read the dead-letter topic: {e}"),
+            )
+        }
+    };
+    let mut run = ReplayRun::record(Action::Discard, &Console::operator(&caller), &topic);
+    run.filter = filter.key();
+    run.selection = Some(filter);
+    run.ends = ends.into_iter().collect();
+    run.reason = Some(reason.chars().take(1000).collect());
+    run.scanned = count;
+    run.passed_over = count;
+    match c.record(&run).await {
+        Ok(()) => Json(json!({ "run": run.run, "discarded": count })).into_response(),
+        Err(r) => r,
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RestoreBody {
+    reason: Option<String>,
+}
+
+pub(super) async fn restore(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    method: Method,
+    Path(run_id): Path<String>,
+    body: Option<Json<RestoreBody>>,
+) -> Response {
+    let caller = match c.caller(&headers, &method, Role::Operator) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let runs = match c.audit_runs().await {
+        Ok(runs) => runs,
+        Err(r) => return r,
+    };
+    let Some(discarded) = runs
+        .iter()
+        .find(|r| r.run == run_id && r.action == Action::Discard)
+    else {
+        return error(StatusCode::NOT_FOUND, "no discard with this run id");
+    };
+    if runs
+        .iter()
+        .any(|r| r.action == Action::Restore && r.restores.as_deref() == Some(run_id.as_str()))
+    {
+        return error(StatusCode::CONFLICT, "this discard was restored already");
+    }
+    let mut run = ReplayRun::record(
+        Action::Restore,
+        &Console::operator(&caller),
+        &discarded.dlq_topic,
+    );
+    run.restores = Some(run_id);
+    run.filter = discarded.filter.clone();
+    run.reason = body
+        .and_then(|Json(b)| b.reason)
+        .map(|r| r.chars().take(1000).collect());
+    match c.record(&run).await {
+        Ok(()) => Json(json!({ "run": run.run })).into_response(),
+        Err(r) => r,
+    }
+}

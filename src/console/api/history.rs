@@ -1,0 +1,51 @@
+//! The audit: every action on the console's DLTs, newest first.
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::Console;
+use crate::console::access::Role;
+use crate::replay::audit::ReplayRun;
+
+pub(super) fn history_json(r: &ReplayRun) -> serde_json::Value {
+    json!({
+        "run": r.run, "action": r.action.as_str(), "operator": r.operator, "host": r.host,
+        "dlq_topic": r.dlq_topic, "filter": r.filter, "to": r.to, "started": r.started,
+        "ended": r.ended, "scanned": r.scanned, "replayed": r.replayed, "refused": r.refused,
+        "passed_over": r.passed_over, "interrupted": r.interrupted, "error": r.error,
+        "reason": r.reason, "restores": r.restores, "edited": r.edit.is_some(),
+    })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct HistoryQuery {
+    dlq_topic: Option<String>,
+}
+
+pub(super) async fn history(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<HistoryQuery>,
+) -> Response {
+    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
+        return r;
+    }
+    let all = match c.audit_runs().await {
+        Ok(all) => all,
+        Err(r) => return r,
+    };
+    let topics = c.watch.topics();
+    let runs: Vec<_> = all
+        .iter()
+        .rev()
+        .filter(|r| topics.contains(&r.dlq_topic))
+        .filter(|r| q.dlq_topic.as_ref().is_none_or(|t| *t == r.dlq_topic))
+        .map(history_json)
+        .collect();
+    Json(json!({ "runs": runs })).into_response()
+}
