@@ -317,3 +317,23 @@ fn monitor_settings_come_from_the_same_file() {
         "slack_channel = #alerts    # file"
     );
 }
+
+#[test]
+fn console_settings_come_from_the_same_file() {
+    let f = file(&format!(
+        "{BASE}\n[console]\ndlq_topic = [\"parcel-events-dlt\", \"orders-dlt\"]\nlisten = \"0.0.0.0:9000\"\npath_prefix = \"/dlq\"\noperator_token = \"alice:0123456789abcdef0123\"\n"
+    ));
+    let (code, out, err) = config_check(&f, "console");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(line(&out, "listen"), "listen = 0.0.0.0:9000    # file");
+    assert_eq!(line(&out, "path_prefix"), "path_prefix = /dlq    # file");
+    assert_eq!(
+        line(&out, "operator_token"),
+        "operator_token = <redacted>    # file"
+    );
+    assert!(
+        line(&out, "dlq_topic").contains("parcel-events-dlt"),
+        "{out}"
+    );
+    assert!(!out.contains("0123456789abcdef0123"), "{out}");
+}
