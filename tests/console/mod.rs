@@ -74,20 +74,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// `kafka-dlq console` on `dlq`, killed when dropped; its base URL (with `prefix`).
+/// `kafka-dlq console` on `dlq` (`""`: every DLT the template names), killed when dropped;
+/// its base URL (with `prefix`).
 pub async fn console(dlq: &str, prefix: &str, extra: &[&str]) -> (tokio::process::Child, String) {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
+    let topics: &[&str] = match dlq {
+        "" => &[],
+        dlq => &["--dlq-topic", dlq],
+    };
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args([
-            "console",
-            "--brokers",
-            &brokers(),
-            "--dlq-topic",
-            dlq,
-            "--listen",
-            &listen,
-        ])
+        .args(["console", "--brokers", &brokers(), "--listen", &listen])
+        .args(topics)
         .args(["--path-prefix", prefix])
         .args(extra)
         .env(

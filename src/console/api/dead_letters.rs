@@ -57,7 +57,10 @@ pub(super) async fn dead_letters(
         }
     };
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
-    let selection: Selection = q.selection.into();
+    let selection: Selection = match q.selection.selection() {
+        Ok(s) => s,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
     let filter = match selection.filter() {
         Ok(f) => f,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -148,7 +151,10 @@ pub(super) async fn export(
         return refused(Refusal::Forbidden("viewer"));
     }
     let all = q.state.as_deref() == Some("all");
-    let selection: Selection = q.selection.into();
+    let selection: Selection = match q.selection.selection() {
+        Ok(s) => s,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
     let filter = match selection.filter() {
         Ok(f) => f,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),

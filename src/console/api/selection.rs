@@ -132,11 +132,32 @@ pub(super) struct SelectionQuery {
     older_than: Option<String>,
     newer_than: Option<String>,
     id: Option<String>,
+    /// DLQ records as `partition@offset`, comma-separated (the ticked ones).
+    records: Option<String>,
 }
 
-impl From<SelectionQuery> for Selection {
-    fn from(q: SelectionQuery) -> Selection {
-        Selection {
+impl SelectionQuery {
+    /// The selection it names, or why `records` is not a list of `partition@offset`.
+    pub(super) fn selection(self) -> Result<Selection, String> {
+        let q = self;
+        let records = match q.records.as_deref().filter(|r| !r.trim().is_empty()) {
+            None => None,
+            Some(list) => Some(
+                list.split(',')
+                    .map(|item| {
+                        let (p, o) = item.trim().split_once('@').ok_or(())?;
+                        Ok(Coordinates {
+                            partition: p.parse().map_err(|_| ())?,
+                            offset: o.parse().map_err(|_| ())?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, ()>>()
+                    .map_err(|()| {
+                        format!("records `{list}`: expected partition@offset, comma-separated")
+                    })?,
+            ),
+        };
+        Ok(Selection {
             dlq_topic: q.dlq_topic,
             group: q.group,
             source_topic: q.source_topic,
@@ -146,8 +167,8 @@ impl From<SelectionQuery> for Selection {
             older_than: q.older_than,
             newer_than: q.newer_than,
             id: q.id,
-            records: None,
-        }
+            records,
+        })
     }
 }
 
@@ -186,6 +207,21 @@ mod tests {
         assert!(until <= Utc::now() - chrono::Duration::hours(1));
         assert!(until >= before - chrono::Duration::hours(1));
         assert!(since <= Utc::now() - chrono::Duration::days(7) && since < until);
+    }
+
+    #[test]
+    fn a_query_names_ticked_records_as_partition_at_offset() {
+        let q = SelectionQuery {
+            records: Some("0@17, 2@5".into()),
+            ..SelectionQuery::default()
+        };
+        let f = q.selection().unwrap().filter().unwrap();
+        assert_eq!(f.dlq_records, Some(BTreeSet::from([(0, 17), (2, 5)])));
+        let bad = SelectionQuery {
+            records: Some("0:17".into()),
+            ..SelectionQuery::default()
+        };
+        assert!(bad.selection().unwrap_err().contains("records `0:17`"));
     }
 
     #[test]

@@ -349,6 +349,11 @@ async function editRedrive() {
 
 function exportLines() {
   const f = Object.assign({}, state.filter);
+  if (state.selection.size > 0) {
+    const picked = [...state.selection.values()];
+    f.dlq_topic = picked[0].dlq_topic;
+    f.records = picked.map((d) => d.partition + "@" + d.offset).join(",");
+  }
   const a = document.createElement("a");
   a.href = "api/export?" + query(f);
   a.download = "dead-letters.jsonl";
