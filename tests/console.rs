@@ -163,6 +163,22 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
 
     // CSRF: a session's action without its token is refused, with it goes through.
     let (cookie, csrf) = api.sign_in(OPERATOR).await;
+    let behind_tls = reqwest::Client::new()
+        .post(format!("{base}/api/session"))
+        .header("X-Forwarded-Proto", "https")
+        .header("Content-Type", "application/json")
+        .body(json!({ "token": OPERATOR }).to_string())
+        .send()
+        .await
+        .unwrap();
+    let set = behind_tls.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        set.ends_with("; Secure"),
+        "HTTPS only behind a TLS proxy: {set}"
+    );
     let (status, v) = api
         .post(
             "/api/discards",

@@ -187,8 +187,9 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
 ];
 
 /// Top-level settings of the commands without a section: `log_format` of every command,
-/// `events` of `kafka-dlq demo` (its `brokers` and `json` are other commands' too).
-pub const OTHER_SETTINGS: &[&str] = &["log_format", "events"];
+/// `events`, `console` and `console_listen` of `kafka-dlq demo` (its `brokers` and `json` are
+/// other commands' too).
+pub const OTHER_SETTINGS: &[&str] = &["log_format", "events", "console", "console_listen"];
 
 /// What the config file may hold beside the consumer's settings: every command's.
 const COMMANDS: Commands<'static> = Commands {

@@ -237,10 +237,8 @@ pub async fn serve(
     )
     .await;
     stop.cancel();
-    console.stop_redrives();
+    console.stop_redrives(Duration::from_secs(10)).await;
     let _ = watcher.await;
-    // The redrives commit their positions as they stop.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     result
         .context("the console's HTTP server failed")
         .map_err(CliError::Runtime)

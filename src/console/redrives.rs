@@ -283,12 +283,24 @@ impl Redrives {
         Ok(progress)
     }
 
-    /// Stops every redrive (the console is shutting down): each commits its position first.
-    pub fn stop_all(&self) {
-        for redrive in self.runs.lock().expect("runs").values() {
+    /// Stops every redrive (the console is shutting down) and waits, at most `within`, until
+    /// each has finished its sends in flight and committed its position; a redrive still
+    /// running then resends at most what was acknowledged since its last commit when run
+    /// again.
+    pub async fn stop_all(&self, within: std::time::Duration) {
+        let all: Vec<Arc<Redrive>> = self.runs.lock().expect("runs").values().cloned().collect();
+        for redrive in &all {
             *redrive.wanted.lock().expect("wanted") = Wanted::Cancel;
             redrive.stop.lock().expect("stop").cancel();
             redrive.wake.notify_one();
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline
+            && all
+                .iter()
+                .any(|r| r.progress.lock().expect("progress").ended.is_none())
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 

@@ -70,9 +70,10 @@ impl Console {
         }
     }
 
-    /// Stops the redrives running (each commits its position first).
-    pub fn stop_redrives(&self) {
-        self.redrives.stop_all();
+    /// Stops the redrives running and waits, at most `within`, until each has committed its
+    /// position.
+    pub async fn stop_redrives(&self, within: std::time::Duration) {
+        self.redrives.stop_all(within).await;
     }
 
     /// The routes, under the configured path prefix.

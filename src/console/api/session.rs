@@ -16,18 +16,28 @@ pub(super) struct SignIn {
     token: String,
 }
 
-pub(super) async fn sign_in(State(c): State<Console>, Json(body): Json<SignIn>) -> Response {
+pub(super) async fn sign_in(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Json(body): Json<SignIn>,
+) -> Response {
     let Some(session) = c.access.sign_in(&body.token) else {
         return error(
             StatusCode::UNAUTHORIZED,
             "this token is not a viewer's or an operator's",
         );
     };
+    // Behind a proxy that terminates TLS, the browser sends the cookie over HTTPS only.
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
     let cookie = format!(
-        "{SESSION_COOKIE}={}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}",
+        "{SESSION_COOKIE}={}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}{}",
         session.id,
         c.cookie_path(),
-        crate::console::access::SESSION_LIFETIME.as_secs()
+        crate::console::access::SESSION_LIFETIME.as_secs(),
+        if https { "; Secure" } else { "" }
     );
     (
         [(header::SET_COOKIE, cookie)],
