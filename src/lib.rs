@@ -77,6 +77,7 @@ pub mod retry_tier;
 pub mod server;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;
+pub mod state;
 pub mod stopped;
 #[cfg(feature = "otel")]
 pub mod telemetry;

@@ -740,8 +740,6 @@ async fn a_record_near_the_size_limit_reaches_the_handler_and_the_dlq_intact() {
         &brokers,
         &Default::default(),
         &format!("{topic}-dlt"),
-        &unique("reader"),
-        false,
     )
     .unwrap();
     let entry = reader.next_entry().await.unwrap().unwrap();

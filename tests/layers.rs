@@ -12,6 +12,7 @@
 //! | formats | `dlq` (the envelope, Spring's headers, the publisher), then `retry_tier` |
 //! | settings | `config`, `telemetry` |
 //! | consuming and reading | `consumer`, `dlq_reader` |
+//! | kafka-dlq's own state | `state` (the audit and positions topics, the ledger of what is outstanding) |
 //! | application | `replay`, `sidecar`, `server`, then `outstanding`, then `monitor`, `console`, and the binary's `cli` |
 //!
 //! Imports are the `crate::` and `super::` paths of code (comments, doc links and strings are
@@ -39,6 +40,7 @@ const LAYERS: &[&[&str]] = &[
     &["retry_tier"],
     &["config", "telemetry"],
     &["consumer", "dlq_reader"],
+    &["state"],
     &["replay", "sidecar", "server"],
     &["outstanding"],
     &["monitor", "console"],

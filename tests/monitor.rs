@@ -284,7 +284,7 @@ async fn a_burst_gives_one_alert_then_a_second_burst_another_and_draining_a_reso
     );
 
     // Replayed: the replay position reaches the end, and the monitor says so.
-    commit_replay_position(&brokers, &dlq, 12);
+    write_replay_position(&brokers, &dlq, 12).await;
     assert!(eventually(WAIT, || slack.delivered().len() >= 3).await);
     assert!(
         slack.delivered()[2].contains("Resolved"),
@@ -292,19 +292,6 @@ async fn a_burst_gives_one_alert_then_a_second_burst_another_and_draining_a_reso
         slack.delivered()[2]
     );
     monitor.stop().await;
-}
-
-fn commit_replay_position(brokers: &str, topic: &str, offset: i64) {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
-        .unwrap();
-    c.commit(&tpl, CommitMode::Sync).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -496,7 +483,7 @@ async fn follow_ups_go_to_the_alerts_thread_across_a_restart_and_resolved_update
     );
 
     // Replayed: "resolved" in the thread, and the first message updated.
-    commit_replay_position(&brokers, &dlq, 4);
+    write_replay_position(&brokers, &dlq, 4).await;
     assert!(
         eventually(WAIT, || slack.delivered().len() == 5).await,
         "{:#?}",

@@ -225,15 +225,7 @@ async fn list_show_and_replay_round_trip_through_a_fixed_consumer() {
 
     // The DLQ accounting: only the record that is no envelope, never replayed, is still
     // outstanding; and a second run sends nothing.
-    let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
-        .create()
-        .unwrap();
-    assert_eq!(
-        kafka_dlq::monitor::outstanding(&reader, std::slice::from_ref(&dlq)),
-        Some(1)
-    );
+    assert_eq!(outstanding(&brokers, &dlq).await, 1);
     let (_, again, _) = replay_cli(&brokers, &dlq, &[]);
     assert!(again.contains("replayed 0 of 0 scanned"), "{again}");
 }
@@ -347,10 +339,11 @@ async fn an_interrupted_replay_resumes_without_sending_anything_twice() {
     let runs = history(
         &brokers,
         &options.librdkafka,
-        DEFAULT_AUDIT_TOPIC,
+        &kafka_dlq::state::StateTopics::new(DEFAULT_AUDIT_TOPIC),
         Some(&dlq),
     )
-    .unwrap();
+    .unwrap()
+    .runs;
     assert_eq!(runs.len(), 2, "{runs:#?}");
     assert_eq!(runs[0].run, first_run);
     assert!(runs[0].interrupted && !runs[1].interrupted);
@@ -422,7 +415,7 @@ async fn the_loop_guard_refuses_a_record_that_keeps_coming_back() {
         "original + two replays"
     );
     assert_eq!(
-        outstanding(&brokers, &dlq),
+        outstanding(&brokers, &dlq).await,
         1,
         "the refused dead letter was not resolved: it stays outstanding"
     );
@@ -636,7 +629,7 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].payload(), Some(&b"good"[..]));
     assert_eq!(
-        outstanding(&brokers, &dlq),
+        outstanding(&brokers, &dlq).await,
         2,
         "passed over unsent, the undecodable one and the one that is no envelope stay outstanding"
     );
@@ -644,17 +637,19 @@ async fn an_envelope_that_does_not_decode_is_reported_and_passed_over() {
     let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
-    assert_eq!(outstanding(&brokers, &dlq), 2);
+    assert_eq!(outstanding(&brokers, &dlq).await, 2);
 }
 
 /// The dead letters outstanding on `dlq`, as the monitor counts them.
-fn outstanding(brokers: &str, dlq: &str) -> u64 {
-    let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", kafka_dlq::dlq_reader::REPLAY_GROUP)
-        .create()
-        .unwrap();
-    kafka_dlq::monitor::outstanding(&reader, &[dlq.to_string()]).expect("the broker answers")
+async fn outstanding(brokers: &str, dlq: &str) -> u64 {
+    kafka_dlq::monitor::outstanding(
+        brokers,
+        &kafka_dlq::kafka::ClientOptions::new(),
+        &kafka_dlq::state::StateTopics::default(),
+        &[dlq.to_string()],
+    )
+    .await
+    .expect("the broker answers")
 }
 
 /// A Spring application with Kafka transactions writing dead letters of `topic` to `dlq`.
@@ -770,7 +765,9 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
         "{err}"
     );
     assert_eq!(
-        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
+        replay_position(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq)
+            .await
+            .get(&0),
         None,
         "nothing committed past it"
     );
@@ -792,7 +789,7 @@ async fn a_dlt_written_in_transactions_is_read_to_its_end_markers_and_aborted_re
         .collect();
     assert_eq!(replayed, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
     assert_eq!(
-        outstanding(&brokers, &dlq),
+        outstanding(&brokers, &dlq).await,
         0,
         "the markers and the aborted record are not outstanding dead letters"
     );
@@ -836,7 +833,7 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
         .collect();
     assert_eq!(sent, vec![b"small".to_vec()], "only the one it could send");
     assert_eq!(
-        outstanding(&brokers, &dlq),
+        outstanding(&brokers, &dlq).await,
         1,
         "the lost one is never counted as resolved"
     );
@@ -844,7 +841,7 @@ async fn a_reference_whose_source_record_is_gone_is_reported_passed_over_and_sta
     let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replayed 0 of 0 scanned"), "{out}");
-    assert_eq!(outstanding(&brokers, &dlq), 1);
+    assert_eq!(outstanding(&brokers, &dlq).await, 1);
     // list still shows it, saying why it cannot be read.
     let (code, json, err) = cli(&[
         "dlq",
@@ -1071,11 +1068,34 @@ async fn list_and_replay_select_by_group_partition_offsets_key_and_error_text() 
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("source_offsets"), "{err}");
 
+    // Under the consumers' own template (every source into this one DLT): a replay that does
+    // not know it sends nothing back to a source whose dead letters go elsewhere.
+    let (code, out, err) = replay_cli(
+        &brokers,
+        &dlq,
+        &[
+            "--group",
+            "billing",
+            "--error-contains",
+            "HTTP",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("would replay 0 of 5 scanned"), "{out}");
+    assert!(out.contains("destination refused 2"), "{out}");
     // Replay with the same filter sends exactly those.
     let (code, out, err) = replay_cli(
         &brokers,
         &dlq,
-        &["--group", "billing", "--error-contains", "HTTP"],
+        &[
+            "--group",
+            "billing",
+            "--error-contains",
+            "HTTP",
+            "--dlq-topic-template",
+            &dlq,
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -1130,7 +1150,9 @@ async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_c
         "replay names the open transaction: {err}"
     );
     assert_eq!(
-        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
+        replay_position(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq)
+            .await
+            .get(&0),
         Some(&2),
         "the position stops at the last stable offset, never past it"
     );
@@ -1155,7 +1177,7 @@ async fn a_replay_stops_at_an_open_transaction_and_sends_its_dead_letters_once_c
             b"open-2".to_vec()
         ]
     );
-    assert_eq!(outstanding(&brokers, &dlq), 0);
+    assert_eq!(outstanding(&brokers, &dlq).await, 0);
 }
 
 /// A Spring dead letter of `group` for the record at `offset` of `source`.
@@ -1220,11 +1242,13 @@ async fn a_default_replay_of_a_foreign_dlt_goes_only_to_a_group_kafka_dlq_runs()
     };
     assert!(!metadata.contains(&unread), "{unread} was not created");
     assert_eq!(
-        committed(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq, 1).get(&0),
+        replay_position(&brokers, kafka_dlq::dlq_reader::REPLAY_GROUP, &dlq)
+            .await
+            .get(&0),
         None,
         "nothing committed past it"
     );
-    assert_eq!(outstanding(&brokers, &dlq), 1);
+    assert_eq!(outstanding(&brokers, &dlq).await, 1);
 
     // The group's kafka-dlq consumer ran (it created its redrive topic): the replay sends there.
     create_topic(&brokers, &unread, 1).await;

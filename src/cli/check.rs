@@ -27,6 +27,8 @@ struct Needs {
     topics: Vec<String>,
     /// Topics the command creates when they do not exist.
     created: Vec<String>,
+    /// kafka-dlq's state topics the command reads or writes: they must not delete records.
+    state: Option<kafka_dlq::state::StateTopics>,
 }
 
 /// Checks `subcommand` with `args` as `kafka-dlq <subcommand> <args>` would take them; prints
@@ -117,6 +119,7 @@ fn run_needs(sub: &clap::ArgMatches, from_file: &config::FileValues) -> Result<N
         options: c.librdkafka.clone(),
         topics,
         created,
+        state: checked.monitor().map(|m| m.config().state.clone()),
     })
 }
 
@@ -140,6 +143,7 @@ fn monitor_needs(
         options: c.librdkafka.clone(),
         topics: c.dlq_topics.clone(),
         created: Vec::new(),
+        state: Some(c.state.clone()),
     })
 }
 
@@ -159,7 +163,8 @@ fn console_needs(
         brokers: c.brokers.clone(),
         options: c.librdkafka.clone(),
         topics: c.dlq_topics.clone(),
-        created: vec![c.audit_topic.clone()],
+        created: vec![c.state.audit.clone(), c.state.positions.clone()],
+        state: Some(c.state.clone()),
     })
 }
 
@@ -177,11 +182,13 @@ fn dlq_needs(
     let config = client(&brokers, &options);
     check_client(&config, ClientKind::Consumer, &options)?;
     check_client(&config, ClientKind::Producer, &options)?;
+    let state = command.state()?;
     Ok(Needs {
         brokers,
         options,
         topics: topic.into_iter().collect(),
-        created: Vec::new(),
+        created: vec![state.audit.clone(), state.positions.clone()],
+        state: Some(state),
     })
 }
 
@@ -222,16 +229,54 @@ fn connect_to(needs: &Needs) -> Result<(), CliError> {
             println!("# topic `{topic}`: not there yet; the command creates it (this principal needs CreateTopics)");
         }
     }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Runtime(anyhow::anyhow!(
+    let findings = match &needs.state {
+        None => Vec::new(),
+        Some(state) => state_findings(&config, &needs.brokers, state)?,
+    };
+    for finding in &findings {
+        println!("# {finding}");
+    }
+    if !missing.is_empty() {
+        return Err(CliError::Runtime(anyhow::anyhow!(
             "the cluster shows no topic {}",
             missing
                 .iter()
                 .map(|t| format!("`{t}`"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        )))
+        )));
+    }
+    match findings.as_slice() {
+        [] => Ok(()),
+        _ => Err(CliError::Runtime(anyhow::anyhow!(
+            "{} of kafka-dlq's state topics would delete what they hold: run the fix above",
+            findings.len()
+        ))),
+    }
+}
+
+/// The state topics of `state` that would delete what they hold ([`kafka_dlq::state::topics::check`]).
+fn state_findings(
+    config: &ClientConfig,
+    brokers: &str,
+    state: &kafka_dlq::state::StateTopics,
+) -> Result<Vec<kafka_dlq::state::RetentionFinding>, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(e.into()))?;
+    let checked = runtime.block_on(kafka_dlq::state::topics::check(config, brokers, state));
+    match checked {
+        Ok(findings) => {
+            if findings.is_empty() {
+                println!("# state topics `{}` and `{}`: kept for ever (or not created yet)", state.audit, state.positions);
+            }
+            Ok(findings)
+        }
+        Err(e) => Err(CliError::Runtime(anyhow::anyhow!(
+            "cannot read the configuration of the state topics `{}` and `{}` (DescribeConfigs): {e}",
+            state.audit,
+            state.positions
+        ))),
     }
 }

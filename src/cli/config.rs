@@ -113,6 +113,8 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "topic_link",
             "console_url",
             "audit_topic",
+            "audit_key",
+            "audit_key_file",
         ],
     ),
     (
@@ -135,6 +137,8 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "topic_link",
             "console_url",
             "audit_topic",
+            "audit_key",
+            "audit_key_file",
         ],
     ),
     (
@@ -163,7 +167,10 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "error_matches",
             "operator",
             "audit_topic",
+            "audit_key",
+            "audit_key_file",
             "fingerprint",
+            "all",
         ],
     ),
     (
@@ -181,6 +188,9 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "show_payloads",
             "path_prefix",
             "audit_topic",
+            "audit_key",
+            "audit_key_file",
+            "redrive_topics",
             "max_replays",
         ],
     ),
@@ -321,14 +331,15 @@ fn hidden_default(arg: clap::Arg, value: &str) -> clap::Arg {
 
 /// Whether an argument holds a secret.
 fn is_secret(id: &str) -> bool {
-    ["token", "webhook", "password", "secret"]
+    ["token", "webhook", "password", "secret", "audit_key"]
         .iter()
         .any(|s| id.contains(s))
 }
 
-/// Whether an argument is a URL, which may carry credentials in its user info or query.
+/// Whether an argument is a URL, which may carry credentials in its user info or query (a
+/// proxy's `http://user:password@proxy:3128` too).
 fn is_url(id: &str) -> bool {
-    id.ends_with("_url") || id.ends_with("_endpoint")
+    id.ends_with("_url") || id.ends_with("_endpoint") || id.ends_with("_proxy")
 }
 
 /// librdkafka properties as `KEY=VALUE` with the secret ones' values redacted; a text that is

@@ -62,9 +62,14 @@ pub struct ConsoleArgs {
     /// The path the console is served under behind a reverse proxy, e.g. `/dlq`.
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_PATH_PREFIX", default_value = "")]
     path_prefix: String,
-    /// The audit topic (`dlq history`'s): redrives, discards and restores are recorded there.
-    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
-    audit_topic: String,
+    /// Where redrives, discards and restores are recorded (`dlq history`'s audit topic) and
+    /// replay positions kept.
+    #[command(flatten)]
+    state: super::state::StateArgs,
+    /// The only topics a redrive may name as its destination (repeat, or comma-separate);
+    /// none: any topic that is not a state, dead-letter, retry or internal topic.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_REDRIVE_TOPICS", value_delimiter = ',')]
+    redrive_topics: Vec<String>,
     /// Redrives refuse records already replayed this many times.
     #[arg(long, default_value_t = 3)]
     max_replays: u32,
@@ -174,10 +179,22 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
         )
         .into());
     }
+    let mut redrive_topics = Vec::new();
+    for topic in args
+        .redrive_topics
+        .iter()
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+    {
+        kafka_dlq::dlq::check_topic_name(topic)
+            .map_err(|r| ConfigError::new("redrive_topics", topic, r))?;
+        redrive_topics.push(topic.to_string());
+    }
     let config = ConsoleConfig {
         librdkafka: args.connection.client_options()?,
         dlq_template: template,
-        audit_topic: args.audit_topic.clone(),
+        state: args.state.topics()?,
+        redrive_topics,
         show_payloads: args.show_payloads,
         path_prefix: prefix,
         max_replays: args.max_replays,
@@ -220,6 +237,15 @@ pub async fn serve(
     tracing::info!(event = "console_listening", %url, topics = ?config.dlq_topics,
         "the DLQ console serves {url}");
     let config = Arc::new(config);
+    {
+        let mut client = rdkafka::ClientConfig::new();
+        client.set("bootstrap.servers", &config.brokers);
+        config.librdkafka.apply(&mut client);
+        let (brokers, state) = (config.brokers.clone(), config.state.clone());
+        tokio::spawn(async move {
+            kafka_dlq::state::topics::warn(&client, &brokers, &state).await;
+        });
+    }
     let watch = Watch::new(Arc::new(config.source()));
     let stop = CancellationToken::new();
     let watcher = tokio::spawn(watch.clone().run(stop.clone()));

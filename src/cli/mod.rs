@@ -8,6 +8,7 @@ mod demo;
 mod dlq;
 mod monitor;
 mod run;
+mod state;
 
 use std::process::ExitCode;
 

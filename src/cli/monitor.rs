@@ -82,10 +82,11 @@ pub struct AlertArgs {
     /// link to it, each top error to the console filtered to its cause.
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_URL")]
     console_url: Option<String>,
-    /// The audit topic the console and `dlq replay` record their actions on: dead letters
-    /// discarded or sent by a filtered replay are not counted as outstanding.
-    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
-    audit_topic: String,
+    /// Where the replay positions and the console's and `dlq replay`'s actions are kept:
+    /// dead letters replayed, discarded or sent by a filtered replay are not counted as
+    /// outstanding.
+    #[command(flatten)]
+    state: super::state::StateArgs,
 }
 
 fn secret(
@@ -145,7 +146,7 @@ impl AlertArgs {
                 console: self.console_url.clone(),
             },
             librdkafka,
-            audit_topic: self.audit_topic.clone(),
+            state: self.state.topics()?,
             ..MonitorConfig::new(brokers, dlq_topics)
         };
         config.validate()?;

@@ -5,9 +5,9 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::payload::PayloadView;
+use super::payload::{Editable, PayloadView};
 use crate::dlq_reader::{DlqContent, DlqEntry};
-use crate::outstanding::ledger::Resolution;
+use crate::state::ledger::Resolution;
 
 /// Bytes as `{"text": …}` when they are UTF-8, else `{"base64": …}`; `null` for none.
 fn bytes(value: Option<&[u8]>) -> Value {
@@ -102,10 +102,18 @@ pub fn to_json(
         Ok(key) => bytes(key.as_deref()),
         Err(why) => json!({ "error": why.to_string() }),
     };
-    out["payload"] = match e.payload_bytes() {
-        Ok(payload) => json!(PayloadView::of(payload.as_deref())),
-        Err(why) => json!({ "as": "undecodable", "why": why.to_string() }),
-    };
+    match e.payload_bytes() {
+        Ok(payload) => {
+            out["payload"] = json!(PayloadView::of(payload.as_deref()));
+            out["editable"] = json!(Editable::of(payload.as_deref()));
+        }
+        Err(why) => {
+            out["payload"] = json!({ "as": "undecodable", "why": why.to_string() });
+            out["editable"] = json!(Editable::None {
+                why: format!("the payload does not decode: {why}")
+            });
+        }
+    }
     out
 }
 

@@ -5,13 +5,14 @@
 //! - [`crate::outstanding`] (beside the monitor): which dead letters are outstanding, and the
 //!   inbox of them by cause, kept current;
 //! - [`payload`]: how a payload is shown; [`dead_letter`]: a dead letter in the API;
-//! - [`access`]: tokens, roles, sessions and CSRF;
+//! - [`access`]: tokens, roles, sessions and CSRF; [`limits`]: how much reading at once;
 //! - [`redrives`]: the redrives running, with their progress, pause, resume and cancel;
 //! - [`api`]: the HTTP routes, the page included.
 
 pub mod access;
 pub mod api;
 pub mod dead_letter;
+pub mod limits;
 pub mod payload;
 pub mod redrives;
 
@@ -29,8 +30,11 @@ pub struct ConsoleConfig {
     pub dlq_topics: Vec<String>,
     /// The consumers' dead-letter topic template.
     pub dlq_template: crate::dlq::DlqTopic,
-    /// The audit topic (`dlq history`'s).
-    pub audit_topic: String,
+    /// Where actions and positions are kept ([`crate::state`]), and the key that seals them.
+    pub state: crate::state::StateTopics,
+    /// The topics a redrive may name as its destination (`{"topic": …}`); empty: any topic
+    /// that is not refused for what it is ([`crate::replay::destination::refusal`]).
+    pub redrive_topics: Vec<String>,
     /// Viewers see payloads, keys and header values too.
     pub show_payloads: bool,
     /// The path the console is served under behind a reverse proxy (`/dlq`), empty for the
@@ -48,7 +52,7 @@ impl ConsoleConfig {
             librdkafka: self.librdkafka.clone(),
             dlq_topics: self.dlq_topics.clone(),
             dlq_template: self.dlq_template.clone(),
-            audit_topic: self.audit_topic.clone(),
+            state: self.state.clone(),
         }
     }
 
@@ -59,7 +63,8 @@ impl ConsoleConfig {
             librdkafka: ClientOptions::new(),
             dlq_topics,
             dlq_template: crate::dlq::DlqTopic::default(),
-            audit_topic: crate::replay::audit::DEFAULT_AUDIT_TOPIC.to_string(),
+            state: crate::state::StateTopics::default(),
+            redrive_topics: Vec::new(),
             show_payloads: false,
             path_prefix: String::new(),
             max_replays: 3,

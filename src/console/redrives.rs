@@ -101,7 +101,11 @@ pub struct Progress {
     pub sent: u64,
     /// Refused by the loop guard.
     pub refused: u64,
-    /// Passed over unsent: not envelopes, undecodable, source record gone.
+    /// Not sent again: an earlier action resolved them (discarded, or sent by another
+    /// replay).
+    pub already_resolved: u64,
+    /// Passed over unsent: not envelopes, undecodable, source record gone, destination
+    /// refused.
     pub failed: u64,
     /// Why it failed, or the first dead letters passed over, and why.
     pub problems: Vec<String>,
@@ -161,8 +165,13 @@ impl Redrives {
         })
     }
 
-    /// Starts `request` in a task; its id.
-    pub fn start(self: &Arc<Self>, request: Request) -> Result<String, RedriveError> {
+    /// Starts `request` in a task, which holds `permit` (a dry run's read of the cluster,
+    /// [`crate::console::limits`]) until it ends; its id.
+    pub fn start(
+        self: &Arc<Self>,
+        request: Request,
+        permit: Option<crate::console::limits::Permit>,
+    ) -> Result<String, RedriveError> {
         let mut runs = self.runs.lock().expect("runs");
         if !request.dry_run {
             if let Some((id, _)) = runs.iter().find(|(_, r)| {
@@ -204,6 +213,7 @@ impl Redrives {
                 scanned: 0,
                 sent: 0,
                 refused: 0,
+                already_resolved: 0,
                 failed: 0,
                 problems: Vec::new(),
                 destinations: BTreeMap::new(),
@@ -227,7 +237,10 @@ impl Redrives {
         }
         runs.insert(id.clone(), redrive.clone());
         let this = self.clone();
-        tokio::spawn(async move { this.drive(redrive).await });
+        tokio::spawn(async move {
+            let _permit = permit;
+            this.drive(redrive).await
+        });
         Ok(id)
     }
 
@@ -304,21 +317,25 @@ impl Redrives {
         }
     }
 
-    async fn drive(&self, redrive: Arc<Redrive>) {
-        let r = &redrive.request;
-        let options = ReplayOptions {
+    /// The replay a redrive of `r` runs.
+    pub fn options(&self, r: &Request) -> ReplayOptions {
+        ReplayOptions {
             destination: r.destination.clone(),
             filter: r.filter.clone(),
             dry_run: r.dry_run,
             rate_per_sec: r.rate,
             max_replays: self.config.max_replays,
             operator: r.operator.clone(),
-            audit_topic: Some(self.config.audit_topic.clone()),
+            state: self.config.state.clone(),
             dlq_template: self.config.dlq_template.clone(),
             librdkafka: self.config.librdkafka.clone(),
             edit: r.edit.clone(),
             ..ReplayOptions::new(&self.config.brokers, &r.dlq_topic)
-        };
+        }
+    }
+
+    async fn drive(&self, redrive: Arc<Redrive>) {
+        let options = self.options(&redrive.request);
         let mut first = true;
         loop {
             let stop = CancellationToken::new();
@@ -431,6 +448,14 @@ fn count(p: &mut Progress, outcome: &Outcome) {
         Outcome::Lost { id, why } => {
             p.failed += 1;
             Some(format!("{id}: source record gone: {why}"))
+        }
+        Outcome::AlreadyResolved { id, by } => {
+            p.already_resolved += 1;
+            Some(format!("{id}: not sent again, {by}"))
+        }
+        Outcome::DestinationRefused { id, to, why } => {
+            p.failed += 1;
+            Some(format!("{id}: not sent to `{to}`: {why}"))
         }
     };
     if let Some(problem) = problem {

@@ -6,8 +6,9 @@
 //! [`Envelope`](crate::dlq::Envelope) (joined again when it was written detached, its source
 //! record read back when it was written as a reference), a record some other tool wrote
 //! ([`foreign`]: Spring's `DeadLetterPublishingRecoverer`, Kafka Connect, or none), or a record
-//! waiting in a retry topic. The replay [`position`] is committed under [`REPLAY_GROUP`] with
-//! the offsets passed over because their source record is gone. A [`Filter`] selects entries.
+//! waiting in a retry topic. A replay [`position`] (kept in the positions topic,
+//! [`crate::state`], under [`REPLAY_GROUP`] for the unfiltered replay) holds the offsets passed
+//! over because their source record is gone. A [`Filter`] selects entries.
 //!
 //! This module reads what [`crate::dlq`] and [`crate::retry_tier`] write, so it sits above
 //! both.
@@ -22,5 +23,6 @@ mod reference;
 pub use content::DlqContent;
 pub use filter::{ErrorText, Filter};
 pub use position::REPLAY_GROUP;
+pub(crate) use reader::committed;
 pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader, OpenTransaction};
 pub use reference::Unresolved;

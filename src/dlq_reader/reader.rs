@@ -10,7 +10,6 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::position::{Position, TooManyLost};
 use super::DlqContent;
 use crate::kafka::LogContext;
 
@@ -105,7 +104,7 @@ fn uncommitted_ends(
 
 /// The offsets committed for `partitions`, asked again while the group's coordinator is moving
 /// or loading (a broker just started or restarted answers so for a few seconds).
-fn committed(
+pub(crate) fn committed(
     consumer: &BaseConsumer<LogContext>,
     partitions: TopicPartitionList,
 ) -> Result<TopicPartitionList, KafkaError> {
@@ -132,8 +131,9 @@ fn committed(
     }
 }
 
-/// Reads a DLQ topic without joining a group (its group id only names where positions are
-/// committed), from given positions up to the high watermarks taken when it was opened.
+/// Reads a DLQ topic without joining a group, from its log start (or where
+/// [`DlqReader::narrow`] says) up to the high watermarks taken when it was opened. Where a
+/// replay got to is kept in the positions topic ([`crate::state`]), not here.
 pub struct DlqReader {
     consumer: BaseConsumer<LogContext>,
     topic: String,
@@ -143,8 +143,6 @@ pub struct DlqReader {
     resolve_references: bool,
     /// Per partition: the next offset to read and the end (high watermark at open).
     positions: HashMap<i32, (i64, i64)>,
-    /// Per partition: the committed position's lost dead letters, carried on by each commit.
-    lost: HashMap<i32, Position>,
     /// Partitions whose end is held back by a transaction still open at open.
     open_transactions: Vec<OpenTransaction>,
 }
@@ -176,19 +174,16 @@ impl std::fmt::Display for OpenTransaction {
 }
 
 impl DlqReader {
-    /// Opens `topic`. With `resume`, each partition starts at the offset committed for
-    /// `group` (see [`DlqReader::commit`]), else at the log start. Blocks on metadata requests.
+    /// Opens `topic`, to read it from its log start. Blocks on metadata requests.
     pub fn open(
         brokers: &str,
         librdkafka: &crate::kafka::ClientOptions,
         topic: &str,
-        group: &str,
-        resume: bool,
     ) -> Result<Self, KafkaError> {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", brokers)
-            .set("group.id", group)
+            .set("group.id", "kafka-dlq-reader")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
         librdkafka.apply(&mut config);
@@ -208,20 +203,6 @@ impl DlqReader {
                 rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
             ));
         }
-        let mut start = HashMap::new();
-        let mut lost = HashMap::new();
-        if resume {
-            let mut all = TopicPartitionList::new();
-            for p in t.partitions() {
-                all.add_partition(topic, p.id());
-            }
-            for e in committed(&consumer, all)?.elements() {
-                if let Offset::Offset(o) = e.offset() {
-                    start.insert(e.partition(), o);
-                    lost.insert(e.partition(), Position::from_commit(o, e.metadata()));
-                }
-            }
-        }
         // Asked before the readable ends: a last stable offset asked later is never behind a
         // high watermark asked earlier unless a transaction still holds the offsets between.
         let ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
@@ -234,7 +215,7 @@ impl DlqReader {
             // offset (librdkafka asks ListOffsets with the client's isolation level), so
             // neither reading nor [`DlqReader::commit_ends`] passes an open transaction.
             let (low, high) = consumer.fetch_watermarks(topic, p.id(), TIMEOUT)?;
-            let from = start.get(&p.id()).copied().unwrap_or(low).max(low);
+            let from = low;
             if from < high {
                 tpl.add_partition_offset(topic, p.id(), Offset::Offset(from))?;
             }
@@ -255,7 +236,6 @@ impl DlqReader {
             sources: super::reference::SourceReader::new(brokers, librdkafka, topic),
             resolve_references: true,
             positions,
-            lost,
             open_transactions,
         })
     }
@@ -322,44 +302,14 @@ impl DlqReader {
             .sum()
     }
 
-    /// Commits `next_offset` as the position of `partition` for the reader's group, with the
-    /// partition's lost dead letters ([`DlqReader::lose`], and those of the position it
-    /// resumed from) in the commit's metadata. Blocks until the broker answers.
-    pub fn commit(&mut self, partition: i32, next_offset: i64) -> Result<(), KafkaError> {
-        let position = self.lost.entry(partition).or_default();
-        position.next = next_offset;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, partition, Offset::Offset(next_offset))?;
-        if let Some(mut element) = tpl.find_partition(&self.topic, partition) {
-            element.set_metadata(position.metadata());
-        }
-        self.consumer
-            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
-    }
-
-    /// Commits the end of each partition read to its end whose committed position is before
-    /// it: offsets past the last record delivered that hold no record (transaction markers,
-    /// aborted records), so they are not counted as outstanding. Blocks until the broker
-    /// answers.
-    pub fn commit_ends(&mut self) -> Result<(), KafkaError> {
-        let ended: Vec<(i32, i64)> = self
-            .positions
+    /// Each partition read to its end: where the reader stopped on it (its end, or the end
+    /// [`DlqReader::narrow`] cut it to).
+    pub fn ended(&self) -> Vec<(i32, i64)> {
+        self.positions
             .iter()
             .filter(|(_, (next, end))| next >= end)
             .map(|(p, (_, end))| (*p, *end))
-            .filter(|(p, end)| self.lost.get(p).is_none_or(|position| position.next < *end))
-            .collect();
-        for (partition, end) in ended {
-            self.commit(partition, end)?;
-        }
-        Ok(())
-    }
-
-    /// Notes the dead letter at `offset` of `partition` as passed over unsent because its
-    /// source record is gone; the next [`DlqReader::commit`] of the partition carries it, so
-    /// it stays outstanding ([`Position`]).
-    pub fn lose(&mut self, partition: i32, offset: i64) -> Result<(), TooManyLost> {
-        self.lost.entry(partition).or_default().lose(offset)
+            .collect()
     }
 
     /// The next entry, in no particular order across partitions but in offset order within

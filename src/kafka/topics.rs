@@ -111,22 +111,39 @@ impl Topics {
         retention_ms: impl Fn(&str) -> Option<i64>,
         event: &'static str,
     ) -> Result<(), TopicsError> {
+        self.create_with(
+            topics,
+            |topic| match retention_ms(topic) {
+                Some(ms) => vec![("retention.ms", ms.to_string())],
+                None => Vec::new(),
+            },
+            event,
+        )
+        .await
+    }
+
+    /// Creates `topics` as [`Topics::create`] does, each with the settings `configs` gives it
+    /// (none: the broker's defaults).
+    pub(crate) async fn create_with<V: AsRef<str>>(
+        &self,
+        topics: &BTreeMap<String, i32>,
+        configs: impl Fn(&str) -> Vec<(&'static str, V)>,
+        event: &'static str,
+    ) -> Result<(), TopicsError> {
         let Some(first) = topics.keys().next() else {
             return Ok(());
         };
-        let retention: Vec<Option<String>> = topics
-            .keys()
-            .map(|topic| retention_ms(topic).map(|ms| ms.to_string()))
-            .collect();
+        let settings: Vec<Vec<(&'static str, V)>> =
+            topics.keys().map(|topic| configs(topic)).collect();
         let new: Vec<NewTopic> = topics
             .iter()
-            .zip(&retention)
-            .map(|((topic, count), retention)| {
-                let topic = NewTopic::new(topic, *count, TopicReplication::Fixed(-1));
-                match retention {
-                    Some(ms) => topic.set("retention.ms", ms),
-                    None => topic,
+            .zip(&settings)
+            .map(|((topic, count), settings)| {
+                let mut topic = NewTopic::new(topic, *count, TopicReplication::Fixed(-1));
+                for (key, value) in settings {
+                    topic = topic.set(key, value.as_ref());
                 }
+                topic
             })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -142,8 +159,11 @@ impl Topics {
             match result {
                 Ok(topic) => {
                     let partitions = topics.get(&topic).copied().unwrap_or(-1);
-                    let retention_ms = retention_ms(&topic);
-                    tracing::info!(event, %topic, partitions, ?retention_ms);
+                    let settings: Vec<String> = configs(&topic)
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_ref()))
+                        .collect();
+                    tracing::info!(event, %topic, partitions, settings = %settings.join(","));
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((topic, code)) => return Err(TopicsError::Create { topic, code }),
@@ -158,6 +178,23 @@ impl Topics {
         &self,
         topics: &[String],
     ) -> Result<HashMap<String, i64>, TopicsError> {
+        Ok(self
+            .configs(topics)
+            .await?
+            .into_iter()
+            .filter_map(|(topic, settings)| {
+                let ms = settings.get("retention.ms")?.parse::<i64>().ok()?;
+                Some((topic, ms))
+            })
+            .collect())
+    }
+
+    /// The configuration of each of `topics` that exists (every setting with a value), from
+    /// one `DescribeConfigs` request.
+    pub(crate) async fn configs(
+        &self,
+        topics: &[String],
+    ) -> Result<HashMap<String, HashMap<String, String>>, TopicsError> {
         let existing: Vec<&String> = topics.iter().filter(|t| self.exists(t)).collect();
         let Some(first) = existing.first() else {
             return Ok(HashMap::new());
@@ -181,13 +218,12 @@ impl Topics {
                 topic: topic.to_string(),
                 source: rdkafka::error::KafkaError::AdminOp(code),
             })?;
-            let retention = resource
-                .get("retention.ms")
-                .and_then(|e| e.value.as_deref())
-                .and_then(|v| v.parse::<i64>().ok());
-            if let Some(ms) = retention {
-                found.insert(topic.to_string(), ms);
-            }
+            let settings = resource
+                .entries
+                .iter()
+                .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+                .collect();
+            found.insert(topic.to_string(), settings);
         }
         Ok(found)
     }

@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 pub use alert::{Alert, Increase};
 pub use blocks::{Links, SlackMessage};
 pub use slack::{DeliveryError, Notifier, Secret, SlackTarget};
-pub use volume::{count, outstanding, DlqCount};
+pub use volume::{count, outstanding, CountError, DlqCount};
 
 use delivery::{deliver_all, send_or_stop};
 use volume::Volume;
@@ -80,9 +80,11 @@ pub struct MonitorConfig {
     pub links: Links,
     /// Raw librdkafka properties, applied last.
     pub librdkafka: crate::kafka::ClientOptions,
-    /// The audit topic (`dlq history`'s): dead letters the console discarded or a filtered
-    /// replay sent are not outstanding ([`crate::outstanding`]). Default `kafka-dlq-audit`.
-    pub audit_topic: String,
+    /// Where kafka-dlq keeps its state ([`crate::state`]): the replay positions the count
+    /// starts from, and the audit (dead letters the console discarded or a filtered replay
+    /// sent are not outstanding, [`crate::outstanding`]); with its key, unsealed records are
+    /// ignored. Default `kafka-dlq-audit` and its positions topic, unsealed.
+    pub state: crate::state::StateTopics,
 }
 
 impl MonitorConfig {
@@ -99,7 +101,7 @@ impl MonitorConfig {
             slack: SlackTarget::Log,
             links: Links::default(),
             librdkafka: crate::kafka::ClientOptions::new(),
-            audit_topic: crate::replay::audit::DEFAULT_AUDIT_TOPIC.to_string(),
+            state: crate::state::StateTopics::default(),
         }
     }
 
@@ -235,6 +237,15 @@ impl Monitor {
         consumer
             .subscribe(&topics)
             .map_err(|e| MonitorError::Subscribe(c.dlq_topics.clone(), e))?;
+        // A state topic that deletes what it holds would make resolved dead letters
+        // outstanding again one day: said now, not then.
+        tokio::spawn({
+            let (brokers, state) = (c.brokers.clone(), c.state.clone());
+            let mut config = ClientConfig::new();
+            config.set("bootstrap.servers", &c.brokers);
+            c.librdkafka.apply(&mut config);
+            async move { crate::state::topics::warn(&config, &brokers, &state).await }
+        });
         let stop_watch = CancellationToken::new();
         let volume = Volume::new(c).map_err(MonitorError::CreateConsumer)?;
         let watcher = tokio::spawn(volume.watch().run(stop_watch.clone()));

@@ -4,17 +4,18 @@
 //! A dead letter is outstanding when the replay position has not passed it (or passed it
 //! unsent: [`crate::dlq_reader::position`]) and no later action resolved it — a discard not
 //! restored, or a filtered replay (the console's redrives, `dlq replay` with filters) whose
-//! position passed it and sent it. The actions are the audit topic's run summaries
-//! ([`crate::replay::audit`]).
+//! position passed it and sent it. The actions are the audit topic's run summaries, the
+//! positions the positions topic's records ([`crate::state`]).
 //!
-//! - [`ledger`]: the decision, from the runs and the replay groups' positions (pure);
+//! - [`ledger`]: the decision, from the runs and the replay groups' positions (pure; the
+//!   replay decides with it too, so it lives in [`crate::state`]);
 //! - [`inbox`]: the outstanding dead letters grouped by cause, in memory that grows with the
 //!   causes (pure);
 //! - [`watch`]: both kept current by reading the DLTs (built once, then only what is written
 //!   after, built again when an action or a replay moves something).
 
 pub mod inbox;
-pub mod ledger;
+pub use crate::state::ledger;
 pub mod watch;
 
 use crate::kafka::ClientOptions;
@@ -31,6 +32,6 @@ pub struct Source {
     pub dlq_topics: Vec<String>,
     /// The consumers' dead-letter topic template.
     pub dlq_template: crate::dlq::DlqTopic,
-    /// The audit topic.
-    pub audit_topic: String,
+    /// Where the actions and positions are kept, and the key that seals them.
+    pub state: crate::state::StateTopics,
 }

@@ -1,8 +1,9 @@
-//! The inbox kept current. Once a second the watcher reads the audit topic's end and the
-//! replay groups' committed positions; when either moved (a replay, a redrive, a discard, from
-//! this console or another, or `dlq replay`), it builds the inbox again from the first
-//! outstanding offset of each partition, else it reads only what was written since the last
-//! read. A page view never reads the topic.
+//! The inbox kept current. Once a second the watcher reads the audit topic's end and what was
+//! written to the positions topic since (one reader, however many replay groups there are);
+//! when either moved (a replay, a redrive, a discard, from this console or another, or
+//! `dlq replay`), it builds the inbox again from the first outstanding offset of each
+//! partition, else it reads only what was written since the last read. A page view never
+//! reads the topic.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,16 +12,16 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use tokio::sync::Notify;
 
 use super::inbox::{Inbox, InboxFilter, InboxRow, Sighting};
 use super::ledger::{Ledger, Resolution};
 use super::Source;
-use crate::dlq_reader::position::Position;
 use crate::dlq_reader::{DlqEntry, DlqReader, Filter};
 use crate::kafka::LogContext;
-use crate::replay::audit::ReplayRun;
+use crate::state::audit::ReplayRun;
+use crate::state::{PositionRecord, PositionStore};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the watcher looks for what changed.
@@ -48,6 +49,10 @@ pub struct Status {
     pub causes: usize,
     /// Builds since the console started.
     pub builds: u64,
+    /// Records of the audit and positions topics passed over because they were not sealed
+    /// with the configured audit key (or were not kafka-dlq's state at all): with a key, a
+    /// forged discard or position counts here and resolves nothing.
+    pub unverified: u64,
     /// The last error reading the cluster, when the last attempt failed.
     pub error: Option<String>,
 }
@@ -58,6 +63,8 @@ struct State {
     current_at: Option<DateTime<Utc>>,
     builds: u64,
     resolved_by_actions: u64,
+    unverified_audit: u64,
+    unverified_positions: u64,
     error: Option<String>,
     runs: Arc<Vec<ReplayRun>>,
     ledgers: HashMap<String, Arc<Ledger>>,
@@ -71,9 +78,6 @@ pub struct Watch {
     wake: Notify,
 }
 
-/// The positions the ledgers were built from: (topic, group) → partition → position.
-type Positions = HashMap<(String, String), HashMap<i32, Position>>;
-
 impl Watch {
     /// A watcher of `config`'s DLTs; nothing is read until [`Watch::run`].
     pub fn new(config: Arc<Source>) -> Arc<Watch> {
@@ -85,6 +89,8 @@ impl Watch {
                 current_at: None,
                 builds: 0,
                 resolved_by_actions: 0,
+                unverified_audit: 0,
+                unverified_positions: 0,
                 error: None,
                 runs: Arc::new(Vec::new()),
                 ledgers: HashMap::new(),
@@ -109,6 +115,7 @@ impl Watch {
             resolved_by_actions: s.resolved_by_actions,
             causes: s.inbox.len(),
             builds: s.builds,
+            unverified: s.unverified_audit + s.unverified_positions,
             error: s.error.clone(),
         }
     }
@@ -143,14 +150,23 @@ impl Watch {
 
     /// Keeps the inbox current until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
-        let mut seen: Option<(Vec<String>, i64, Positions)> = None;
+        let mut seen: Option<(Vec<String>, i64)> = None;
         let mut last_build = tokio::time::Instant::now() - REBUILD_AT_MOST_EVERY;
-        let clients = Clients::default();
+        let mut store = PositionStore::new(
+            &self.config.brokers,
+            &self.config.librdkafka,
+            &self.config.state,
+        );
+        // Positions changed since the inbox was last built.
+        let mut moved = true;
         loop {
-            let step = self.step(&mut seen, &mut last_build, &clients).await;
+            let step = self
+                .step(&mut seen, &mut last_build, &mut store, &mut moved)
+                .await;
             {
                 let mut s = self.state.lock().expect("state");
                 s.error = step.err().map(|e| e.to_string());
+                s.unverified_positions = store.unverified();
             }
             tokio::select! {
                 biased;
@@ -163,10 +179,11 @@ impl Watch {
 
     async fn step(
         &self,
-        seen: &mut Option<(Vec<String>, i64, Positions)>,
+        seen: &mut Option<(Vec<String>, i64)>,
         last_build: &mut tokio::time::Instant,
-        clients: &Clients,
-    ) -> Result<(), KafkaError> {
+        store: &mut PositionStore,
+        moved: &mut bool,
+    ) -> Result<(), StepError> {
         let config = self.config.clone();
         let topics = match config.dlq_topics.is_empty() {
             false => config.dlq_topics.clone(),
@@ -184,41 +201,47 @@ impl Watch {
         })
         .await?;
         let runs = match seen.as_ref() {
-            Some((_, end, _)) if *end == audit_end => self.runs(),
-            _ => Arc::new(
-                blocking({
+            Some((_, end)) if *end == audit_end => self.runs(),
+            _ => {
+                let audit = blocking({
                     let config = config.clone();
                     move || {
-                        crate::replay::audit::history(
+                        crate::state::audit::history(
                             &config.brokers,
                             &config.librdkafka,
-                            &config.audit_topic,
+                            &config.state,
                             None,
                         )
                     }
                 })
-                .await?,
-            ),
+                .await?;
+                self.state.lock().expect("state").unverified_audit = audit.unverified;
+                Arc::new(audit.runs)
+            }
         };
-        let mut positions = Positions::new();
+        *moved |= store.catch_up().await?;
+        let mut not_migrated = None;
         for topic in &topics {
             for group in Ledger::groups(topic, &runs) {
-                let found = clients.positions(&config, topic, &group).await?;
-                positions.insert((topic.clone(), group), found);
+                let template = migrated_template(&runs, topic, &group);
+                match store.migrate(topic, &group, &template).await {
+                    Ok(migrated) => *moved |= migrated,
+                    // Read on without it (a principal that may not write the positions
+                    // topic); said in the status until it works.
+                    Err(e) => not_migrated = Some(e),
+                }
             }
         }
-        let changed = seen
-            .as_ref()
-            .is_none_or(|(t, end, p)| *t != topics || *end != audit_end || *p != positions);
+        let changed = *moved
+            || seen
+                .as_ref()
+                .is_none_or(|(t, end)| *t != topics || *end != audit_end);
+        let known_ends = self.state.lock().expect("state").ends.clone();
         let ledgers: HashMap<String, Arc<Ledger>> = topics
             .iter()
             .map(|topic| {
-                let ledger = Ledger::new(topic, &runs, |group| {
-                    positions
-                        .get(&(topic.clone(), group.to_string()))
-                        .cloned()
-                        .unwrap_or_default()
-                });
+                let ends = known_ends.get(topic).cloned().unwrap_or_default();
+                let ledger = Ledger::new(topic, &ends, &runs, store.table());
                 (topic.clone(), Arc::new(ledger))
             })
             .collect();
@@ -241,7 +264,8 @@ impl Watch {
                 ends.insert(topic.clone(), end);
             }
             *last_build = tokio::time::Instant::now();
-            *seen = Some((topics.clone(), audit_end, positions));
+            *seen = Some((topics.clone(), audit_end));
+            *moved = false;
             let mut s = self.state.lock().expect("state");
             s.inbox = inbox;
             s.resolved_by_actions = resolved;
@@ -251,10 +275,11 @@ impl Watch {
             s.ledgers = ledgers;
             s.builds += 1;
             s.current_at = Some(Utc::now());
-            return Ok(());
+            return not_migrated.map_or(Ok(()), |e| Err(e.into()));
         }
         if changed {
-            return Ok(()); // built again once the pause since the last build is over
+            // Built again once the pause since the last build is over.
+            return not_migrated.map_or(Ok(()), |e| Err(e.into()));
         }
         // Only what was written since.
         for topic in &topics {
@@ -285,7 +310,7 @@ impl Watch {
             s.ends.insert(topic.clone(), end);
         }
         self.state.lock().expect("state").current_at = Some(Utc::now());
-        Ok(())
+        not_migrated.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// A reader of `dlq_topic` (one of the console's) from its first outstanding offsets, or
@@ -434,8 +459,7 @@ async fn open_reader(
         config.dlq_template.clone(),
     );
     blocking(move || {
-        let mut reader =
-            DlqReader::open(&brokers, &raw, &t, READER_GROUP, false)?.with_template(template);
+        let mut reader = DlqReader::open(&brokers, &raw, &t)?.with_template(template);
         if !payloads {
             reader = reader.leaving_references();
         }
@@ -480,14 +504,14 @@ fn discover(config: &Source) -> Result<Vec<String>, KafkaError> {
 /// The audit topic's end (0 while it does not exist).
 fn audit_end(config: &Source) -> Result<i64, KafkaError> {
     let consumer = client(config, READER_GROUP)?;
-    let metadata = consumer.fetch_metadata(Some(&config.audit_topic), TIMEOUT)?;
+    let metadata = consumer.fetch_metadata(Some(&config.state.audit), TIMEOUT)?;
     let Some(t) = metadata.topics().first().filter(|t| t.error().is_none()) else {
         return Ok(0);
     };
     let mut end = 0;
     for p in t.partitions() {
         end += consumer
-            .fetch_watermarks(&config.audit_topic, p.id(), TIMEOUT)?
+            .fetch_watermarks(&config.state.audit, p.id(), TIMEOUT)?
             .1;
     }
     Ok(end)
@@ -503,59 +527,34 @@ fn client(config: &Source, group: &str) -> Result<BaseConsumer<LogContext>, Kafk
     crate::kafka::create_logged(&client)
 }
 
-/// A client per replay group, to read its committed positions.
-#[derive(Default, Clone)]
-struct Clients(Arc<Mutex<HashMap<String, Arc<BaseConsumer<LogContext>>>>>);
-
-impl Clients {
-    async fn positions(
-        &self,
-        config: &Arc<Source>,
-        topic: &str,
-        group: &str,
-    ) -> Result<HashMap<i32, Position>, KafkaError> {
-        let (clients, config, topic, group) = (
-            self.clone(),
-            config.clone(),
-            topic.to_string(),
-            group.to_string(),
-        );
-        blocking(move || clients.positions_now(&config, &topic, &group)).await
+/// What a position migrated from `group`'s committed offsets on `topic` carries: the filter,
+/// run and operator of the group's last summary in `runs`.
+fn migrated_template(runs: &[ReplayRun], topic: &str, group: &str) -> PositionRecord {
+    let last = runs
+        .iter()
+        .rev()
+        .find(|r| r.dlq_topic == topic && r.position_group.as_deref() == Some(group));
+    PositionRecord {
+        next: 0,
+        lost: Vec::new(),
+        selection: match group == crate::dlq_reader::REPLAY_GROUP {
+            true => None,
+            false => last.and_then(|r| r.selection.clone()),
+        },
+        run: last.map(|r| r.run.clone()),
+        operator: last.map(|r| r.operator.clone()),
+        at: Utc::now(),
+        migrated: false,
     }
+}
 
-    fn positions_now(
-        &self,
-        config: &Source,
-        topic: &str,
-        group: &str,
-    ) -> Result<HashMap<i32, Position>, KafkaError> {
-        let consumer = {
-            let mut clients = self.0.lock().expect("clients");
-            if !clients.contains_key(group) {
-                clients.insert(group.to_string(), Arc::new(client(config, group)?));
-            }
-            clients[group].clone()
-        };
-        let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
-        let mut tpl = TopicPartitionList::new();
-        for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
-            for p in t.partitions() {
-                tpl.add_partition(topic, p.id());
-            }
-        }
-        if tpl.count() == 0 {
-            return Ok(HashMap::new());
-        }
-        let committed = consumer.committed_offsets(tpl, TIMEOUT)?;
-        Ok(committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), Position::from_commit(o, e.metadata()))),
-                _ => None,
-            })
-            .collect())
-    }
+/// Why a step of the watcher failed.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
 }
 
 async fn blocking<T: Send + 'static>(

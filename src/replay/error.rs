@@ -110,13 +110,31 @@ pub enum ReplayError {
         #[source]
         source: crate::kafka::topics::TopicsError,
     },
-    /// Committing the replay position failed.
-    #[error("cannot commit the replay position of `{topic}`: {source}")]
+    /// Writing the replay position to the positions topic failed.
+    #[error("cannot keep the replay position of `{topic}`: {source}")]
     Commit {
         /// The DLQ topic.
         topic: String,
         /// The cause.
         #[source]
-        source: KafkaError,
+        source: crate::state::StateError,
+    },
+    /// The state a replay starts from (the audit, the positions) could not be read, or an
+    /// older position could not be moved to the positions topic. Nothing was sent.
+    #[error("cannot read what was done on `{topic}` before (the audit and positions topics): {source}; nothing was sent")]
+    State {
+        /// The DLQ topic.
+        topic: String,
+        /// The cause.
+        #[source]
+        source: crate::state::StateError,
+    },
+    /// The destination named is one no replay may write to. Nothing was sent.
+    #[error("cannot send to `{topic}`: {why}; nothing was sent")]
+    Destination {
+        /// The topic named.
+        topic: String,
+        /// Why not.
+        why: String,
     },
 }

@@ -1,10 +1,12 @@
 //! One replay of a dead-letter topic at a time.
 //!
-//! A replay reads the DLQ by manual assignment (its position is a committed offset, not a
-//! group membership), so nothing stopped two replays of one DLQ from both sending everything.
-//! A [`ReplayLock`] is a consumer-group membership: it joins the group
-//! `<position group>-lock-<dlq topic>` on the DLQ topic and holds it while the replay runs. If the group has another member, a
-//! replay with the same position is running already, and this one refuses to start. Two that
+//! A replay reads the DLQ by manual assignment (its position is a record of the positions
+//! topic, not a group membership), so nothing stopped two replays of one DLQ from both sending
+//! everything. A [`ReplayLock`] is a consumer-group membership: it joins the group
+//! `kafka-dlq-replay-lock-<dlq topic>` on the DLQ topic and holds it while the replay runs. If
+//! the group has another member, a replay of that DLQ is running already — whatever its
+//! filter: two replays with overlapping filters would both send what both select — and this
+//! one refuses to start. Two that
 //! join at the same instant both see two members and both refuse: neither sends anything twice.
 //! A broker that cannot describe groups (librdkafka's mock cluster, which the embedded demo
 //! runs on) leaves the lock unchecked, with a warning.
@@ -52,10 +54,10 @@ impl ConsumerContext for Joined {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// Another replay of the same DLQ, with the same filters and destination, is running.
+    /// Another replay of the same DLQ is running.
     #[error(
-        "another replay of `{topic}` with the same filters is running ({members} members in \
-         group `{group}`); wait for it to end"
+        "another replay of `{topic}` is running ({members} members in group `{group}`); wait \
+         for it to end"
     )]
     Held {
         /// The DLQ topic.
@@ -89,15 +91,14 @@ pub struct ReplayLock {
 }
 
 impl ReplayLock {
-    /// Joins `<position_group>-lock-<topic>` on `topic` and checks that no one else is in it. Blocks
-    /// for the join (up to 30 s); run it off the async threads.
+    /// Joins `kafka-dlq-replay-lock-<topic>` on `topic` and checks that no one else is in it.
+    /// Blocks for the join (up to 30 s); run it off the async threads.
     pub fn take(
         brokers: &str,
         librdkafka: &crate::kafka::ClientOptions,
         topic: &str,
-        position_group: &str,
     ) -> Result<ReplayLock, LockError> {
-        let group = format!("{position_group}-lock-{topic}");
+        let group = format!("{}-lock-{topic}", crate::dlq_reader::REPLAY_GROUP);
         let kafka = |source| LockError::Kafka {
             group: group.clone(),
             source,

@@ -30,9 +30,10 @@ pub struct ReplayOptions {
     pub max_replays: u32,
     /// Who runs it, for the audit (default: the login name, [`audit::operator_name`]).
     pub operator: String,
-    /// The topic each run that is not a dry run appends its summary to ([`audit`]); `None`
-    /// for none. Default [`audit::DEFAULT_AUDIT_TOPIC`].
-    pub audit_topic: Option<String>,
+    /// Where the run keeps its position and appends its summary ([`crate::state`]), and the
+    /// key that seals them. Default: [`audit::DEFAULT_AUDIT_TOPIC`] and its positions topic,
+    /// unsealed.
+    pub state: crate::state::StateTopics,
     /// Sends the edited payload instead of each dead letter's own (the console's edit then
     /// redrive, whose filter names one dead letter); the run's summary keeps both.
     pub edit: Option<audit::Edit>,
@@ -52,24 +53,29 @@ impl ReplayOptions {
             rate_per_sec: None,
             max_replays: 3,
             operator: audit::operator_name(),
-            audit_topic: Some(audit::DEFAULT_AUDIT_TOPIC.to_string()),
+            state: crate::state::StateTopics::default(),
             edit: None,
         }
     }
 
-    /// The consumer group holding this replay's position: [`crate::dlq_reader::REPLAY_GROUP`]
-    /// for a replay without filters that puts each dead letter back (to its group or its
-    /// source: either way it is replayed once), another for each filter or `--to` topic.
+    /// The group this replay's position is kept under in the positions topic:
+    /// [`crate::dlq_reader::REPLAY_GROUP`] for a replay without filters that puts each dead
+    /// letter back (to its group or its source: either way it is replayed once), another for
+    /// each filter, `--to` topic or edit (the edited payload's digest: a second edit of the
+    /// same dead letter is a redrive of its own).
     pub fn position_group(&self) -> String {
         let to = match &self.destination {
             Destination::Topic(topic) => Some(topic),
             Destination::Group | Destination::Source => None,
         };
-        if self.filter.is_empty() && to.is_none() {
+        if self.filter.is_empty() && to.is_none() && self.edit.is_none() {
             return crate::dlq_reader::REPLAY_GROUP.to_string();
         }
         // A hash of the filter and destination: the same replay resumes, another starts anew.
-        let key = format!("{}|{:?}", self.filter.key(), to);
+        let mut key = format!("{}|{:?}", self.filter.key(), to);
+        if let Some(edit) = &self.edit {
+            key.push_str(&format!("|edit:{}", edit.edited_sha256));
+        }
         let hash = crate::fingerprint::stable_hash(&key);
         format!("{}-{hash:016x}", crate::dlq_reader::REPLAY_GROUP)
     }

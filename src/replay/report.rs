@@ -42,6 +42,26 @@ pub enum Outcome {
         /// Why it is gone.
         why: String,
     },
+    /// Already resolved by an earlier action (discarded, or sent by another replay): not
+    /// sent again ([`crate::state::ledger`]).
+    AlreadyResolved {
+        /// The record id.
+        id: String,
+        /// What resolved it: `discarded by console:alice (run …)`, `redriven by … (run …)`,
+        /// `replayed`.
+        by: String,
+    },
+    /// Its destination is one no replay may write to (a state topic, a dead-letter or retry
+    /// topic, an internal topic, a source topic whose dead letters go to another DLT):
+    /// passed over unsent, still outstanding.
+    DestinationRefused {
+        /// The record id.
+        id: String,
+        /// The topic it would have gone to.
+        to: String,
+        /// Why not.
+        why: String,
+    },
     /// Not matched by the filter.
     FilteredOut,
 }
@@ -68,6 +88,11 @@ pub struct ReplayReport {
     /// References whose source record is gone for good (passed over, not sent, still
     /// outstanding).
     pub lost: u64,
+    /// Dead letters an earlier action resolved (discarded, or sent by another replay): not
+    /// sent again.
+    pub already_resolved: u64,
+    /// Dead letters whose destination was refused (passed over, not sent, still outstanding).
+    pub not_here: u64,
     /// The first [`REPORT_SAMPLE`] refused, not-envelope, undecodable and lost dead letters.
     pub passed_over: Vec<Outcome>,
     /// Nothing was sent or committed.
@@ -99,8 +124,13 @@ impl ReplayReport {
             Outcome::NotAnEnvelope { .. } => self.not_envelopes += 1,
             Outcome::Undecodable { .. } => self.undecodable += 1,
             Outcome::Lost { .. } => self.lost += 1,
+            Outcome::AlreadyResolved { .. } => self.already_resolved += 1,
+            Outcome::DestinationRefused { .. } => self.not_here += 1,
         }
-        let passed_over = !matches!(outcome, Outcome::Replayed { .. } | Outcome::FilteredOut);
+        let passed_over = !matches!(
+            outcome,
+            Outcome::Replayed { .. } | Outcome::FilteredOut | Outcome::AlreadyResolved { .. }
+        );
         if passed_over && self.passed_over.len() < REPORT_SAMPLE {
             self.passed_over.push(outcome.clone());
         }

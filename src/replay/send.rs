@@ -114,6 +114,17 @@ impl<'a> Sender<'a> {
                 offset: entry.offset,
             });
         };
+        if let Some(why) = self.refusal(envelope, &to) {
+            tracing::warn!(event = "replay_destination_refused", id = %envelope.id, %to,
+                dlq_partition = entry.partition, dlq_offset = entry.offset, %why,
+                "passed over unsent: it stays outstanding");
+            let refused = Outcome::DestinationRefused {
+                id: envelope.id.clone(),
+                to,
+                why,
+            };
+            return Ok((refused, None));
+        }
         if options.destination == Destination::Source {
             warn_readers(options, &to, readers).await;
         }
@@ -164,6 +175,26 @@ impl<'a> Sender<'a> {
             &mut self.next_send,
         )
         .await
+    }
+}
+
+impl Sender<'_> {
+    /// Why `envelope`'s record may not go to `to`, when it may not: its source (which its
+    /// envelope names, and whoever writes the DLT writes) is not one whose dead letters go to
+    /// the DLT read, or `to` is never a destination ([`super::destination::refusal`]).
+    fn refusal(&self, envelope: &Envelope, to: &str) -> Option<String> {
+        let o = self.options;
+        let source = &envelope.source.topic;
+        let from_source = matches!(o.destination, Destination::Group | Destination::Source);
+        if from_source && !super::destination::source_belongs(source, &o.dlq_topic, &o.dlq_template)
+        {
+            return Some(format!(
+                "its envelope names the source topic `{source}`, whose dead letters go to `{}`, not to `{}`",
+                o.dlq_template.for_topic(source),
+                o.dlq_topic
+            ));
+        }
+        super::destination::refusal(to, &o.dlq_topic, &o.dlq_template, &o.state)
     }
 }
 

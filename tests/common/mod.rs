@@ -55,6 +55,30 @@ pub fn share_brokers() -> String {
     })
 }
 
+/// A broker of this binary on which a week passes in a minute: an idle group's committed
+/// offsets expire a minute after its last commit (`offsets.retention.minutes=1`, looked at
+/// every 5 s), and a topic created with the broker's defaults keeps its records 60 s
+/// (segments of 10 s, looked at every 5 s). Always a node of its own
+/// (`KAFKA_DLQ_TEST_EXPIRING_BROKERS` to give one so configured).
+#[allow(dead_code)]
+pub fn expiring_brokers() -> String {
+    static BROKER: OnceLock<Result<String, String>> = OnceLock::new();
+    shared_broker(&BROKER, "KAFKA_DLQ_TEST_EXPIRING_BROKERS", || {
+        Kafka::start_with(
+            false,
+            &[],
+            "offsets.retention.minutes=1
+offsets.retention.check.interval.ms=5000
+log.retention.ms=60000
+log.segment.ms=10000
+log.retention.check.interval.ms=5000
+",
+            Vec::new(),
+            &[],
+        )
+    })
+}
+
 /// The brokers this binary started.
 static LOCAL: Mutex<Vec<&'static Kafka>> = Mutex::new(Vec::new());
 
@@ -297,6 +321,52 @@ pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Ha
             _ => None,
         })
         .collect()
+}
+
+/// The replay position of `group` on `dlq` in the default positions topic, by partition (the
+/// next offset to read; missing: none kept).
+#[allow(dead_code)]
+pub async fn replay_position(brokers: &str, group: &str, dlq: &str) -> HashMap<i32, i64> {
+    let mut store = kafka_dlq::state::PositionStore::new(
+        brokers,
+        &kafka_dlq::kafka::ClientOptions::new(),
+        &kafka_dlq::state::StateTopics::default(),
+    );
+    store.catch_up().await.expect("the positions topic reads");
+    store
+        .table()
+        .group(dlq, group)
+        .map(|g| g.partitions.iter().map(|(p, pos)| (*p, pos.next)).collect())
+        .unwrap_or_default()
+}
+
+/// Writes `next` as the unfiltered replay's position on partition 0 of `dlq`, as `dlq replay`
+/// would have.
+#[allow(dead_code)]
+pub async fn write_replay_position(brokers: &str, dlq: &str, next: i64) {
+    let mut store = kafka_dlq::state::PositionStore::new(
+        brokers,
+        &kafka_dlq::kafka::ClientOptions::new(),
+        &kafka_dlq::state::StateTopics::default(),
+    );
+    let key = kafka_dlq::state::PositionKey {
+        dlq_topic: dlq.to_string(),
+        partition: 0,
+        group: kafka_dlq::dlq_reader::REPLAY_GROUP.to_string(),
+    };
+    let record = kafka_dlq::state::PositionRecord {
+        next,
+        lost: Vec::new(),
+        selection: None,
+        run: None,
+        operator: Some("test".into()),
+        at: chrono::Utc::now(),
+        migrated: false,
+    };
+    store
+        .write(&key, &record)
+        .await
+        .expect("the position is kept");
 }
 
 /// Polls `condition` every 50 ms until it holds or `timeout` passes; says which.

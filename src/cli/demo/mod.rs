@@ -114,12 +114,15 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     // Where a replay puts this service's dead letters back: read by this group alone.
     let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
     let audit = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC;
+    let state = kafka_dlq::state::StateTopics::new(audit);
     let topics = [
         (topic.as_str(), 3),
         (dlq.as_str(), 1),
         (redrive.as_str(), 3),
-        (audit, 1),
     ];
+    // The embedded broker keeps no topic settings: the state topics are made there too. On a
+    // real cluster the tools create them as they must be (kept for ever, compacted).
+    let state_topics = [(state.audit.as_str(), 1), (state.positions.as_str(), 1)];
     match &mock {
         None => {
             say(&mut out, &format!("Broker: {brokers}"));
@@ -136,7 +139,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
                 &mut out,
                 &format!("Broker: {brokers} (embedded: librdkafka's mock cluster)"),
             );
-            for (t, p) in topics {
+            for (t, p) in topics.into_iter().chain(state_topics) {
                 mock.create_topic(t, p, 1)?;
             }
         }
@@ -223,10 +226,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     say(&mut out, &format!("\n== 2. the dead-letter topic `{dlq}` ==\n$ kafka-dlq dlq list --brokers {brokers} --dlq-topic {dlq}"));
     let mut reader = {
         let (b, d, o) = (brokers.clone(), dlq.clone(), options.clone());
-        tokio::task::spawn_blocking(move || {
-            kafka_dlq::dlq_reader::DlqReader::open(&b, &o, &d, "kafka-dlq-reader", false)
-        })
-        .await??
+        tokio::task::spawn_blocking(move || kafka_dlq::dlq_reader::DlqReader::open(&b, &o, &d))
+            .await??
     };
     let mut entries = Vec::new();
     while let Some(e) = reader.next_entry().await {
@@ -262,10 +263,12 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     );
     let runs = {
         let (brokers, dlq, options) = (brokers.clone(), dlq.clone(), options.clone());
+        let state = state.clone();
         tokio::task::spawn_blocking(move || {
-            kafka_dlq::replay::audit::history(&brokers, &options, audit, Some(&dlq))
+            kafka_dlq::replay::audit::history(&brokers, &options, &state, Some(&dlq))
         })
         .await??
+        .runs
     };
     super::dlq::print_history(&runs, &mut out);
     wait_committed(&brokers, &options, &group, &redrive).await?;

@@ -16,9 +16,8 @@ pub struct HistoryArgs {
     /// Only the runs that read this dead-letter topic.
     #[arg(long)]
     dlq_topic: Option<String>,
-    /// The audit topic replays write to.
-    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
-    audit_topic: String,
+    #[command(flatten)]
+    state: crate::cli::state::StateArgs,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -32,19 +31,36 @@ impl HistoryArgs {
     pub(super) fn cluster_mut(&mut self) -> &mut Cluster {
         &mut self.cluster
     }
+
+    pub(super) fn state(&self) -> &crate::cli::state::StateArgs {
+        &self.state
+    }
 }
 
 /// Lists the replay runs on the audit topic, oldest first.
 pub(super) async fn run(args: HistoryArgs) -> Result<(), CliError> {
     let (brokers, options) = (args.cluster.brokers()?, args.cluster.librdkafka()?);
-    let (topic, dlq) = (args.audit_topic.clone(), args.dlq_topic.clone());
-    let runs = tokio::task::spawn_blocking(move || {
-        kafka_dlq::replay::audit::history(&brokers, &options, &topic, dlq.as_deref())
+    let (state, dlq) = (args.state.topics()?, args.dlq_topic.clone());
+    {
+        let mut client = rdkafka::ClientConfig::new();
+        client.set("bootstrap.servers", &brokers);
+        options.apply(&mut client);
+        kafka_dlq::state::topics::warn(&client, &brokers, &state).await;
+    }
+    let audit = tokio::task::spawn_blocking(move || {
+        kafka_dlq::replay::audit::history(&brokers, &options, &state, dlq.as_deref())
     })
     .await
     .expect("history task")
-    .with_context(|| format!("cannot read the audit topic `{}`", args.audit_topic))
+    .with_context(|| format!("cannot read the audit topic `{}`", args.state.audit_topic))
     .map_err(CliError::Runtime)?;
+    if audit.unverified > 0 {
+        eprintln!(
+            "warning: {} record(s) of the audit topic were passed over: not sealed with the audit key",
+            audit.unverified
+        );
+    }
+    let runs = audit.runs;
     let mut out = std::io::stdout().lock();
     if args.json {
         for run in &runs {

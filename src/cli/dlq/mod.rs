@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use kafka_dlq::dlq_reader::{DlqEntry, DlqReader, ErrorText, Filter};
 use kafka_dlq::replay::{replay, Destination, ReplayOptions};
+use kafka_dlq::state::ledger::Resolution;
 use kafka_dlq::{ConfigError, DeadLetterKind};
 
 use super::CliError;
@@ -43,6 +44,16 @@ impl DlqCommand {
             DlqCommand::History(a) => (a.cluster(), None),
         };
         Ok((cluster.brokers()?, cluster.librdkafka()?, topic))
+    }
+
+    /// Where the command keeps kafka-dlq's state.
+    pub fn state(&self) -> Result<kafka_dlq::state::StateTopics, ConfigError> {
+        match self {
+            DlqCommand::List(a) => a.source.state.topics(),
+            DlqCommand::Show(a) => a.source.state.topics(),
+            DlqCommand::Replay(a) => a.source.state.topics(),
+            DlqCommand::History(a) => a.state().topics(),
+        }
     }
 
     /// The connection settings of the command.
@@ -97,6 +108,9 @@ pub struct Source {
     /// topic whose dead-letter topic this is.
     #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = "{topic}-dlt")]
     dlq_topic_template: String,
+    /// Where replays and the console's actions are recorded and positions kept.
+    #[command(flatten)]
+    state: super::state::StateArgs,
 }
 
 impl Source {
@@ -255,6 +269,10 @@ pub struct ListArgs {
     /// Show at most this many.
     #[arg(long)]
     limit: Option<usize>,
+    /// Every dead letter the topic holds, each with what resolved it (replayed, redriven,
+    /// discarded), instead of the outstanding ones only.
+    #[arg(long)]
+    all: bool,
 }
 
 /// Flags of `dlq show`.
@@ -301,9 +319,6 @@ pub struct ReplayArgs {
     /// run's summary (default: the login name).
     #[arg(long, env = "KAFKA_DLQ_OPERATOR")]
     operator: Option<String>,
-    /// The topic each run appends its summary to (`dlq history` reads it).
-    #[arg(long, default_value = kafka_dlq::replay::audit::DEFAULT_AUDIT_TOPIC)]
-    audit_topic: String,
 }
 
 /// Runs a `dlq` subcommand.
@@ -318,13 +333,25 @@ pub async fn run(command: DlqCommand) -> Result<(), CliError> {
     }
 }
 
-/// Reads the DLQ topic from the log start and hands each entry that `filter` matches to
-/// `each`, as it is read (nothing is collected), up to `limit` of them; returns how many.
+/// Which dead letters a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    /// Those outstanding: what the monitor counts and the console's inbox shows.
+    Outstanding,
+    /// Every one the topic holds.
+    All,
+}
+
+/// Reads the DLQ topic (from its first outstanding offsets, or with [`View::All`] from its
+/// log start) and hands each entry that `filter` matches and `view` shows to `each`, with what
+/// resolved it, as it is read (nothing is collected), up to `limit` of them; returns how
+/// many.
 async fn read(
     source: &Source,
     filter: &Filter,
+    view: View,
     limit: Option<usize>,
-    mut each: impl FnMut(&DlqEntry),
+    mut each: impl FnMut(&DlqEntry, Option<&Resolution>),
 ) -> Result<usize, CliError> {
     let (brokers, raw, topic, template) = (
         source.brokers()?,
@@ -332,13 +359,25 @@ async fn read(
         source.dlq_topic.clone(),
         source.template()?,
     );
-    let mut reader = tokio::task::spawn_blocking(move || {
-        DlqReader::open(&brokers, &raw, &topic, "kafka-dlq-reader", false)
-            .map(|r| r.with_template(template))
+    let state = source.state.topics()?;
+    let mut reader = tokio::task::spawn_blocking({
+        let (brokers, raw, topic) = (brokers.clone(), raw.clone(), topic.clone());
+        move || DlqReader::open(&brokers, &raw, &topic).map(|r| r.with_template(template))
     })
     .await
     .expect("reader task")
     .map_err(|e| unreadable(&source.dlq_topic, e))?;
+    let ledger = ledger_of(&brokers, &raw, &state, &topic, &reader.ends()).await?;
+    if view == View::Outstanding {
+        let ranges = reader
+            .ends()
+            .keys()
+            .map(|p| (*p, ledger.first_outstanding(*p)..i64::MAX))
+            .collect();
+        reader
+            .narrow(&ranges)
+            .map_err(|e| unreadable(&source.dlq_topic, e))?;
+    }
     for open in reader.open_transactions() {
         eprintln!("note: `{}` {open}", source.dlq_topic);
     }
@@ -347,8 +386,12 @@ async fn read(
         let entry = entry
             .context("reading the dead-letter topic")
             .map_err(CliError::Runtime)?;
+        let resolution = ledger.resolution(&entry);
+        if view == View::Outstanding && resolution.is_some() {
+            continue;
+        }
         if filter.matches(&entry) {
-            each(&entry);
+            each(&entry, resolution.as_ref());
             matched += 1;
             if limit.is_some_and(|l| matched >= l) {
                 break;
@@ -356,6 +399,73 @@ async fn read(
         }
     }
     Ok(matched)
+}
+
+/// The ledger of `dlq_topic` (whose partitions end at `ends`): the audit and every replay
+/// group's position, an older position moved to the positions topic when it can be (read
+/// all the same when it cannot: a principal that may not write there).
+async fn ledger_of(
+    brokers: &str,
+    raw: &kafka_dlq::kafka::ClientOptions,
+    state: &kafka_dlq::state::StateTopics,
+    dlq_topic: &str,
+    ends: &std::collections::HashMap<i32, i64>,
+) -> Result<kafka_dlq::state::ledger::Ledger, CliError> {
+    use kafka_dlq::state::ledger::Ledger;
+    let mut client = rdkafka::ClientConfig::new();
+    client.set("bootstrap.servers", brokers);
+    raw.apply(&mut client);
+    kafka_dlq::state::topics::warn(&client, brokers, state).await;
+    let audit = {
+        let (brokers, raw, kept, dlq) = (
+            brokers.to_string(),
+            raw.clone(),
+            state.clone(),
+            dlq_topic.to_string(),
+        );
+        tokio::task::spawn_blocking(move || {
+            kafka_dlq::state::audit::history(&brokers, &raw, &kept, Some(&dlq))
+        })
+        .await
+        .expect("audit task")
+        .with_context(|| format!("cannot read the audit topic `{}`", state.audit))
+        .map_err(CliError::Runtime)?
+    };
+    let mut store = kafka_dlq::state::PositionStore::new(brokers, raw, state);
+    store
+        .catch_up()
+        .await
+        .context("cannot read the replay positions")
+        .map_err(CliError::Runtime)?;
+    for group in Ledger::groups(dlq_topic, &audit.runs) {
+        let last = audit
+            .runs
+            .iter()
+            .rev()
+            .find(|r| r.position_group.as_deref() == Some(group.as_str()));
+        let template = kafka_dlq::state::PositionRecord {
+            next: 0,
+            lost: Vec::new(),
+            selection: match group == kafka_dlq::dlq_reader::REPLAY_GROUP {
+                true => None,
+                false => last.and_then(|r| r.selection.clone()),
+            },
+            run: last.map(|r| r.run.clone()),
+            operator: last.map(|r| r.operator.clone()),
+            at: Utc::now(),
+            migrated: false,
+        };
+        if let Err(e) = store.migrate(dlq_topic, &group, &template).await {
+            eprintln!("warning: {e}");
+        }
+    }
+    let unverified = audit.unverified + store.unverified();
+    if unverified > 0 {
+        eprintln!(
+            "warning: {unverified} record(s) of the audit and positions topics were passed over: not sealed with the audit key"
+        );
+    }
+    Ok(Ledger::new(dlq_topic, ends, &audit.runs, store.table()))
 }
 
 /// The error for a DLQ topic that cannot be opened: one line naming a topic that does not
@@ -375,19 +485,24 @@ fn unreadable(topic: &str, e: rdkafka::error::KafkaError) -> CliError {
 async fn list(args: ListArgs) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let filter = args.filter.filter()?;
+    let shown = match args.all {
+        true => View::All,
+        false => View::Outstanding,
+    };
     if args.json {
-        read(&args.source, &filter, args.limit, |e| {
-            let _ = writeln!(out, "{}", entry_json(e));
+        read(&args.source, &filter, shown, args.limit, |e, resolution| {
+            let _ = writeln!(out, "{}", entry_json(e, resolution));
         })
         .await?;
         return Ok(());
     }
-    view::print_header(&mut out);
-    let count = read(&args.source, &filter, args.limit, |e| {
-        view::print_row(e, &mut out);
+    view::print_header(&mut out, shown == View::All);
+    let count = read(&args.source, &filter, shown, args.limit, |e, resolution| {
+        let state = (shown == View::All).then(|| view::state_word(resolution));
+        view::print_row(e, state, &mut out);
     })
     .await?;
-    view::print_count(count, &mut out);
+    view::print_count(count, shown == View::All, &mut out);
     Ok(())
 }
 
@@ -398,11 +513,11 @@ async fn show(args: ShowArgs) -> Result<(), CliError> {
         ..Filter::default()
     };
     let mut out = std::io::stdout().lock();
-    let found = read(&args.source, &filter, None, |e| {
+    let found = read(&args.source, &filter, View::All, None, |e, resolution| {
         let _ = writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&entry_json(e)).expect("JSON")
+            serde_json::to_string_pretty(&entry_json(e, resolution)).expect("JSON")
         );
     })
     .await?;
@@ -432,7 +547,7 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
         dry_run: args.dry_run,
         rate_per_sec: args.rate,
         max_replays: args.max_replays,
-        audit_topic: Some(args.audit_topic.clone()),
+        state: args.source.state.topics()?,
         ..ReplayOptions::new(&args.source.brokers()?, &args.source.dlq_topic)
     };
     let options = ReplayOptions {
@@ -500,14 +615,16 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
     } else {
         let _ = writeln!(
             out,
-            "{verb} {} of {} scanned; filtered out {}, refused {}, not envelopes {}, undecodable {}, lost {}{}",
+            "{verb} {} of {} scanned; filtered out {}, already resolved {}, refused {}, not envelopes {}, undecodable {}, lost {}, destination refused {}{}",
             report.replayed,
             report.scanned,
             report.filtered_out,
+            report.already_resolved,
             report.refused,
             report.not_envelopes,
             report.undecodable,
             report.lost,
+            report.not_here,
             if report.interrupted {
                 "; interrupted: run the same command again to resume"
             } else {
@@ -515,7 +632,11 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
             }
         );
         if let Some(run) = &report.run {
-            let _ = writeln!(out, "run {run} on the audit topic `{}`", args.audit_topic);
+            let _ = writeln!(
+                out,
+                "run {run} on the audit topic `{}`",
+                args.source.state.audit_topic
+            );
         }
     }
     for (topic, groups) in &report.source_readers {

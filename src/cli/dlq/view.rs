@@ -4,13 +4,18 @@ use std::io::Write;
 
 use kafka_dlq::dlq_reader::{DlqContent, DlqEntry};
 use kafka_dlq::replay::Outcome;
+use kafka_dlq::state::ledger::Resolution;
 
-pub(super) fn entry_json(e: &DlqEntry) -> serde_json::Value {
+pub(super) fn entry_json(e: &DlqEntry, resolution: Option<&Resolution>) -> serde_json::Value {
     let mut v = serde_json::json!({
         "dlq_topic": e.topic,
         "dlq_partition": e.partition,
         "dlq_offset": e.offset,
+        "outstanding": resolution.is_none(),
     });
+    if let Some(r) = resolution {
+        v["resolved"] = serde_json::to_value(r).expect("a resolution serializes");
+    }
     if let DlqContent::Foreign { format, .. } = &e.content {
         v["written_by"] = format.as_str().into();
     }
@@ -77,30 +82,66 @@ pub(super) fn outcome_line(outcome: &Outcome, verb: &str, max_replays: u32) -> O
             escaped(id),
             escaped(why)
         ),
+        Outcome::AlreadyResolved { id, by } => format!(
+            "skipped {} (already resolved: {}; not sent again)",
+            escaped(id),
+            escaped(by)
+        ),
+        Outcome::DestinationRefused { id, to, why } => format!(
+            "refused {} -> {} ({}; not sent, it stays outstanding)",
+            escaped(id),
+            escaped(to),
+            escaped(why)
+        ),
         _ => return None,
     })
 }
 
 /// Prints dead letters as a table for people.
 pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
-    print_header(out);
+    print_header(out, false);
     for e in entries {
-        print_row(e, out);
+        print_row(e, None, out);
     }
-    print_count(entries.len(), out);
+    print_count(entries.len(), false, out);
 }
 
-/// The table's header line.
-pub(super) fn print_header(out: &mut impl Write) {
+/// The table's header line; with `all`, a column says what resolved each.
+pub(super) fn print_header(out: &mut impl Write, all: bool) {
     let _ = writeln!(
         out,
-        "{:<12} {:<28} {:<30} {:<16} {:<17} {:>3} {:<24} ERROR",
-        "DLQ", "ID", "SOURCE", "GROUP", "KIND", "TRY", "DEAD-LETTERED"
+        "{}{:<12} {:<28} {:<30} {:<16} {:<17} {:>3} {:<24} ERROR",
+        if all {
+            format!("{:<11} ", "STATE")
+        } else {
+            String::new()
+        },
+        "DLQ",
+        "ID",
+        "SOURCE",
+        "GROUP",
+        "KIND",
+        "TRY",
+        "DEAD-LETTERED"
     );
 }
 
-/// One dead letter's line of the table.
-pub(super) fn print_row(e: &DlqEntry, out: &mut impl Write) {
+/// What resolved a dead letter, in a word.
+pub(super) fn state_word(resolution: Option<&Resolution>) -> &'static str {
+    match resolution {
+        None => "outstanding",
+        Some(Resolution::Replayed) => "replayed",
+        Some(Resolution::Redriven { .. }) => "redriven",
+        Some(Resolution::Discarded { .. }) => "discarded",
+    }
+}
+
+/// One dead letter's line of the table; with a `state` (a listing of them all,
+/// [`state_word`]), that first.
+pub(super) fn print_row(e: &DlqEntry, state: Option<&str>, out: &mut impl Write) {
+    if let Some(state) = state {
+        let _ = write!(out, "{state:<11} ");
+    }
     let at = format!("{}:{}", e.partition, e.offset);
     match (&e.content, e.content.envelope()) {
         (_, Some(env)) => {
@@ -138,8 +179,15 @@ pub(super) fn print_row(e: &DlqEntry, out: &mut impl Write) {
 }
 
 /// The table's last line.
-pub(super) fn print_count(count: usize, out: &mut impl Write) {
-    let _ = writeln!(out, "{count} dead letter(s)");
+pub(super) fn print_count(count: usize, all: bool, out: &mut impl Write) {
+    match all {
+        true => {
+            let _ = writeln!(out, "{count} dead letter(s)");
+        }
+        false => {
+            let _ = writeln!(out, "{count} dead letter(s) outstanding");
+        }
+    }
 }
 
 /// The progress of a replay: a bar, done/total, the rate so far and the time left at it.

@@ -32,9 +32,14 @@ pub(super) async fn history(
     headers: HeaderMap,
     Query(q): Query<HistoryQuery>,
 ) -> Response {
-    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
-        return r;
-    }
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let _permit = match c.scan(&caller) {
+        Ok(permit) => permit,
+        Err(r) => return r,
+    };
     let all = match c.audit_runs().await {
         Ok(all) => all,
         Err(r) => return r,

@@ -3,6 +3,13 @@
 //! Content-Security-Policy that allows only the console's own script and styles, so that even
 //! markup that slipped into the page could not run.
 //!
+//! The API checks before it works: who calls, and whether their role may call the route at
+//! all, from the headers alone ([`authenticate`]), before a byte of the body is read; a body
+//! larger than [`MAX_BODY`] is refused (413); a request that takes longer than
+//! [`REQUEST_TIMEOUT`] is answered 503 (its body read included); reads of the cluster are
+//! bounded per caller and in all ([`crate::console::limits`], 429); and every error, whoever
+//! produced it, is `{"error": …}` ([`json_errors`]).
+//!
 //! - [`page`]: the page, its assets, the probes and the metrics;
 //! - [`session`]: signing in and out;
 //! - [`selection`]: which dead letters a request means (a filter, or ticked ones);
@@ -20,14 +27,18 @@ mod selection;
 mod session;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
 use super::access::{Access, Caller, Refusal, Role};
+use super::limits::{Limits, Permit};
 use super::redrives::Redrives;
 use super::ConsoleConfig;
 use crate::outstanding::watch::Watch;
@@ -44,8 +55,13 @@ use session::{session, sign_in, sign_out};
 pub const SESSION_COOKIE: &str = "kafka_dlq_session";
 /// Dead letters `GET /api/dead-letters` answers at most.
 pub const MAX_LIMIT: usize = 1_000;
-/// Dead letters an export holds at most.
+/// Dead letters an export holds at most; one cut there ends with a line saying so.
 pub const MAX_EXPORT: usize = 1_000_000;
+/// The largest request body the API reads (an edited payload, as base64, fits); a larger one
+/// is refused with 413.
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+/// How long the API works on one request (reading its body included) before it answers 503.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'self'; form-action 'none'; frame-ancestors 'none'";
 
@@ -56,6 +72,7 @@ pub struct Console {
     access: Arc<Access>,
     watch: Arc<Watch>,
     redrives: Arc<Redrives>,
+    limits: Arc<Limits>,
 }
 
 impl Console {
@@ -67,6 +84,7 @@ impl Console {
             access,
             watch,
             redrives,
+            limits: Arc::new(Limits::default()),
         }
     }
 
@@ -80,17 +98,18 @@ impl Console {
     pub fn router(self) -> Router {
         let prefix = self.config.path_prefix.trim_end_matches('/').to_string();
         let at = |path: &str| format!("{prefix}{path}");
-        let mut routes = Router::new().route(&at("/"), get(index));
+        let mut page = Router::new().route(&at("/"), get(index));
         if !prefix.is_empty() {
             // `/dlq` serves the page too; its `<base>` makes its links resolve under `/dlq/`.
-            routes = routes.route(&prefix, get(index));
+            page = page.route(&prefix, get(index));
         }
-        routes
+        let page = page
             .route(&at("/assets/console.js"), get(script))
             .route(&at("/assets/console.css"), get(style))
             .route(&at("/healthz"), get(healthz))
             .route(&at("/readyz"), get(readyz))
-            .route(&at("/metrics"), get(metrics))
+            .route(&at("/metrics"), get(metrics));
+        let api = Router::new()
             .route(
                 &at("/api/session"),
                 get(session).post(sign_in).delete(sign_out),
@@ -109,10 +128,99 @@ impl Console {
             .route(&at("/api/discards"), post(discard))
             .route(&at("/api/discards/{run}/restore"), post(restore))
             .route(&at("/api/history"), get(history))
+            // Innermost first: the role from the headers, then the body's limit, the time
+            // limit around both, and every error as JSON.
+            .route_layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                authenticate,
+            ))
+            .layer(DefaultBodyLimit::max(MAX_BODY))
+            .layer(axum::middleware::from_fn(within_time))
+            .layer(axum::middleware::map_response(json_errors));
+        page.merge(api)
             .fallback(not_found)
             .layer(axum::middleware::map_response(secure_headers))
             .with_state(self)
     }
+}
+
+/// The least role a route (a request's path, under the prefix) needs whatever its body says:
+/// `None` for the routes anyone may call (signing in and out). A redrive's start needs an operator unless it is a dry run, which
+/// only its body tells: its handler checks that once the body is read.
+fn least_role(method: &Method, route: &str) -> Option<Role> {
+    match (method.as_str(), route) {
+        (_, "/api/session") => None,
+        ("POST", "/api/redrives") => Some(Role::Viewer),
+        ("GET", _) | ("HEAD", _) => Some(Role::Viewer),
+        _ => Some(Role::Operator),
+    }
+}
+
+/// Lets through only a caller whose headers (a token, or a session and its CSRF token for an
+/// action) give the route's least role ([`least_role`]); everyone else is answered 401 or 403
+/// before their body is read.
+async fn authenticate(State(c): State<Console>, request: Request, next: Next) -> Response {
+    let prefix = c.config.path_prefix.trim_end_matches('/');
+    let path = request.uri().path();
+    let route = path.strip_prefix(prefix).unwrap_or(path).to_string();
+    let Some(needs) = least_role(request.method(), &route) else {
+        return next.run(request).await;
+    };
+    match c.caller(request.headers(), request.method(), needs) {
+        Ok(_) => next.run(request).await,
+        Err(refusal) => refusal,
+    }
+}
+
+/// Answers 503 when the API has not answered within [`REQUEST_TIMEOUT`]: a client that sends
+/// its body slowly, or a cluster that does not answer, holds nothing longer.
+async fn within_time(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "no answer within {} s (a body sent too slowly, or the cluster did not answer); an action may have been done: look at the history",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        ),
+    }
+}
+
+/// Every error answer of the API as `{"error": …}`: those axum's extractors give (a body
+/// that is not JSON or names an unknown field, a body too large, a query that does not
+/// parse, a method the route does not take) come as text; a body that does not fit the
+/// request's shape (422) is a bad request (400), as the API says.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_string();
+    let message = match text.is_empty() {
+        true => status.canonical_reason().unwrap_or("error").to_string(),
+        false => text,
+    };
+    let status = match status {
+        StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+        other => other,
+    };
+    let mut answer = error(status, message);
+    for name in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(v) = parts.headers.get(&name) {
+            answer.headers_mut().insert(name, v.clone());
+        }
+    }
+    answer
 }
 
 async fn secure_headers(mut response: Response) -> Response {
@@ -188,6 +296,18 @@ impl Console {
         format!("console:{}", caller.name)
     }
 
+    /// A read of the cluster for `caller`, if one may start now ([`crate::console::limits`]);
+    /// else the 429 that says why.
+    #[allow(clippy::result_large_err)] // the refusal is answered at once
+    fn scan(&self, caller: &Caller) -> Result<Permit, Response> {
+        self.limits.start(&caller.name).map_err(|busy| {
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, busy);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        })
+    }
+
     fn payloads(&self, caller: &Caller) -> bool {
         caller.role == Role::Operator || self.config.show_payloads
     }
@@ -201,7 +321,7 @@ impl Console {
     #[allow(clippy::result_large_err)] // the refusal is answered at once
     async fn record(&self, run: &ReplayRun) -> Result<(), Response> {
         let c = &self.config;
-        match audit::append(&c.brokers, &c.librdkafka, &c.audit_topic, run).await {
+        match audit::append(&c.brokers, &c.librdkafka, &c.state, run).await {
             Ok(()) => {
                 self.watch.poke();
                 Ok(())
@@ -211,7 +331,7 @@ impl Console {
                 format!(
                     "cannot write the {} to the audit topic `{}`: {e}; nothing was done",
                     run.action.as_str(),
-                    c.audit_topic
+                    c.state.audit
                 ),
             )),
         }
@@ -221,18 +341,15 @@ impl Console {
     #[allow(clippy::result_large_err)] // the refusal is answered at once
     async fn audit_runs(&self) -> Result<Vec<ReplayRun>, Response> {
         let c = &self.config;
-        let (brokers, options, topic) = (
-            c.brokers.clone(),
-            c.librdkafka.clone(),
-            c.audit_topic.clone(),
-        );
-        tokio::task::spawn_blocking(move || audit::history(&brokers, &options, &topic, None))
+        let (brokers, options, state) = (c.brokers.clone(), c.librdkafka.clone(), c.state.clone());
+        tokio::task::spawn_blocking(move || audit::history(&brokers, &options, &state, None))
             .await
             .expect("history task")
+            .map(|audit| audit.runs)
             .map_err(|e| {
                 error(
                     StatusCode::BAD_GATEWAY,
-                    format!("cannot read the audit topic `{}`: {e}", c.audit_topic),
+                    format!("cannot read the audit topic `{}`: {e}", c.state.audit),
                 )
             })
     }

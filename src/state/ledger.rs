@@ -1,17 +1,20 @@
-//! Which dead letters are outstanding: those the replay position has not passed (as the
-//! monitor counts them), less those a later action resolved — a discard not restored, or a
-//! filtered replay (the console's redrives, `dlq replay` with filters) whose position passed
-//! them. Built from the audit topic's run summaries and the replay groups' committed
-//! positions; deciding only, no I/O.
+//! Which dead letters are outstanding: those the unfiltered replay's position has not passed
+//! (or passed unsent), less those a later action resolved — a discard not restored, or a
+//! filtered replay (the console's redrives, `dlq replay` with filters or `--to`) whose
+//! position passed them and sent them. Built from the audit's run summaries (discards and
+//! restores) and the positions topic (every replay group's position and filter); deciding
+//! only, no I/O. The monitor, the console, `dlq list` and `dlq replay` all decide with it, so
+//! they agree after any idle time.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::audit::{Action, ReplayRun};
+use super::position_record::{still_valid, PositionTable};
 use crate::dlq_reader::position::Position;
 use crate::dlq_reader::{DlqEntry, Filter, REPLAY_GROUP};
-use crate::replay::audit::{Action, ReplayRun};
 
 /// Why a dead letter is no longer outstanding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,7 +55,7 @@ struct Redrive {
     run: String,
     operator: String,
     selection: Filter,
-    group: String,
+    positions: HashMap<i32, Position>,
 }
 
 /// What the audit and the replay positions say of one DLT.
@@ -61,18 +64,18 @@ pub struct Ledger {
     replay: HashMap<i32, Position>,
     discards: Vec<Discard>,
     redrives: Vec<Redrive>,
-    /// Each filtered replay group's position per partition.
-    groups: HashMap<String, HashMap<i32, Position>>,
 }
 
 impl Ledger {
-    /// The ledger of `dlq_topic` from its audit `runs` (oldest first; those of other topics
-    /// are passed over). `positions` gives a replay group's committed position per partition
-    /// ([`Ledger::groups`] names the groups asked).
+    /// The ledger of `dlq_topic`, whose partitions end at `ends` now (a position past its
+    /// partition's end belongs to a topic deleted and created again, and counts for nothing:
+    /// [`still_valid`]), from its audit `runs` (oldest first; those of other topics are passed
+    /// over) and the positions `table`.
     pub fn new(
         dlq_topic: &str,
+        ends: &HashMap<i32, i64>,
         runs: &[ReplayRun],
-        mut positions: impl FnMut(&str) -> HashMap<i32, Position>,
+        table: &PositionTable,
     ) -> Ledger {
         let runs: Vec<&ReplayRun> = runs.iter().filter(|r| r.dlq_topic == dlq_topic).collect();
         let restored: HashSet<&str> = runs
@@ -94,45 +97,65 @@ impl Ledger {
                 })
             })
             .collect();
-        // The latest run of each filtered group names it.
-        let mut by_group: BTreeMap<&str, &ReplayRun> = BTreeMap::new();
+        // The latest run of each group names who moved it, when its position does not say.
+        let mut last_run: HashMap<&str, &ReplayRun> = HashMap::new();
         for r in &runs {
-            match (&r.action, &r.position_group, &r.selection) {
-                (Action::Replay, Some(group), Some(_)) if group != REPLAY_GROUP => {
-                    by_group.insert(group, r);
-                }
-                _ => {}
+            if let (Action::Replay, Some(group)) = (&r.action, &r.position_group) {
+                last_run.insert(group, r);
             }
         }
-        let redrives: Vec<Redrive> = by_group
-            .into_iter()
-            .map(|(group, r)| Redrive {
-                run: r.run.clone(),
-                operator: r.operator.clone(),
-                selection: r.selection.clone().unwrap_or_default(),
-                group: group.to_string(),
-            })
-            .collect();
-        let groups = redrives
-            .iter()
-            .map(|r| (r.group.clone(), positions(&r.group)))
-            .collect();
+        let valid = |positions: &BTreeMap<i32, Position>| -> HashMap<i32, Position> {
+            positions
+                .iter()
+                .filter_map(|(p, position)| {
+                    let end = ends.get(p).copied().unwrap_or(i64::MAX);
+                    still_valid(Some(position), end).map(|v| (*p, v.clone()))
+                })
+                .collect()
+        };
+        let mut replay = HashMap::new();
+        let mut redrives = Vec::new();
+        for (group, found) in table.groups_of(dlq_topic) {
+            if group == REPLAY_GROUP {
+                replay = valid(&found.partitions);
+                continue;
+            }
+            let run = last_run.get(group);
+            let Some(selection) = found
+                .selection
+                .clone()
+                .or_else(|| run.and_then(|r| r.selection.clone()))
+            else {
+                continue; // a group no replay of kafka-dlq names
+            };
+            redrives.push(Redrive {
+                run: found
+                    .run
+                    .clone()
+                    .or_else(|| run.map(|r| r.run.clone()))
+                    .unwrap_or_default(),
+                operator: found
+                    .operator
+                    .clone()
+                    .or_else(|| run.map(|r| r.operator.clone()))
+                    .unwrap_or_default(),
+                selection,
+                positions: valid(&found.partitions),
+            });
+        }
         Ledger {
-            replay: positions(REPLAY_GROUP),
+            replay,
             discards,
             redrives,
-            groups,
         }
     }
 
-    /// The replay groups whose positions [`Ledger::new`] asks: [`REPLAY_GROUP`] and those of
-    /// the filtered replays in `runs` of `dlq_topic`.
+    /// The replay groups named in `runs` of `dlq_topic`: those whose committed offsets a
+    /// positions topic without them is migrated from ([`super::PositionStore::migrate`]).
     pub fn groups(dlq_topic: &str, runs: &[ReplayRun]) -> Vec<String> {
         let mut groups = vec![REPLAY_GROUP.to_string()];
         for r in runs.iter().filter(|r| r.dlq_topic == dlq_topic) {
-            if let (Action::Replay, Some(group), Some(_)) =
-                (&r.action, &r.position_group, &r.selection)
-            {
+            if let (Action::Replay, Some(group)) = (&r.action, &r.position_group) {
                 if !groups.contains(group) {
                     groups.push(group.clone());
                 }
@@ -148,6 +171,11 @@ impl Ledger {
             None => 0,
             Some(p) => p.lost.first().copied().unwrap_or(p.next).min(p.next),
         }
+    }
+
+    /// The unfiltered replay's position on `partition`, if it has one.
+    pub fn replay_position(&self, partition: i32) -> Option<&Position> {
+        self.replay.get(&partition)
     }
 
     /// Why `entry` is no longer outstanding; `None` when it is.
@@ -170,11 +198,8 @@ impl Ledger {
             }
         }
         for r in &self.redrives {
-            let position = self
-                .groups
-                .get(&r.group)
-                .and_then(|g| g.get(&entry.partition));
-            if passed(position, entry.offset) && r.selection.matches(entry) {
+            if passed(r.positions.get(&entry.partition), entry.offset) && r.selection.matches(entry)
+            {
                 return Some(Resolution::Redriven {
                     run: r.run.clone(),
                     operator: r.operator.clone(),
@@ -197,6 +222,7 @@ mod tests {
     use crate::dlq_reader::DlqContent;
     use crate::failure::DeadLetterKind;
     use crate::record::Record;
+    use crate::state::{PositionKey, PositionRecord};
 
     fn entry(group: &str, partition: i32, offset: i64) -> DlqEntry {
         let record = Record::new("orders", 0, offset).with_id(format!("o-{offset}"));
@@ -222,19 +248,36 @@ mod tests {
         r
     }
 
-    fn position(next: i64, lost: &[i64]) -> HashMap<i32, Position> {
-        HashMap::from([(
-            0,
-            Position {
-                next,
+    fn table(entries: &[(&str, i32, i64, &[i64], Option<Filter>)]) -> PositionTable {
+        let mut table = PositionTable::default();
+        for (group, partition, next, lost, selection) in entries {
+            let key = PositionKey {
+                dlq_topic: "orders-dlt".into(),
+                partition: *partition,
+                group: group.to_string(),
+            };
+            let record = PositionRecord {
+                next: *next,
                 lost: lost.to_vec(),
-            },
-        )])
+                selection: selection.clone(),
+                run: Some("x1".into()),
+                operator: Some("bob".into()),
+                at: Utc::now(),
+                migrated: false,
+            };
+            table.apply(&key, &record);
+        }
+        table
+    }
+
+    fn ends() -> HashMap<i32, i64> {
+        HashMap::from([(0, 100), (1, 100)])
     }
 
     #[test]
     fn the_replay_position_resolves_what_it_passed_and_sent() {
-        let ledger = Ledger::new("orders-dlt", &[], |_| position(10, &[4]));
+        let t = table(&[(REPLAY_GROUP, 0, 10, &[4], None)]);
+        let ledger = Ledger::new("orders-dlt", &ends(), &[], &t);
         assert_eq!(
             ledger.resolution(&entry("billing", 0, 3)),
             Some(Resolution::Replayed)
@@ -255,6 +298,15 @@ mod tests {
     }
 
     #[test]
+    fn a_position_past_the_end_is_of_a_topic_created_again_and_resolves_nothing() {
+        let t = table(&[(REPLAY_GROUP, 0, 10, &[], None)]);
+        let recreated = HashMap::from([(0, 3)]);
+        let ledger = Ledger::new("orders-dlt", &recreated, &[], &t);
+        assert_eq!(ledger.resolution(&entry("billing", 0, 1)), None);
+        assert_eq!(ledger.first_outstanding(0), 0);
+    }
+
+    #[test]
     fn a_discard_resolves_what_it_selected_before_its_ends_until_restored() {
         let mut discard = run(Action::Discard, "d1");
         discard.selection = Some(Filter {
@@ -263,7 +315,8 @@ mod tests {
         });
         discard.ends = BTreeMap::from([(0, 20)]);
         discard.reason = Some("test data".into());
-        let ledger = Ledger::new("orders-dlt", &[discard.clone()], |_| HashMap::new());
+        let none = PositionTable::default();
+        let ledger = Ledger::new("orders-dlt", &ends(), &[discard.clone()], &none);
         assert!(matches!(
             ledger.resolution(&entry("billing", 0, 5)),
             Some(Resolution::Discarded { ref reason, .. }) if reason == "test data"
@@ -277,17 +330,34 @@ mod tests {
         assert_eq!(ledger.resolution(&entry("billing", 1, 5)), None);
         let mut restore = run(Action::Restore, "r1");
         restore.restores = Some("d1".into());
-        let ledger = Ledger::new("orders-dlt", &[discard, restore], |_| HashMap::new());
+        let ledger = Ledger::new("orders-dlt", &ends(), &[discard, restore], &none);
         assert_eq!(ledger.resolution(&entry("billing", 0, 5)), None);
     }
 
     #[test]
     fn a_filtered_replay_resolves_what_its_position_passed_and_its_filter_selects() {
-        let mut redrive = run(Action::Replay, "x1");
-        redrive.selection = Some(Filter {
+        let billing = Filter {
             group: Some("billing".into()),
             ..Filter::default()
-        });
+        };
+        // The filter comes with the position: no audit summary needed.
+        let t = table(&[("kafka-dlq-replay-00ab", 0, 8, &[2], Some(billing.clone()))]);
+        let ledger = Ledger::new("orders-dlt", &ends(), &[], &t);
+        assert!(matches!(
+            ledger.resolution(&entry("billing", 0, 5)),
+            Some(Resolution::Redriven { ref run, ref operator }) if run == "x1" && operator == "bob"
+        ));
+        assert_eq!(
+            ledger.resolution(&entry("billing", 0, 2)),
+            None,
+            "refused, unsent"
+        );
+        assert_eq!(ledger.resolution(&entry("billing", 0, 8)), None);
+        assert_eq!(ledger.resolution(&entry("shipping", 0, 5)), None);
+        // A migrated position without a filter takes it from the group's last summary.
+        let t = table(&[("kafka-dlq-replay-00ab", 0, 8, &[], None)]);
+        let mut redrive = run(Action::Replay, "x0");
+        redrive.selection = Some(billing);
         redrive.position_group = Some("kafka-dlq-replay-00ab".into());
         let other_topic = ReplayRun {
             dlq_topic: "payments-dlt".into(),
@@ -298,23 +368,11 @@ mod tests {
             Ledger::groups("orders-dlt", &runs),
             [REPLAY_GROUP, "kafka-dlq-replay-00ab"]
         );
-        let ledger = Ledger::new("orders-dlt", &runs, |group| {
-            if group == REPLAY_GROUP {
-                HashMap::new()
-            } else {
-                position(8, &[2])
-            }
-        });
-        assert!(matches!(
-            ledger.resolution(&entry("billing", 0, 5)),
-            Some(Resolution::Redriven { ref run, .. }) if run == "x1"
-        ));
-        assert_eq!(
-            ledger.resolution(&entry("billing", 0, 2)),
-            None,
-            "refused, unsent"
-        );
-        assert_eq!(ledger.resolution(&entry("billing", 0, 8)), None);
+        let ledger = Ledger::new("orders-dlt", &ends(), &runs, &t);
+        assert!(ledger.resolution(&entry("billing", 0, 5)).is_some());
         assert_eq!(ledger.resolution(&entry("shipping", 0, 5)), None);
+        // Neither a filter nor a summary: a group kafka-dlq does not know resolves nothing.
+        let ledger = Ledger::new("orders-dlt", &ends(), &[], &t);
+        assert_eq!(ledger.resolution(&entry("billing", 0, 5)), None);
     }
 }
