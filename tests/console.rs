@@ -417,10 +417,11 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
     let runs = kafka_dlq::replay::audit::history(
         &brokers,
         &kafka_dlq::kafka::ClientOptions::new(),
-        "kafka-dlq-audit",
+        &kafka_dlq::state::StateTopics::default(),
         Some(&dlt.dlq),
     )
-    .unwrap();
+    .unwrap()
+    .runs;
     let edit = runs
         .iter()
         .find_map(|r| r.edit.clone())
@@ -867,4 +868,640 @@ async fn what_the_console_discards_or_redrives_is_no_longer_outstanding_for_the_
     );
     stop.cancel();
     running.await.unwrap().unwrap();
+}
+
+/// A handler that refuses every record: each is dead-lettered at once, as it came.
+struct RefuseAll;
+
+impl kafka_dlq::Handler for RefuseAll {
+    async fn handle(&self, _: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
+        Err(kafka_dlq::HandlerError::permanent("refused"))
+    }
+}
+
+/// The records a byte-exact redrive must give back as they failed: JSON whose text a parser
+/// would change (keys out of order, a number past f64, a duplicate key), a schema-framed
+/// payload, bytes that are not UTF-8, a tombstone; every one with binary, empty and repeated
+/// headers and a binary key.
+fn awkward_records() -> Vec<Out> {
+    let headers = vec![
+        (b"bin\xfe".to_vec(), Some(vec![0, 1, 0xff, 0x80])),
+        (b"empty".to_vec(), Some(vec![])),
+        (b"none".to_vec(), None),
+        (b"twice".to_vec(), Some(b"1".to_vec())),
+        (b"twice".to_vec(), Some(b"2".to_vec())),
+    ];
+    let mut framed = vec![0, 0, 0, 0, 7];
+    framed.extend_from_slice(br#"{"x":1}"#);
+    let values: Vec<Option<Vec<u8>>> = vec![
+        Some(br#"{"b":1,"a":123456789012345678901234,"a":2}"#.to_vec()),
+        Some(framed),
+        Some(vec![
+            0xff, 0xfe, 0x00, 0x9f, 0x92, 0x96, 0xc3, 0x28, 1, 2, 3, 4, 5, 6, 7, 8,
+        ]),
+        None,
+    ];
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| Out {
+            partition: 0,
+            key: Some(vec![0xc0 | i as u8, 0x00, 0xff]),
+            value,
+            headers: headers.clone(),
+        })
+        .collect()
+}
+
+/// The key, value and headers of `m` that are the record's own (not the replay's stamps).
+fn own_bytes(m: &rdkafka::message::OwnedMessage) -> Bytes {
+    use rdkafka::message::{Headers, Message};
+    let headers = m
+        .headers()
+        .map(|h| {
+            h.iter()
+                .filter(|h| !h.key.starts_with("kafka_dlq-"))
+                .map(|h| (h.key.as_bytes().to_vec(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        m.key().map(<[u8]>::to_vec),
+        m.payload().map(<[u8]>::to_vec),
+        headers,
+    )
+}
+
+/// A record's own key, value and headers.
+type Bytes = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(Vec<u8>, Option<Vec<u8>>)>,
+);
+
+/// [`awkward_records`] dead-lettered by the real consumer: the source topic, its DLT, the
+/// group, and each record's bytes as produced.
+async fn awkward_dead_letters() -> (String, String, String, Vec<Bytes>) {
+    let brokers = brokers();
+    let topic = unique("awkward");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("billing");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    let sent = awkward_records();
+    let originals: Vec<Bytes> = sent
+        .iter()
+        .map(|o| (o.key.clone(), o.value.clone(), o.headers.clone()))
+        .collect();
+    produce(&brokers, &topic, sent).await;
+    let running = Running::start(test_config(&brokers, &group, &topic), RefuseAll);
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&4))
+        .await,
+        "every record dead-lettered"
+    );
+    running.stop().await;
+    (topic, dlq, group, originals)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_sends_back_exactly_the_bytes_that_failed() {
+    let brokers = brokers();
+    let (topic, dlq, group, originals) = awkward_dead_letters().await;
+    let (_console, base) = console(&dlq, "", &[]).await;
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| {
+        rows.iter()
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum::<u64>()
+            == 4
+    })
+    .await;
+    let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
+
+    // What the editor starts from is the bytes, not a view of them.
+    let letter = |offset: i64| {
+        let api = &api;
+        let dlq = dlq.clone();
+        async move {
+            let (status, v) = api
+                .get(
+                    &format!("/api/dead-letters/{dlq}/0/{offset}"),
+                    As::Bearer(OPERATOR),
+                )
+                .await;
+            assert_eq!(status, 200, "{v}");
+            v
+        }
+    };
+    let json = letter(0).await;
+    assert_eq!(json["editable"]["as"], "text", "{json}");
+    assert_eq!(
+        json["editable"]["text"],
+        r#"{"b":1,"a":123456789012345678901234,"a":2}"#
+    );
+    let framed = letter(1).await;
+    assert_eq!(framed["editable"]["text"], r#"{"x":1}"#, "{framed}");
+    assert_eq!(framed["editable"]["schema_prefix"], "AAAAAAc=");
+    let binary = letter(2).await;
+    assert_eq!(binary["editable"]["as"], "base64", "{binary}");
+    let tombstone = letter(3).await;
+    assert_eq!(tombstone["editable"]["as"], "none", "{tombstone}");
+
+    // Edited and left unchanged: the very bytes go back, in a redrive of its own each.
+    let mut expected = Vec::new();
+    for (offset, body) in [
+        (0, json!({ "payload": json["editable"]["text"] })),
+        (1, json!({ "payload": framed["editable"]["text"] })),
+        (2, json!({ "payload_base64": binary["editable"]["base64"] })),
+    ] {
+        let mut body = body;
+        body["filter"] =
+            json!({ "dlq_topic": dlq, "records": [{ "partition": 0, "offset": offset }] });
+        let (status, v) = api.post("/api/redrives", As::Bearer(OPERATOR), body).await;
+        assert_eq!(status, 202, "{v}");
+        let done = api.redrive_end(v["id"].as_str().unwrap()).await;
+        assert_eq!(
+            (&done["state"], &done["sent"]),
+            (&json!("done"), &json!(1)),
+            "{done}"
+        );
+        expected.push(originals[offset as usize].clone());
+    }
+    // A tombstone has nothing to edit; a binary payload is not edited as text.
+    let one = |offset: i64| json!({ "dlq_topic": dlq, "records": [{ "partition": 0, "offset": offset }] });
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": one(3), "payload": "" }),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("tombstone"), "{v}");
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": one(2), "payload": "x" }),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("payload_base64"),
+        "{v}"
+    );
+
+    // A plain redrive of them all: each as it failed, the tombstone a tombstone.
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlq } }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let done = api.redrive_end(v["id"].as_str().unwrap()).await;
+    assert_eq!(done["state"], "done", "{done}");
+    // The three edited ones were redriven already: only the tombstone is left to send.
+    assert_eq!(
+        (&done["sent"], &done["already_resolved"]),
+        (&json!(1), &json!(3)),
+        "{done}"
+    );
+    expected.push(originals[3].clone());
+    let arrived: Vec<_> = read_all(&brokers, &redrive).iter().map(own_bytes).collect();
+    assert_eq!(
+        arrived, expected,
+        "byte for byte, headers in order, duplicates kept"
+    );
+
+    // A real edit: the new text behind the kept prefix; the audit has both digests.
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": one(1), "payload": r#"{"x":2}"# }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    api.redrive_end(v["id"].as_str().unwrap()).await;
+    let all = read_all(&brokers, &redrive);
+    let last = own_bytes(all.last().unwrap());
+    let mut edited = vec![0, 0, 0, 0, 7];
+    edited.extend_from_slice(br#"{"x":2}"#);
+    assert_eq!(last.1, Some(edited.clone()));
+    let runs = kafka_dlq::replay::audit::history(
+        &brokers,
+        &kafka_dlq::kafka::ClientOptions::new(),
+        &kafka_dlq::state::StateTopics::default(),
+        Some(&dlq),
+    )
+    .unwrap()
+    .runs;
+    let edit = runs.iter().rev().find_map(|r| r.edit.clone()).unwrap();
+    assert_eq!(
+        edit.original_sha256,
+        kafka_dlq::replay::audit::sha256_hex(originals[1].1.as_deref().unwrap())
+    );
+    assert_eq!(
+        edit.edited_sha256,
+        kafka_dlq::replay::audit::sha256_hex(&edited)
+    );
+}
+
+/// A second key a test's tools share, 16 bytes and more.
+const AUDIT_KEY: &str = "a-key-only-the-tools-hold-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrives_go_only_where_they_belong_and_unsealed_actions_change_nothing() {
+    let dlt = dead_letters(&["perm-1", "perm-2", "always-1"]).await;
+    let brokers = brokers();
+    let audit = unique("sealed-audit");
+    let state = kafka_dlq::state::StateTopics::new(&audit);
+    let allowed = unique("fixed");
+    let allow = format!("{allowed},{}", state.positions);
+    let (_console, base) = console(
+        &dlt.dlq,
+        "",
+        &[
+            "--audit-topic",
+            &audit,
+            "--audit-key",
+            AUDIT_KEY,
+            "--redrive-topics",
+            &allow,
+        ],
+    )
+    .await;
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| {
+        rows.iter()
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum::<u64>()
+            == 4
+    })
+    .await;
+    let all = json!({ "dlq_topic": dlt.dlq });
+
+    // Never to a state topic, a DLT, a retry topic or an internal topic; else only to the
+    // topics allowed. Nothing is written.
+    for (topic, why) in [
+        (audit.as_str(), "audit topic"),
+        (state.positions.as_str(), "positions topic"),
+        (dlt.dlq.as_str(), "dead-letter topic"),
+        ("__consumer_offsets", "internal topic"),
+        ("_schemas", "internal topic"),
+        (&format!("{}-retry-0", dlt.topic), "retry topic"),
+        ("somewhere-else", "redrive_topics"),
+    ] {
+        let (status, v) = api
+            .post(
+                "/api/redrives",
+                As::Bearer(OPERATOR),
+                json!({ "filter": all, "destination": { "topic": topic } }),
+            )
+            .await;
+        assert_eq!(status, 400, "{topic}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(why), "{topic}: {v}");
+    }
+    // A topic that holds dead letters under another name, even when allowed.
+    create_topic(&brokers, &allowed, 1).await;
+    let letter = kafka_dlq::dlq::Envelope::new(
+        &kafka_dlq::Record::new("x", 0, 0),
+        kafka_dlq::DeadLetterKind::Permanent,
+        "e",
+        1,
+        "g",
+    );
+    produce(
+        &brokers,
+        &allowed,
+        vec![Out {
+            partition: 0,
+            key: None,
+            value: Some(letter.to_vec()),
+            headers: vec![],
+        }],
+    )
+    .await;
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": all, "destination": { "topic": allowed } }),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("dead-letter envelopes"),
+        "{v}"
+    );
+    assert_eq!(
+        read_all(&brokers, &allowed).len(),
+        1,
+        "nothing written there"
+    );
+
+    // A dead letter whose envelope names a source this DLT does not serve goes nowhere.
+    let payments = unique("payments");
+    create_topic(&brokers, &payments, 1).await;
+    let forged = kafka_dlq::dlq::Envelope::new(
+        &kafka_dlq::Record::new(payments.clone(), 0, 0).with_payload("pay me"),
+        kafka_dlq::DeadLetterKind::Permanent,
+        "forged",
+        1,
+        &dlt.group,
+    );
+    produce(
+        &brokers,
+        &dlt.dlq,
+        vec![Out {
+            partition: 0,
+            key: None,
+            value: Some(forged.to_vec()),
+            headers: vec![],
+        }],
+    )
+    .await;
+    let forged_at = json!({ "dlq_topic": dlt.dlq, "records": [{ "partition": 0, "offset": 4 }] });
+    for destination in ["source", "group"] {
+        let (status, v) = api
+            .post(
+                "/api/redrives",
+                As::Bearer(OPERATOR),
+                json!({ "filter": forged_at, "destination": destination }),
+            )
+            .await;
+        assert_eq!(status, 202, "{v}");
+        let done = api.redrive_end(v["id"].as_str().unwrap()).await;
+        assert_eq!(
+            (&done["sent"], &done["failed"]),
+            (&json!(0), &json!(1)),
+            "{done}"
+        );
+        assert!(
+            done["problems"]
+                .to_string()
+                .contains("whose dead letters go to"),
+            "{done}"
+        );
+    }
+    assert!(
+        read_all(&brokers, &payments).is_empty(),
+        "nothing sent to the forged source"
+    );
+
+    // Records written to the state topics without the key are ignored, and counted.
+    let outstanding = || async {
+        api.get("/api/status", As::Bearer(VIEWER)).await.1["outstanding"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(eventually_async(WAIT, || async { outstanding().await == 5 }).await);
+    let mut discard = kafka_dlq::replay::audit::ReplayRun::record(
+        kafka_dlq::replay::audit::Action::Discard,
+        "console:mallory",
+        &dlt.dlq,
+    );
+    discard.selection = Some(kafka_dlq::dlq_reader::Filter::default());
+    discard.ends = [(0, i64::MAX)].into_iter().collect();
+    kafka_dlq::replay::audit::append(&brokers, &Default::default(), &state, &discard)
+        .await
+        .unwrap();
+    let mut positions = kafka_dlq::state::PositionStore::new(&brokers, &Default::default(), &state);
+    let key = kafka_dlq::state::PositionKey {
+        dlq_topic: dlt.dlq.clone(),
+        partition: 0,
+        group: kafka_dlq::dlq_reader::REPLAY_GROUP.into(),
+    };
+    let record = kafka_dlq::state::PositionRecord {
+        next: i64::MAX,
+        lost: vec![],
+        selection: None,
+        run: None,
+        operator: Some("mallory".into()),
+        at: chrono::Utc::now(),
+        migrated: false,
+    };
+    positions.write(&key, &record).await.unwrap();
+    let metrics = format!("{base}/metrics");
+    assert!(
+        eventually_async(WAIT, || async {
+            reqwest::get(&metrics)
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+                .contains("kafka_dlq_state_unverified_records 2")
+        })
+        .await,
+        "both forged records counted"
+    );
+    assert_eq!(outstanding().await, 5, "and neither resolved anything");
+    let (_, history) = api.get("/api/history", As::Bearer(VIEWER)).await;
+    assert!(!history.to_string().contains("mallory"), "{history}");
+
+    // The console's own discard, sealed, does.
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq, "fingerprint": PERMANENT }, "reason": "known" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(eventually_async(WAIT, || async { outstanding().await < 5 }).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_checks_callers_before_their_bodies_and_bounds_what_each_may_run() {
+    let dlt = dead_letters(&["perm-1", "always-1"]).await;
+    let (console, base) = console(&dlt.dlq, "", &["--show-payloads"]).await;
+    let pid = console.id().unwrap();
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| !rows.is_empty()).await;
+    let client = reqwest::Client::new();
+    let raw = |token: Option<&str>, body: Vec<u8>| {
+        let mut request = client
+            .post(format!("{base}/api/discards"))
+            .header("Content-Type", "application/json")
+            .body(body);
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let v: serde_json::Value =
+                serde_json::from_str(&response.text().await.unwrap()).expect("every error is JSON");
+            (status, v)
+        }
+    };
+
+    // Who calls, then whether their role may, then the body.
+    let (status, v) = raw(None, b"{not json".to_vec()).await;
+    assert_eq!(status, 401, "{v}");
+    let (status, v) = raw(Some(VIEWER), b"{not json".to_vec()).await;
+    assert_eq!(status, 403, "{v}");
+    let (status, v) = raw(Some(OPERATOR), b"{not json".to_vec()).await;
+    assert_eq!(status, 400, "{v}");
+    let (status, v) = raw(Some(OPERATOR), br#"{"reason":"x","filtre":{}}"#.to_vec()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("filtre"), "{v}");
+    let (status, v) = api.get("/api/discards", As::Bearer(OPERATOR)).await;
+    assert_eq!(status, 405, "{v}");
+    assert!(v["error"].is_string(), "{v}");
+
+    // 50 MB bodies: refused, unread without a token, and memory stays where it was.
+    let rss = || -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap()
+    };
+    let before = rss();
+    let big = vec![b' '; 50 * 1024 * 1024];
+    let (status, v) = raw(None, big.clone()).await;
+    assert_eq!(status, 401, "{v}");
+    let mut posts = Vec::new();
+    for _ in 0..5 {
+        posts.push(tokio::spawn(raw(Some(OPERATOR), big.clone())));
+    }
+    for post in posts {
+        let (status, v) = post.await.unwrap();
+        assert_eq!(status, 413, "{v}");
+    }
+    let grown = rss().saturating_sub(before);
+    println!("console RSS {before} kB before five 50 MB bodies, +{grown} kB after");
+    assert!(grown < 64 * 1024, "memory grew by {grown} kB");
+
+    // A viewer's 100 exports at once: a few run, the rest are told to wait; others are
+    // answered meanwhile.
+    let mut exports = Vec::new();
+    for _ in 0..100 {
+        let request = client
+            .get(format!("{base}/api/export?dlq_topic={}", dlt.dlq))
+            .header("Authorization", format!("Bearer {VIEWER}"));
+        exports.push(tokio::spawn(async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            // Held open, unread, while the others come in.
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            status
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let asked = std::time::Instant::now();
+    let (status, _) = api.get("/api/status", As::Bearer(OPERATOR)).await;
+    let status_took = asked.elapsed();
+    assert_eq!(status, 200);
+    let (status, v) = api
+        .get(
+            &format!("/api/dead-letters?dlq_topic={}", dlt.dlq),
+            As::Bearer(OPERATOR),
+        )
+        .await;
+    assert_eq!(status, 200, "another caller still reads: {v}");
+    let mut statuses = Vec::new();
+    for export in exports {
+        statuses.push(export.await.unwrap());
+    }
+    let ran = statuses.iter().filter(|s| **s == 200).count();
+    let told_to_wait = statuses.iter().filter(|s| **s == 429).count();
+    println!("100 exports at once: {ran} ran, {told_to_wait} told to wait; /api/status answered in {status_took:?}");
+    assert!(
+        ran <= kafka_dlq::console::limits::PER_CALLER,
+        "{statuses:?}"
+    );
+    assert_eq!(ran + told_to_wait, 100, "{statuses:?}");
+    assert!(
+        status_took < std::time::Duration::from_secs(5),
+        "{status_took:?}"
+    );
+    drop(console);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_edits_the_bytes_that_failed_and_sends_them_back_unchanged() {
+    let brokers = brokers();
+    let (topic, dlq, group, originals) = awkward_dead_letters().await;
+    let (_console, base) = console(&dlq, "", &[]).await;
+    let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
+    let browser = browser::Browser::start().await;
+    browser.open(&format!("{base}/")).await;
+    browser.wait_count("#signin:not([hidden])", 1).await;
+    browser.type_into("#token", OPERATOR).await;
+    browser.click("#sign-in").await;
+    browser
+        .wait_text("#who", |t| t.contains("alice (operator)"))
+        .await;
+    browser.wait_count("#inbox-table tr.cause", 1).await;
+    browser.click("#inbox-table tr.cause").await;
+    browser.wait_count("#letters-table tr.dead-letter", 4).await;
+    let mut arrived = 0;
+    // The JSON a parser would change, the schema-framed one, the bytes: each opened, its
+    // editor left as it was filled, and sent.
+    for (row, shown) in [
+        (0, "as text, exactly"),
+        (1, "schema prefix is kept"),
+        (2, "as base64"),
+    ] {
+        // Each one sent leaves the outstanding list: the next is the first.
+        browser
+            .run(
+                "document.querySelectorAll('#letters-table tr.dead-letter')[0].click();",
+                json!([]),
+            )
+            .await;
+        browser
+            .wait_text("#detail-fields", |t| t.contains(&format!("offset {row}")))
+            .await;
+        browser.wait_text("#edit-as", |t| t.contains(shown)).await;
+        let filled = browser
+            .run(
+                "return document.querySelector('#edit-payload').value;",
+                json!([]),
+            )
+            .await;
+        if row == 0 {
+            assert_eq!(filled, r#"{"b":1,"a":123456789012345678901234,"a":2}"#);
+        }
+        browser.click("#edit-redrive").await;
+        arrived += 1;
+        assert!(
+            eventually(WAIT, || read_all(&brokers, &redrive).len() == arrived).await,
+            "row {row} redriven"
+        );
+        let last = own_bytes(read_all(&brokers, &redrive).last().unwrap());
+        assert_eq!(last, originals[row], "row {row}: the bytes that failed");
+        browser.click("button[data-tab=inbox]").await;
+        browser.wait_count("#inbox-table tr.cause", 1).await;
+        browser.click("#inbox-table tr.cause").await;
+        browser
+            .wait_count("#letters-table tr.dead-letter", 3 - row as u64)
+            .await;
+    }
+    // The tombstone cannot be edited: its editor is off.
+    browser
+        .run(
+            "document.querySelectorAll('#letters-table tr.dead-letter')[0].click();",
+            json!([]),
+        )
+        .await;
+    browser
+        .wait_text("#edit-as", |t| t.contains("tombstone"))
+        .await;
+    let off = browser
+        .run("return [document.querySelector('#edit-payload').disabled, document.querySelector('#edit-redrive').disabled];", json!([]))
+        .await;
+    assert_eq!(off, json!([true, true]));
+    browser.quit().await;
 }

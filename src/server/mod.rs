@@ -31,8 +31,13 @@ pub fn router(metrics: Metrics) -> Router {
         .with_state(metrics)
 }
 
-/// How long a client may take to send a request's head; then its connection is closed.
+/// How long a client may take to send a request's head — its first, or the next on a
+/// connection kept alive; then its connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once; more wait in the listen backlog until one closes, so that a
+/// flood of idle connections cannot take the process's file descriptors.
+pub const MAX_CONNECTIONS: usize = 512;
 
 /// Serves [`router`] on `listener` (HTTP/1.1) until `shutdown` completes, then stops accepting,
 /// closes idle connections at once and lets requests in progress finish for at most `drain`;
@@ -59,8 +64,14 @@ pub async fn serve_router(
 ) -> std::io::Result<()> {
     let service = TowerToHyperService::new(routes);
     let connections = GracefulShutdown::new();
+    let room = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            permit = room.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
         tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -82,6 +93,7 @@ pub async fn serve_router(
                 let connection = connections.watch(connection);
                 tokio::spawn(async move {
                     let _ = connection.await;
+                    drop(permit);
                 });
             }
         }

@@ -77,6 +77,16 @@ pub fn free_port() -> u16 {
 /// `kafka-dlq console` on `dlq` (`""`: every DLT the template names), killed when dropped;
 /// its base URL (with `prefix`).
 pub async fn console(dlq: &str, prefix: &str, extra: &[&str]) -> (tokio::process::Child, String) {
+    console_on(&brokers(), dlq, prefix, extra).await
+}
+
+/// [`console`] on the cluster at `brokers`.
+pub async fn console_on(
+    brokers: &str,
+    dlq: &str,
+    prefix: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, String) {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let topics: &[&str] = match dlq {
@@ -84,7 +94,7 @@ pub async fn console(dlq: &str, prefix: &str, extra: &[&str]) -> (tokio::process
         dlq => &["--dlq-topic", dlq],
     };
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args(["console", "--brokers", &brokers(), "--listen", &listen])
+        .args(["console", "--brokers", brokers, "--listen", &listen])
         .args(topics)
         .args(["--path-prefix", prefix])
         .args(extra)

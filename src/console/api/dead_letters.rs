@@ -57,6 +57,10 @@ pub(super) async fn dead_letters(
         }
     };
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
+    let _permit = match c.scan(&caller) {
+        Ok(permit) => permit,
+        Err(r) => return r,
+    };
     let selection: Selection = match q.selection.selection() {
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -109,6 +113,10 @@ pub(super) async fn dead_letter(
     if !c.is_topic(&topic) || partition < 0 || offset < 0 {
         return error(StatusCode::NOT_FOUND, "no such dead letter");
     }
+    let _permit = match c.scan(&caller) {
+        Ok(permit) => permit,
+        Err(r) => return r,
+    };
     match c.watch.fetch(&topic, partition, offset).await {
         Ok(Some((entry, resolution))) => {
             let mut v =
@@ -159,11 +167,17 @@ pub(super) async fn export(
         Ok(f) => f,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    let permit = match c.scan(&caller) {
+        Ok(permit) => permit,
+        Err(r) => return r,
+    };
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
     let watch = c.watch.clone();
     let topic = selection.dlq_topic.clone();
     let limit = q.limit.unwrap_or(MAX_EXPORT).clamp(1, MAX_EXPORT);
     tokio::spawn(async move {
+        // Held while the export reads; an export whose client left ends at its next line.
+        let _permit = permit;
         let mut sent = 0;
         let topics: Vec<String> = watch
             .topics()
@@ -200,6 +214,9 @@ pub(super) async fn export(
                 }
                 sent += 1;
                 if sent >= limit {
+                    // Cut here: said, so an archive is never taken for the whole.
+                    let cut = json!({ "truncated": true, "limit": limit }).to_string() + "\n";
+                    let _ = sender.send(Ok(cut)).await;
                     return;
                 }
             }

@@ -48,6 +48,10 @@ pub(super) async fn discard(
     if filter.is_empty() {
         return error(StatusCode::BAD_REQUEST, "filter: a discard needs at least one field (or records); to discard everything, say so with newer_than or older_than");
     }
+    let _permit = match c.scan(&caller) {
+        Ok(permit) => permit,
+        Err(r) => return r,
+    };
     // Counted as read: the ends read to bound what it discards, so later dead letters of the
     // same cause stay outstanding.
     let mut count = 0u64;
@@ -97,9 +101,15 @@ pub(super) async fn restore(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let runs = match c.audit_runs().await {
-        Ok(runs) => runs,
-        Err(r) => return r,
+    let runs = {
+        let _permit = match c.scan(&caller) {
+            Ok(permit) => permit,
+            Err(r) => return r,
+        };
+        match c.audit_runs().await {
+            Ok(runs) => runs,
+            Err(r) => return r,
+        }
     };
     let Some(discarded) = runs
         .iter()

@@ -79,11 +79,17 @@ pub(super) async fn metrics(State(c): State<Console>) -> Response {
          # HELP kafka_dlq_console_inbox_age_seconds Seconds since the inbox was last current (-1 before the first build).\n\
          # TYPE kafka_dlq_console_inbox_age_seconds gauge\nkafka_dlq_console_inbox_age_seconds {}\n\
          # HELP kafka_dlq_console_redrives Redrives by state.\n\
-         # TYPE kafka_dlq_console_redrives gauge\nkafka_dlq_console_redrives{{state=\"running\"}} {running}\nkafka_dlq_console_redrives{{state=\"paused\"}} {paused}\n",
+         # TYPE kafka_dlq_console_redrives gauge\nkafka_dlq_console_redrives{{state=\"running\"}} {running}\nkafka_dlq_console_redrives{{state=\"paused\"}} {paused}\n\
+         # HELP kafka_dlq_console_reads Reads of the cluster (lists, exports, dry runs, discards, history) running.\n\
+         # TYPE kafka_dlq_console_reads gauge\nkafka_dlq_console_reads {}\n\
+         # HELP kafka_dlq_state_unverified_records Records of the audit and positions topics passed over: not sealed with the audit key.\n\
+         # TYPE kafka_dlq_state_unverified_records gauge\nkafka_dlq_state_unverified_records {}\n",
         s.outstanding,
         s.causes,
         s.builds,
         age.unwrap_or(-1.0),
+        c.limits.running(),
+        s.unverified,
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -27,10 +27,13 @@ pub(super) struct RedriveBody {
     rate: Option<u32>,
     #[serde(default)]
     dry_run: bool,
-    /// Edit then redrive: the new payload (text) of the one dead letter `filter.records`
-    /// names.
+    /// Edit then redrive: the new payload, as text, of the one dead letter `filter.records`
+    /// names (its schema prefix, if it has one, is kept in front).
     #[serde(default)]
     payload: Option<String>,
+    /// The same, as base64: for a payload that is not UTF-8.
+    #[serde(default)]
+    payload_base64: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,8 +49,9 @@ pub(super) async fn start_redrive(
     method: Method,
     Json(body): Json<RedriveBody>,
 ) -> Response {
+    let editing = body.payload.is_some() || body.payload_base64.is_some();
     // A dry run sends nothing: a viewer may ask what a redrive would do.
-    let needs = match body.dry_run && body.payload.is_none() {
+    let needs = match body.dry_run && !editing {
         true => Role::Viewer,
         false => Role::Operator,
     };
@@ -55,7 +59,7 @@ pub(super) async fn start_redrive(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let topic = match body.filter.topic(&c) {
+    let dlq_topic = match body.filter.topic(&c) {
         Ok(t) => t,
         Err(r) => return r,
     };
@@ -75,15 +79,37 @@ pub(super) async fn start_redrive(
                 ),
             )
         }
-        Some(DestinationBody::Topic { topic }) => match crate::dlq::check_topic_name(&topic) {
-            Ok(()) => Destination::Topic(topic),
-            Err(why) => {
+        Some(DestinationBody::Topic { topic }) => {
+            if let Err(why) = crate::dlq::check_topic_name(&topic) {
                 return error(
                     StatusCode::BAD_REQUEST,
                     format!("destination topic `{topic}`: {why}"),
-                )
+                );
             }
-        },
+            let refused = crate::replay::destination::refusal(
+                &topic,
+                &dlq_topic,
+                &c.config.dlq_template,
+                &c.config.state,
+            );
+            if let Some(why) = refused {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("destination topic `{topic}`: {why}"),
+                );
+            }
+            let allowed = &c.config.redrive_topics;
+            if !allowed.is_empty() && !allowed.contains(&topic) {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "destination topic `{topic}`: not one of the topics this console may redrive to (redrive_topics: {})",
+                        allowed.join(", ")
+                    ),
+                );
+            }
+            Destination::Topic(topic)
+        }
     };
     if body.rate == Some(0) {
         return error(
@@ -91,9 +117,17 @@ pub(super) async fn start_redrive(
             "rate: at least 1 record per second (leave it out for no limit)",
         );
     }
-    let edit = match &body.payload {
-        None => None,
-        Some(payload) => {
+    // A dry run and an edit's read of its dead letter read the cluster: bounded.
+    let permit = match body.dry_run || editing {
+        false => None,
+        true => match c.scan(&caller) {
+            Ok(permit) => Some(permit),
+            Err(r) => return r,
+        },
+    };
+    let edit = match editing {
+        false => None,
+        true => {
             let one = body
                 .filter
                 .records
@@ -106,12 +140,22 @@ pub(super) async fn start_redrive(
                     "an edited payload goes with exactly one dead letter in filter.records",
                 );
             };
-            let original = match c.watch.fetch(&topic, at.partition, at.offset).await {
-                Ok(Some((entry, _))) => entry
-                    .content
-                    .envelope()
-                    .and_then(|e| e.payload_bytes().ok())
-                    .flatten(),
+            let original = match c.watch.fetch(&dlq_topic, at.partition, at.offset).await {
+                Ok(Some((entry, _))) => match entry.content.envelope().map(|e| e.payload_bytes()) {
+                    Some(Ok(payload)) => payload,
+                    Some(Err(why)) => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            format!("payload: the dead letter's payload does not decode: {why}"),
+                        )
+                    }
+                    None => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            "payload: the record is not a dead letter; there is nothing to edit",
+                        )
+                    }
+                },
                 Ok(None) => return error(StatusCode::NOT_FOUND, "no such dead letter"),
                 Err(e) => {
                     return error(
@@ -120,14 +164,22 @@ pub(super) async fn start_redrive(
                     )
                 }
             };
+            let sent = match crate::console::payload::edited(
+                original.as_deref(),
+                body.payload.as_deref(),
+                body.payload_base64.as_deref(),
+            ) {
+                Ok(bytes) => bytes,
+                Err(why) => return error(StatusCode::BAD_REQUEST, why),
+            };
             Some(audit::Edit::new(
                 original.as_deref().unwrap_or_default(),
-                payload.as_bytes(),
+                &sent,
             ))
         }
     };
     let request = Request {
-        dlq_topic: topic,
+        dlq_topic,
         filter,
         destination,
         rate: body.rate,
@@ -135,7 +187,15 @@ pub(super) async fn start_redrive(
         edit,
         operator: Console::operator(&caller),
     };
-    match c.redrives.start(request) {
+    if let Destination::Topic(to) = &request.destination {
+        let options = c.redrives.options(&request);
+        if let Err(e) = crate::replay::destination::check_named(&options, to).await {
+            return error(StatusCode::BAD_REQUEST, format!("destination: {e}"));
+        }
+    }
+    // A dry run holds its permit until it ends; a redrive is one per DLT already.
+    let permit = permit.filter(|_| request.dry_run);
+    match c.redrives.start(request, permit) {
         Ok(id) => (StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response(),
         Err(e) => redrive_error(e),
     }

@@ -233,12 +233,21 @@ async function openDetail(topic, partition, offset) {
     edit.value = "";
   } else if (payload) {
     $("payload-as").textContent = "as " + payload.as + (payload.schema_id !== undefined ? ", schema id " + payload.schema_id : "");
-    if (payload.as === "json") { pre.textContent = vis(payload.pretty); edit.value = payload.pretty; }
-    else if (payload.as === "text") { pre.textContent = vis(payload.text); edit.value = payload.text; $("payload-why").textContent = vis(payload.why); }
-    else if (payload.as === "binary") { pre.textContent = "hex:\n" + payload.hex + "\n\nbase64:\n" + payload.base64; edit.value = ""; $("payload-why").textContent = vis(payload.why); }
-    else if (payload.as === "none") { pre.textContent = "(no payload: a tombstone)"; edit.value = ""; }
-    else { pre.textContent = vis(payload.why || payload.as); edit.value = ""; }
+    if (payload.as === "json") { pre.textContent = vis(payload.pretty); }
+    else if (payload.as === "text") { pre.textContent = vis(payload.text); $("payload-why").textContent = vis(payload.why); }
+    else if (payload.as === "binary") { pre.textContent = "hex:\n" + payload.hex + "\n\nbase64:\n" + payload.base64; $("payload-why").textContent = vis(payload.why); }
+    else if (payload.as === "none") { pre.textContent = "(no payload: a tombstone)"; }
+    else { pre.textContent = vis(payload.why || payload.as); }
   }
+  // The editor holds the payload's own bytes, never the view above: its exact text (after a
+  // schema prefix, which is kept), base64 for bytes that are not text, nothing for a tombstone.
+  const editable = d.editable || { as: "none", why: d.hidden ? "hidden from viewers" : "no payload" };
+  state.editAs = editable.as;
+  edit.disabled = editable.as === "none";
+  $("edit-redrive").disabled = editable.as === "none";
+  edit.value = editable.as === "text" ? editable.text : editable.as === "base64" ? editable.base64 : "";
+  $("edit-as").textContent = editable.as === "text" ? (editable.schema_prefix ? "as text; its 5-byte schema prefix is kept in front" : "as text, exactly as it failed")
+    : editable.as === "base64" ? "as base64: the payload is not text" : "not editable: " + vis(editable.why);
   $("detail-key").textContent = d.key ? vis(d.key.text !== undefined ? d.key.text : "base64: " + d.key.base64) : d.hidden ? "(hidden)" : "(none)";
   const headers = $("detail-headers").tBodies[0];
   headers.textContent = "";
@@ -344,7 +353,10 @@ async function discard() {
 async function editRedrive() {
   const d = state.detail;
   if (!d) return;
-  await startRedrive(false, { filter: { dlq_topic: d.dlq_topic, records: [{ partition: d.partition, offset: d.offset }] }, destination: destination(), payload: $("edit-payload").value });
+  const body = { filter: { dlq_topic: d.dlq_topic, records: [{ partition: d.partition, offset: d.offset }] }, destination: destination() };
+  if (state.editAs === "base64") body.payload_base64 = $("edit-payload").value;
+  else body.payload = $("edit-payload").value;
+  await startRedrive(false, body);
 }
 
 function exportLines() {
