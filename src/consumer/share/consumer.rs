@@ -70,7 +70,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
     /// group (Kafka before 4.2, Redpanda, a group id in use by a consumer group).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
         tokio::pin!(shutdown);
-        let config = self.config;
+        let mut config = self.config;
         let client = config.consumer_client_config();
         if !crate::consumer::cluster::wait_until_admitted(&client, &self.metrics, shutdown.as_mut())
             .await
@@ -106,6 +106,18 @@ impl<H: BatchHandler> ShareConsumer<H> {
                 "the group's {} is false, so the broker refuses to renew a record's acquisition lock: a record whose calls outlast share.record.lock.duration.ms would be delivered again while it is handled, and archived after its delivery limit; set it to true for the group",
                 super::kafka::RENEW_ENABLED
             )));
+        }
+        if settings.renew_enabled.is_none() && config.share_acquire_records > config.max_in_flight {
+            // Not known to renew (a broker before KIP-1222, or its group settings unreadable):
+            // a record acquired while it waits for a permit would outlive its lock unrenewed,
+            // be delivered again elsewhere and count a delivery. Acquire no more than are
+            // handled at once.
+            tracing::warn!(event = "share_renew_unknown", %group,
+                share_acquire_records = config.share_acquire_records,
+                max_in_flight = config.max_in_flight,
+                "the broker may not renew acquisition locks ({}): acquiring at most max_in_flight records at a time, so none waits unrenewed",
+                super::kafka::RENEW_ENABLED);
+            config.share_acquire_records = config.max_in_flight;
         }
         if config.share_dlq == ShareDlq::Broker {
             // Without a dead-letter queue the broker archives what it would put there: records
