@@ -145,6 +145,9 @@ pub struct DlqReader {
     positions: HashMap<i32, (i64, i64)>,
     /// Partitions whose end is held back by a transaction still open at open.
     open_transactions: Vec<OpenTransaction>,
+    /// Whether the partitions were assigned: at the first read, once [`DlqReader::narrow`]
+    /// had its say, so that nothing is fetched from where reading does not start.
+    assigned: bool,
 }
 
 /// A partition whose readable end, its last stable offset, stands before its high watermark:
@@ -209,17 +212,12 @@ impl DlqReader {
         let uncommitted = uncommitted_ends(brokers, librdkafka, topic, &ids)?;
         let mut open_transactions = Vec::new();
         let mut positions = HashMap::new();
-        let mut tpl = TopicPartitionList::new();
         for p in t.partitions() {
             // Under `read_committed` (the default) the end asked here is the last stable
             // offset (librdkafka asks ListOffsets with the client's isolation level), so
-            // neither reading nor [`DlqReader::commit_ends`] passes an open transaction.
+            // reading never passes an open transaction.
             let (low, high) = consumer.fetch_watermarks(topic, p.id(), TIMEOUT)?;
-            let from = low;
-            if from < high {
-                tpl.add_partition_offset(topic, p.id(), Offset::Offset(from))?;
-            }
-            positions.insert(p.id(), (from, high));
+            positions.insert(p.id(), (low, high));
             if let Some(&marked) = uncommitted.get(&p.id()).filter(|&&m| m > high) {
                 open_transactions.push(OpenTransaction {
                     partition: p.id(),
@@ -229,7 +227,6 @@ impl DlqReader {
             }
         }
         open_transactions.sort_by_key(|o| o.partition);
-        consumer.assign(&tpl)?;
         Ok(Self {
             consumer,
             topic: topic.to_string(),
@@ -237,6 +234,7 @@ impl DlqReader {
             resolve_references: true,
             positions,
             open_transactions,
+            assigned: false,
         })
     }
 
@@ -258,12 +256,11 @@ impl DlqReader {
 
     /// Reads only the offsets of `ranges` (by partition) within what it would read: a
     /// partition not named is not read; the ends taken at open still hold. For one dead letter,
-    /// or what was written since the last read. Blocks on re-assigning the partitions.
+    /// or what was written since the last read. Call before the first read.
     pub fn narrow(
         &mut self,
         ranges: &HashMap<i32, std::ops::Range<i64>>,
     ) -> Result<(), KafkaError> {
-        let mut tpl = TopicPartitionList::new();
         for (partition, (next, end)) in &mut self.positions {
             match ranges.get(partition) {
                 Some(range) => {
@@ -272,10 +269,22 @@ impl DlqReader {
                 }
                 None => *next = *end,
             }
+        }
+        if self.assigned {
+            self.assign()?;
+        }
+        Ok(())
+    }
+
+    /// Assigns each partition with something left to read, at its next offset.
+    fn assign(&mut self) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (partition, (next, end)) in &self.positions {
             if next < end {
                 tpl.add_partition_offset(&self.topic, *partition, Offset::Offset(*next))?;
             }
         }
+        self.assigned = true;
         self.consumer.assign(&tpl)
     }
 
@@ -319,6 +328,11 @@ impl DlqReader {
     /// error after 30 s without a record.
     pub async fn next_entry(&mut self) -> Option<Result<DlqEntry, KafkaError>> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        if !self.assigned && self.remaining() > 0 {
+            if let Err(e) = self.assign() {
+                return Some(Err(e));
+            }
+        }
         while self.remaining() > 0 {
             let Some(polled) = self.consumer.poll(Duration::ZERO) else {
                 if std::time::Instant::now() > deadline {

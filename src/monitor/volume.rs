@@ -148,6 +148,7 @@ async fn count_with(
             operator: None,
             at: chrono::Utc::now(),
             migrated: false,
+            honoured: Vec::new(),
         };
         store.migrate(topic, REPLAY_GROUP, &template).await?;
     }

@@ -545,6 +545,7 @@ fn migrated_template(runs: &[ReplayRun], topic: &str, group: &str) -> PositionRe
         operator: last.map(|r| r.operator.clone()),
         at: Utc::now(),
         migrated: false,
+        honoured: Vec::new(),
     }
 }
 

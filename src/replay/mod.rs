@@ -208,9 +208,20 @@ pub async fn replay(
         reader.narrow(&ranges).map_err(read_error)?;
     }
     let started = audit::Started::now();
+    let honoured = store
+        .table()
+        .group(&options.dlq_topic, &group)
+        .map(|g| {
+            g.honoured
+                .iter()
+                .map(|(p, runs)| (*p, runs.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut kept = Kept {
         store: &mut store,
         positions: &mut positions,
+        honoured,
         options,
         group: &group,
         run: &started.run,
@@ -273,6 +284,7 @@ fn position_template(
         operator: last.map(|r| r.operator.clone()),
         at: chrono::Utc::now(),
         migrated: false,
+        honoured: Vec::new(),
     }
 }
 
@@ -282,6 +294,8 @@ struct Kept<'a> {
     /// The group's position per partition, as written so far (and the dead letters passed
     /// over unsent since).
     positions: &'a mut HashMap<i32, Position>,
+    /// Per partition, the discards whose dead letters it passed unsent.
+    honoured: HashMap<i32, Vec<String>>,
     options: &'a ReplayOptions,
     group: &'a str,
     run: &'a str,
@@ -298,6 +312,14 @@ impl Kept<'_> {
         self.positions.entry(partition).or_default().lose(offset)
     }
 
+    /// Notes that the dead letters of discard `run` on `partition` are passed unsent.
+    fn honour(&mut self, partition: i32, run: &str) {
+        let runs = self.honoured.entry(partition).or_default();
+        if !runs.iter().any(|r| r == run) {
+            runs.push(run.to_string());
+        }
+    }
+
     /// Writes `next` as the group's position on `partition` (with the dead letters passed over
     /// before it) and returns once the broker acknowledged it.
     async fn write(&mut self, partition: i32, next: i64) -> Result<(), ReplayError> {
@@ -309,6 +331,7 @@ impl Kept<'_> {
             lost: position.lost.clone(),
             run: Some(self.run.to_string()),
             operator: Some(self.options.operator.clone()),
+            honoured: self.honoured.get(&partition).cloned().unwrap_or_default(),
             ..template
         };
         let key = PositionKey {
@@ -410,6 +433,10 @@ async fn send_all(
         let dealt = if !options.filter.matches(&entry) {
             Ok((Outcome::FilteredOut, None))
         } else if let Some(resolution) = resolved {
+            if let (Resolution::Discarded { run, .. }, false) = (&resolution, options.dry_run) {
+                // Passed unsent: restored one day, it is outstanding again.
+                kept.honour(entry.partition, run);
+            }
             Ok((
                 Outcome::AlreadyResolved {
                     id: entry.id(),

@@ -56,13 +56,19 @@ struct Redrive {
     operator: String,
     selection: Filter,
     positions: HashMap<i32, Position>,
+    honoured: BTreeMap<i32, Vec<String>>,
 }
 
 /// What the audit and the replay positions say of one DLT.
 pub struct Ledger {
     /// The unfiltered replay's position per partition.
     replay: HashMap<i32, Position>,
+    /// Per partition, the discards whose dead letters the unfiltered replay passed unsent.
+    replay_honoured: BTreeMap<i32, Vec<String>>,
     discards: Vec<Discard>,
+    /// Every discard, restored or not: a position that passed its dead letters unsent did not
+    /// send them.
+    all_discards: Vec<Discard>,
     redrives: Vec<Redrive>,
 }
 
@@ -83,19 +89,25 @@ impl Ledger {
             .filter(|r| r.action == Action::Restore)
             .filter_map(|r| r.restores.as_deref())
             .collect();
+        let discard = |r: &&&ReplayRun| {
+            Some(Discard {
+                run: r.run.clone(),
+                operator: r.operator.clone(),
+                at: r.started,
+                reason: r.reason.clone().unwrap_or_default(),
+                selection: r.selection.clone()?,
+                ends: r.ends.clone(),
+            })
+        };
+        let all_discards: Vec<Discard> = runs
+            .iter()
+            .filter(|r| r.action == Action::Discard)
+            .filter_map(|r| discard(&r))
+            .collect();
         let discards = runs
             .iter()
             .filter(|r| r.action == Action::Discard && !restored.contains(r.run.as_str()))
-            .filter_map(|r| {
-                Some(Discard {
-                    run: r.run.clone(),
-                    operator: r.operator.clone(),
-                    at: r.started,
-                    reason: r.reason.clone().unwrap_or_default(),
-                    selection: r.selection.clone()?,
-                    ends: r.ends.clone(),
-                })
-            })
+            .filter_map(|r| discard(&r))
             .collect();
         // The latest run of each group names who moved it, when its position does not say.
         let mut last_run: HashMap<&str, &ReplayRun> = HashMap::new();
@@ -114,10 +126,12 @@ impl Ledger {
                 .collect()
         };
         let mut replay = HashMap::new();
+        let mut replay_honoured = BTreeMap::new();
         let mut redrives = Vec::new();
         for (group, found) in table.groups_of(dlq_topic) {
             if group == REPLAY_GROUP {
                 replay = valid(&found.partitions);
+                replay_honoured = found.honoured.clone();
                 continue;
             }
             let run = last_run.get(group);
@@ -141,13 +155,29 @@ impl Ledger {
                     .unwrap_or_default(),
                 selection,
                 positions: valid(&found.partitions),
+                honoured: found.honoured.clone(),
             });
         }
         Ledger {
             replay,
+            replay_honoured,
             discards,
+            all_discards,
             redrives,
         }
+    }
+
+    /// Whether a position that passed `entry` with `honoured` (the discards it passed unsent
+    /// on the entry's partition) sent it: not when one of those discards selected it.
+    fn sent(&self, honoured: Option<&Vec<String>>, entry: &DlqEntry) -> bool {
+        let Some(honoured) = honoured.filter(|h| !h.is_empty()) else {
+            return true;
+        };
+        !self
+            .all_discards
+            .iter()
+            .filter(|d| honoured.contains(&d.run))
+            .any(|d| d.covers(entry))
     }
 
     /// The replay groups named in `runs` of `dlq_topic`: those whose committed offsets a
@@ -165,10 +195,17 @@ impl Ledger {
     }
 
     /// The first offset of `partition` that may be outstanding: the replay position, or its
-    /// first dead letter passed over unsent.
+    /// first dead letter passed over unsent (the log start when it passed a discard's dead
+    /// letters unsent and that discard was restored).
     pub fn first_outstanding(&self, partition: i32) -> i64 {
+        // Passed unsent under a discard since restored: anywhere before the position.
+        let restored = self.replay_honoured.get(&partition).is_some_and(|runs| {
+            runs.iter()
+                .any(|run| !self.discards.iter().any(|d| d.run == *run))
+        });
         match self.replay.get(&partition) {
             None => 0,
+            Some(_) if restored => 0,
             Some(p) => p.lost.first().copied().unwrap_or(p.next).min(p.next),
         }
     }
@@ -178,17 +215,15 @@ impl Ledger {
         self.replay.get(&partition)
     }
 
-    /// Why `entry` is no longer outstanding; `None` when it is.
+    /// Why `entry` is no longer outstanding; `None` when it is. A position that passed it
+    /// while a discard selected it did not send it: restored, it is outstanding again.
     pub fn resolution(&self, entry: &DlqEntry) -> Option<Resolution> {
-        if passed(self.replay.get(&entry.partition), entry.offset) {
+        let honoured = self.replay_honoured.get(&entry.partition);
+        if passed(self.replay.get(&entry.partition), entry.offset) && self.sent(honoured, entry) {
             return Some(Resolution::Replayed);
         }
         for d in &self.discards {
-            let before_end = d
-                .ends
-                .get(&entry.partition)
-                .is_some_and(|end| entry.offset < *end);
-            if before_end && d.selection.matches(entry) {
+            if d.covers(entry) {
                 return Some(Resolution::Discarded {
                     run: d.run.clone(),
                     operator: d.operator.clone(),
@@ -198,7 +233,10 @@ impl Ledger {
             }
         }
         for r in &self.redrives {
-            if passed(r.positions.get(&entry.partition), entry.offset) && r.selection.matches(entry)
+            let sent = self.sent(r.honoured.get(&entry.partition), entry);
+            if passed(r.positions.get(&entry.partition), entry.offset)
+                && sent
+                && r.selection.matches(entry)
             {
                 return Some(Resolution::Redriven {
                     run: r.run.clone(),
@@ -207,6 +245,17 @@ impl Ledger {
             }
         }
         None
+    }
+}
+
+impl Discard {
+    /// Whether it discarded `entry`: selected, and written before the discard.
+    fn covers(&self, entry: &DlqEntry) -> bool {
+        let before_end = self
+            .ends
+            .get(&entry.partition)
+            .is_some_and(|end| entry.offset < *end);
+        before_end && self.selection.matches(entry)
     }
 }
 
@@ -264,6 +313,7 @@ mod tests {
                 operator: Some("bob".into()),
                 at: Utc::now(),
                 migrated: false,
+                honoured: Vec::new(),
             };
             table.apply(&key, &record);
         }
@@ -332,6 +382,58 @@ mod tests {
         restore.restores = Some("d1".into());
         let ledger = Ledger::new("orders-dlt", &ends(), &[discard, restore], &none);
         assert_eq!(ledger.resolution(&entry("billing", 0, 5)), None);
+    }
+
+    #[test]
+    fn a_discarded_dead_letter_a_replay_passed_unsent_is_outstanding_once_restored() {
+        let mut discard = run(Action::Discard, "d1");
+        discard.selection = Some(Filter {
+            group: Some("shipping".into()),
+            ..Filter::default()
+        });
+        discard.ends = BTreeMap::from([(0, 20)]);
+        let mut t = table(&[(REPLAY_GROUP, 0, 10, &[], None)]);
+        let key = PositionKey {
+            dlq_topic: "orders-dlt".into(),
+            partition: 0,
+            group: REPLAY_GROUP.into(),
+        };
+        let honouring = PositionRecord {
+            honoured: vec!["d1".into()],
+            ..PositionRecord {
+                next: 10,
+                lost: vec![],
+                selection: None,
+                run: None,
+                operator: None,
+                at: Utc::now(),
+                migrated: false,
+                honoured: vec![],
+            }
+        };
+        t.apply(&key, &honouring);
+        let ledger = Ledger::new("orders-dlt", &ends(), &[discard.clone()], &t);
+        assert!(matches!(
+            ledger.resolution(&entry("shipping", 0, 5)),
+            Some(Resolution::Discarded { .. })
+        ));
+        assert_eq!(
+            ledger.resolution(&entry("billing", 0, 5)),
+            Some(Resolution::Replayed)
+        );
+        let mut restore = run(Action::Restore, "r1");
+        restore.restores = Some("d1".into());
+        let ledger = Ledger::new("orders-dlt", &ends(), &[discard, restore], &t);
+        assert_eq!(
+            ledger.resolution(&entry("shipping", 0, 5)),
+            None,
+            "the replay never sent it"
+        );
+        assert_eq!(ledger.first_outstanding(0), 0);
+        assert_eq!(
+            ledger.resolution(&entry("billing", 0, 5)),
+            Some(Resolution::Replayed)
+        );
     }
 
     #[test]

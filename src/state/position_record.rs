@@ -71,6 +71,11 @@ pub struct PositionRecord {
     /// positions topic existed), not written by a replay.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub migrated: bool,
+    /// The discards (their run ids) whose dead letters on this partition the replay passed
+    /// unsent because they were discarded: restored, those are outstanding again although
+    /// the position passed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub honoured: Vec<String>,
 }
 
 impl PositionRecord {
@@ -99,6 +104,9 @@ pub struct GroupPositions {
     pub operator: Option<String>,
     /// Its position per partition.
     pub partitions: BTreeMap<i32, Position>,
+    /// Per partition, the discards whose dead letters it passed unsent
+    /// ([`PositionRecord::honoured`]).
+    pub honoured: BTreeMap<i32, Vec<String>>,
 }
 
 /// The latest record of every key read so far: what a reader of the positions topic knows.
@@ -116,6 +124,9 @@ impl PositionTable {
             .or_default();
         let before = entry.clone();
         entry.partitions.insert(key.partition, record.position());
+        entry
+            .honoured
+            .insert(key.partition, record.honoured.clone());
         if record.selection.is_some() {
             entry.selection = record.selection.clone();
         }
@@ -175,6 +186,7 @@ mod tests {
             operator: None,
             at: Utc::now(),
             migrated: false,
+            honoured: Vec::new(),
         }
     }
 

@@ -362,6 +362,7 @@ pub async fn write_replay_position(brokers: &str, dlq: &str, next: i64) {
         operator: Some("test".into()),
         at: chrono::Utc::now(),
         migrated: false,
+        honoured: Vec::new(),
     };
     store
         .write(&key, &record)

@@ -454,6 +454,7 @@ async fn ledger_of(
             operator: last.map(|r| r.operator.clone()),
             at: Utc::now(),
             migrated: false,
+            honoured: Vec::new(),
         };
         if let Err(e) = store.migrate(dlq_topic, &group, &template).await {
             eprintln!("warning: {e}");
