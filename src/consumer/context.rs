@@ -88,7 +88,9 @@ impl ConsumerContext for RebalanceContext {
                     // The revoked workers' records are refused from now on: the commit takes
                     // what settled before (or aborts, and the next owner starts before it).
                     Some(transaction) => {
-                        transaction.commit();
+                        // The poll loop waits for it (the next owner must find it committed);
+                        // the runtime's other tasks do not.
+                        crate::consumer::transaction::off_the_runtime(|| transaction.commit());
                     }
                     None => commit_stored(consumer, "rebalance"),
                 }

@@ -36,6 +36,29 @@ pub(crate) fn is_too_large(error: &KafkaError) -> bool {
     *error == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
 }
 
+/// Whether `error` says the broker will never take the record as it is: too large, invalid
+/// (a compacted topic refuses a record without a key), for a topic that does not exist or
+/// that this principal may not write, or refused by a policy. Writing it again as it is
+/// cannot succeed; a timeout, a leader moving or a broker down can.
+pub(crate) fn refused_for_good(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        error,
+        KafkaError::MessageProduction(
+            MessageSizeTooLarge
+                | InvalidMessageSize
+                | MessageBatchTooLarge
+                | InvalidRecord
+                | InvalidMessage
+                | UnknownTopic
+                | UnknownTopicOrPartition
+                | InvalidTopic
+                | TopicAuthorizationFailed
+                | PolicyViolation
+        )
+    )
+}
+
 /// What a writer does with a write that failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Failed<F> {

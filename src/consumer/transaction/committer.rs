@@ -22,6 +22,14 @@ pub(crate) trait Seek: Send + Sync {
 
     /// Fetches `partition` again (its inbox may have paused it).
     fn resume_partition(&self, partition: &TopicPartition);
+
+    /// The group's committed offset of `partition` (`None`: none), asked so that a
+    /// transaction still open on the broker is resolved first (`read_committed`: the broker
+    /// answers once it committed or aborted it).
+    fn committed<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, String>> + Send + 'a>>;
 }
 
 /// Commits `transaction` each time it is due (its records, or its interval since its first),
@@ -72,9 +80,10 @@ pub(crate) fn pause_after_aborts(n: u32) -> Duration {
     Duration::from_millis(doubled.min(5_000))
 }
 
-/// Restarts each partition of an aborted transaction at its first record in it, unless the
-/// assignment whose records those were has ended (a later assignment started from the
-/// committed position itself): seeks there (which drops what was fetched beyond), then gives
+/// Restarts each partition of an aborted transaction at its first record in it (or, when the
+/// transaction's outcome is unknown, where the broker says the group's offset is committed),
+/// unless the assignment whose records those were has ended (a later assignment started from
+/// the committed position itself): seeks there (which drops what was fetched beyond), then gives
 /// it a fresh inbox and worker (ending the old one, whose records the transaction refuses).
 /// `Err` when the producer failed for good or a seek failed (its records would be skipped):
 /// the consumer stops.
@@ -86,10 +95,24 @@ pub(crate) async fn rewind(
     for Rewind {
         partition,
         position,
+        ask_broker,
         assignment,
     } in transaction.take_rewinds()?
     {
         if !assignment.is_cancelled() {
+            // The transaction's outcome unknown: where the broker says it is committed.
+            let position = match ask_broker {
+                false => position,
+                true => match consumer.committed(&partition).await {
+                    Ok(committed) => committed.unwrap_or(position),
+                    Err(e) => {
+                        return Err(format!(
+                            "could not read the committed offset of {}-{} after a transaction whose outcome is unknown: {e}",
+                            partition.0, partition.1
+                        ))
+                    }
+                },
+            };
             if let Err(e) = consumer.seek(&partition, position).await {
                 return Err(format!(
                     "could not rewind {}-{} to offset {position} after an aborted transaction: {e}",

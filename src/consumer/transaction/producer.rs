@@ -57,16 +57,32 @@ impl Handed {
     }
 }
 
+/// Why a transactional call failed, as the transaction must take it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum TxnError {
+    /// The open transaction must abort (and may be tried again).
+    #[error("{0}")]
+    Abort(String),
+    /// The producer cannot go on (fenced: its transaction timed out on the broker, which
+    /// aborted it); a new one must take over.
+    #[error("{0}")]
+    Fatal(String),
+    /// A commit's outcome could not be learned (the broker's answers did not come): the
+    /// transaction may have committed. The producer cannot go on, and nothing may rewind
+    /// before the broker says what is committed.
+    #[error("{0}")]
+    Unknown(String),
+}
+
 /// One transactional producer (one transactional id). Every call but the `write` ones waits
-/// for the coordinator. An `Err` starting with `fatal: ` says the producer cannot go on
-/// (fenced); any other says the open transaction must abort.
-pub(crate) trait TransactionalProducer: Send {
+/// for the coordinator.
+pub(crate) trait TransactionalProducer: Send + Sync {
     /// Registers with the coordinator (fencing an earlier producer of the id) and begins the
     /// first transaction.
-    fn start(&self) -> Result<(), String>;
+    fn start(&self) -> Result<(), TxnError>;
 
     /// Begins the next transaction.
-    fn begin(&self) -> Result<(), String>;
+    fn begin(&self) -> Result<(), TxnError>;
 
     /// Hands `outputs` over. `Err` (the reason) when the first is refused at once as too
     /// large: nothing of them was handed over. A later refusal dooms the transaction instead
@@ -93,11 +109,13 @@ pub(crate) trait TransactionalProducer: Send {
     ) -> Handed;
 
     /// Sends `positions` as the group member the consumer is now (KIP-447: a member whose
-    /// generation is over is refused) and commits.
-    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), String>;
+    /// generation is over is refused) and commits. A commit the broker answers with a
+    /// retriable error is tried again (librdkafka resumes it) for as long as the broker's
+    /// transaction timeout allows, and then is [`TxnError::Unknown`], never aborted.
+    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), TxnError>;
 
     /// Aborts the open transaction.
-    fn abort(&self) -> Result<(), String>;
+    fn abort(&self) -> Result<(), TxnError>;
 }
 
 /// Where the consumer's group metadata is read (its generation changes at each rebalance);
@@ -127,15 +145,15 @@ impl KafkaProducer {
 }
 
 impl TransactionalProducer for KafkaProducer {
-    fn start(&self) -> Result<(), String> {
+    fn start(&self) -> Result<(), TxnError> {
         self.producer
             .init_transactions(TIMEOUT)
             .and_then(|()| self.producer.begin_transaction())
-            .map_err(|e| e.to_string())
+            .map_err(classify)
     }
 
-    fn begin(&self) -> Result<(), String> {
-        self.producer.begin_transaction().map_err(|e| e.to_string())
+    fn begin(&self) -> Result<(), TxnError> {
+        self.producer.begin_transaction().map_err(classify)
     }
 
     fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
@@ -192,38 +210,41 @@ impl TransactionalProducer for KafkaProducer {
         Handed::from_sent(topic, sent)
     }
 
-    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), String> {
+    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), TxnError> {
         let group = self.group.get().and_then(|read| read());
         let Some(group) = group else {
-            return Err("the consumer has no group metadata".to_string());
+            return Err(TxnError::Abort(
+                "the consumer has no group metadata".to_string(),
+            ));
         };
         send_and_commit(&self.producer, positions, &group)
     }
 
-    fn abort(&self) -> Result<(), String> {
-        self.producer
-            .abort_transaction(TIMEOUT)
-            .map_err(|e| e.to_string())
+    fn abort(&self) -> Result<(), TxnError> {
+        self.producer.abort_transaction(TIMEOUT).map_err(classify)
     }
 }
 
-/// Sends `positions` as the member of `group` and commits, on `producer`; what went wrong,
-/// `fatal: `-prefixed when the producer cannot go on.
+/// What a transactional call's error means for the transaction.
+fn classify(e: KafkaError) -> TxnError {
+    match &e {
+        KafkaError::Transaction(t) if t.is_fatal() => TxnError::Fatal(e.to_string()),
+        _ => TxnError::Abort(e.to_string()),
+    }
+}
+
+/// Sends `positions` as the member of `group` and commits, on `producer`; what went wrong.
 fn send_and_commit(
     producer: &FutureProducer<crate::kafka::LogContext>,
     positions: &[(TopicPartition, i64)],
     group: &ConsumerGroupMetadata,
-) -> Result<(), String> {
+) -> Result<(), TxnError> {
     let mut offsets = TopicPartitionList::new();
     for ((topic, partition), position) in positions {
         offsets
             .add_partition_offset(topic, *partition, Offset::Offset(*position))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| TxnError::Abort(e.to_string()))?;
     }
-    let describe = |e: KafkaError| match &e {
-        KafkaError::Transaction(t) if t.is_fatal() => format!("fatal: {e}"),
-        _ => e.to_string(),
-    };
     // Right after an abort the producer may still be getting its new epoch: the offsets
     // are sent again for a while rather than the transaction aborted again.
     let mut tries = 0;
@@ -239,16 +260,34 @@ fn send_and_commit(
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(describe(e)),
+            Err(e) => return Err(classify(e)),
         }
     }
-    // A commit that timed out may be tried again (librdkafka: retriable).
+    // A commit that timed out is resumed by calling it again (librdkafka keeps it the
+    // current call, and refuses an abort meanwhile). Its answers lost for longer than the
+    // broker keeps a transaction open, its outcome is unknown: the broker may have written
+    // the commit (then it completes it), or aborted the transaction.
     let mut tries = 0;
     loop {
         match producer.commit_transaction(TIMEOUT) {
             Ok(()) => return Ok(()),
-            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < 3 => tries += 1,
-            Err(e) => return Err(describe(e)),
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < COMMIT_TRIES => {
+                tries += 1;
+                tracing::warn!(event = "transaction_commit_retried", error = %e, tries,
+                    "the commit's answer did not come; asking again");
+            }
+            Err(KafkaError::Transaction(e)) if e.is_retriable() => {
+                return Err(TxnError::Unknown(format!(
+                    "the commit's outcome is unknown after {} tries of {} s: {e}",
+                    tries + 1,
+                    TIMEOUT.as_secs()
+                )))
+            }
+            Err(e) => return Err(classify(e)),
         }
     }
 }
+
+/// How often a commit that timed out is asked again: with [`TIMEOUT`] each, beyond the longest
+/// transaction timeout kafka-dlq sets (`transaction.timeout.ms`, at most 900 s).
+const COMMIT_TRIES: u32 = 31;

@@ -161,7 +161,36 @@ impl crate::consumer::transaction::Seek for KafkaClient {
                 partition = partition.1, %error, "the rewound partition may stay paused");
         }
     }
+
+    fn committed<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, String>> + Send + 'a>> {
+        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
+        Box::pin(async move {
+            // The consumer reads `read_committed` (exactly once requires it), so librdkafka
+            // asks with RequireStable and waits out a transaction still open on the broker.
+            tokio::task::spawn_blocking(move || {
+                let mut tpl = rdkafka::TopicPartitionList::new();
+                tpl.add_partition(&topic, p);
+                let committed = consumer.committed_offsets(tpl, COMMITTED_TIMEOUT)?;
+                Ok::<_, rdkafka::error::KafkaError>(committed.elements().first().and_then(|e| {
+                    match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    }
+                }))
+            })
+            .await
+            .expect("a committed offsets request does not panic")
+            .map_err(|e| e.to_string())
+        })
+    }
 }
+
+/// How long the broker may take to say a partition's committed offset after a transaction
+/// whose outcome is unknown: beyond the longest transaction timeout kafka-dlq sets.
+const COMMITTED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(960);
 
 /// Starts the retry or redrive partition `topic`/`partition` at its first record.
 ///

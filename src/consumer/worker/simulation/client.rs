@@ -85,4 +85,13 @@ impl crate::consumer::transaction::Seek for SimClient {
     fn resume_partition(&self, partition: &TopicPartition) {
         self.world.lock().resume(self.member, partition);
     }
+
+    fn committed<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<i64>, String>> + Send + 'a>>
+    {
+        let committed = self.world.lock().committed.get(partition).copied();
+        Box::pin(async move { Ok(committed) })
+    }
 }

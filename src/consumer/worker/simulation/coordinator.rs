@@ -24,15 +24,16 @@ pub(super) enum Write {
         to: TopicPartition,
         record: Record,
     },
-    /// A write the broker refused (an output too large): the commit fails.
-    Refused,
+    /// A write the broker refused for good (an output too large or invalid, a dead letter
+    /// too large), with its error: the commit fails.
+    Refused(rdkafka::types::RDKafkaErrorCode),
 }
 
 impl Write {
     pub(super) fn of(&self) -> Option<&(TopicPartition, i64)> {
         match self {
             Write::Output { of } | Write::DeadLetter { of } | Write::Retry { of, .. } => Some(of),
-            Write::Refused => None,
+            Write::Refused(_) => None,
         }
     }
 }
@@ -51,6 +52,9 @@ pub(super) struct Coordinator {
     /// the next producer to commit records is fenced.
     pub abort_next: bool,
     pub fence_next: bool,
+    /// The next commit with records loses its answers: committed or not (the seed says),
+    /// the producer cannot tell.
+    pub unknown_next: bool,
     /// Committed effects of each delivered record.
     pub effects: BTreeMap<(TopicPartition, i64), u32>,
     pub tally: Tally,
@@ -69,6 +73,12 @@ pub(super) struct Tally {
     pub zombie_refusals: u64,
     /// Writes that existed in a transaction that then aborted.
     pub aborted_writes: u64,
+    /// Commits whose answers were lost (committed or not).
+    pub unknowns: u64,
+    /// Dead letters and retry records that committed in a transaction whose answers were
+    /// lost: its producer never learned it committed them, so never counted them.
+    pub unknown_dead_letters: u64,
+    pub unknown_retries: u64,
 }
 
 impl Tally {
@@ -82,6 +92,9 @@ impl Tally {
         self.fences += other.fences;
         self.zombie_refusals += other.zombie_refusals;
         self.aborted_writes += other.aborted_writes;
+        self.unknowns += other.unknowns;
+        self.unknown_dead_letters += other.unknown_dead_letters;
+        self.unknown_retries += other.unknown_retries;
     }
 }
 

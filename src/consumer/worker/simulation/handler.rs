@@ -4,7 +4,7 @@
 //! call fails transiently. In a batch, a failure fails the batch, or half the time comes back
 //! as a partial response naming the failed records. Exactly once, a successful call outputs
 //! one record per input, naming where the input was delivered (some too large for its
-//! topic).
+//! topic, some invalid, some too large with a dead letter too large too).
 
 use std::time::Duration;
 
@@ -65,8 +65,7 @@ impl SimHandler {
             for record in records {
                 let (plan, call) = world.called(record);
                 if let Some(outputs) = outputs.as_mut() {
-                    let too_large = matches!(plan.outcome, Outcome::TooLarge);
-                    outputs.push(super::producer::output_of(record, too_large));
+                    outputs.push(super::producer::output_of(record, plan.outcome));
                 }
                 wait = match (wait, plan.wait) {
                     (Wait::Sleep(a), Wait::Sleep(b)) => Wait::Sleep(a.max(b)),
@@ -75,7 +74,7 @@ impl SimHandler {
                     _ => Wait::None,
                 };
                 results.push(match plan.outcome {
-                    Outcome::Ok | Outcome::TooLarge => Ok(()),
+                    Outcome::Ok | Outcome::TooLarge | Outcome::Invalid | Outcome::Huge => Ok(()),
                     Outcome::Transient(n) if call <= n => {
                         Err(HandlerError::transient(format!("try {call} of {n}")))
                     }

@@ -169,6 +169,21 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
 /// schedules that must keep the guarantees.
 const REGRESSIONS: &[(u64, Variant, &str)] = &[
     (
+        11,
+        Variant::ExactlyOnce,
+        "planted (#49): after a commit whose answers were lost, the partitions rewound to the transaction's first records although it had committed: an effect committed twice",
+    ),
+    (
+        2,
+        Variant::ExactlyOnce,
+        "a record whose output the broker refuses (INVALID_RECORD) forgot it when it came again, and a transaction aborted for another record's refusal brought it back: two records took turns aborting every transaction for ever (#49)",
+    ),
+    (
+        0,
+        Variant::ExactlyOnce,
+        "planted (#49): a record whose output was too large, and then its dead letter too, went back to its outputs: refused again, for ever",
+    ),
+    (
         21,
         Variant::ExactlyOnce,
         "a rewind waiting when its partition was revoked and assigned to the same member again moved the new assignment back behind what another member had committed: an effect committed twice (#38)",

@@ -28,4 +28,10 @@ pub(super) enum Outcome {
     Panic,
     /// Succeeds with an output larger than its topic accepts (exactly once).
     TooLarge,
+    /// Succeeds with an output the broker refuses for good for another reason (a compacted
+    /// topic and no key: INVALID_RECORD) (exactly once).
+    Invalid,
+    /// Succeeds with an output larger than its topic accepts, and its dead letter with the
+    /// payload is too large too: only the reference fits (exactly once).
+    Huge,
 }

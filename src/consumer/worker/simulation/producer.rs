@@ -2,10 +2,11 @@
 //! behind the real `consumer::transaction`), over the coordinator's state
 //! ([`super::coordinator`]). A transaction's writes stay invisible until it commits; a commit
 //! is refused when the schedule says so (the coordinator unavailable), when a write in it
-//! failed (an output too large for the topic), when it sends the offsets of a partition the
-//! group moved away from the member (KIP-447: a zombie's generation is over), and fatally when
-//! the producer was fenced (its transaction timed out on the broker); an abort discards the
-//! writes. At each commit the guarantee is checked: a committed offset implies exactly one
+//! failed (an output too large for the topic or invalid, a dead letter with its payload too
+//! large), when it sends the offsets of a partition the group moved away from the member
+//! (KIP-447: a zombie's generation is over), and fatally when the producer was fenced (its
+//! transaction timed out on the broker); its answers are lost when the schedule says so
+//! (committed or not, the producer cannot tell); an abort discards the writes. At each commit the guarantee is checked: a committed offset implies exactly one
 //! committed effect (an output, a dead letter or a retry record) of each record before it,
 //! and no record ever has two.
 
@@ -16,7 +17,9 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::super::client::TopicPartition;
 use super::coordinator::{Coordinator, Write};
+use super::plan::Outcome;
 use super::world::{delivered, World, WorldRef, GROUP};
+use crate::consumer::transaction::TxnError;
 use crate::consumer::transaction::{Handed, TransactionalProducer};
 use crate::failure::DeadLetterKind;
 use crate::handler::Output;
@@ -28,6 +31,9 @@ pub(super) const OUTPUTS: &str = "t-out";
 
 /// The header that marks an output as larger than the topic accepts.
 pub(super) const TOO_LARGE: &str = "simulated-too-large";
+
+/// The header that marks an output the broker refuses as invalid.
+pub(super) const INVALID: &str = "simulated-invalid";
 
 /// A member's transactional producer; see the module docs.
 pub(super) struct SimProducer {
@@ -55,17 +61,17 @@ impl SimProducer {
         let answer = if refused_at_once {
             Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
         } else {
-            let refused = matches!(write, Write::Refused);
+            let refused = match &write {
+                Write::Refused(code) => Some(KafkaError::MessageProduction(*code)),
+                _ => None,
+            };
             coordinator(&mut w)
                 .open
                 .entry(self.id)
                 .or_insert((self.member, Vec::new()))
                 .1
                 .push(write);
-            let answer = refused.then_some(KafkaError::MessageProduction(
-                RDKafkaErrorCode::MessageSizeTooLarge,
-            ));
-            Ok(futures_util::future::ready(answer).boxed())
+            Ok(futures_util::future::ready(refused).boxed())
         };
         Handed {
             topic: topic.to_string(),
@@ -80,16 +86,18 @@ fn coordinator(w: &mut World) -> &mut Coordinator {
         .expect("an exactly-once schedule has a coordinator")
 }
 
-fn fenced(id: u64) -> String {
-    format!("fatal: producer {id} was fenced: its transaction timed out on the broker")
+fn fenced(id: u64) -> TxnError {
+    TxnError::Fatal(format!(
+        "producer {id} was fenced: its transaction timed out on the broker"
+    ))
 }
 
 impl TransactionalProducer for SimProducer {
-    fn start(&self) -> Result<(), String> {
+    fn start(&self) -> Result<(), TxnError> {
         Ok(())
     }
 
-    fn begin(&self) -> Result<(), String> {
+    fn begin(&self) -> Result<(), TxnError> {
         let mut w = self.world.lock();
         if coordinator(&mut w).fenced.contains(&self.id) {
             return Err(fenced(self.id));
@@ -103,18 +111,22 @@ impl TransactionalProducer for SimProducer {
             let of = String::from_utf8(output.value.clone().unwrap_or_default())
                 .ok()
                 .and_then(|at| parse_position(&at));
-            let too_large = output.headers.iter().any(|(name, _)| name == TOO_LARGE);
-            // Half the time the producer refuses it itself, before anything is written; else
-            // the broker does, and the transaction cannot commit.
+            let marked = |marker: &str| output.headers.iter().any(|(name, _)| name == marker);
+            let (too_large, invalid) = (marked(TOO_LARGE), marked(INVALID));
+            // Half the time the producer refuses a record too large itself, before anything
+            // is written; else the broker does, and the transaction cannot commit.
             if too_large && handed.is_empty() && self.world.lock().rng.bool() {
                 return Err(format!(
                     "output to {} is too large for the producer",
                     output.topic
                 ));
             }
-            let write = match (too_large, of) {
-                (false, Some(of)) => Write::Output { of },
-                _ => Write::Refused,
+            let write = match (too_large, invalid, of) {
+                (true, _, _) | (_, _, None) => {
+                    Write::Refused(RDKafkaErrorCode::MessageSizeTooLarge)
+                }
+                (false, true, _) => Write::Refused(RDKafkaErrorCode::InvalidRecord),
+                (false, false, Some(of)) => Write::Output { of },
             };
             handed.push(self.hand(write, &output.topic));
         }
@@ -127,14 +139,21 @@ impl TransactionalProducer for SimProducer {
         _kind: DeadLetterKind,
         _message: &str,
         _attempts: u32,
-        _smallest: bool,
+        smallest: bool,
     ) -> Handed {
-        self.hand(
-            Write::DeadLetter {
+        // A record whose output is huge carries a payload its dead letter cannot hold either:
+        // only the reference fits.
+        let huge = matches!(
+            self.world.lock().plans.get(&record.id).map(|p| p.outcome),
+            Some(Outcome::Huge)
+        );
+        let write = match huge && !smallest {
+            true => Write::Refused(RDKafkaErrorCode::MessageSizeTooLarge),
+            false => Write::DeadLetter {
                 of: delivered(record),
             },
-            "t-dlt",
-        )
+        };
+        self.hand(write, "t-dlt")
     }
 
     fn write_retry(
@@ -158,13 +177,72 @@ impl TransactionalProducer for SimProducer {
         self.hand(write, &topic)
     }
 
-    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), String> {
+    fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), TxnError> {
         let mut guard = self.world.lock();
         let w = &mut *guard;
         let c = coordinator(w);
         if c.fenced.contains(&self.id) {
             return Err(fenced(self.id));
         }
+        let writes = c.open.get(&self.id).map_or(0, |(_, writes)| writes.len());
+        if writes > 0 && std::mem::take(&mut c.unknown_next) {
+            // The answers are lost: the commit went through or not, and the producer never
+            // learns which (librdkafka's retries outlived the broker's transaction timeout).
+            c.tally.unknowns += 1;
+            let went_through = w.rng.bool();
+            let lost = TxnError::Unknown(format!(
+                "producer {}: the commit's answers were lost (it {} went through)",
+                self.id,
+                if went_through { "" } else { "never" }
+            ));
+            drop(guard);
+            if went_through {
+                let before = {
+                    let mut w = self.world.lock();
+                    let t = coordinator(&mut w).tally;
+                    (t.dead_letters, t.retries)
+                };
+                self.commit_now(positions)?;
+                let mut w = self.world.lock();
+                let t = &mut coordinator(&mut w).tally;
+                t.unknown_dead_letters += t.dead_letters - before.0;
+                t.unknown_retries += t.retries - before.1;
+            } else {
+                // The broker aborts it once it times out.
+                let mut w = self.world.lock();
+                let c = coordinator(&mut w);
+                let (_, aborted) = c.open.remove(&self.id).unwrap_or_default();
+                c.tally.aborted_writes += aborted.len() as u64;
+            }
+            let mut w = self.world.lock();
+            coordinator(&mut w).fenced.insert(self.id);
+            return Err(lost);
+        }
+        drop(guard);
+        self.commit_now(positions)
+    }
+
+    fn abort(&self) -> Result<(), TxnError> {
+        let mut w = self.world.lock();
+        let c = coordinator(&mut w);
+        if c.fenced.contains(&self.id) {
+            return Err(fenced(self.id));
+        }
+        c.tally.aborts += 1;
+        if let Some((_, writes)) = c.open.get_mut(&self.id) {
+            c.tally.aborted_writes += writes.len() as u64;
+            writes.clear();
+        }
+        Ok(())
+    }
+}
+
+impl SimProducer {
+    /// The coordinator's part of a commit whose answer is not lost.
+    fn commit_now(&self, positions: &[(TopicPartition, i64)]) -> Result<(), TxnError> {
+        let mut guard = self.world.lock();
+        let w = &mut *guard;
+        let c = coordinator(w);
         let writes = c.open.get(&self.id).map_or(0, |(_, writes)| writes.len());
         if writes > 0 && c.fence_next {
             c.fence_next = false;
@@ -176,21 +254,25 @@ impl TransactionalProducer for SimProducer {
             return Err(fenced(self.id));
         }
         if writes > 0 && std::mem::take(&mut c.abort_next) {
-            return Err("the transaction coordinator is not available".into());
+            return Err(TxnError::Abort(
+                "the transaction coordinator is not available".into(),
+            ));
         }
         let open = c.open.get(&self.id).map(|(_, writes)| writes);
-        if open.is_some_and(|writes| writes.iter().any(|w| matches!(w, Write::Refused))) {
-            return Err("a record in the transaction was refused: message too large".into());
+        if open.is_some_and(|writes| writes.iter().any(|w| matches!(w, Write::Refused(_)))) {
+            return Err(TxnError::Abort(
+                "a record in the transaction was refused".into(),
+            ));
         }
         if let Some((tp, _)) = positions
             .iter()
             .find(|(tp, _)| c.lost.contains(&(self.member, tp.clone())))
         {
             c.tally.zombie_refusals += 1;
-            return Err(format!(
+            return Err(TxnError::Abort(format!(
                 "the group's generation moved on: {}-{} is another member's now",
                 tp.0, tp.1
-            ));
+            )));
         }
         let (_, writes) = c
             .open
@@ -218,7 +300,7 @@ impl TransactionalProducer for SimProducer {
                     c.tally.retries += 1;
                     retries.push((to, record));
                 }
-                Write::Refused => {}
+                Write::Refused(_) => {}
             }
         }
         w.violations.extend(twice);
@@ -247,20 +329,6 @@ impl TransactionalProducer for SimProducer {
         }
         Ok(())
     }
-
-    fn abort(&self) -> Result<(), String> {
-        let mut w = self.world.lock();
-        let c = coordinator(&mut w);
-        if c.fenced.contains(&self.id) {
-            return Err(fenced(self.id));
-        }
-        c.tally.aborts += 1;
-        if let Some((_, writes)) = c.open.get_mut(&self.id) {
-            c.tally.aborted_writes += writes.len() as u64;
-            writes.clear();
-        }
-        Ok(())
-    }
 }
 
 /// `topic-partition-offset` (a delivered record's position, as the handler's output carries
@@ -272,14 +340,14 @@ fn parse_position(at: &str) -> Option<(TopicPartition, i64)> {
     Some(((parts.next()?.to_string(), partition), offset))
 }
 
-/// The output the handler writes for `record`: where it was delivered, too large when
-/// `too_large`.
-pub(super) fn output_of(record: &Record, too_large: bool) -> Output {
+/// The output the handler writes for `record`, whose calls end in `outcome`: where it was
+/// delivered, marked too large or invalid as the outcome says.
+pub(super) fn output_of(record: &Record, outcome: Outcome) -> Output {
     let ((topic, partition), offset) = delivered(record);
     let output = Output::new(OUTPUTS, format!("{topic}-{partition}-{offset}"));
-    if too_large {
-        output.header(TOO_LARGE, "")
-    } else {
-        output
+    match outcome {
+        Outcome::TooLarge | Outcome::Huge => output.header(TOO_LARGE, ""),
+        Outcome::Invalid => output.header(INVALID, ""),
+        _ => output,
     }
 }

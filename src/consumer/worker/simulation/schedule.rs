@@ -55,8 +55,8 @@ impl std::fmt::Display for Report {
         if t.commits > 0 {
             write!(
                 f,
-                "; {} transactions committed ({} outputs), {} aborted ({} writes discarded), {} producers fenced, {} commits of zombies refused",
-                t.commits, t.outputs, t.aborts, t.aborted_writes, t.fences, t.zombie_refusals
+                "; {} transactions committed ({} outputs), {} aborted ({} writes discarded), {} producers fenced, {} commits of zombies refused, {} commits' outcomes unknown",
+                t.commits, t.outputs, t.aborts, t.aborted_writes, t.fences, t.zombie_refusals, t.unknowns
             )?;
         }
         Ok(())
@@ -251,7 +251,8 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
             ));
         }
         // The members counted each exit once its transaction committed, not each time it
-        // went into one that aborted.
+        // went into one that aborted; not those of a transaction whose answers were lost
+        // (committed, but its producer never learned it).
         let counted = |family: fn(&crate::metrics::Metrics) -> &prometheus::IntCounterVec| -> u64 {
             use prometheus::core::Collector;
             run.members
@@ -265,7 +266,11 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
             counted(|m| &m.dead_lettered),
             counted(|m| &m.retry_tier_sent),
         );
-        if (dead_letters, retries) != (t.dead_letters, t.retries) {
+        let known = (
+            t.dead_letters - t.unknown_dead_letters,
+            t.retries - t.unknown_retries,
+        );
+        if (dead_letters, retries) != known {
             return Err(format!(
                 "the members counted {dead_letters} dead letters and {retries} retry records, but {} and {} were committed; {context}",
                 t.dead_letters, t.retries
@@ -311,11 +316,17 @@ impl Run {
                 34..=37 => Outcome::Permanent,
                 _ => Outcome::Panic,
             };
-            let too_large = self.faults.as_mut().is_some_and(|f| f.u8(0..60) == 0);
-            let outcome = if too_large {
-                Outcome::TooLarge
-            } else {
-                outcome
+            // Now and then an output the broker never takes: too large, invalid, or too large
+            // with a dead letter too large itself.
+            let refused = self
+                .faults
+                .as_mut()
+                .and_then(|f| (f.u8(0..60) == 0).then(|| f.u8(0..3)));
+            let outcome = match refused {
+                Some(0) => Outcome::TooLarge,
+                Some(1) => Outcome::Invalid,
+                Some(_) => Outcome::Huge,
+                None => outcome,
             };
             world.produce(partition, Some(vec![b'k', key]), Plan { wait, outcome });
         }
@@ -423,16 +434,18 @@ impl Run {
     }
 
     /// With [`Variant::ExactlyOnce`]: now and then the next commit is refused, a producer is
-    /// fenced, a member loses a partition without knowing, or a zombie learns it.
+    /// fenced, a commit's answers are lost, a member loses a partition without knowing, or a
+    /// zombie learns it.
     fn transaction_faults(&mut self, tp: &TopicPartition) {
         let Some(faults) = self.faults.as_mut() else {
             return;
         };
-        let (abort, fence, lose, wake) = (
+        let (abort, fence, lose, wake, unknown) = (
             faults.u8(0..10) == 0,
             faults.u8(0..15) == 0,
             faults.u8(0..12) == 0,
             faults.u8(0..5) == 0,
+            faults.u8(0..20) == 0,
         );
         let zombie = (!self.zombies.is_empty()).then(|| faults.usize(0..self.zombies.len()));
         {
@@ -440,6 +453,7 @@ impl Run {
             let coordinator = world.exactly_once.as_mut().expect("exactly once");
             coordinator.abort_next |= abort;
             coordinator.fence_next |= fence;
+            coordinator.unknown_next |= unknown;
         }
         if lose {
             self.lose(tp);
@@ -582,6 +596,7 @@ impl Run {
             if let Some(c) = world.exactly_once.as_mut() {
                 c.abort_next |= c.tally.aborts == 0;
                 c.fence_next |= c.tally.fences == 0;
+                c.unknown_next |= c.tally.unknowns == 0;
             }
         }
         if self.faults.is_some() {
