@@ -782,3 +782,204 @@ async fn a_record_through_a_retry_topic_takes_effect_once() {
     );
     assert!(retried.iter().all(|v| v.starts_with("tier")), "{retried:?}");
 }
+
+/// The target of [`outputs_the_broker_never_takes_dead_letter_their_records_once`]: each
+/// input's output to `out` (compacted), keyed; `nokey-…` without a key, which a compacted
+/// topic refuses (INVALID_RECORD); `huge-…` its whole value to `small`, larger than that topic
+/// takes.
+#[derive(Clone)]
+struct Refusing {
+    out: String,
+    small: String,
+    calls: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+async fn refusing(
+    axum::extract::State(t): axum::extract::State<Refusing>,
+    body: axum::body::Bytes,
+) -> (axum::http::StatusCode, String) {
+    let value = String::from_utf8_lossy(&body).to_string();
+    let name: String = value.chars().take(12).collect();
+    *t.calls.lock().unwrap().entry(name.clone()).or_default() += 1;
+    let produce = match value.split('-').next().unwrap_or_default() {
+        "nokey" => serde_json::json!({"topic": t.out, "key": null, "value": {"from": name}}),
+        "huge" => serde_json::json!({"topic": t.small, "key": name, "value": value}),
+        _ => serde_json::json!({"topic": t.out, "key": name, "value": {"from": name}}),
+    };
+    (
+        axum::http::StatusCode::OK,
+        serde_json::json!({ "produce": [produce] }).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_the_broker_never_takes_dead_letter_their_records_once() {
+    let brokers = brokers();
+    let topic = unique("eos-refused-in");
+    let out = unique("eos-invoices");
+    let small = unique("eos-small");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("eos-refused");
+    create_topic(&brokers, &topic, 1).await;
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+    fn new<'a>(name: &'a str, settings: &[(&'a str, &'a str)]) -> rdkafka::admin::NewTopic<'a> {
+        let mut t =
+            rdkafka::admin::NewTopic::new(name, 1, rdkafka::admin::TopicReplication::Fixed(1));
+        for (k, v) in settings {
+            t = t.set(k, v);
+        }
+        t
+    }
+    let topics = [
+        new(&out, &[("cleanup.policy", "compact")]),
+        new(&small, &[("max.message.bytes", "2000")]),
+        // Its dead letter with the payload does not fit either: only its reference does.
+        new(
+            &dlq,
+            &[("max.message.bytes", "20000"), ("retention.ms", "-1")],
+        ),
+    ];
+    for created in admin
+        .create_topics(&topics, &rdkafka::admin::AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        created.expect("topic created");
+    }
+    let huge = format!("huge-{}", "x".repeat(50_000));
+    let values: Vec<String> = (0..30)
+        .map(|i| match i {
+            7 | 21 => format!("nokey-{i}"),
+            15 => huge.clone(),
+            i => format!("ok-{i}"),
+        })
+        .collect();
+    let records = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Out {
+            key: Some(format!("k-{i}").into_bytes()),
+            ..Out::new(0, v)
+        })
+        .collect();
+    produce(&brokers, &topic, records).await;
+    let target = Refusing {
+        out: out.clone(),
+        small: small.clone(),
+        calls: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::post(refusing))
+        .with_state(target.clone());
+    let url = format!("http://{}/", serve_on_loopback(app).await);
+    let log = std::env::temp_dir().join(format!("{}.log", unique("eos-refused")));
+    let mut sidecar = sidecar_command(&brokers, &group, &topic, &url)
+        .args([
+            "--exactly-once",
+            "--output-topics",
+            &format!("{out},{small}"),
+        ])
+        .args(["--transaction-interval-ms", "200"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(
+            std::fs::File::create(&log).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    let ends = HashMap::from([(0, values.len() as i64)]);
+    let done = eventually(Duration::from_secs(60), || {
+        committed(&brokers, &group, &topic, 1) == ends
+    })
+    .await;
+    terminate(&mut sidecar).await;
+    assert!(
+        done,
+        "the group commits to the end within a minute: {:?}\n{}",
+        committed(&brokers, &group, &topic, 1),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // Every other input's output once; each refused one's dead letter once, saying why.
+    let outputs = read_values(&brokers, &out, "read_committed", 27);
+    assert_eq!(outputs.len(), 27, "{outputs:?}");
+    assert!(read_values(&brokers, &small, "read_committed", 0).is_empty());
+    let letters: Vec<Envelope> = read_values(&brokers, &dlq, "read_committed", 3)
+        .iter()
+        .map(|v| Envelope::from_slice(v.as_bytes()).expect("an envelope"))
+        .collect();
+    let mut ids: Vec<String> = letters.iter().map(|e| e.id.clone()).collect();
+    ids.sort();
+    let mut expected = vec![
+        format!("{topic}-0-15"),
+        format!("{topic}-0-21"),
+        format!("{topic}-0-7"),
+    ];
+    expected.sort();
+    assert_eq!(ids, expected, "each refused input dead-lettered once");
+    for letter in &letters {
+        let offset = letter.source.offset;
+        match offset {
+            15 => assert_eq!(
+                letter.payload_encoding,
+                kafka_dlq::dlq::Encoding::Reference,
+                "too large, then its dead letter too: the reference"
+            ),
+            _ => assert!(
+                letter.error.message.contains("InvalidRecord")
+                    || letter.error.message.contains("validate"),
+                "{}",
+                letter.error.message
+            ),
+        }
+    }
+    // The target was not called for ever.
+    let calls = target.calls.lock().unwrap().clone();
+    let most = calls.values().max().copied().unwrap_or_default();
+    println!("calls of the target per input: at most {most}: {calls:?}");
+    assert!(most <= 6, "{calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_refuses_outputs_it_could_never_write_or_would_loop_on() {
+    let brokers = brokers();
+    let topic = unique("eos-typo-in");
+    create_topic(&brokers, &topic, 1).await;
+    let group = unique("eos-typo");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--brokers",
+            &brokers,
+            "--group-id",
+            &group,
+            "--topics",
+            &topic,
+            "--target-url",
+            "http://127.0.0.1:9/",
+            "--exactly-once",
+        ];
+        args.extend_from_slice(extra);
+        cli(&args)
+    };
+    let missing = unique("invoice");
+    let (code, _, err) = run(&["--output-topics", &missing]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("output_topics") && err.contains(&missing) && err.contains("does not exist"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--output-topics", &topic]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("consumes"), "{err}");
+    for forged in ["kafka-dlq-audit", "orders-dlt", "orders-retry-0"] {
+        let (code, _, err) = run(&["--output-topics", forged]);
+        assert_eq!(code, 2, "{forged}: {err}");
+    }
+    let (code, _, err) = run(&["--kafka-option", "isolation.level=read_uncommitted"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("isolation.level"), "{err}");
+}

@@ -152,9 +152,21 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         )
         .into());
     }
+    let template = config.dlq_topic()?;
     for topic in &output_topics {
         kafka_dlq::dlq::check_topic_name(topic)
             .map_err(|why| ConfigError::new("output_topics", topic, why))?;
+        // An output into a topic the consumer reads loops; into a DLT, a retry topic or the
+        // state topics it forges what the tools trust.
+        let reason = if config.topics.contains(topic) {
+            Some("is a topic this service consumes: its outputs would come back to it".to_string())
+        } else {
+            let state = kafka_dlq::state::StateTopics::default();
+            kafka_dlq::replay::destination::refusal(topic, "", &template, &state)
+        };
+        if let Some(why) = reason {
+            return Err(ConfigError::new("output_topics", topic, why).into());
+        }
     }
     let proxy = args.target_proxy.as_deref();
     let target = if config.batch_size > 1 {
@@ -212,10 +224,51 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         kafka_dlq::sidecar::shown_url::redacted(args.target_url.as_deref().unwrap_or_default());
     tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %checked.addr,
         monitor = args.monitor, batch_size = checked.config.batch_size, config = ?checked.config);
+    let outputs: Vec<String> = args
+        .output_topics
+        .iter()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    check_outputs_exist(&checked.config, &outputs).await?;
     match checked.target {
         Target::Single(t) => serve(checked.config, t, checked.addr, checked.monitor, signal).await,
         Target::Batch(t) => serve(checked.config, t, checked.addr, checked.monitor, signal).await,
     }
+}
+
+/// Refuses to start when an output topic does not exist: a typo in `--output-topics` would
+/// otherwise be found at the first answer that names it (its record dead-lettered, refused).
+async fn check_outputs_exist(config: &ConsumerConfig, outputs: &[String]) -> Result<(), CliError> {
+    for topic in outputs {
+        let (brokers, options, t) = (
+            config.brokers.clone(),
+            config.librdkafka.clone(),
+            topic.clone(),
+        );
+        let found = tokio::task::spawn_blocking(move || {
+            kafka_dlq::dlq_reader::check_exists(&brokers, &options, &t)
+        })
+        .await
+        .expect("metadata task");
+        match found {
+            Ok(()) => {}
+            Err(e) if kafka_dlq::dlq_reader::is_unknown_topic(&e) => {
+                return Err(ConfigError::new(
+                    "output_topics",
+                    topic,
+                    "does not exist on the cluster (or this principal may not describe it): create it first",
+                )
+                .into())
+            }
+            Err(e) => {
+                return Err(CliError::Runtime(anyhow::anyhow!(
+                    "cannot look up the output topic `{topic}`: {e}"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn serve<H: BatchHandler>(

@@ -260,6 +260,17 @@ impl ConsumerConfig {
                 "must be at least 1",
             ));
         }
+        if let Some(level) = self
+            .librdkafka
+            .get("isolation.level")
+            .filter(|l| *l != "read_committed")
+        {
+            return Err(ConfigError::new(
+                "kafka_options",
+                format!("isolation.level={level}"),
+                "must be read_committed with exactly_once: read_uncommitted reads aborted retry records and the aborted outputs of an upstream exactly-once service",
+            ));
+        }
         if !(Duration::from_millis(1)..=Duration::from_secs(60))
             .contains(&self.transaction_interval)
         {

@@ -98,7 +98,26 @@ impl Kafka {
     /// Formats a fresh node on free loopback ports and starts it; returns once it serves
     /// metadata.
     pub fn start() -> Result<Kafka, String> {
-        Self::start_version(KAFKA_VERSION, &[], "", Vec::new(), &[])
+        Self::start_version(KAFKA_VERSION, &[], "", Vec::new(), &[], None)
+    }
+
+    /// Like [`Kafka::start`], with a listener `PROXIED` whose clients are told to connect to
+    /// `127.0.0.1:<advertised>` (a proxy of the test's in front of it, forwarding to
+    /// [`Kafka::listener`]`("PROXIED")`), and `settings` added. The broker's own traffic stays
+    /// on its plaintext listener.
+    pub fn start_behind(advertised: u16, settings: &str) -> Result<Kafka, String> {
+        let proxied = Extra {
+            name: "PROXIED",
+            protocol: "PLAINTEXT",
+        };
+        Self::start_version(
+            KAFKA_VERSION,
+            &[],
+            settings,
+            Vec::new(),
+            &[proxied],
+            Some(advertised),
+        )
     }
 
     /// Like [`Kafka::start`] (of Kafka `version`, [`SHARE_KAFKA_VERSION`] formatted for
@@ -124,7 +143,14 @@ impl Kafka {
         };
         let mut args: Vec<String> = features.iter().map(|f| f.to_string()).collect();
         args.extend(format.iter().cloned());
-        Self::start_version(version, &args, &format!("{base}{settings}"), jvm, listeners)
+        Self::start_version(
+            version,
+            &args,
+            &format!("{base}{settings}"),
+            jvm,
+            listeners,
+            None,
+        )
     }
 
     /// The bootstrap address of the listener `name` (of a broker from [`Kafka::start_with`]).
@@ -155,6 +181,7 @@ impl Kafka {
         settings: &str,
         jvm: Vec<String>,
         listeners: &[Extra],
+        advertised: Option<u16>,
     ) -> Result<Kafka, String> {
         let libs = kafka_libs_of(version);
         if !libs.join(format!("kafka_2.13-{version}.jar")).exists() {
@@ -172,7 +199,7 @@ impl Kafka {
             .iter()
             .map(|l| (l.name.to_string(), l.protocol.to_string(), free_port()))
             .collect();
-        write_config(&dir, port, controller_port, &extra, settings)?;
+        write_config(&dir, port, controller_port, &extra, settings, advertised)?;
         let cluster_id = cluster_id();
         let format = java(&dir, &libs, &jvm)
             .args([
@@ -317,6 +344,26 @@ impl Kafka {
             .recv_timeout(Duration::from_secs(20));
     }
 
+    /// Stops the broker's process (SIGSTOP): it answers nothing, its connections stay open.
+    pub fn freeze(&self) {
+        unsafe {
+            libc::kill(self.pid as i32, libc::SIGSTOP);
+        }
+    }
+
+    /// Lets a [`Kafka::freeze`]d broker go on (SIGCONT).
+    pub fn thaw(&self) {
+        unsafe {
+            libc::kill(self.pid as i32, libc::SIGCONT);
+        }
+    }
+
+    /// The port the broker itself listens on for plaintext clients (behind a proxy, the one
+    /// the proxy connects to).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Kills the broker and starts it again on the same ports and storage.
     pub fn restart(self) -> Kafka {
         self.kill();
@@ -430,6 +477,7 @@ fn write_config(
     controller_port: u16,
     extra: &[(String, String, u16)],
     settings: &str,
+    advertised: Option<u16>,
 ) -> Result<(), String> {
     let data = dir.join("data");
     let listeners: String = extra
@@ -440,12 +488,20 @@ fn write_config(
         .iter()
         .map(|(name, protocol, _)| format!(",{name}:{protocol}"))
         .collect();
+    // The `PROXIED` listener is advertised where the test's proxy listens.
+    let advertised_listeners: String = extra
+        .iter()
+        .map(|(name, _, p)| match (name.as_str(), advertised) {
+            ("PROXIED", Some(a)) => format!(",{name}://127.0.0.1:{a}"),
+            _ => format!(",{name}://127.0.0.1:{p}"),
+        })
+        .collect();
     let server = format!(
         "process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}{listeners}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}{listeners}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}{advertised_listeners}
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}
 inter.broker.listener.name=PLAINTEXT

@@ -27,9 +27,9 @@
 //! dead-lettered instead, naming the refusal; one whose dead letter or retry record was too
 //! large goes as a reference. The broker refuses a whole produce request, so when it held
 //! several records' writes, each of them goes again in a transaction of its own, which tells
-//! which are refused themselves. A record whose own dead letter is refused for any other
-//! reason (the dead-letter topic missing, or not writable) stops the consumer, naming it,
-//! after [`MAX_REFUSALS`] tries: no record is ever skipped.
+//! which are refused themselves. A record whose own dead letter keeps being refused (the
+//! dead-letter topic missing or not writable, even its reference too large) stops the
+//! consumer, naming it, after [`MAX_REFUSALS`] refusals: no record is ever skipped.
 //!
 //! **A commit whose outcome is unknown** (its answers lost for longer than the broker keeps a
 //! transaction open) is never aborted and never rewound to the transaction's first records:
@@ -104,10 +104,11 @@ enum Refused {
     OutputAndExit(String),
 }
 
-/// How often a record's own dead letter may be refused (for a reason other than its size)
-/// before the consumer stops: the dead-letter topic refuses every write, and no record may be
-/// skipped.
-pub(crate) const MAX_REFUSALS: u32 = 3;
+/// How often a record's own dead letter (or retry record) may be refused for good before the
+/// consumer stops: once as too large is expected (its reference goes next), more means the
+/// dead-letter topic refuses every write, or even the reference is too large (a key larger
+/// than the topic takes), and no record may be skipped.
+pub(crate) const MAX_REFUSALS: u32 = 5;
 
 /// A record's exit in the open transaction, counted when it commits (an aborted one is done
 /// again, and counted then).
@@ -521,6 +522,11 @@ impl Transaction {
                 continue;
             };
             let key = (pending.partition, pending.offset);
+            if !pending.output {
+                // Counted, whatever the refusal: a reference refused too (a key too large
+                // for the dead-letter topic) must not go round for ever either.
+                exits_refused.push((key.clone(), topic.clone(), error.clone()));
+            }
             let now = match (pending.output, is_too_large(&error)) {
                 (true, _) => {
                     Refused::Output(format!("the broker refuses the output to {topic}: {error}"))
@@ -530,10 +536,7 @@ impl Transaction {
                     Some(why) => Refused::OutputAndExit(why.clone()),
                     None => Refused::ExitTooLarge,
                 },
-                (false, false) => {
-                    exits_refused.push((key, topic, error));
-                    continue;
-                }
+                (false, false) => continue,
             };
             refused.entry(key).or_insert(now);
         }
