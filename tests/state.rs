@@ -5,6 +5,7 @@
 
 mod common;
 #[path = "console/mod.rs"]
+#[allow(dead_code)]
 mod console;
 
 use std::time::Duration;
@@ -348,4 +349,76 @@ async fn a_state_topic_that_deletes_records_fails_the_config_check_with_the_line
     let (code, out, err) = check();
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("kept for ever"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_written_before_the_audit_key_is_kept_once_sealed() {
+    let brokers = expiring_brokers();
+    let source = unique("sealed-orders");
+    let dlq = format!("{source}-dlt");
+    create_with(&brokers, &dlq, &[("retention.ms", "-1")]).await;
+    produce(
+        &brokers,
+        &dlq,
+        (0..4)
+            .map(|o| dead_letter(&source, "billing", o, "test data"))
+            .collect(),
+    )
+    .await;
+    let audit = unique("sealed-audit");
+    const KEY: &str = "the-tools-own-key-0123456789abcdef";
+    // Discarded before the key was set.
+    let (console, base) = console_on(&brokers, &dlq, "", &["--audit-topic", &audit]).await;
+    let api = Api::new(&base);
+    assert_eq!(console_outstanding(&api).await, 4);
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlq, "group": "billing" }, "reason": "test data" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    drop(console);
+    // With the key, the unsealed discard resolves nothing...
+    let keyed = ["--audit-topic", audit.as_str(), "--audit-key", KEY];
+    let (console, base) = console_on(&brokers, &dlq, "", &keyed).await;
+    let api = Api::new(&base);
+    assert_eq!(
+        console_outstanding(&api).await,
+        4,
+        "an unsealed discard is ignored"
+    );
+    drop(console);
+    // ...until `dlq seal` seals what was written before.
+    let (code, out, err) = cli(&[
+        "dlq",
+        "seal",
+        "--brokers",
+        &brokers,
+        "--audit-topic",
+        &audit,
+        "--audit-key",
+        KEY,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sealed 1 run(s)"), "{out}");
+    let (code, _, err) = cli(&[
+        "dlq",
+        "seal",
+        "--brokers",
+        &brokers,
+        "--audit-topic",
+        &audit,
+    ]);
+    assert_eq!(code, 2, "no key: {err}");
+    let (_console, base) = console_on(&brokers, &dlq, "", &keyed).await;
+    let api = Api::new(&base);
+    assert!(
+        eventually_async(WAIT, || async {
+            api.get("/api/status", As::Bearer(VIEWER)).await.1["outstanding"] == 0
+        })
+        .await,
+        "the sealed discard holds"
+    );
 }

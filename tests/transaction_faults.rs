@@ -26,7 +26,8 @@ const END_TXN: i16 = 26;
 #[derive(Clone, Default)]
 struct Proxy {
     target: Arc<OnceLock<String>>,
-    armed: Arc<Mutex<Option<Duration>>>,
+    /// The `EndTxn` requests to let by first, and how long to hold the answers after the next.
+    armed: Arc<Mutex<Option<(u32, Duration)>>>,
     hold_until: Arc<Mutex<Option<tokio::time::Instant>>>,
     held: Arc<Mutex<bool>>,
 }
@@ -46,9 +47,9 @@ impl Proxy {
         port
     }
 
-    /// The next `EndTxn` holds every answer for `hold`.
-    fn arm(&self, hold: Duration) {
-        *self.armed.lock().unwrap() = Some(hold);
+    /// After `after` `EndTxn` requests, the next holds every answer for `hold`.
+    fn arm(&self, after: u32, hold: Duration) {
+        *self.armed.lock().unwrap() = Some((after, hold));
     }
 
     fn held(&self) -> bool {
@@ -70,10 +71,16 @@ impl Proxy {
                 while let Some(frame) = read_frame(&mut client_read).await {
                     let api_key = i16::from_be_bytes([frame[4], frame[5]]);
                     if api_key == END_TXN {
-                        if let Some(hold) = proxy.armed.lock().unwrap().take() {
-                            *proxy.hold_until.lock().unwrap() =
-                                Some(tokio::time::Instant::now() + hold);
-                            *proxy.held.lock().unwrap() = true;
+                        let mut armed = proxy.armed.lock().unwrap();
+                        match armed.as_mut() {
+                            Some((0, hold)) => {
+                                *proxy.hold_until.lock().unwrap() =
+                                    Some(tokio::time::Instant::now() + *hold);
+                                *proxy.held.lock().unwrap() = true;
+                                *armed = None;
+                            }
+                            Some((after, _)) => *after -= 1,
+                            None => {}
                         }
                     }
                     if broker_write.write_all(&frame).await.is_err() {
@@ -180,7 +187,11 @@ async fn a_commit_whose_answers_are_lost_past_the_clients_patience_takes_effect_
         values.iter().map(|v| Out::new(0, v)).collect(),
     )
     .await;
-    let url = serve_target(&out, Duration::ZERO).await;
+    // A few milliseconds a call: the held commit falls in the middle of the stream.
+    let url = serve_target(&out, Duration::from_millis(10)).await;
+    // The sixth commit reaches the broker; its answer, and every other, comes 130 s later:
+    // past four tries of librdkafka's 30 s, past its socket timeout.
+    proxy.arm(5, Duration::from_secs(130));
     let log = std::env::temp_dir().join(format!("{}.log", unique("lost-answers")));
     let mut sidecar = sidecar_command(&through, &group, &topic, &url)
         .args(["--exactly-once", "--output-topics", &out])
@@ -198,10 +209,6 @@ async fn a_commit_whose_answers_are_lost_past_the_clients_patience_takes_effect_
             .copied()
             .unwrap_or(0)
     };
-    assert!(eventually(Duration::from_secs(60), || progress() > 0).await);
-    // The next commit reaches the broker; its answer, and every other, comes 130 s later:
-    // past four tries of librdkafka's 30 s, past its socket timeout.
-    proxy.arm(Duration::from_secs(130));
     let all = values.len() as i64;
     let done = eventually(Duration::from_secs(330), || progress() == all).await;
     terminate(&mut sidecar).await;

@@ -62,7 +62,9 @@ pub fn check(
     let mut path = subcommand.to_string();
     if subcommand == "dlq" {
         let Some((leaf, leaf_matches)) = sub.subcommand() else {
-            eprintln!("error: `config check dlq` needs the tool: list, show, replay or history");
+            eprintln!(
+                "error: `config check dlq` needs the tool: list, show, replay, history or seal"
+            );
             return ExitCode::from(2);
         };
         path = format!("dlq {leaf}");

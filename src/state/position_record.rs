@@ -154,6 +154,13 @@ impl PositionTable {
         found
     }
 
+    /// Every group's positions on every DLT: (DLT, group, positions), in no order.
+    pub fn all(&self) -> impl Iterator<Item = (&str, &str, &GroupPositions)> {
+        self.groups
+            .iter()
+            .map(|((topic, group), positions)| (topic.as_str(), group.as_str(), positions))
+    }
+
     /// How many (DLT, group) pairs it holds.
     pub fn len(&self) -> usize {
         self.groups.len()

@@ -13,8 +13,10 @@ use kafka_dlq::{ConfigError, DeadLetterKind};
 use super::CliError;
 
 mod history;
+mod seal;
 pub(super) mod view;
 pub use history::HistoryArgs;
+pub use seal::SealArgs;
 use view::entry_json;
 pub use view::{print_history, print_table};
 
@@ -29,6 +31,9 @@ pub enum DlqCommand {
     Replay(ReplayArgs),
     /// List the replay runs on the audit topic: who, when, from where, what, how it ended.
     History(HistoryArgs),
+    /// Seal the state written before `--audit-key` was set, so that the tools, which ignore
+    /// unsealed state once the key is set, keep what it says.
+    Seal(SealArgs),
 }
 
 impl DlqCommand {
@@ -42,6 +47,7 @@ impl DlqCommand {
             DlqCommand::Show(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
             DlqCommand::Replay(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
             DlqCommand::History(a) => (a.cluster(), None),
+            DlqCommand::Seal(a) => (a.cluster(), None),
         };
         Ok((cluster.brokers()?, cluster.librdkafka()?, topic))
     }
@@ -53,6 +59,7 @@ impl DlqCommand {
             DlqCommand::Show(a) => a.source.state.topics(),
             DlqCommand::Replay(a) => a.source.state.topics(),
             DlqCommand::History(a) => a.state().topics(),
+            DlqCommand::Seal(a) => a.state().topics(),
         }
     }
 
@@ -63,6 +70,7 @@ impl DlqCommand {
             DlqCommand::Show(a) => a.source.cluster.connection_mut(),
             DlqCommand::Replay(a) => a.source.cluster.connection_mut(),
             DlqCommand::History(a) => a.cluster_mut().connection_mut(),
+            DlqCommand::Seal(a) => a.cluster_mut().connection_mut(),
         }
     }
 }
@@ -330,6 +338,7 @@ pub async fn run(command: DlqCommand) -> Result<(), CliError> {
         DlqCommand::Show(args) => show(args).await,
         DlqCommand::Replay(args) => replay_command(args).await,
         DlqCommand::History(args) => history::run(args).await,
+        DlqCommand::Seal(args) => seal::run(args).await,
     }
 }
 
