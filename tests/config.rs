@@ -191,6 +191,8 @@ fn config_check_shows_no_credentials_of_a_url_or_a_comma_split_password() {
             "security.protocol=SASL_SSL,sasl.mechanism=PLAIN,sasl.username=svc,sasl.password=pa,ss=wo,rd",
         ),
         ("TARGET_URL", "http://svc:url-pass@target:8080/events?code=url-token"),
+        ("KAFKA_DLQ_TARGET_PROXY", "http://proxy-user:s3cret@proxy:3128"),
+        ("KAFKA_DLQ_AUDIT_KEY", "an-audit-key-nobody-may-read-0123"),
     ];
     let (code, out, err) = kafka_dlq(
         &[
@@ -207,7 +209,15 @@ fn config_check_shows_no_credentials_of_a_url_or_a_comma_split_password() {
         &env,
     );
     assert_eq!(code, 0, "{out}{err}");
-    for secret in ["url-pass", "url-token", "pa,ss", "ss=wo", "wo,rd"] {
+    for secret in [
+        "url-pass",
+        "url-token",
+        "pa,ss",
+        "ss=wo",
+        "wo,rd",
+        "s3cret",
+        "an-audit-key-nobody",
+    ] {
         assert!(
             !out.contains(secret) && !err.contains(secret),
             "{secret}:\n{out}{err}"
@@ -216,6 +226,14 @@ fn config_check_shows_no_credentials_of_a_url_or_a_comma_split_password() {
     assert_eq!(
         line(&out, "target_url"),
         "target_url = http://***@target:8080/events?code=***    # environment"
+    );
+    assert_eq!(
+        line(&out, "target_proxy"),
+        "target_proxy = http://***@proxy:3128    # environment"
+    );
+    assert_eq!(
+        line(&out, "audit_key"),
+        "audit_key = <redacted>    # environment"
     );
     assert!(
         line(&out, "kafka_options").contains("sasl.password=<redacted>"),

@@ -107,17 +107,18 @@ impl<H: BatchHandler> ShareConsumer<H> {
                 super::kafka::RENEW_ENABLED
             )));
         }
-        if settings.renew_enabled.is_none() && config.share_acquire_records > config.max_in_flight {
-            // Not known to renew (a broker before KIP-1222, or its group settings unreadable):
-            // a record acquired while it waits for a permit would outlive its lock unrenewed,
-            // be delivered again elsewhere and count a delivery. Acquire no more than are
-            // handled at once.
+        let acquire = records_to_acquire(
+            settings.renew_enabled,
+            config.share_acquire_records,
+            config.max_in_flight,
+        );
+        if acquire != config.share_acquire_records {
             tracing::warn!(event = "share_renew_unknown", %group,
                 share_acquire_records = config.share_acquire_records,
                 max_in_flight = config.max_in_flight,
                 "the broker may not renew acquisition locks ({}): acquiring at most max_in_flight records at a time, so none waits unrenewed",
                 super::kafka::RENEW_ENABLED);
-            config.share_acquire_records = config.max_in_flight;
+            config.share_acquire_records = acquire;
         }
         if config.share_dlq == ShareDlq::Broker {
             // Without a dead-letter queue the broker archives what it would put there: records
@@ -303,9 +304,29 @@ async fn join(
     )))
 }
 
+/// How many records a fetch acquires when the group's RENEW setting says `renew` (`None`:
+/// unknown — a broker before KIP-1222, or group settings the principal may not describe):
+/// `acquire` (`share_acquire_records`) when locks are renewed, else no more than are handled at
+/// once (`max_in_flight`), since a record acquired while it waits for a permit would outlive
+/// its lock unrenewed, be delivered again elsewhere and count a delivery. (A group that says
+/// `false` is refused before this.)
+fn records_to_acquire(renew: Option<bool>, acquire: usize, max_in_flight: usize) -> usize {
+    match renew {
+        Some(true) => acquire,
+        _ => acquire.min(max_in_flight),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_known_renewal_no_more_records_are_acquired_than_are_handled_at_once() {
+        assert_eq!(records_to_acquire(Some(true), 500, 1), 500);
+        assert_eq!(records_to_acquire(None, 500, 1), 1);
+        assert_eq!(records_to_acquire(None, 16, 64), 16);
+    }
 
     #[tokio::test]
     async fn a_member_loop_that_panics_makes_the_member_unhealthy_at_once() {
