@@ -247,6 +247,17 @@ impl HttpTarget {
                     }
                 }
             }
+            // Cut, it would be taken for an answer that is not JSON: said as what it is.
+            if read_body
+                && body.len() >= batch_response::MAX_BODY_BYTES
+                && matches!(response.chunk().await, Ok(Some(_)))
+            {
+                return Err(HandlerError::permanent(format!(
+                    "the answer of {} is larger than {} bytes, the most an answer may be",
+                    self.shown,
+                    batch_response::MAX_BODY_BYTES
+                )));
+            }
             return Ok(body);
         }
         let header = |name| {

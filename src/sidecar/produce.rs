@@ -2,11 +2,12 @@
 //! answer may carry
 //! `{"produce": [{"topic": "T", "key": "k" | null, "value": <any JSON>, "headers": {"name": "value"}}]}`
 //! (or `"value_base64"` for bytes; neither for a tombstone), written in the record's
-//! transaction with its offset. Pure: the answer's bytes in, the outputs or a permanent
+//! transaction with its offset; a `value` is produced as the answer wrote it, byte for byte. Pure: the answer's bytes in, the outputs or a permanent
 //! failure out.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::failure::HandlerError;
@@ -33,11 +34,19 @@ pub fn outputs(body: &[u8], allowed: &[String]) -> Result<Vec<Output>, HandlerEr
     let items = produce
         .as_array()
         .ok_or_else(|| invalid("has a `produce` that is not an array".to_string()))?;
+    // Each item's `value` as the target wrote it, byte for byte: parsed, it would come back
+    // with its keys sorted and its long numbers rounded.
+    let raw: RawAnswer = serde_json::from_slice(body).unwrap_or_default();
     items
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            output(item, allowed).map_err(|why| {
+            let value = raw
+                .produce
+                .get(i)
+                .and_then(|item| item.value.as_deref())
+                .map(|v| v.get().as_bytes().to_vec());
+            output(item, value, allowed).map_err(|why| {
                 invalid(format!(
                     "asks to produce an invalid record (produce[{i}]): {why}"
                 ))
@@ -46,7 +55,21 @@ pub fn outputs(body: &[u8], allowed: &[String]) -> Result<Vec<Output>, HandlerEr
         .collect()
 }
 
-fn output(item: &Value, allowed: &[String]) -> Result<Output, String> {
+/// An answer's items with their `value`s as written.
+#[derive(Default, serde::Deserialize)]
+struct RawAnswer {
+    #[serde(default)]
+    produce: Vec<RawItem>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawItem {
+    #[serde(default)]
+    value: Option<Box<RawValue>>,
+}
+
+/// `item`'s record, its `value` the bytes `raw_value` (as the answer wrote it) when known.
+fn output(item: &Value, raw_value: Option<Vec<u8>>, allowed: &[String]) -> Result<Output, String> {
     let item = item.as_object().ok_or("not an object")?;
     if let Some(unknown) = item
         .keys()
@@ -73,7 +96,7 @@ fn output(item: &Value, allowed: &[String]) -> Result<Output, String> {
     };
     let value = match (item.get("value"), item.get("value_base64")) {
         (Some(_), Some(_)) => return Err("has both `value` and `value_base64`".to_string()),
-        (Some(value), None) => Some(value.to_string().into_bytes()),
+        (Some(value), None) => Some(raw_value.unwrap_or_else(|| value.to_string().into_bytes())),
         (None, Some(Value::String(encoded))) => Some(
             BASE64
                 .decode(encoded)
@@ -108,6 +131,16 @@ mod tests {
     use super::*;
     use crate::failure::FailureKind;
 
+    #[test]
+    fn a_value_is_produced_as_the_target_wrote_it() {
+        let body = br#"{"produce":[{"topic":"out","value":{"b":1,"a":123456789012345678901234}}]}"#;
+        let out = outputs(body, &["out".to_string()]).unwrap();
+        assert_eq!(
+            out[0].value.as_deref(),
+            Some(&br#"{"b":1,"a":123456789012345678901234}"#[..])
+        );
+    }
+
     fn allowed() -> Vec<String> {
         vec!["invoices".to_string(), "audit".to_string()]
     }
@@ -130,7 +163,7 @@ mod tests {
         let out = outputs(body, &allowed()).unwrap();
         assert_eq!(
             out[0],
-            Output::new("invoices", br#"{"cents":250,"lines":[1,2]}"#.to_vec())
+            Output::new("invoices", br#"{"cents": 250, "lines": [1, 2]}"#.to_vec())
                 .key("o-1")
                 .header("source", "billing")
         );
