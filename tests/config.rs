@@ -355,3 +355,47 @@ fn console_settings_come_from_the_same_file() {
     );
     assert!(!out.contains("0123456789abcdef0123"), "{out}");
 }
+
+#[test]
+fn an_oidc_token_endpoint_in_clear_is_refused_unless_it_is_this_machine() {
+    let check = |endpoint: &str| {
+        kafka_dlq(
+            &[
+                "config",
+                "check",
+                "run",
+                "--brokers",
+                "k:9093",
+                "--group-id",
+                "g",
+                "--topics",
+                "t",
+                "--target-url",
+                "http://127.0.0.1:9/",
+                "--security-protocol",
+                "SASL_SSL",
+                "--sasl-mechanism",
+                "OAUTHBEARER",
+                "--oauth-token-endpoint",
+                endpoint,
+                "--oauth-client-id",
+                "svc",
+                "--oauth-client-secret",
+                "client-s3cret",
+            ],
+            &[],
+        )
+    };
+    let (code, out, err) = check("http://id:pw@idp.example.com/token");
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("oauth_token_endpoint") && err.contains("https://"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("id:pw") && !out.contains("client-s3cret"),
+        "{out}{err}"
+    );
+    let (code, out, err) = check("http://127.0.0.1:8080/token");
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -449,11 +449,19 @@ impl Security {
                 }
             }
             let endpoint = self.oauth_token_endpoint.as_deref().unwrap_or_default();
-            if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
+            // The client secret goes to the endpoint: in clear only to this machine.
+            let loopback = ["http://localhost", "http://127.0.0.1", "http://[::1]"]
+                .iter()
+                .any(|host| {
+                    endpoint
+                        .strip_prefix(host)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '/']))
+                });
+            if !(endpoint.starts_with("https://") || loopback) {
                 return Err(ConfigError::new(
                     "oauth_token_endpoint",
-                    endpoint,
-                    "expected an https:// URL",
+                    without_credentials(endpoint),
+                    "expected an https:// URL (http:// only to this machine: the client secret is sent to it)",
                 ));
             }
             set("oauth_token_endpoint", "sasl.oauthbearer.method", "oidc");
@@ -611,6 +619,31 @@ impl fmt::Debug for Security {
             .field("aws_region", &self.aws_region)
             .finish()
     }
+}
+
+/// `url` without what may be a secret in it: its user info and its query.
+fn without_credentials(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{path}"),
+        None => url.to_string(),
+    }
+}
+
+#[test]
+fn an_endpoint_is_shown_without_its_user_info_or_query() {
+    assert_eq!(
+        without_credentials("http://id:s3cret@idp.example.com/token?secret=x"),
+        "http://***@idp.example.com/token"
+    );
+    assert_eq!(
+        without_credentials("https://idp.example.com/token"),
+        "https://idp.example.com/token"
+    );
 }
 
 #[cfg(test)]
