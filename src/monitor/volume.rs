@@ -13,7 +13,7 @@ use rdkafka::ClientConfig;
 use super::MonitorConfig;
 use crate::dlq_reader::REPLAY_GROUP;
 use crate::kafka::{ClientOptions, LogContext};
-use crate::state::{PositionRecord, PositionStore, StateError, StateTopics};
+use crate::state::{PositionStore, StateError, StateTopics};
 
 /// Counts outstanding dead letters.
 pub(super) struct Volume {
@@ -140,17 +140,7 @@ async fn count_with(
 ) -> Result<DlqCount, CountError> {
     store.catch_up().await?;
     for topic in topics {
-        let template = PositionRecord {
-            next: 0,
-            lost: Vec::new(),
-            selection: None,
-            run: None,
-            operator: None,
-            at: chrono::Utc::now(),
-            migrated: false,
-            honoured: Vec::new(),
-        };
-        store.migrate(topic, REPLAY_GROUP, &template).await?;
+        store.migrate(topic, REPLAY_GROUP, &[]).await?;
     }
     let (reader, names) = (reader.clone(), topics.to_vec());
     let marks = tokio::task::spawn_blocking(move || {

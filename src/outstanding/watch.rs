@@ -21,7 +21,7 @@ use super::Source;
 use crate::dlq_reader::{DlqEntry, DlqReader, Filter};
 use crate::kafka::LogContext;
 use crate::state::audit::ReplayRun;
-use crate::state::{PositionRecord, PositionStore};
+use crate::state::PositionStore;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the watcher looks for what changed.
@@ -223,8 +223,7 @@ impl Watch {
         let mut not_migrated = None;
         for topic in &topics {
             for group in Ledger::groups(topic, &runs) {
-                let template = migrated_template(&runs, topic, &group);
-                match store.migrate(topic, &group, &template).await {
+                match store.migrate(topic, &group, &runs).await {
                     Ok(migrated) => *moved |= migrated,
                     // Read on without it (a principal that may not write the positions
                     // topic); said in the status until it works.
@@ -525,28 +524,6 @@ fn client(config: &Source, group: &str) -> Result<BaseConsumer<LogContext>, Kafk
         .set("enable.auto.commit", "false");
     config.librdkafka.apply(&mut client);
     crate::kafka::create_logged(&client)
-}
-
-/// What a position migrated from `group`'s committed offsets on `topic` carries: the filter,
-/// run and operator of the group's last summary in `runs`.
-fn migrated_template(runs: &[ReplayRun], topic: &str, group: &str) -> PositionRecord {
-    let last = runs
-        .iter()
-        .rev()
-        .find(|r| r.dlq_topic == topic && r.position_group.as_deref() == Some(group));
-    PositionRecord {
-        next: 0,
-        lost: Vec::new(),
-        selection: match group == crate::dlq_reader::REPLAY_GROUP {
-            true => None,
-            false => last.and_then(|r| r.selection.clone()),
-        },
-        run: last.map(|r| r.run.clone()),
-        operator: last.map(|r| r.operator.clone()),
-        at: Utc::now(),
-        migrated: false,
-        honoured: Vec::new(),
-    }
 }
 
 /// Why a step of the watcher failed.

@@ -175,8 +175,7 @@ pub async fn replay(
         groups.push(group.clone());
     }
     for g in &groups {
-        let template = position_template(options, g, &audit.runs);
-        if let Err(e) = store.migrate(&options.dlq_topic, g, &template).await {
+        if let Err(e) = store.migrate(&options.dlq_topic, g, &audit.runs).await {
             // A dry run writes nothing of its own; it reads what it can.
             if !options.dry_run {
                 return Err(state_error(e));
@@ -258,36 +257,6 @@ pub async fn replay(
     })
 }
 
-/// What a position record of `group` carries besides the position: the filter the group
-/// replays (none for the unfiltered replay), and who moved it — for a group migrated from its
-/// committed offsets, from its last summary in `runs`.
-fn position_template(
-    options: &ReplayOptions,
-    group: &str,
-    runs: &[audit::ReplayRun],
-) -> PositionRecord {
-    let mine = group == options.position_group();
-    let last = runs
-        .iter()
-        .rev()
-        .find(|r| r.position_group.as_deref() == Some(group));
-    let selection = match group == crate::dlq_reader::REPLAY_GROUP {
-        true => None,
-        false if mine => Some(options.filter.clone()),
-        false => last.and_then(|r| r.selection.clone()),
-    };
-    PositionRecord {
-        next: 0,
-        lost: Vec::new(),
-        selection,
-        run: last.map(|r| r.run.clone()),
-        operator: last.map(|r| r.operator.clone()),
-        at: chrono::Utc::now(),
-        migrated: false,
-        honoured: Vec::new(),
-    }
-}
-
 /// Where the replay keeps its position: the positions topic, under its group.
 struct Kept<'a> {
     store: &'a mut PositionStore,
@@ -325,14 +294,15 @@ impl Kept<'_> {
     async fn write(&mut self, partition: i32, next: i64) -> Result<(), ReplayError> {
         let position = self.positions.entry(partition).or_default();
         position.next = next;
-        let template = position_template(self.options, self.group, &[]);
+        // The unfiltered replay's group has no filter to keep.
         let record = PositionRecord {
-            next,
             lost: position.lost.clone(),
+            selection: (self.group != crate::dlq_reader::REPLAY_GROUP)
+                .then(|| self.options.filter.clone()),
             run: Some(self.run.to_string()),
             operator: Some(self.options.operator.clone()),
             honoured: self.honoured.get(&partition).cloned().unwrap_or_default(),
-            ..template
+            ..PositionRecord::at(next)
         };
         let key = PositionKey {
             dlq_topic: self.options.dlq_topic.clone(),

@@ -79,6 +79,43 @@ pub struct PositionRecord {
 }
 
 impl PositionRecord {
+    /// The record of position `next`, written now, with nothing else to say.
+    pub fn at(next: i64) -> PositionRecord {
+        PositionRecord {
+            next,
+            lost: Vec::new(),
+            selection: None,
+            run: None,
+            operator: None,
+            at: Utc::now(),
+            migrated: false,
+            honoured: Vec::new(),
+        }
+    }
+
+    /// What a position of `group` on `dlq_topic` taken over from its committed offsets
+    /// carries besides the offsets: the filter, run and operator of the group's last summary
+    /// in `runs` (none for the unfiltered replay's group, which has no filter).
+    pub fn migrated_from(
+        dlq_topic: &str,
+        group: &str,
+        runs: &[crate::state::audit::ReplayRun],
+    ) -> PositionRecord {
+        let last = runs
+            .iter()
+            .rev()
+            .find(|r| r.dlq_topic == dlq_topic && r.position_group.as_deref() == Some(group));
+        PositionRecord {
+            selection: last
+                .and_then(|r| r.selection.clone())
+                .filter(|_| group != crate::dlq_reader::REPLAY_GROUP),
+            run: last.map(|r| r.run.clone()),
+            operator: last.map(|r| r.operator.clone()),
+            migrated: true,
+            ..PositionRecord::at(0)
+        }
+    }
+
     /// The position it holds.
     pub fn position(&self) -> Position {
         Position {

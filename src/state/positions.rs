@@ -172,8 +172,8 @@ impl PositionStore {
 
     /// When `group` has no position on `dlq_topic` in the positions topic yet (a replay group
     /// of a version that kept positions as committed offsets), reads the group's committed
-    /// offsets on `dlq_topic` and writes them as its positions, with `selection`, `run` and
-    /// `operator` (from its last audit summary); whether it moved any. Each pair is looked at
+    /// offsets on `dlq_topic` and writes them as its positions, with the filter, run and
+    /// operator of its last summary in `runs` (the audit's); whether it moved any. Each pair is looked at
     /// once per store. Call after [`PositionStore::catch_up`]. When the write fails (a
     /// principal that may not write the positions topic), the store's table holds the
     /// positions read all the same, and the error says that they were not kept.
@@ -181,8 +181,9 @@ impl PositionStore {
         &mut self,
         dlq_topic: &str,
         group: &str,
-        template: &PositionRecord,
+        runs: &[super::audit::ReplayRun],
     ) -> Result<bool, StateError> {
+        let template = PositionRecord::migrated_from(dlq_topic, group, runs);
         let pair = (dlq_topic.to_string(), group.to_string());
         if self.migrated.contains(&pair) || self.table.group(dlq_topic, group).is_some() {
             return Ok(false);

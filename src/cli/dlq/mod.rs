@@ -447,25 +447,7 @@ async fn ledger_of(
         .context("cannot read the replay positions")
         .map_err(CliError::Runtime)?;
     for group in Ledger::groups(dlq_topic, &audit.runs) {
-        let last = audit
-            .runs
-            .iter()
-            .rev()
-            .find(|r| r.position_group.as_deref() == Some(group.as_str()));
-        let template = kafka_dlq::state::PositionRecord {
-            next: 0,
-            lost: Vec::new(),
-            selection: match group == kafka_dlq::dlq_reader::REPLAY_GROUP {
-                true => None,
-                false => last.and_then(|r| r.selection.clone()),
-            },
-            run: last.map(|r| r.run.clone()),
-            operator: last.map(|r| r.operator.clone()),
-            at: Utc::now(),
-            migrated: false,
-            honoured: Vec::new(),
-        };
-        if let Err(e) = store.migrate(dlq_topic, &group, &template).await {
+        if let Err(e) = store.migrate(dlq_topic, &group, &audit.runs).await {
             eprintln!("warning: {e}");
         }
     }
