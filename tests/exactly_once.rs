@@ -277,20 +277,7 @@ async fn an_output_the_broker_refuses_aborts_then_dead_letters_its_record_once()
     let dlq = format!("{topic}-dlt");
     let group = unique("eos-large");
     create_topic(&brokers, &topic, 1).await;
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .create()
-            .unwrap();
-    let small = rdkafka::admin::NewTopic::new(&out, 1, rdkafka::admin::TopicReplication::Fixed(1))
-        .set("max.message.bytes", "2000");
-    for created in admin
-        .create_topics(&[small], &rdkafka::admin::AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        created.expect("output topic created");
-    }
+    create_topic_with(&brokers, &out, 1, &[("max.message.bytes", "2000")]).await;
     let values: Vec<String> = (0..40)
         .map(|i| {
             if i == 25 {
@@ -821,35 +808,11 @@ async fn outputs_the_broker_never_takes_dead_letter_their_records_once() {
     let dlq = format!("{topic}-dlt");
     let group = unique("eos-refused");
     create_topic(&brokers, &topic, 1).await;
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .create()
-            .unwrap();
-    fn new<'a>(name: &'a str, settings: &[(&'a str, &'a str)]) -> rdkafka::admin::NewTopic<'a> {
-        let mut t =
-            rdkafka::admin::NewTopic::new(name, 1, rdkafka::admin::TopicReplication::Fixed(1));
-        for (k, v) in settings {
-            t = t.set(k, v);
-        }
-        t
-    }
-    let topics = [
-        new(&out, &[("cleanup.policy", "compact")]),
-        new(&small, &[("max.message.bytes", "2000")]),
-        // Its dead letter with the payload does not fit either: only its reference does.
-        new(
-            &dlq,
-            &[("max.message.bytes", "20000"), ("retention.ms", "-1")],
-        ),
-    ];
-    for created in admin
-        .create_topics(&topics, &rdkafka::admin::AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        created.expect("topic created");
-    }
+    create_topic_with(&brokers, &out, 1, &[("cleanup.policy", "compact")]).await;
+    create_topic_with(&brokers, &small, 1, &[("max.message.bytes", "2000")]).await;
+    // Its dead letter with the payload does not fit either: only its reference does.
+    let dlq_settings = [("max.message.bytes", "20000"), ("retention.ms", "-1")];
+    create_topic_with(&brokers, &dlq, 1, &dlq_settings).await;
     let huge = format!("huge-{}", "x".repeat(50_000));
     let values: Vec<String> = (0..30)
         .map(|i| match i {
@@ -936,11 +899,15 @@ async fn outputs_the_broker_never_takes_dead_letter_their_records_once() {
             ),
         }
     }
-    // The target was not called for ever.
+    // The target was not called for ever (the wedge called every input until the deadline:
+    // hundreds of times). Each refused input costs a few aborts — its output refused, its
+    // whole dead letter refused, one more when librdkafka must bump its epoch after them —
+    // and each abort calls the inputs after it again: at most three per refused input, and
+    // the first call.
     let calls = target.calls.lock().unwrap().clone();
     let most = calls.values().max().copied().unwrap_or_default();
     println!("calls of the target per input: at most {most}: {calls:?}");
-    assert!(most <= 6, "{calls:?}");
+    assert!(most <= 3 * 3 + 1, "{calls:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

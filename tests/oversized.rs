@@ -7,29 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Creates `dlq` with a 4 KiB record limit, too small for the tests' records even detached.
 async fn create_small_dlq(brokers: &str, dlq: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
-    for r in admin
-        .create_topics(
-            &[NewTopic::new(dlq, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4096")],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
+    create_topic_with(brokers, dlq, 1, &[("max.message.bytes", "4096")]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

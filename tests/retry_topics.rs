@@ -732,26 +732,6 @@ async fn retention_ms(brokers: &str, topic: &str) -> i64 {
         .unwrap()
 }
 
-/// Creates `topic` (one partition) with the topic settings `settings`.
-async fn create_topic_with(brokers: &str, topic: &str, settings: &[(&str, &str)]) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
-    let new = settings.iter().fold(
-        NewTopic::new(topic, 1, TopicReplication::Fixed(1)),
-        |t, (k, v)| t.set(k, v),
-    );
-    for r in admin
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
-}
-
 /// The topics the consumer creates keep their records long enough: dead-letter and redrive
 /// topics for ever, a retry topic at least twice its delay and a week. A retry topic that
 /// keeps records for less than they wait there stops the start, naming topic, retention and
@@ -798,6 +778,7 @@ async fn created_topics_outlive_their_records_and_a_retry_topic_that_would_not_r
     create_topic_with(
         &brokers,
         &format!("{short}-retry-0"),
+        1,
         &[("retention.ms", "30000")],
     )
     .await;
@@ -933,6 +914,7 @@ async fn a_record_too_large_for_its_retry_topic_is_dead_lettered_instead() {
     create_topic_with(
         &brokers,
         &format!("{topic}-retry-0"),
+        1,
         &[("max.message.bytes", "4096")],
     )
     .await;

@@ -16,7 +16,7 @@ use kafka_dlq::dlq::Envelope;
 use kafka_dlq::dlq_reader::REPLAY_GROUP;
 use kafka_dlq::record::retry::redrive_topic;
 use kafka_dlq::{DeadLetterKind, Record};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::ClientConfig;
@@ -30,21 +30,6 @@ fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
         .set("bootstrap.servers", brokers)
         .create()
         .unwrap()
-}
-
-/// Creates `topic` (one partition) with `settings`.
-async fn create_with(brokers: &str, topic: &str, settings: &[(&str, &str)]) {
-    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    for (k, v) in settings {
-        new = new.set(k, v);
-    }
-    for r in admin(brokers)
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        r.expect("topic created");
-    }
 }
 
 /// `topic`'s setting `key`, as the broker describes it.
@@ -124,9 +109,9 @@ async fn replayed_and_discarded_dead_letters_stay_so_after_kafka_forgets_idle_gr
     let brokers = expiring_brokers();
     let source = unique("orders");
     let dlq = format!("{source}-dlt");
-    create_with(&brokers, &source, &[("retention.ms", "-1")]).await;
+    create_topic_with(&brokers, &source, 1, &[("retention.ms", "-1")]).await;
     // As the consumer creates a DLT: kept for ever.
-    create_with(&brokers, &dlq, &[("retention.ms", "-1")]).await;
+    create_topic_with(&brokers, &dlq, 1, &[("retention.ms", "-1")]).await;
     // A topic with the broker's defaults, to see its retention run.
     let control = unique("defaults");
     create_topic(&brokers, &control, 1).await;
@@ -298,7 +283,7 @@ async fn replayed_and_discarded_dead_letters_stay_so_after_kafka_forgets_idle_gr
 async fn a_state_topic_that_deletes_records_fails_the_config_check_with_the_line_that_fixes_it() {
     let brokers = expiring_brokers();
     let dlq = unique("checked-dlt");
-    create_with(&brokers, &dlq, &[("retention.ms", "-1")]).await;
+    create_topic_with(&brokers, &dlq, 1, &[("retention.ms", "-1")]).await;
     // An audit topic someone made with the broker's defaults: 60 s here, a week by default.
     let audit = unique("audit");
     create_topic(&brokers, &audit, 1).await;
@@ -356,7 +341,7 @@ async fn state_written_before_the_audit_key_is_kept_once_sealed() {
     let brokers = expiring_brokers();
     let source = unique("sealed-orders");
     let dlq = format!("{source}-dlt");
-    create_with(&brokers, &dlq, &[("retention.ms", "-1")]).await;
+    create_topic_with(&brokers, &dlq, 1, &[("retention.ms", "-1")]).await;
     produce(
         &brokers,
         &dlq,

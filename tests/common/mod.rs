@@ -170,19 +170,33 @@ pub fn unique(prefix: &str) -> String {
 
 /// Creates `topic` with `partitions` partitions.
 pub async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
+    create_topic_with(brokers, topic, partitions, &[]).await
+}
+
+/// Creates `topic` with `partitions` partitions and the topic settings `settings`.
+pub async fn create_topic_with(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    settings: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
         .unwrap();
+    let new = settings.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
     let results = admin
         .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &[new],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         )
         .await
         .expect("create topic");
     for r in results {
-        r.expect("topic created");
+        r.unwrap_or_else(|(name, e)| panic!("topic {name} not created: {e}"));
     }
 }
 
