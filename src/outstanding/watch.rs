@@ -531,8 +531,15 @@ fn client(config: &Source, group: &str) -> Result<BaseConsumer<LogContext>, Kafk
 enum StepError {
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    // Boxed: a state error is large, and a step's result is returned on every tick.
     #[error(transparent)]
-    State(#[from] crate::state::StateError),
+    State(Box<crate::state::StateError>),
+}
+
+impl From<crate::state::StateError> for StepError {
+    fn from(e: crate::state::StateError) -> Self {
+        StepError::State(Box::new(e))
+    }
 }
 
 async fn blocking<T: Send + 'static>(

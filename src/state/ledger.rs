@@ -297,7 +297,10 @@ mod tests {
         r
     }
 
-    fn table(entries: &[(&str, i32, i64, &[i64], Option<Filter>)]) -> PositionTable {
+    /// A position of a group: group, partition, next offset, passed-over offsets, filter.
+    type Entry<'a> = (&'a str, i32, i64, &'a [i64], Option<Filter>);
+
+    fn table(entries: &[Entry]) -> PositionTable {
         let mut table = PositionTable::default();
         for (group, partition, next, lost, selection) in entries {
             let key = PositionKey {

@@ -18,6 +18,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::position_record::{PositionKey, PositionRecord, PositionTable};
 use super::{seal, StateError, StateTopics};
+use crate::dlq_reader::position::Position;
 use crate::kafka::{ClientOptions, LogContext};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -197,11 +198,10 @@ impl PositionStore {
                 dlq_topic: dlq_topic.to_string(),
                 source,
             })?;
-        for (partition, (next, metadata)) in &committed {
-            let position = crate::dlq_reader::position::Position::from_commit(*next, metadata);
+        for (partition, position) in &committed {
             let record = PositionRecord {
                 next: position.next,
-                lost: position.lost,
+                lost: position.lost.clone(),
                 migrated: true,
                 at: chrono::Utc::now(),
                 ..template.clone()
@@ -305,12 +305,13 @@ fn read_to_end(
     Ok((changed, unverified))
 }
 
-/// `group`'s committed offsets on `dlq_topic`, with their metadata. Blocks.
+/// `group`'s committed offsets on `dlq_topic` per partition, as the positions they hold (an
+/// older version kept the passed-over offsets in the commit metadata). Blocks.
 fn committed_offsets(
     mut config: ClientConfig,
     dlq_topic: &str,
     group: &str,
-) -> Result<Vec<(i32, (i64, String))>, KafkaError> {
+) -> Result<Vec<(i32, Position)>, KafkaError> {
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false");
@@ -330,7 +331,7 @@ fn committed_offsets(
         .elements()
         .iter()
         .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), (o, e.metadata().to_string()))),
+            Offset::Offset(o) => Some((e.partition(), Position::from_commit(o, e.metadata()))),
             _ => None,
         })
         .collect())
