@@ -323,6 +323,50 @@ fn an_invalid_combination_is_reported_by_config_check() {
 }
 
 #[test]
+fn a_setting_no_command_takes_is_an_error_naming_it() {
+    for (text, key) in [
+        ("trace_records = true\n", "trace_records"),
+        ("[run]\ngroup_id = \"g\"\ntrace_records = true\n", "run.trace_records"),
+    ] {
+        let f = file(text);
+        let (code, _, err) = config_check(&f, "run");
+        assert_eq!(code, 2, "{text}: {err}");
+        assert!(err.contains(key), "{text}: {err}");
+        assert!(err.contains("otlp_endpoint"), "says what to set: {err}");
+    }
+}
+
+#[test]
+fn a_top_level_dlq_topic_is_the_consumers_template_in_every_command() {
+    let f = file(&format!(
+        "dlq_topic = \"{{topic}}.DLT\"\n{BASE}\n[console]\ndlq_topic = [\"parcel-events.DLT\"]\nanonymous = \"viewer\"\n"
+    ));
+    let (code, out, err) = config_check(&f, "run");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(line(&out, "dlq_topic"), "dlq_topic = {topic}.DLT    # file");
+    let (code, out, err) = config_check(&f, "console");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        line(&out, "dlq_topic_template"),
+        "dlq_topic_template = {topic}.DLT    # file"
+    );
+    assert_eq!(
+        line(&out, "dlq_topic"),
+        "dlq_topic = parcel-events.DLT    # file"
+    );
+    let path = f.path().to_str().unwrap();
+    let (code, out, err) = kafka_dlq(
+        &["--config", path, "config", "check", "dlq", "list", "--dlq-topic", "parcel-events.DLT"],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        line(&out, "dlq_topic_template"),
+        "dlq_topic_template = {topic}.DLT    # file"
+    );
+}
+
+#[test]
 fn monitor_settings_come_from_the_same_file() {
     let f = file(&format!(
         "{BASE}\n[monitor]\ndlq_topics = [\"parcel-events-dlt\"]\nwindow_ms = 5000\n"

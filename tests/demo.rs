@@ -3,9 +3,17 @@
 #[test]
 fn the_demo_runs_to_completion_and_its_report_adds_up() {
     let started = std::time::Instant::now();
+    // A shell set up for a real cluster, as docs/connecting.md has users do: the demo still
+    // runs on its embedded broker (only `--brokers` moves it), creating nothing there.
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::io::Write::write_all(&mut config, b"brokers = \"127.0.0.1:1\"\n").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args(["demo", "--json"])
-        .env_remove("KAFKA_BROKERS")
+        .args(["--config", config.path().to_str().unwrap(), "demo", "--json"])
+        .env("KAFKA_BROKERS", "127.0.0.1:1")
+        .env("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+        .env("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+        .env("KAFKA_SASL_USERNAME", "someone")
+        .env("KAFKA_SASL_PASSWORD", "secret")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -35,6 +43,10 @@ fn the_demo_runs_to_completion_and_its_report_adds_up() {
         "alerts printed in their Slack form"
     );
     assert!(stdout.contains("24 dead letter(s)"), "the DLQ is shown");
+    assert!(
+        stdout.contains("(embedded: librdkafka's mock cluster)"),
+        "{stdout}"
+    );
     // Reported, not asserted: wall-clock limits make tests flaky on shared machines.
     eprintln!("demo took {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -43,8 +43,9 @@ use clap::{ArgMatches, Command};
 use kafka_dlq::config::{Commands, ConfigFile};
 use kafka_dlq::ConfigError;
 
-/// Arguments that are not settings.
-const NOT_SETTINGS: [&str; 3] = ["help", "version", "config"];
+/// Arguments that are not settings: a config file cannot give them. `demo --brokers` is the
+/// flag alone, so a file written for a real cluster never moves the demo onto it.
+const NOT_SETTINGS: [&str; 4] = ["help", "version", "config", "demo_brokers"];
 
 /// The config file named on the command line (`--config FILE` / `--config=FILE`) or by
 /// `KAFKA_DLQ_CONFIG`.
@@ -234,6 +235,40 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
             }
         }
     }
+    // A key the library's reader knows but no command here takes would be read and then
+    // dropped without a word: the library's `trace_records` (the binary traces records when
+    // it exports spans, `otlp_endpoint`).
+    for setting in file.settings() {
+        let scope = leaves.iter().filter(|l| match &setting.section {
+            None => true,
+            Some(section) => l.split(' ').next() == Some(section.as_str()),
+        });
+        let taken = root_has(&command, &setting.key)
+            || scope
+                .into_iter()
+                .any(|l| match setting.section {
+                    None => has_arg(&command, l, top_level_id(&command, l, &setting.key)),
+                    Some(_) => has_arg(&command, l, &setting.key),
+                });
+        if !taken {
+            let shown = match &setting.section {
+                Some(section) => format!("{section}.{}", setting.key),
+                None => setting.key.clone(),
+            };
+            let why = if setting.key == "trace_records" {
+                "is a setting of the library; kafka-dlq run traces every record when it exports \
+                 spans (otlp_endpoint)"
+                    .to_string()
+            } else {
+                "no command of kafka-dlq takes it".to_string()
+            };
+            return Err(ConfigError::new(
+                &shown,
+                &setting.text,
+                format!("in {}: {why}", file.path()),
+            ));
+        }
+    }
     let mut applied = FileValues {
         values: BTreeMap::new(),
         librdkafka: file.librdkafka().clone(),
@@ -247,8 +282,8 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
     for leaf in &leaves {
         let mut values: BTreeMap<String, String> = global
             .iter()
+            .map(|(k, v)| (top_level_id(&command, leaf, k).to_string(), v.clone()))
             .filter(|(k, _)| has_arg(&command, leaf, k))
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if let Some(own) = wanted.get(leaf) {
             for (k, v) in own {
@@ -264,6 +299,18 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
         applied.values.insert(leaf.clone(), values);
     }
     Ok((command, applied))
+}
+
+/// The argument a top-level `key` sets in the command at `path`. A top-level `dlq_topic` is
+/// the consumers' template (`{topic}-dlt`) in every command: `run`'s `dlq_topic`, and the
+/// `dlq_topic_template` of `dlq …` and `console`, whose own `dlq_topic` (the DLT they read)
+/// is given in their section or by flag — one key never names two different things.
+fn top_level_id<'k>(command: &Command, path: &str, key: &'k str) -> &'k str {
+    if key == "dlq_topic" && has_arg(command, path, "dlq_topic_template") {
+        "dlq_topic_template"
+    } else {
+        key
+    }
 }
 
 /// Paths of the subcommands that take settings: `run`, `monitor`, `dlq list`, ….
@@ -400,7 +447,7 @@ pub fn print_effective(
         } else if is_secret(id) {
             "<redacted>".to_string()
         } else if id == "kafka_options" {
-            match super::connection::parse_kafka_options(&raw) {
+            match kafka_dlq::config::parse_kafka_options(&raw) {
                 Ok(options) => redact_options(&options),
                 Err(_) => "<not KEY=VALUE: not shown>".to_string(),
             }

@@ -89,7 +89,7 @@ enum ConfigCommand {
         /// Also connect and authenticate, and look for the topics the subcommand needs.
         #[arg(long)]
         connect: bool,
-        /// The subcommand to check: run, monitor or dlq (with its tool: `dlq list …`).
+        /// The subcommand to check: run, monitor, console or dlq (with its tool: `dlq list …`).
         #[arg(default_value = "run")]
         subcommand: String,
         /// Flags for that subcommand, as you would pass them to it.

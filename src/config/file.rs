@@ -169,13 +169,23 @@ impl ConfigFile {
             .settings
             .iter()
             .filter(|s| s.section.as_deref() == Some(section));
+        let mut raw = ClientOptions::new();
         for setting in top.chain(own) {
             if Security::KEYS.contains(&setting.key.as_str()) {
                 security.set(&setting.key, &setting.text).map_err(in_file)?;
+            } else if setting.key == "kafka_options" {
+                let listed = [setting.text.clone()];
+                for (key, value) in super::parse_kafka_options(&listed).map_err(in_file)?.iter() {
+                    raw.insert(key, value);
+                }
             }
         }
+        // The `[librdkafka]` table last: it is the file's own way to give raw options.
+        for (key, value) in self.librdkafka.iter() {
+            raw.insert(key, value);
+        }
         let named = security.options().map_err(in_file)?;
-        super::merge_options(named, &self.librdkafka).map_err(in_file)
+        super::merge_options(named, &raw).map_err(in_file)
     }
 
     fn push(
@@ -424,6 +434,34 @@ sasl_username = "monitor-user"
             error.reason.contains(&file.path().display().to_string()),
             "{error}"
         );
+    }
+
+    #[test]
+    fn kafka_options_in_the_file_reach_the_library_as_they_reach_the_binary() {
+        let file = write(
+            r#"
+brokers = "b:1"
+group_id = "g"
+topics = ["t"]
+kafka_options = ["socket.timeout.ms=30000", "client.rack=eu-1a,socket.keepalive.enable=true"]
+
+[librdkafka]
+"client.rack" = "eu-1b"
+"#,
+        );
+        let config = ConsumerConfig::from_file(file.path()).unwrap();
+        let options = &config.librdkafka;
+        assert_eq!(options.get("socket.timeout.ms"), Some("30000"));
+        assert_eq!(options.get("socket.keepalive.enable"), Some("true"));
+        assert_eq!(
+            options.get("client.rack"),
+            Some("eu-1b"),
+            "the [librdkafka] table wins"
+        );
+        let file = write("brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nkafka_options = \"hunter2\"\n");
+        let error = ConsumerConfig::from_file(file.path()).unwrap_err();
+        assert_eq!(error.key, "kafka_option");
+        assert!(!error.to_string().contains("hunter2"), "{error}");
     }
 
     #[test]

@@ -37,8 +37,10 @@ use slack::slack_stand_in;
 /// Flags of `kafka-dlq demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Run against this cluster instead of the embedded one.
-    #[arg(long, env = "KAFKA_BROKERS")]
+    /// Run against this cluster instead of the embedded one. Only this flag does: neither
+    /// `KAFKA_BROKERS` nor a config file's `brokers` moves the demo off the embedded broker,
+    /// so it never creates topics on a cluster by surprise.
+    #[arg(long = "brokers", id = "demo_brokers", value_name = "BROKERS")]
     brokers: Option<String>,
     /// How many delivery events to produce.
     #[arg(long, default_value_t = 300)]
@@ -95,7 +97,12 @@ pub async fn run(args: DemoArgs) -> Result<(), CliError> {
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut out = std::io::stdout();
-    let options = args.connection.client_options()?;
+    // The connection settings (flags, variables, a config file) are for `--brokers` alone:
+    // the embedded broker speaks plaintext, whatever the environment says of a real cluster.
+    let options = match &args.brokers {
+        Some(_) => args.connection.client_options()?,
+        None => kafka_dlq::kafka::ClientOptions::new(),
+    };
     let mock = match &args.brokers {
         Some(_) => None,
         None => Some(MockCluster::new(1).context("starting the embedded broker")?),
