@@ -184,7 +184,7 @@ impl Metrics {
         );
         let buffered_records = gauge(
             "kafka_dlq_buffered_records",
-            "Fetched records waiting in the partitions' queues for their workers (from librdkafka's statistics).",
+            "Fetched records waiting in librdkafka's fetch queues, not yet taken by kafka-dlq (librdkafka's statistics, every 2 s).",
         );
         let buffered_bytes = gauge(
             "kafka_dlq_buffered_bytes",

@@ -15,7 +15,8 @@ use crate::handler::Output;
 
 /// The records `body` (a 2xx answer, read up to 1 MiB) asks to produce, each to one of
 /// `allowed`. An empty body, or a JSON object without `produce`, asks for none. Anything else
-/// that is not the shape above — a body that is not JSON, an item with an unknown field, a
+/// that is not the shape above — a body that is not JSON, JSON that is not an object
+/// (`[]`, `"done"`, `null`), an item with an unknown field, a
 /// topic outside `allowed` — is a permanent failure of the record, saying what is wrong:
 /// nothing of it is produced.
 pub fn outputs(body: &[u8], allowed: &[String]) -> Result<Vec<Output>, HandlerError> {
@@ -28,7 +29,13 @@ pub fn outputs(body: &[u8], allowed: &[String]) -> Result<Vec<Output>, HandlerEr
             "is not JSON ({e}); with --exactly-once a 2xx answer is empty or JSON, `{{\"produce\": [...]}}` for records to produce"
         ))
     })?;
-    let Some(produce) = answer.as_object().and_then(|a| a.get("produce")) else {
+    let Some(answer) = answer.as_object() else {
+        return Err(invalid(format!(
+            "is JSON but not an object (`{}`); with --exactly-once a 2xx answer is empty or an object, `{{\"produce\": [...]}}` for records to produce",
+            String::from_utf8_lossy(body).trim().chars().take(40).collect::<String>()
+        )));
+    };
+    let Some(produce) = answer.get("produce") else {
         return Ok(Vec::new());
     };
     let items = produce
@@ -187,8 +194,12 @@ mod tests {
 
     #[test]
     fn an_invalid_answer_is_a_permanent_failure_that_says_why() {
-        let cases: [(&[u8], &str); 9] = [
+        let cases: [(&[u8], &str); 13] = [
             (b"ok", "is not JSON"),
+            (b"[]", "is JSON but not an object (`[]`)"),
+            (b"\"done\"", "not an object"),
+            (b"42", "not an object"),
+            (b"null", "not an object"),
             (br#"{"produce": {}}"#, "not an array"),
             (
                 br#"{"produce": [{"topic": "payments", "value": 1}]}"#,
