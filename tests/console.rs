@@ -503,6 +503,14 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
         metrics.contains("kafka_dlq_console_outstanding 3"),
         "{metrics}"
     );
+    let unserved: Vec<_> = common::dashboard::console_families()
+        .difference(&common::dashboard::families_served(&metrics))
+        .cloned()
+        .collect();
+    assert!(
+        unserved.is_empty(),
+        "the dashboard asks the console for {unserved:?}:\n{metrics}"
+    );
     let page = get("/").await.unwrap();
     let csp = page.headers()["content-security-policy"]
         .to_str()

@@ -4,50 +4,12 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::dashboard::*;
 use common::*;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Every `kafka_dlq_*` metric family named in `text` (a histogram's `_bucket`, `_sum` and
-/// `_count` series count as the histogram).
-fn families_named(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("kafka_dlq_") {
-        let name: String = rest[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        rest = &rest[at + name.len()..];
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|suffix| name.strip_suffix(suffix))
-            .unwrap_or(&name)
-            .to_string();
-        out.insert(family);
-    }
-    out
-}
-
-/// The families a `/metrics` page serves (its `# TYPE` lines).
-fn families_served(page: &str) -> BTreeSet<String> {
-    page.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
-}
-
-fn dashboard() -> serde_json::Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/alerting/grafana-dashboard.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serves() {
@@ -69,13 +31,37 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
             queries.push('\n');
         }
     }
-    let asked = families_named(&queries);
+    // Per service: every consumer query picks the `group` variable, and sums keep the group
+    // apart, so two services on one topic are never added together.
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(variables.contains(&"group"), "{variables:?}");
+    for query in queries.lines() {
+        let console = !console_families().is_disjoint(&families_named(query));
+        if !console {
+            assert!(query.contains("group=~\"$group\""), "{query}");
+        }
+        assert!(!query.contains("by (topic"), "{query}");
+    }
+    // The share members' and the console's families are checked where those serve /metrics
+    // (tests/share.rs, tests/console.rs); the rest are a consumer's.
+    let asked: std::collections::BTreeSet<String> = families_named(&queries)
+        .difference(&share_families().union(&console_families()).cloned().collect())
+        .cloned()
+        .collect();
     let rules = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/alerting/kafka-dlq.rules.yml"
     ))
     .unwrap();
     let ruled = families_named(&rules);
+    for expr in rules.lines().filter(|l| l.trim_start().starts_with("expr:")) {
+        assert!(expr.contains(" by (group, "), "an alert per group: {expr}");
+    }
 
     // A consumer that handled, retried and dead-lettered records, as /metrics shows it.
     let brokers = brokers();

@@ -127,10 +127,15 @@ impl Member {
             .expect("the member gets ready");
     }
 
+    /// Its `/metrics` page.
+    async fn page(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        reqwest::get(&url).await.unwrap().text().await.unwrap()
+    }
+
     /// A metric's value summed over its series: `name{labels…}` lines of `/metrics`.
     async fn metric(&self, name: &str, label: &str) -> f64 {
-        let url = format!("http://127.0.0.1:{}/metrics", self.port);
-        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        let text = self.page().await;
         text.lines()
             .filter(|l| l.starts_with(name) && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -330,6 +335,16 @@ async fn three_members_on_one_partition_share_the_work_and_fail_as_classified() 
             .metric("kafka_dlq_share_acknowledgements_total", "ack=\"accept\"")
             .await;
     }
+    // The dashboard's share panels ask for what a member serves.
+    let page = members[0].page().await;
+    let unserved: Vec<_> = common::dashboard::share_families()
+        .difference(&common::dashboard::families_served(&page))
+        .cloned()
+        .collect();
+    assert!(
+        unserved.is_empty(),
+        "the dashboard asks a share member for {unserved:?}:\n{page}"
+    );
     for m in members {
         m.stop().await;
     }

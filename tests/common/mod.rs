@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod dashboard;
 pub mod security;
 #[allow(unused_imports)]
 pub use broker::{group_lag, Kafka};

@@ -166,6 +166,12 @@ impl<H: BatchHandler> ShareConsumer<H> {
             config.topics.iter().chain(&redrive).cloned().collect(),
             self.metrics.clone(),
         );
+        // Each topic's share series from the start, at 0: a rate or an alert on a lost lock
+        // then sees its first increase, and the dashboard finds every family.
+        for topic in config.topics.iter().chain(&redrive) {
+            self.metrics.share_acquired.with_label_values(&[topic]);
+            self.metrics.share_lock_lost.with_label_values(&[topic]);
+        }
         tracing::info!(event = "share_consumer_started", topics = ?config.topics,
             redrive_topics = ?redrive, %group, delivery_limit = ?settings.delivery_limit,
             share_dlq = %config.share_dlq);
