@@ -49,6 +49,10 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
         .get("/api/inbox?older_than=soon", As::Bearer(VIEWER))
         .await;
     assert_eq!(status, 400, "{v}");
+    // The inbox lists causes: a filter of dead letters is refused, never ignored.
+    let (status, v) = api.get("/api/inbox?id=some-id", As::Bearer(VIEWER)).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("id"), "{v}");
 
     // Access: nobody is refused, a viewer reads, a wrong token is refused.
     assert_eq!(api.get("/api/inbox", As::Nobody).await.0, 401);
@@ -359,6 +363,13 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
         403,
         "payloads are not a viewer's"
     );
+    let (status, v) = api
+        .get(
+            &format!("/api/export?dlq_topic={}&state=everything", dlt.dlq),
+            As::Bearer(OPERATOR),
+        )
+        .await;
+    assert_eq!(status, 400, "a state that is no state is refused: {v}");
     let first = &lines[0];
     let (status, one) = api
         .get(

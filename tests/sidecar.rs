@@ -280,10 +280,19 @@ async fn run_in_batch_mode_posts_json_arrays_and_isolates_the_bad_record() {
             }
         })
         .collect();
+    // Record 0's key is not UTF-8, record 1's is text.
+    let keys: [Option<Vec<u8>>; 2] = [Some(vec![0xff, 0x00, 0xfe]), Some(b"parcel-1".to_vec())];
     produce(
         &brokers,
         &topic,
-        values.iter().map(|v| Out::new(0, v)).collect(),
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Out {
+                key: keys.get(i).cloned().flatten(),
+                ..Out::new(0, v)
+            })
+            .collect(),
     )
     .await;
     let target = Target::default();
@@ -315,6 +324,10 @@ async fn run_in_batch_mode_posts_json_arrays_and_isolates_the_bad_record() {
     assert_eq!(first[0]["id"], format!("{topic}-0-0").as_str());
     assert_eq!(first[0]["payload"], "ok-0");
     assert_eq!(first[0]["payload_encoding"], "utf8");
+    assert_eq!(first[0]["key"], serde_json::Value::Null);
+    assert_eq!(first[0]["key_base64"], "/wD+", "bytes, never mangled");
+    assert_eq!(first[1]["key"], "parcel-1");
+    assert!(first[1].get("key_base64").is_none());
     let offsets: Vec<i64> = first
         .iter()
         .map(|i| i["offset"].as_i64().unwrap())

@@ -156,9 +156,10 @@ pub struct InboxRow {
     pub new: bool,
 }
 
-/// Which rows: every field set must match.
+/// Which rows: every field set must match. Another field (`id`, `records`: those pick dead
+/// letters, not causes) is refused, never passed over as if it had filtered.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct InboxFilter {
     /// The DLT.
     pub dlq_topic: Option<String>,

@@ -6,7 +6,8 @@
 //!
 //! | header | value |
 //! |---|---|
-//! | `X-Record-Id` | the record id |
+//! | `X-Record-Id` | the record id, when it is a valid header value |
+//! | `X-Record-Id-Base64` | the id's bytes in standard base64, otherwise (an `--id-header` value that is not one) |
 //! | `X-Kafka-Topic` | source topic |
 //! | `X-Kafka-Partition` | partition (decimal) |
 //! | `X-Kafka-Offset` | offset (decimal) |
@@ -27,6 +28,7 @@
 //! In batch mode ([`HttpBatchTarget`], `kafka-dlq run --batch-size N`) one `POST` carries up to
 //! N records of one partition as a JSON array, in offset order:
 //! `[{"id": "...", "offset": 41, "key": "..." | null, "payload": ..., "payload_encoding": "json", "traceparent": "..."}, …]`
+//! (a key that is not UTF-8 comes as `"key": null, "key_base64": "..."`)
 //! (`traceparent` and `tracestate` only for records that have them; `retry_tier` and
 //! `retry_attempts` only for a record from a retry topic, `retry_attempts` alone for one from
 //! the redrive topic; either always comes alone)
@@ -174,7 +176,7 @@ impl Handler for HttpTarget {
         }
         request = match HeaderValue::from_str(&record.id) {
             Ok(id) => request.header("X-Record-Id", id),
-            Err(_) => request.header("X-Record-Id", BASE64.encode(&record.id)),
+            Err(_) => request.header("X-Record-Id-Base64", BASE64.encode(&record.id)),
         };
         if let Some(trace) = record.trace_context() {
             request = request.header(crate::record::TRACEPARENT, &trace.traceparent);
@@ -315,7 +317,9 @@ impl HttpBatchTarget {
 struct BatchItem<'a> {
     id: &'a str,
     offset: i64,
-    key: Option<std::borrow::Cow<'a, str>>,
+    key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_base64: Option<String>,
     payload: Box<serde_json::value::RawValue>,
     payload_encoding: crate::dlq::Encoding,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -338,7 +342,13 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
                 BatchItem {
                     id: &r.id,
                     offset: r.offset,
-                    key: r.key.as_deref().map(String::from_utf8_lossy),
+                    // A key that is not UTF-8 is sent as base64, never mangled.
+                    key: r.key.as_deref().and_then(|k| std::str::from_utf8(k).ok()),
+                    key_base64: r
+                        .key
+                        .as_deref()
+                        .filter(|k| std::str::from_utf8(k).is_err())
+                        .map(|k| BASE64.encode(k)),
                     payload,
                     payload_encoding,
                     traceparent: trace.as_ref().map(|t| t.traceparent.clone()),

@@ -37,6 +37,19 @@ pub(super) async fn inbox(
     }
 }
 
+/// Whether the query asks for every dead letter (`state=all`) rather than the outstanding
+/// ones (`state=outstanding`, the default); another word is refused, never read as the default.
+fn all_states(q: &ListQuery) -> Result<bool, Response> {
+    match q.state.as_deref() {
+        None | Some("outstanding") => Ok(false),
+        Some("all") => Ok(true),
+        Some(other) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("state `{other}`: expected outstanding or all"),
+        )),
+    }
+}
+
 pub(super) async fn dead_letters(
     State(c): State<Console>,
     headers: HeaderMap,
@@ -46,15 +59,9 @@ pub(super) async fn dead_letters(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let all = match q.state.as_deref() {
-        None | Some("outstanding") => false,
-        Some("all") => true,
-        Some(other) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("state `{other}`: expected outstanding or all"),
-            )
-        }
+    let all = match all_states(&q) {
+        Ok(all) => all,
+        Err(r) => return r,
     };
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
     let _permit = match c.scan(&caller) {
@@ -158,7 +165,10 @@ pub(super) async fn export(
     if !c.payloads(&caller) {
         return refused(Refusal::Forbidden("viewer"));
     }
-    let all = q.state.as_deref() == Some("all");
+    let all = match all_states(&q) {
+        Ok(all) => all,
+        Err(r) => return r,
+    };
     let selection: Selection = match q.selection.selection() {
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
