@@ -126,6 +126,18 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
         missing.is_empty(),
         "the alert rules ask for {missing:?}, which /metrics does not serve:\n{page}"
     );
+    // The manual names only families that are served: a consumer's here, a share member's
+    // and the console's in their own tests.
+    let named = manual_families();
+    let consumer: Vec<_> = named
+        .difference(&of_share(&named).union(&of_console(&named)).cloned().collect())
+        .filter(|f| !served.contains(*f))
+        .cloned()
+        .collect();
+    assert!(
+        consumer.is_empty(),
+        "the manual names {consumer:?}, which /metrics does not serve:\n{page}"
+    );
     // The dashboard shows every family /metrics serves.
     let unshown: Vec<_> = served.difference(&asked).collect();
     assert!(unshown.is_empty(), "no panel shows {unshown:?}");

@@ -1,6 +1,6 @@
-//! The metric families the shipped Grafana dashboard and alert rules ask for, so that each
-//! test binary that serves `/metrics` (a consumer, a share member, the console) checks the
-//! names it serves against them.
+//! The metric families the shipped Grafana dashboard, the alert rules and the manual name, so
+//! that each test binary that serves `/metrics` (a consumer, a share member, the console)
+//! checks the names it serves against them.
 
 use std::collections::BTreeSet;
 
@@ -55,18 +55,56 @@ pub fn dashboard_queries() -> String {
     queries
 }
 
-/// The families of the dashboard's queries that a share-group member serves.
+/// The families of the dashboard's queries and the manual that a share-group member serves.
 pub fn share_families() -> BTreeSet<String> {
-    families_named(&dashboard_queries())
+    let mut all = families_named(&dashboard_queries());
+    all.extend(manual_families());
+    of_share(&all)
+}
+
+/// The families of the dashboard's queries and the manual that the DLQ console serves.
+pub fn console_families() -> BTreeSet<String> {
+    let mut all = families_named(&dashboard_queries());
+    all.extend(manual_families());
+    of_console(&all)
+}
+
+/// Every metric family the manual names: README.md, ARCHITECTURE.md, docs/*.md, the runbook.
+pub fn manual_families() -> BTreeSet<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut text = String::new();
+    let mut files = vec![
+        root.join("README.md"),
+        root.join("ARCHITECTURE.md"),
+        root.join("alerting/RUNBOOK.md"),
+    ];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        files.push(entry.unwrap().path());
+    }
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "md")) {
+        text.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    // `kafka_dlq_console_{outstanding,…}` and `_causes` style shorthands name no family.
+    families_named(&text)
         .into_iter()
-        .filter(|f| f.starts_with("kafka_dlq_share_"))
+        .filter(|f| !f.ends_with('_'))
         .collect()
 }
 
-/// The families of the dashboard's queries that the DLQ console serves.
-pub fn console_families() -> BTreeSet<String> {
-    families_named(&dashboard_queries())
-        .into_iter()
-        .filter(|f| f.starts_with("kafka_dlq_console_") || f == "kafka_dlq_state_unverified_records")
+/// Of `families`, the share members' (`kafka_dlq_share_*`).
+pub fn of_share(families: &BTreeSet<String>) -> BTreeSet<String> {
+    families
+        .iter()
+        .filter(|f| f.starts_with("kafka_dlq_share_"))
+        .cloned()
+        .collect()
+}
+
+/// Of `families`, the console's.
+pub fn of_console(families: &BTreeSet<String>) -> BTreeSet<String> {
+    families
+        .iter()
+        .filter(|f| f.starts_with("kafka_dlq_console_") || *f == "kafka_dlq_state_unverified_records")
+        .cloned()
         .collect()
 }
