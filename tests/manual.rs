@@ -190,7 +190,7 @@ fn every_command_line_in_the_manual_uses_flags_its_command_takes() {
             }
         }
     }
-    assert!(checked > 100, "only {checked} flags found: the parser lost them");
+    assert!(checked > 50, "only {checked} flags found: the parser lost them");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 

@@ -23,6 +23,9 @@ pub struct ConnectionArgs {
     /// The SASL password (secret: never printed).
     #[arg(long, env = "KAFKA_SASL_PASSWORD", value_name = "PASSWORD")]
     sasl_password: Option<String>,
+    /// A file holding the SASL password (a mounted Secret); wins over --sasl-password.
+    #[arg(long, env = "KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
+    sasl_password_file: Option<String>,
     /// A PEM file of the CAs that sign the brokers' certificates [default: the system's].
     #[arg(long, env = "KAFKA_SSL_CA_LOCATION", value_name = "FILE")]
     ssl_ca_location: Option<String>,
@@ -35,6 +38,9 @@ pub struct ConnectionArgs {
     /// The password of an encrypted private key (secret: never printed).
     #[arg(long, env = "KAFKA_SSL_KEY_PASSWORD", value_name = "PASSWORD")]
     ssl_key_password: Option<String>,
+    /// A file holding the private key's password; wins over --ssl-key-password.
+    #[arg(long, env = "KAFKA_SSL_KEY_PASSWORD_FILE", value_name = "FILE")]
+    ssl_key_password_file: Option<String>,
     /// OAUTHBEARER: the OpenID Connect token endpoint (https://).
     #[arg(long, env = "KAFKA_OAUTH_TOKEN_ENDPOINT", value_name = "URL")]
     oauth_token_endpoint: Option<String>,
@@ -44,6 +50,9 @@ pub struct ConnectionArgs {
     /// OAUTHBEARER: the client secret (secret: never printed).
     #[arg(long, env = "KAFKA_OAUTH_CLIENT_SECRET", value_name = "SECRET")]
     oauth_client_secret: Option<String>,
+    /// OAUTHBEARER: a file holding the client secret; wins over --oauth-client-secret.
+    #[arg(long, env = "KAFKA_OAUTH_CLIENT_SECRET_FILE", value_name = "FILE")]
+    oauth_client_secret_file: Option<String>,
     /// OAUTHBEARER: the scope to ask for.
     #[arg(long, env = "KAFKA_OAUTH_SCOPE", value_name = "SCOPE")]
     oauth_scope: Option<String>,
@@ -62,19 +71,22 @@ pub struct ConnectionArgs {
 
 impl ConnectionArgs {
     /// The named settings given, by their names as in the config file.
-    fn named(&self) -> [(&'static str, &Option<String>); 13] {
+    fn named(&self) -> [(&'static str, &Option<String>); 16] {
         [
             ("security_protocol", &self.security_protocol),
             ("sasl_mechanism", &self.sasl_mechanism),
             ("sasl_username", &self.sasl_username),
             ("sasl_password", &self.sasl_password),
+            ("sasl_password_file", &self.sasl_password_file),
             ("ssl_ca_location", &self.ssl_ca_location),
             ("ssl_certificate_location", &self.ssl_certificate_location),
             ("ssl_key_location", &self.ssl_key_location),
             ("ssl_key_password", &self.ssl_key_password),
+            ("ssl_key_password_file", &self.ssl_key_password_file),
             ("oauth_token_endpoint", &self.oauth_token_endpoint),
             ("oauth_client_id", &self.oauth_client_id),
             ("oauth_client_secret", &self.oauth_client_secret),
+            ("oauth_client_secret_file", &self.oauth_client_secret_file),
             ("oauth_scope", &self.oauth_scope),
             ("aws_region", &self.aws_region),
         ]

@@ -215,18 +215,21 @@ pub struct Security {
 
 impl Security {
     /// The settings' names, as in the config file (a flag is the name with `-` for `_`).
-    pub const KEYS: [&'static str; 13] = [
+    pub const KEYS: [&'static str; 16] = [
         "security_protocol",
         "sasl_mechanism",
         "sasl_username",
         "sasl_password",
+        "sasl_password_file",
         "ssl_ca_location",
         "ssl_certificate_location",
         "ssl_key_location",
         "ssl_key_password",
+        "ssl_key_password_file",
         "oauth_token_endpoint",
         "oauth_client_id",
         "oauth_client_secret",
+        "oauth_client_secret_file",
         "oauth_scope",
         "aws_region",
     ];
@@ -262,6 +265,25 @@ impl Security {
                     .transpose()
                     .map_err(|r| ConfigError::new(key, shown, r))?;
                 return Ok(());
+            }
+            // A secret in a file (a mounted Kubernetes Secret, a Docker secret): its content,
+            // less one final line break, as if given itself; it wins over the secret given
+            // inline when both are.
+            "sasl_password_file" | "ssl_key_password_file" | "oauth_client_secret_file" => {
+                if text.trim().is_empty() {
+                    return Ok(());
+                }
+                let content = std::fs::read_to_string(text.trim())
+                    .map_err(|e| ConfigError::new(key, text.trim(), format!("cannot read it: {e}")))?;
+                let secret = content
+                    .strip_suffix("\r\n")
+                    .or_else(|| content.strip_suffix('\n'))
+                    .unwrap_or(&content);
+                let inline = key.strip_suffix("_file").expect("a _file key");
+                if secret.is_empty() {
+                    return Err(ConfigError::new(key, text.trim(), "the file is empty"));
+                }
+                return self.set(inline, secret);
             }
             // A password is taken as it is: its spaces may be its own.
             "sasl_password" | "ssl_key_password" | "oauth_client_secret" => {
@@ -831,6 +853,29 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn a_secret_in_a_file_is_its_content_less_the_final_line_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, content: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, content).unwrap();
+            path.display().to_string()
+        };
+        let mut s = Security::default();
+        s.set("sasl_password", "inline").unwrap();
+        s.set("sasl_password_file", &file("password", " pa ss\n")).unwrap();
+        s.set("oauth_client_secret_file", &file("secret", "s3cret\r\n")).unwrap();
+        s.set("ssl_key_password_file", &file("key", "k")).unwrap();
+        assert_eq!(s.sasl_password.as_deref(), Some(" pa ss"), "the file wins");
+        assert_eq!(s.oauth_client_secret.as_deref(), Some("s3cret"));
+        assert_eq!(s.ssl_key_password.as_deref(), Some("k"));
+        let missing = s.set("sasl_password_file", "/no/such/file").unwrap_err();
+        assert_eq!(missing.key, "sasl_password_file");
+        assert!(missing.to_string().contains("/no/such/file"), "{missing}");
+        let empty = s.set("sasl_password_file", &file("empty", "\n")).unwrap_err();
+        assert!(empty.to_string().contains("empty"), "{empty}");
     }
 
     #[test]
