@@ -3,7 +3,9 @@
 //! `KafkaHeaders.DLT_ORIGINAL_*` field right, in both `dlq_format`s; and a dead-letter topic
 //! written by Spring's `DeadLetterPublishingRecoverer` is listed and replayed, byte for byte,
 //! by `kafka-dlq dlq`; and Spring's own retry-topic listener adapter reads the due time and
-//! coordinates of a record kafka-dlq wrote to a retry topic.
+//! coordinates of a record kafka-dlq wrote to a retry topic. Beside Spring, the other dialects
+//! of dead letters: Kafka Streams' own KIP-1034 dead-letter queue (tests/spring holds the
+//! Streams application too) and a Confluent data contract rule's `__rule.*` headers.
 
 mod common;
 
@@ -291,6 +293,258 @@ async fn replays_a_dlt_that_springs_recoverer_wrote_byte_for_byte() {
             got, headers,
             "the source headers, without Spring's kafka_dlt-*"
         );
+    }
+}
+
+/// The replays (records with kafka-dlq's replay count header) on `topic`.
+fn replays_on(brokers: &str, topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    read_all(brokers, topic)
+        .into_iter()
+        .filter(|m| {
+            m.headers().is_some_and(|h| {
+                kafka_dlq::RecordHeader::read_all(h)
+                    .iter()
+                    .any(|h| h.key == kafka_dlq::replay::HEADER_REPLAY_COUNT.as_bytes())
+            })
+        })
+        .collect()
+}
+
+/// `kafka-dlq dlq list --json` of `dlt`, one value per dead letter.
+fn listed(brokers: &str, dlt: &str) -> Vec<serde_json::Value> {
+    let (code, json, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        brokers,
+        "--dlq-topic",
+        dlt,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    json.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_queue_kafka_streams_wrote_is_listed_shown_and_replayed_byte_for_byte() {
+    let brokers = brokers();
+    let topic = unique("streams");
+    let dlt = format!("{topic}-dlt");
+    for t in [&topic, &dlt, &format!("{topic}-out")] {
+        create_topic(&brokers, t, 2).await;
+    }
+    // Integer values as Kafka Streams' serde writes them (4 bytes, big-endian): one that is
+    // not 4 bytes (its deserializer fails) and a negative one (its processor refuses it).
+    let int = |v: i32| Some(v.to_be_bytes().to_vec());
+    let records = vec![
+        Out {
+            partition: 0,
+            key: Some(b"order-1".to_vec()),
+            value: int(5),
+            headers: vec![],
+        },
+        Out {
+            partition: 1,
+            key: Some(b"order-2".to_vec()),
+            value: Some(b"xy".to_vec()),
+            headers: vec![],
+        },
+        Out {
+            partition: 1,
+            key: Some(b"order-3".to_vec()),
+            value: int(-3),
+            headers: vec![],
+        },
+        Out {
+            partition: 0,
+            key: Some(b"order-4".to_vec()),
+            value: int(7),
+            headers: vec![],
+        },
+    ];
+    produce(&brokers, &topic, records).await;
+    let written = spring("streams-dlt", &brokers, &topic, 2);
+    assert_eq!(written.len(), 2, "{written:?}");
+    for line in &written {
+        assert_eq!(
+            line["headers"]["__streams.errors.topic"],
+            topic.as_str(),
+            "{line}"
+        );
+    }
+
+    let entries = listed(&brokers, &dlt);
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let by_key = |key: &str| {
+        entries
+            .iter()
+            .find(|e| e["envelope"]["source"]["key"] == key)
+            .unwrap_or_else(|| panic!("no dead letter of {key}: {entries:?}"))
+    };
+    let undecodable = by_key("order-2");
+    let refused = by_key("order-3");
+    for (entry, offset) in [(undecodable, 0), (refused, 1)] {
+        assert_eq!(entry["written_by"], "Kafka Streams", "{entry}");
+        let source = &entry["envelope"]["source"];
+        assert_eq!(source["topic"], topic.as_str());
+        assert_eq!(
+            (source["partition"].as_i64(), source["offset"].as_i64()),
+            (Some(1), Some(offset)),
+            "{entry}"
+        );
+        assert_eq!(entry["envelope"]["id"], format!("{topic}-1-{offset}"));
+    }
+    let reason = |e: &serde_json::Value| {
+        e["envelope"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        reason(undecodable).starts_with("org.apache.kafka.common.errors.SerializationException: "),
+        "the class and the message: {}",
+        reason(undecodable)
+    );
+    assert_eq!(
+        reason(refused),
+        "java.lang.IllegalArgumentException: negative amount -3"
+    );
+
+    let id = format!("{topic}-1-1");
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt,
+        &id,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        shown.contains("negative amount -3") && shown.contains(&topic),
+        "{shown}"
+    );
+
+    // Kafka Streams reads no redrive topic of ours: back to the source, once fixed.
+    let (code, out, err) = replay_cli(&brokers, &dlt, &["--json", "--to-source"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["replayed"], 2, "{report}");
+    let replays = replays_on(&brokers, &topic);
+    assert_eq!(replays.len(), 2);
+    for (key, value) in [
+        (&b"order-2"[..], b"xy".to_vec()),
+        (b"order-3", (-3_i32).to_be_bytes().to_vec()),
+    ] {
+        assert!(
+            replays
+                .iter()
+                .any(|m| m.key() == Some(key) && m.payload() == Some(&value[..])),
+            "the bytes Kafka Streams failed, back on the source"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letters_of_a_data_contract_rule_are_listed_and_replayed() {
+    let brokers = brokers();
+    let topic = unique("contract");
+    let dlt = format!("{topic}-dlq");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlt, 1).await;
+    // As Confluent's DlqAction writes them: the record's key, value and headers, and the
+    // rule's `__rule.*` headers; no source partition or offset (a WRITE rule fails before the
+    // record is written).
+    let rule = |value: &str, exception: Option<&str>| {
+        let mut headers = vec![
+            (
+                b"traceparent".to_vec(),
+                Some(b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_vec()),
+            ),
+            (b"__rule.name".to_vec(), Some(b"checkSsnLen".to_vec())),
+            (b"__rule.mode".to_vec(), Some(b"WRITE".to_vec())),
+            (
+                b"__rule.subject".to_vec(),
+                Some(format!("{topic}-value").into_bytes()),
+            ),
+            (b"__rule.topic".to_vec(), Some(topic.clone().into_bytes())),
+        ];
+        if let Some(e) = exception {
+            headers.push((b"__rule.exception".to_vec(), Some(e.as_bytes().to_vec())));
+        }
+        Out {
+            partition: 0,
+            key: Some(b"customer-9".to_vec()),
+            value: Some(value.as_bytes().to_vec()),
+            headers,
+        }
+    };
+    produce(
+        &brokers,
+        &dlt,
+        vec![
+            rule(
+                r#"{"ssn":"12345"}"#,
+                Some("Expr failed: 'size(message.ssn) == 9'"),
+            ),
+            rule(r#"{"ssn":"1"}"#, None),
+        ],
+    )
+    .await;
+
+    let entries = listed(&brokers, &dlt);
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for (i, entry) in entries.iter().enumerate() {
+        assert_eq!(entry["written_by"], "data contract rule", "{entry}");
+        let envelope = &entry["envelope"];
+        assert_eq!(envelope["id"], format!("{dlt}-rule-0-{i}"));
+        assert_eq!(envelope["source"]["topic"], topic.as_str());
+        assert_eq!(envelope["error"]["kind"], "permanent");
+    }
+    assert_eq!(
+        entries[0]["envelope"]["error"]["message"],
+        format!("data contract rule `checkSsnLen` (WRITE) of subject {topic}-value failed: Expr failed: 'size(message.ssn) == 9'")
+    );
+    let (code, shown, err) = cli(&[
+        "dlq",
+        "show",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt,
+        &format!("{dlt}-rule-0-1"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(shown.contains("checkSsnLen"), "{shown}");
+
+    // The rule's DLQ topic is named as its rule says: the template tells whose it is.
+    let (code, out, err) = replay_cli(
+        &brokers,
+        &dlt,
+        &[
+            "--json",
+            "--to-source",
+            "--dlq-topic-template",
+            "{topic}-dlq",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let replays = replays_on(&brokers, &topic);
+    assert_eq!(replays.len(), 2, "{out}");
+    for m in &replays {
+        let headers = kafka_dlq::RecordHeader::read_all(m.headers().unwrap());
+        assert!(
+            headers.iter().any(|h| h.key == b"traceparent"),
+            "the record's own headers"
+        );
+        assert!(
+            !headers.iter().any(|h| h.key.starts_with(b"__rule.")),
+            "not the rule's"
+        );
+        assert_eq!(m.key(), Some(&b"customer-9"[..]));
     }
 }
 

@@ -36,7 +36,8 @@ impl DlqContent {
     /// detached form (the original value as the value, the envelope in the
     /// `kafka_dlq-envelope` header; put back together here), a reference (returned as it is:
     /// [`DlqReader`](super::DlqReader) resolves it from the source topic), or a dead letter written by Spring
-    /// Kafka, Kafka Connect or a share group ([`super::foreign::decode`]). The one decoder of
+    /// Kafka, Kafka Connect, a share group, Kafka Streams or a data contract rule
+    /// ([`super::foreign::decode`]). The one decoder of
     /// the `dlq` commands and the monitor.
     pub fn decode<M: Message>(message: &M) -> DlqContent
     where
@@ -69,6 +70,7 @@ impl DlqContent {
                 .timestamp()
                 .to_millis()
                 .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+            at: (message.topic(), message.partition(), message.offset()),
         });
         if let Some((format, envelope)) = foreign {
             return DlqContent::Foreign {

@@ -6,7 +6,15 @@
 //! - **Kafka Connect** (`errors.deadletterqueue.context.headers.enable=true`): the original
 //!   value, key and headers, plus `__connect.errors.*` headers, all text;
 //! - **Kafka share groups** (KIP-1191, Kafka 4.4): the original value and key, and only
-//!   `__dlq.errors.*` headers, all text.
+//!   `__dlq.errors.*` headers, all text;
+//! - **Kafka Streams** (KIP-1034, Kafka 4.2: `errors.dead.letter.queue.topic.name`): the
+//!   original key and value bytes, not its headers, and `__streams.errors.*` headers, all text
+//!   (the exception, its message and stack trace, the source topic, partition and offset);
+//! - **Confluent data contracts** (a rule's `DLQ` action): the original key, value and headers
+//!   and `__rule.*` headers naming the rule, its mode, the subject and the topic, and the
+//!   exception's message. The record has no partition or offset (a rule on the producer
+//!   fails before it is written): the source says -1 for both, and the id is the DLQ record's
+//!   own, `<topic>-rule-<dlq partition>-<dlq offset>`.
 //!
 //! The envelope built for such a record has the source coordinates and the error those
 //! headers give, the record id `<topic>-<partition>-<offset>`, the value, key and the other
@@ -29,6 +37,10 @@ pub enum ForeignFormat {
     Connect,
     /// A Kafka share group's dead-letter queue (KIP-1191).
     ShareGroup,
+    /// Kafka Streams' dead-letter queue (KIP-1034).
+    KafkaStreams,
+    /// A Confluent data contract rule's `DLQ` action.
+    DataContract,
     /// Not a dead letter: a record waiting in one of kafka-dlq's retry topics
     /// ([`crate::retry_tier`]), read with `dlq list --topic <topic>-retry-<n>`.
     RetryTopic,
@@ -41,6 +53,8 @@ impl ForeignFormat {
             ForeignFormat::Spring => "Spring Kafka",
             ForeignFormat::Connect => "Kafka Connect",
             ForeignFormat::ShareGroup => "Kafka share group",
+            ForeignFormat::KafkaStreams => "Kafka Streams",
+            ForeignFormat::DataContract => "data contract rule",
             ForeignFormat::RetryTopic => "kafka-dlq retry topic",
         }
     }
@@ -50,6 +64,10 @@ impl ForeignFormat {
 pub const CONNECT_PREFIX: &str = "__connect.errors.";
 /// A share group's header prefix (KIP-1191).
 pub const SHARE_GROUP_PREFIX: &str = "__dlq.errors.";
+/// Kafka Streams' header prefix (KIP-1034).
+pub const STREAMS_PREFIX: &str = "__streams.errors.";
+/// A data contract rule's header prefix (Confluent's `DlqAction`).
+pub const RULE_PREFIX: &str = "__rule.";
 
 /// The message a share group writes for a record a consumer rejected.
 const SHARE_REJECTED: &str = "Offset rejected by client.";
@@ -67,6 +85,9 @@ pub struct DlqRecord<'a> {
     pub headers: &'a [RecordHeader],
     /// Its timestamp (when it was dead-lettered, for most writers).
     pub timestamp: Option<DateTime<Utc>>,
+    /// Where it is in the DLQ: its topic, partition and offset (the id of a dead letter whose
+    /// writer recorded no source coordinates).
+    pub at: (&'a str, i32, i64),
 }
 
 /// Reads `record` as a dead letter of Spring, Connect or a share group; `None` when it has
@@ -159,6 +180,59 @@ pub fn decode(record: DlqRecord<'_>) -> Option<(ForeignFormat, Envelope)> {
         let envelope = source.envelope(record, SHARE_GROUP_PREFIX, kind, &message, attempts);
         return Some((ForeignFormat::ShareGroup, envelope));
     }
+    if let Some(topic) = text("__streams.errors.topic") {
+        let source = Source {
+            topic,
+            partition: text("__streams.errors.partition")?.parse().ok()?,
+            offset: text("__streams.errors.offset")?.parse().ok()?,
+            // Kafka Streams writes the failed record's own timestamp on the DLQ record.
+            timestamp: record.timestamp,
+            timestamp_type: record.timestamp.map(|_| TimestampType::CreateTime),
+            group: String::new(),
+        };
+        // `exception` is the exception's class (Kafka Streams 4.2; its `toString()`, the class
+        // and the message, in KIP-1034's first form), `message` its message.
+        let exception = text("__streams.errors.exception").filter(|e| !e.is_empty());
+        let detail = text("__streams.errors.message").filter(|m| !m.is_empty());
+        let message = match (exception, detail) {
+            (Some(e), Some(m)) if e.ends_with(&m) => e,
+            (e, m) => describe(e, m),
+        };
+        let envelope = source.envelope(
+            record,
+            STREAMS_PREFIX,
+            DeadLetterKind::Unclassified,
+            &message,
+            0,
+        );
+        return Some((ForeignFormat::KafkaStreams, envelope));
+    }
+    if let (Some(topic), Some(rule)) = (text("__rule.topic"), text("__rule.name")) {
+        let (dlq_topic, dlq_partition, dlq_offset) = record.at;
+        let source = Source {
+            topic,
+            partition: -1,
+            offset: -1,
+            timestamp: None,
+            timestamp_type: None,
+            group: String::new(),
+        };
+        let mut message = format!("data contract rule `{rule}`");
+        if let Some(mode) = text("__rule.mode") {
+            message = format!("{message} ({mode})");
+        }
+        if let Some(subject) = text("__rule.subject") {
+            message = format!("{message} of subject {subject}");
+        }
+        message = match text("__rule.exception") {
+            Some(e) => format!("{message} failed: {e}"),
+            None => format!("{message} failed"),
+        };
+        let mut envelope =
+            source.envelope(record, RULE_PREFIX, DeadLetterKind::Permanent, &message, 0);
+        envelope.id = format!("{dlq_topic}-rule-{dlq_partition}-{dlq_offset}");
+        return Some((ForeignFormat::DataContract, envelope));
+    }
     None
 }
 
@@ -237,6 +311,7 @@ mod tests {
             value: Some(&[0xff, 0x00, b'x']),
             headers,
             timestamp: Some(Utc.timestamp_millis_opt(1_700_000_001_000).unwrap()),
+            at: ("orders-dlq", 0, 9),
         })
     }
 
@@ -350,6 +425,104 @@ mod tests {
         assert!(env.headers().unwrap().is_empty());
         let (_, rejected) = read(&headers(SHARE_REJECTED.as_bytes())).unwrap();
         assert_eq!(rejected.error.kind, DeadLetterKind::Permanent);
+    }
+
+    #[test]
+    fn reads_a_kafka_streams_dead_letter() {
+        let headers = [
+            h(
+                "__streams.errors.exception",
+                b"org.apache.kafka.common.errors.SerializationException",
+            ),
+            h(
+                "__streams.errors.message",
+                b"Size of data received by IntegerDeserializer is not 4",
+            ),
+            h(
+                "__streams.errors.stacktrace",
+                b"org.apache.kafka...\n\tat ...",
+            ),
+            h("__streams.errors.topic", b"orders"),
+            h("__streams.errors.partition", b"3"),
+            h("__streams.errors.offset", b"1234"),
+        ];
+        let (format, env) = read(&headers).unwrap();
+        assert_eq!(format, ForeignFormat::KafkaStreams);
+        assert_eq!(env.id, "orders-3-1234");
+        assert_eq!(
+            (
+                env.source.topic.as_str(),
+                env.source.partition,
+                env.source.offset
+            ),
+            ("orders", 3, 1234)
+        );
+        assert_eq!(
+            env.error.message,
+            "org.apache.kafka.common.errors.SerializationException: Size of data received by IntegerDeserializer is not 4"
+        );
+        assert!(
+            env.headers().unwrap().is_empty(),
+            "none of its own headers kept"
+        );
+        assert_eq!(
+            env.payload_bytes().unwrap().unwrap(),
+            vec![0xff, 0x00, b'x']
+        );
+        // KIP-1034's first form: `exception` is the class and the message already.
+        let mut older = headers.to_vec();
+        older[0] = h(
+            "__streams.errors.exception",
+            b"org.apache.kafka.common.errors.SerializationException: Size of data received by IntegerDeserializer is not 4",
+        );
+        assert_eq!(read(&older).unwrap().1.error.message, env.error.message);
+        let no_offset = [
+            h("__streams.errors.topic", b"orders"),
+            h("__streams.errors.partition", b"3"),
+        ];
+        assert!(read(&no_offset).is_none(), "no source offset: not one");
+    }
+
+    #[test]
+    fn reads_a_data_contract_rule_dead_letter() {
+        let headers = [
+            h(
+                "traceparent",
+                b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            h("__rule.name", b"checkSsnLen"),
+            h("__rule.mode", b"WRITE"),
+            h("__rule.subject", b"orders-value"),
+            h("__rule.topic", b"orders"),
+            h("__rule.exception", b"Expr failed: 'size(message.ssn) == 9'"),
+        ];
+        let (format, env) = read(&headers).unwrap();
+        assert_eq!(format, ForeignFormat::DataContract);
+        assert_eq!(
+            env.id, "orders-dlq-rule-0-9",
+            "the DLQ record's own coordinates"
+        );
+        assert_eq!(
+            (
+                env.source.topic.as_str(),
+                env.source.partition,
+                env.source.offset
+            ),
+            ("orders", -1, -1)
+        );
+        assert_eq!(env.error.kind, DeadLetterKind::Permanent);
+        assert_eq!(
+            env.error.message,
+            "data contract rule `checkSsnLen` (WRITE) of subject orders-value failed: Expr failed: 'size(message.ssn) == 9'"
+        );
+        assert_eq!(
+            env.headers().unwrap(),
+            vec![h(
+                "traceparent",
+                b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            )],
+            "the record's own headers kept, the rule's dropped"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
- * Spring Kafka's own code beside kafka-dlq, driven by tests/spring.rs:
+ * Spring Kafka's and Kafka Streams' own code beside kafka-dlq, driven by tests/spring.rs:
  *
  * <pre>
  *   read-dlt  BROKERS DLT COUNT   a @KafkaListener reads COUNT dead letters from DLT and prints
@@ -19,6 +19,9 @@ import java.util.logging.Logger;
  *   write-retry BROKERS TOPIC COUNT Spring's retry-topic recoverer moves COUNT records of TOPIC
  *                                 through TOPIC-retry-0 to TOPIC-retry-1 (group TOPIC-g, then
  *                                 the retry endpoint's TOPIC-g-retry-0)
+ *   streams-dlt BROKERS TOPIC COUNT a Kafka Streams application with the KIP-1034 dead-letter
+ *                                 queue writes COUNT dead letters of TOPIC to TOPIC-dlt
+ *                                 ({@link StreamsDlt}) and prints them
  * </pre>
  *
  * Exits 0 when done, 2 on bad arguments, 1 when the records did not come within 60 s.
@@ -29,7 +32,7 @@ public final class SpringInterop {
     public static void main(String[] args) throws Exception {
         Logger.getLogger("").setLevel(Level.WARNING);
         if (args.length != 4) {
-            System.err.println("usage: SpringInterop read-dlt|write-dlt|read-retry|write-retry BROKERS TOPIC COUNT");
+            System.err.println("usage: SpringInterop read-dlt|write-dlt|read-retry|write-retry|streams-dlt BROKERS TOPIC COUNT");
             System.exit(2);
         }
         int count = Integer.parseInt(args[3]);
@@ -38,6 +41,7 @@ public final class SpringInterop {
             case "write-dlt" -> DltWriter.run(args[1], args[2], count);
             case "read-retry" -> RetryReader.run(args[1], args[2], count);
             case "write-retry" -> RetryWriter.run(args[1], args[2], count);
+            case "streams-dlt" -> StreamsDlt.run(args[1], args[2], count);
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
