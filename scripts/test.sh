@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 KAFKA_VERSION=4.1.1
 SHARE_KAFKA_VERSION=4.4.0
 HELM_VERSION=v4.3.2
+JAEGER_VERSION=v1.76.0
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev libssl-dev libcurl4-openssl-dev openssl ca-certificates \
@@ -67,6 +68,18 @@ fi
 echo "==> the chart's manifest validator (deploy/helm/validate)"
 (cd deploy/helm/validate && GOFLAGS=-buildvcs=false go build -o "$GO_BIN/kube-validate" .)
 export HELM_BIN="$HELM_DIR/helm" KUBE_VALIDATE_BIN="$GO_BIN/kube-validate"
+
+# Jaeger v2, a real OTLP backend with a query API, for tests/tracing.rs: built once from its
+# module on the Go module proxy (its go.mod has replace directives, so `go install` refuses
+# it: it is built in its module's directory).
+JAEGER_DIR="$GO_BIN/jaeger-$JAEGER_VERSION"
+if [ ! -x "$JAEGER_DIR/jaeger" ]; then
+  echo "==> building Jaeger $JAEGER_VERSION from the Go module proxy"
+  jaeger_src="$(go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_VERSION" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  (cd "$jaeger_src" && GOFLAGS="-buildvcs=false -mod=mod" go build -o "$JAEGER_DIR/jaeger" ./cmd/jaeger)
+fi
+export JAEGER_BIN="$JAEGER_DIR/jaeger"
 
 echo "==> alerting rules (promtool, amtool)"
 promtool check rules alerting/kafka-dlq.rules.yml

@@ -326,7 +326,10 @@ fn an_invalid_combination_is_reported_by_config_check() {
 fn a_setting_no_command_takes_is_an_error_naming_it() {
     for (text, key) in [
         ("trace_records = true\n", "trace_records"),
-        ("[run]\ngroup_id = \"g\"\ntrace_records = true\n", "run.trace_records"),
+        (
+            "[run]\ngroup_id = \"g\"\ntrace_records = true\n",
+            "run.trace_records",
+        ),
     ] {
         let f = file(text);
         let (code, _, err) = config_check(&f, "run");
@@ -356,7 +359,16 @@ fn a_top_level_dlq_topic_is_the_consumers_template_in_every_command() {
     );
     let path = f.path().to_str().unwrap();
     let (code, out, err) = kafka_dlq(
-        &["--config", path, "config", "check", "dlq", "list", "--dlq-topic", "parcel-events.DLT"],
+        &[
+            "--config",
+            path,
+            "config",
+            "check",
+            "dlq",
+            "list",
+            "--dlq-topic",
+            "parcel-events.DLT",
+        ],
         &[],
     );
     assert_eq!(code, 0, "{err}");

@@ -50,7 +50,12 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
     // The share members' and the console's families are checked where those serve /metrics
     // (tests/share.rs, tests/console.rs); the rest are a consumer's.
     let asked: std::collections::BTreeSet<String> = families_named(&queries)
-        .difference(&share_families().union(&console_families()).cloned().collect())
+        .difference(
+            &share_families()
+                .union(&console_families())
+                .cloned()
+                .collect(),
+        )
         .cloned()
         .collect();
     let rules = std::fs::read_to_string(concat!(
@@ -59,7 +64,10 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
     ))
     .unwrap();
     let ruled = families_named(&rules);
-    for expr in rules.lines().filter(|l| l.trim_start().starts_with("expr:")) {
+    for expr in rules
+        .lines()
+        .filter(|l| l.trim_start().starts_with("expr:"))
+    {
         assert!(expr.contains(" by (group, "), "an alert per group: {expr}");
     }
 
@@ -130,7 +138,12 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
     // and the console's in their own tests.
     let named = manual_families();
     let consumer: Vec<_> = named
-        .difference(&of_share(&named).union(&of_console(&named)).cloned().collect())
+        .difference(
+            &of_share(&named)
+                .union(&of_console(&named))
+                .cloned()
+                .collect(),
+        )
         .filter(|f| !served.contains(*f))
         .cloned()
         .collect();
@@ -138,7 +151,11 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
         consumer.is_empty(),
         "the manual names {consumer:?}, which /metrics does not serve:\n{page}"
     );
-    // The dashboard shows every family /metrics serves.
-    let unshown: Vec<_> = served.difference(&asked).collect();
+    // The dashboard shows every kafka-dlq family /metrics serves (OpenTelemetry's messaging
+    // metrics beside them, `messaging_*`, are for dashboards built on the conventions).
+    let unshown: Vec<_> = served
+        .difference(&asked)
+        .filter(|f| f.starts_with("kafka_dlq_"))
+        .collect();
     assert!(unshown.is_empty(), "no panel shows {unshown:?}");
 }

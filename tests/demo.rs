@@ -8,7 +8,12 @@ fn the_demo_runs_to_completion_and_its_report_adds_up() {
     let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
     std::io::Write::write_all(&mut config, b"brokers = \"127.0.0.1:1\"\n").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
-        .args(["--config", config.path().to_str().unwrap(), "demo", "--json"])
+        .args([
+            "--config",
+            config.path().to_str().unwrap(),
+            "demo",
+            "--json",
+        ])
         .env("KAFKA_BROKERS", "127.0.0.1:1")
         .env("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
         .env("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")

@@ -78,7 +78,12 @@ fn every_rendered_manifest_decodes_strictly_as_its_kubernetes_type() {
         report
             .lines()
             .filter_map(|l| l.strip_prefix("ok "))
-            .map(|l| l.split('/').take(l.split('/').count() - 1).collect::<Vec<_>>().join("/"))
+            .map(|l| {
+                l.split('/')
+                    .take(l.split('/').count() - 1)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
             .collect()
     };
     let least = kinds(VALUES[0]);
@@ -140,12 +145,17 @@ fn a_required_value_left_out_is_named() {
         "kafka.brokers=k:9092,sidecar.groupId=g,sidecar.topics={t},sidecar.targetUrl=http://t/,console.enabled=true",
     ]);
     assert_ne!(code, 0);
-    assert!(err.contains("console.operatorTokens.secretName is required"), "{err}");
+    assert!(
+        err.contains("console.operatorTokens.secretName is required"),
+        "{err}"
+    );
 }
 
 /// The value of `key` in the rendered ConfigMap `kafka-dlq.toml`, de-indented.
 fn config_file(manifests: &str) -> String {
-    let mut lines = manifests.lines().skip_while(|l| l.trim() != "kafka-dlq.toml: |");
+    let mut lines = manifests
+        .lines()
+        .skip_while(|l| l.trim() != "kafka-dlq.toml: |");
     lines.next().expect("the ConfigMap holds kafka-dlq.toml");
     lines
         .take_while(|l| l.is_empty() || l.starts_with("    "))
@@ -182,8 +192,11 @@ fn the_config_file_the_chart_renders_is_read_by_kafka_dlq_with_its_secrets_mount
         std::fs::write(secrets.join(file), content).unwrap();
     }
     for values in VALUES {
-        let rendered = config_file(&template(values, &["--show-only", "templates/configmap.yaml"]))
-            .replace("/etc/kafka-dlq/secrets", secrets.to_str().unwrap());
+        let rendered = config_file(&template(
+            values,
+            &["--show-only", "templates/configmap.yaml"],
+        ))
+        .replace("/etc/kafka-dlq/secrets", secrets.to_str().unwrap());
         let path = dir.path().join("kafka-dlq.toml");
         std::fs::write(&path, &rendered).unwrap();
         let commands: &[&[&str]] = if values.contains("all-options") {

@@ -45,7 +45,10 @@ fn commands() -> BTreeMap<String, Help> {
                 continue;
             }
             if in_commands {
-                match line.strip_prefix("  ").and_then(|l| l.split_whitespace().next()) {
+                match line
+                    .strip_prefix("  ")
+                    .and_then(|l| l.split_whitespace().next())
+                {
                     Some(name) if !line.starts_with("   ") && name != "help" => {
                         todo.push(format!("{path} {name}").trim().to_string())
                     }
@@ -59,7 +62,10 @@ fn commands() -> BTreeMap<String, Help> {
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
                         .collect();
-                    if !flag.is_empty() && word.starts_with("--") && line.trim_start().starts_with('-') {
+                    if !flag.is_empty()
+                        && word.starts_with("--")
+                        && line.trim_start().starts_with('-')
+                    {
                         parsed.flags.insert(flag);
                     }
                 }
@@ -165,7 +171,9 @@ fn command_lines(text: &str, known: &BTreeMap<String, Help>) -> Vec<(usize, Stri
                 .iter()
                 .filter_map(|w| w.strip_prefix("--"))
                 .map(|f| f.split('=').next().unwrap().to_string())
-                .filter(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+                .filter(|f| {
+                    !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                })
                 .collect();
             out.push((number, path, flags));
         }
@@ -185,12 +193,18 @@ fn every_command_line_in_the_manual_uses_flags_its_command_takes() {
             for flag in flags {
                 checked += 1;
                 if !known[&path].flags.contains(&flag) && !global.contains(&flag) {
-                    wrong.push(format!("{}:{line}: `kafka-dlq {path}` has no --{flag}", file.display()));
+                    wrong.push(format!(
+                        "{}:{line}: `kafka-dlq {path}` has no --{flag}",
+                        file.display()
+                    ));
                 }
             }
         }
     }
-    assert!(checked > 50, "only {checked} flags found: the parser lost them");
+    assert!(
+        checked > 50,
+        "only {checked} flags found: the parser lost them"
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
@@ -201,7 +215,10 @@ fn every_flag_in_a_settings_table_is_the_binarys() {
     let mut wrong = Vec::new();
     let mut checked = 0;
     // The benchmark's tables are kafka-dlq-bench's flags.
-    for (file, text) in manual().iter().filter(|(f, _)| !f.ends_with("benchmark.md")) {
+    for (file, text) in manual()
+        .iter()
+        .filter(|(f, _)| !f.ends_with("benchmark.md"))
+    {
         for (i, line) in text.lines().enumerate() {
             let Some(cell) = line.strip_prefix("| `--") else {
                 continue;
@@ -216,7 +233,11 @@ fn every_flag_in_a_settings_table_is_the_binarys() {
                 .collect();
             checked += 1;
             if !all.contains(&flag) {
-                wrong.push(format!("{}:{}: no command takes --{flag}", file.display(), i + 1));
+                wrong.push(format!(
+                    "{}:{}: no command takes --{flag}",
+                    file.display(),
+                    i + 1
+                ));
             }
         }
     }
@@ -248,7 +269,10 @@ fn every_variable_the_manual_names_is_read_by_the_binary() {
     let mut checked = 0;
     for (file, text) in manual() {
         for (i, line) in text.lines().enumerate() {
-            for (at, _) in line.match_indices("KAFKA_").chain(line.match_indices("SLACK_")) {
+            for (at, _) in line
+                .match_indices("KAFKA_")
+                .chain(line.match_indices("SLACK_"))
+            {
                 if at > 0 && line.as_bytes()[at - 1].is_ascii_alphanumeric() {
                     continue;
                 }
@@ -261,7 +285,11 @@ fn every_variable_the_manual_names_is_read_by_the_binary() {
                 }
                 checked += 1;
                 if !read.contains(&name) {
-                    wrong.push(format!("{}:{}: nothing reads {name}", file.display(), i + 1));
+                    wrong.push(format!(
+                        "{}:{}: nothing reads {name}",
+                        file.display(),
+                        i + 1
+                    ));
                 }
             }
         }
@@ -276,7 +304,9 @@ fn toml_blocks(text: &str) -> Vec<(usize, String)> {
     let mut block: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {
         match &mut block {
-            None if line.trim_start().starts_with("```toml") => block = Some((i + 1, String::new())),
+            None if line.trim_start().starts_with("```toml") => {
+                block = Some((i + 1, String::new()))
+            }
             Some(_) if line.trim_start().starts_with("```") => out.push(block.take().unwrap()),
             Some((_, b)) => {
                 b.push_str(line);

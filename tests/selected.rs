@@ -63,8 +63,9 @@ fn the_tests_on_apache_kafka_start_a_broker() {
                 tool[0]
             );
         }
-        // The chart's tests run Helm and the manifest validator that the script builds.
-        for var in ["HELM_BIN", "KUBE_VALIDATE_BIN"] {
+        // The chart's tests run Helm and the manifest validator that the script builds, the
+        // tracing tests Jaeger.
+        for var in ["HELM_BIN", "KUBE_VALIDATE_BIN", "JAEGER_BIN"] {
             let path = std::env::var(var).unwrap_or_default();
             assert!(
                 std::path::Path::new(&path).is_file(),

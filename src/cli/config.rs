@@ -244,12 +244,10 @@ pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues)
             Some(section) => l.split(' ').next() == Some(section.as_str()),
         });
         let taken = root_has(&command, &setting.key)
-            || scope
-                .into_iter()
-                .any(|l| match setting.section {
-                    None => has_arg(&command, l, top_level_id(&command, l, &setting.key)),
-                    Some(_) => has_arg(&command, l, &setting.key),
-                });
+            || scope.into_iter().any(|l| match setting.section {
+                None => has_arg(&command, l, top_level_id(&command, l, &setting.key)),
+                Some(_) => has_arg(&command, l, &setting.key),
+            });
         if !taken {
             let shown = match &setting.section {
                 Some(section) => format!("{section}.{}", setting.key),

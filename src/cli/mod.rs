@@ -286,8 +286,10 @@ fn init_logging(
         let layer = provider.as_ref().map(|p| {
             tracing_opentelemetry::layer()
                 .with_tracer(p.tracer("kafka-dlq"))
+                // The spans of the messaging conventions (consumer/settle/spans.rs), not the
+                // log context's.
                 .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-                    m.name() == "handle"
+                    m.is_span() && matches!(m.name(), "process" | "handle" | "send")
                 }))
         });
         registry.with(layer).init();

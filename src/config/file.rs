@@ -458,7 +458,9 @@ kafka_options = ["socket.timeout.ms=30000", "client.rack=eu-1a,socket.keepalive.
             Some("eu-1b"),
             "the [librdkafka] table wins"
         );
-        let file = write("brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nkafka_options = \"hunter2\"\n");
+        let file = write(
+            "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\nkafka_options = \"hunter2\"\n",
+        );
         let error = ConsumerConfig::from_file(file.path()).unwrap_err();
         assert_eq!(error.key, "kafka_option");
         assert!(!error.to_string().contains("hunter2"), "{error}");

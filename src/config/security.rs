@@ -273,8 +273,9 @@ impl Security {
                 if text.trim().is_empty() {
                     return Ok(());
                 }
-                let content = std::fs::read_to_string(text.trim())
-                    .map_err(|e| ConfigError::new(key, text.trim(), format!("cannot read it: {e}")))?;
+                let content = std::fs::read_to_string(text.trim()).map_err(|e| {
+                    ConfigError::new(key, text.trim(), format!("cannot read it: {e}"))
+                })?;
                 let secret = content
                     .strip_suffix("\r\n")
                     .or_else(|| content.strip_suffix('\n'))
@@ -865,8 +866,10 @@ mod tests {
         };
         let mut s = Security::default();
         s.set("sasl_password", "inline").unwrap();
-        s.set("sasl_password_file", &file("password", " pa ss\n")).unwrap();
-        s.set("oauth_client_secret_file", &file("secret", "s3cret\r\n")).unwrap();
+        s.set("sasl_password_file", &file("password", " pa ss\n"))
+            .unwrap();
+        s.set("oauth_client_secret_file", &file("secret", "s3cret\r\n"))
+            .unwrap();
         s.set("ssl_key_password_file", &file("key", "k")).unwrap();
         assert_eq!(s.sasl_password.as_deref(), Some(" pa ss"), "the file wins");
         assert_eq!(s.oauth_client_secret.as_deref(), Some("s3cret"));
@@ -874,7 +877,9 @@ mod tests {
         let missing = s.set("sasl_password_file", "/no/such/file").unwrap_err();
         assert_eq!(missing.key, "sasl_password_file");
         assert!(missing.to_string().contains("/no/such/file"), "{missing}");
-        let empty = s.set("sasl_password_file", &file("empty", "\n")).unwrap_err();
+        let empty = s
+            .set("sasl_password_file", &file("empty", "\n"))
+            .unwrap_err();
         assert!(empty.to_string().contains("empty"), "{empty}");
     }
 

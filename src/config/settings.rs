@@ -179,10 +179,11 @@ settings! {
         /// producer. Those that would break the guarantees are refused
         /// ([`refuse_raw_option`](super::refuse_raw_option)). `Debug` shows their keys only.
         librdkafka: ClientOptions = ClientOptions::new();
-        /// Run every handler call in a `handle` span (fields `topic`, `partition`, `offset`,
-        /// `id`, `records`); with the `otel` feature, a record's W3C `traceparent` is its
-        /// parent (see `kafka_dlq::telemetry`). Default off: a span per record costs the hot
-        /// path. `kafka-dlq run --otlp-endpoint` turns it on.
+        /// Run every record in spans of OpenTelemetry's messaging conventions: a CONSUMER
+        /// `process {topic}` span (a child of the record's W3C `traceparent` with the `otel`
+        /// feature), a `handle` span per handler call in it and a PRODUCER `send {topic}` span
+        /// per dead-letter or retry write (docs/operating.md, Tracing). Default off: spans per
+        /// record cost the hot path. `kafka-dlq run --otlp-endpoint` turns it on.
         trace_records: bool = false;
     }
     flags {

@@ -330,7 +330,7 @@ impl<H: BatchHandler> Consumer<H> {
             &config,
             handler,
             metrics,
-            Arc::new(settle::KafkaExits::new(dlq)),
+            Arc::new(settle::KafkaExits::new(dlq, config.trace_records)),
             Arc::new(worker::client::KafkaClient(consumer.clone())),
         )?;
         shared.transaction = transaction;

@@ -128,6 +128,11 @@ impl DeadLetterPublisher {
         (write, form)
     }
 
+    /// The dead-letter topic of `record`.
+    pub(crate) fn topic_of(&self, record: &Record) -> String {
+        self.topic.for_topic(record.source_topic())
+    }
+
     /// The producer dead letters are written with.
     pub(crate) fn producer(&self) -> &FutureProducer<LogContext> {
         &self.producer
@@ -288,13 +293,38 @@ impl Write {
 /// The headers of a dead letter: the source headers less earlier `kafka_dlt-*` ones, then
 /// Spring's `kafka_dlt-*` headers ([`spring::headers`]).
 fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
-    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 9);
+    // Written in a traced `send` span, the dead letter carries that span's trace context (the
+    // envelope keeps the record's own, which a replay sends).
+    #[cfg(feature = "otel")]
+    let trace = crate::telemetry::current();
+    #[cfg(not(feature = "otel"))]
+    let trace: Option<crate::record::TraceContext> = None;
+    let replaced = |key: &[u8]| {
+        trace.is_some()
+            && (key == crate::record::TRACEPARENT.as_bytes()
+                || key == crate::record::TRACESTATE.as_bytes())
+    };
+    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 11);
     for h in record
         .headers
         .iter()
-        .filter(|h| !h.key.starts_with(spring::PREFIX.as_bytes()))
+        .filter(|h| !h.key.starts_with(spring::PREFIX.as_bytes()) && !replaced(&h.key))
     {
         headers = crate::kafka::headers::add(headers, &h.key, h.value.as_deref());
+    }
+    if let Some(trace) = &trace {
+        headers = crate::kafka::headers::add(
+            headers,
+            crate::record::TRACEPARENT.as_bytes(),
+            Some(trace.traceparent.as_bytes()),
+        );
+        if let Some(state) = &trace.tracestate {
+            headers = crate::kafka::headers::add(
+                headers,
+                crate::record::TRACESTATE.as_bytes(),
+                Some(state.as_bytes()),
+            );
+        }
     }
     add_spring_headers(headers, envelope)
 }

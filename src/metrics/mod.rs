@@ -72,6 +72,11 @@ pub struct MetricSet {
     pub(crate) buffered_records: IntGauge,
     pub(crate) buffered_bytes: IntGauge,
     pub(crate) handler_duration: HistogramVec,
+    /// OpenTelemetry's `messaging.process.duration`: one handler call, by destination and
+    /// `error.type` (empty when it succeeded).
+    pub(crate) process_duration: HistogramVec,
+    /// OpenTelemetry's `messaging.client.consumed.messages`.
+    pub(crate) consumed_messages: IntCounterVec,
     pub(crate) settle_seconds: prometheus::Histogram,
     pub(crate) consumer_lag: IntGaugeVec,
     pub(crate) partitions_assigned: IntGauge,
@@ -205,6 +210,37 @@ impl Metrics {
         registry
             .register(Box::new(handler_duration.clone()))
             .expect("unique metric");
+        // OpenTelemetry's messaging metrics (semantic conventions v1.44), under the names its
+        // Prometheus exporter gives them, beside ours.
+        let process_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "messaging_process_duration_seconds",
+                "OpenTelemetry messaging.process.duration: duration of processing operation (one handler call).",
+            )
+            .const_label("messaging_system", "kafka")
+            .const_label("messaging_operation_name", "process")
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+            ]),
+            &["messaging_destination_name", "error_type"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(process_duration.clone()))
+            .expect("unique metric");
+        let consumed_messages = IntCounterVec::new(
+            Opts::new(
+                "messaging_client_consumed_messages_total",
+                "OpenTelemetry messaging.client.consumed.messages: messages delivered to the consumer.",
+            )
+            .const_label("messaging_system", "kafka")
+            .const_label("messaging_operation_name", "poll"),
+            &["messaging_destination_name"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(consumed_messages.clone()))
+            .expect("unique metric");
         let settle_seconds = prometheus::Histogram::with_opts(
             HistogramOpts::new(
                 "kafka_dlq_record_settle_seconds",
@@ -313,6 +349,8 @@ impl Metrics {
             buffered_records,
             buffered_bytes,
             handler_duration,
+            process_duration,
+            consumed_messages,
             settle_seconds,
             consumer_lag,
             partitions_assigned,

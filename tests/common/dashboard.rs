@@ -81,7 +81,10 @@ pub fn manual_families() -> BTreeSet<String> {
     for entry in std::fs::read_dir(root.join("docs")).unwrap() {
         files.push(entry.unwrap().path());
     }
-    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "md")) {
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
+    {
         text.push_str(&std::fs::read_to_string(file).unwrap());
     }
     // `kafka_dlq_console_{outstanding,…}` and `_causes` style shorthands name no family.
@@ -104,7 +107,9 @@ pub fn of_share(families: &BTreeSet<String>) -> BTreeSet<String> {
 pub fn of_console(families: &BTreeSet<String>) -> BTreeSet<String> {
     families
         .iter()
-        .filter(|f| f.starts_with("kafka_dlq_console_") || *f == "kafka_dlq_state_unverified_records")
+        .filter(|f| {
+            f.starts_with("kafka_dlq_console_") || *f == "kafka_dlq_state_unverified_records"
+        })
         .cloned()
         .collect()
 }

@@ -39,14 +39,11 @@ pub(super) async fn inbox(
 
 /// Whether the query asks for every dead letter (`state=all`) rather than the outstanding
 /// ones (`state=outstanding`, the default); another word is refused, never read as the default.
-fn all_states(q: &ListQuery) -> Result<bool, Response> {
+fn all_states(q: &ListQuery) -> Result<bool, String> {
     match q.state.as_deref() {
         None | Some("outstanding") => Ok(false),
         Some("all") => Ok(true),
-        Some(other) => Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("state `{other}`: expected outstanding or all"),
-        )),
+        Some(other) => Err(format!("state `{other}`: expected outstanding or all")),
     }
 }
 
@@ -61,7 +58,7 @@ pub(super) async fn dead_letters(
     };
     let all = match all_states(&q) {
         Ok(all) => all,
-        Err(r) => return r,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
     let _permit = match c.scan(&caller) {
@@ -167,7 +164,7 @@ pub(super) async fn export(
     }
     let all = match all_states(&q) {
         Ok(all) => all,
-        Err(r) => return r,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let selection: Selection = match q.selection.selection() {
         Ok(s) => s,

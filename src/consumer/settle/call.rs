@@ -33,18 +33,16 @@ impl<H: BatchHandler> Caller<H> {
         let probe = (permit == Permit::Probe).then(|| ProbeGuard(&self.breaker));
         // tokio's clock, which the breaker reads too (and tests pause).
         let started = started.unwrap_or_else(Instant::now);
-        let span = if self.trace_records {
-            handler_span(records)
-        } else {
-            tracing::Span::none()
+        let span = match &self.spans {
+            Some(spans) => handler_span(spans, records),
+            None => tracing::Span::none(),
         };
-        let result = AssertUnwindSafe(self.handler.handle_batch(records).instrument(span))
+        let result = AssertUnwindSafe(self.handler.handle_batch(records).instrument(span.clone()))
             .catch_unwind()
             .await;
         let ended = Instant::now();
-        metrics
-            .handler_duration
-            .observe((ended - started).as_secs_f64());
+        let took = (ended - started).as_secs_f64();
+        metrics.handler_duration.observe(took);
         let result = match result {
             Ok(result) => result,
             Err(panic) => {
@@ -55,8 +53,24 @@ impl<H: BatchHandler> Caller<H> {
                 Err(error)
             }
         };
-        if result.is_ok() {
-            metrics.succeeded.inc_by(records.len() as u64);
+        match &result {
+            Ok(()) => {
+                metrics.succeeded.inc_by(records.len() as u64);
+                metrics.process_duration.observe(took);
+            }
+            Err(e) => {
+                let kind = match e.kind() {
+                    FailureKind::Transient => "transient",
+                    FailureKind::Permanent => "permanent",
+                };
+                self.metrics
+                    .process_duration
+                    .with_label_values(&[records[0].topic.as_str(), kind])
+                    .observe(took);
+                if self.spans.is_some() {
+                    super::spans::failed(&span, kind);
+                }
+            }
         }
         let outcome = match &result {
             Err(e) if e.kind() == FailureKind::Transient => CallOutcome::Transient,
@@ -72,46 +86,18 @@ impl<H: BatchHandler> Caller<H> {
     }
 }
 
-/// The span of one handler call; with the `otel` feature, a child of the first record's W3C
-/// trace context. A share group's record names its delivery too.
-fn handler_span(records: &[Record]) -> tracing::Span {
-    let first = &records[0];
-    let span = tracing::info_span!(
-        "handle",
-        topic = %first.topic,
-        partition = first.partition,
-        offset = first.offset,
-        id = %first.id,
-        records = records.len(),
-        delivery = tracing::field::Empty,
-    );
-    if let Some(delivery) = first.delivery_count {
-        span.record("delivery", delivery);
+/// The span of one handler call: inside its record's `process` span, an INTERNAL `handle`
+/// span; a call of a batch, or of a record being isolated from one, is a `process` span of its
+/// own.
+fn handler_span(spans: &super::Spans, records: &[Record]) -> tracing::Span {
+    let in_process = tracing::Span::current()
+        .metadata()
+        .is_some_and(|m| m.name() == "process");
+    if records.len() == 1 && in_process {
+        spans.handle(records)
+    } else {
+        spans.process(records)
     }
-    #[cfg(feature = "otel")]
-    if let Some(trace) = first.trace_context() {
-        crate::telemetry::set_parent(&span, &trace);
-    }
-    span
-}
-
-/// The span of one record's settling, which its retries and its exit's write run in: every
-/// line about the record carries its topic, partition, offset, id and key (and a share group's
-/// record its delivery).
-pub(crate) fn record_span(record: &Record) -> tracing::Span {
-    let span = tracing::info_span!(
-        "record",
-        topic = %record.topic,
-        partition = record.partition,
-        offset = record.offset,
-        id = %record.id,
-        key = %record.key_for_logs(),
-        delivery = tracing::field::Empty,
-    );
-    if let Some(delivery) = record.delivery_count {
-        span.record("delivery", delivery);
-    }
-    span
 }
 
 /// Gives a granted probe back to the breaker when dropped; forgotten once the probe's outcome

@@ -9,6 +9,7 @@ use std::pin::Pin;
 use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::dlq::DeadLetterPublisher;
 use crate::failure::DeadLetterKind;
@@ -120,19 +121,26 @@ pub(crate) trait ExitWriter: Send + Sync + 'static {
 pub(crate) struct KafkaExits {
     dead_letters: DeadLetterPublisher,
     retries: RetryWriter,
+    /// Whether each write runs in a PRODUCER `send` span ([`super::Spans::send`]).
+    traced: bool,
 }
 
 impl KafkaExits {
-    pub(crate) fn new(dead_letters: DeadLetterPublisher) -> Self {
+    /// Writes through `dead_letters`' producer, each write in a `send` span when `traced`.
+    pub(crate) fn new(dead_letters: DeadLetterPublisher, traced: bool) -> Self {
         Self {
             retries: RetryWriter::new(&dead_letters),
             dead_letters,
+            traced,
         }
     }
-}
 
-impl ExitWriter for KafkaExits {
-    fn write(&self, record: &Record, write: &ExitWrite, cancel: CancellationToken) -> PendingExit {
+    fn untraced(
+        &self,
+        record: &Record,
+        write: &ExitWrite,
+        cancel: CancellationToken,
+    ) -> PendingExit {
         match write {
             ExitWrite::DeadLetter {
                 kind,
@@ -150,6 +158,41 @@ impl ExitWriter for KafkaExits {
                 )
             }
         }
+    }
+}
+
+impl ExitWriter for KafkaExits {
+    fn write(&self, record: &Record, write: &ExitWrite, cancel: CancellationToken) -> PendingExit {
+        if !self.traced {
+            return self.untraced(record, write, cancel);
+        }
+        let topic = match write {
+            ExitWrite::DeadLetter { .. } => self.dead_letters.topic_of(record),
+            ExitWrite::Retry { tier, .. } => {
+                crate::record::retry::topic_name(record.source_topic(), *tier)
+            }
+        };
+        // A child of the current span, the record's `process` span; the dead letter is built
+        // in it, and so carries its trace context.
+        let send = super::Spans::send(&topic);
+        let pending = send.in_scope(|| self.untraced(record, write, cancel));
+        Box::pin(
+            async move {
+                let written = pending.await;
+                let span = tracing::Span::current();
+                match &written {
+                    Ok(RetryWritten::RetryTopic(to) | RetryWritten::DeadLettered(to)) => {
+                        span.record("messaging.destination.partition.id", to.partition);
+                        span.record("messaging.kafka.offset", to.offset);
+                    }
+                    Err(_) => {
+                        span.record("otel.status_code", "error");
+                    }
+                }
+                written
+            }
+            .instrument(send),
+        )
     }
 }
 

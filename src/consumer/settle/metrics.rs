@@ -11,6 +11,7 @@ use crate::metrics::Metrics;
 pub(crate) struct TopicHandles {
     succeeded: prometheus::IntCounter,
     handler_duration: prometheus::Histogram,
+    process_duration: prometheus::Histogram,
     settle_seconds: prometheus::Histogram,
 }
 
@@ -20,6 +21,7 @@ impl TopicHandles {
         Self {
             succeeded: metrics.succeeded.with_label_values(&[topic]),
             handler_duration: metrics.handler_duration.with_label_values(&[topic]),
+            process_duration: metrics.process_duration.with_label_values(&[topic, ""]),
             settle_seconds: metrics.settle_seconds.clone(),
         }
     }
@@ -32,6 +34,7 @@ impl TopicHandles {
         TopicMetrics {
             succeeded: self.succeeded.local(),
             handler_duration: self.handler_duration.local(),
+            process_duration: self.process_duration.local(),
             settle_seconds: self.settle_seconds.local(),
             breaker,
             answered: None,
@@ -45,6 +48,9 @@ impl TopicHandles {
 pub(crate) struct TopicMetrics<'a> {
     pub(crate) succeeded: prometheus::local::LocalIntCounter,
     pub(crate) handler_duration: prometheus::local::LocalHistogram,
+    /// `messaging.process.duration` of the calls that succeeded (a failed one is observed at
+    /// once, under its `error_type`).
+    pub(crate) process_duration: prometheus::local::LocalHistogram,
     pub(crate) settle_seconds: prometheus::local::LocalHistogram,
     breaker: &'a Breaker,
     /// Calls made with [`Permit::Normal`] and answered, not yet told to the breaker, and when
@@ -86,6 +92,7 @@ impl TopicMetrics<'_> {
         self.follows = None;
         self.succeeded.flush();
         self.handler_duration.flush();
+        self.process_duration.flush();
         self.settle_seconds.flush();
         self.flush_answered();
     }

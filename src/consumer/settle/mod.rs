@@ -20,15 +20,17 @@ mod call;
 mod exit;
 mod metrics;
 mod retries;
+mod spans;
 
 use std::sync::Arc;
 
-pub(crate) use call::{permit, record_span};
+pub(crate) use call::permit;
 pub(crate) use exit::{
     exited, exited_in_transaction, Exit, ExitWrite, ExitWriter, KafkaExits, PendingExit,
 };
 pub(crate) use metrics::{TopicHandles, TopicMetrics};
 pub(crate) use retries::{Settled, Tried};
+pub(crate) use spans::{failed, record_span, Spans};
 
 use crate::backoff::ExponentialBackoff;
 use crate::breaker::Breaker;
@@ -41,8 +43,8 @@ pub(crate) struct Caller<H> {
     pub breaker: Arc<Breaker>,
     pub backoff: ExponentialBackoff,
     pub metrics: Metrics,
-    /// Whether each handler call runs in a `handle` span (`trace_records`).
-    pub trace_records: bool,
+    /// The spans of records in OpenTelemetry's conventions, when `trace_records` is on.
+    pub spans: Option<Spans>,
     /// What the consumer does while the breaker is open, for the log line when it opens.
     pub while_open: &'static str,
 }

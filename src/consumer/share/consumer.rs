@@ -181,10 +181,15 @@ impl<H: BatchHandler> ShareConsumer<H> {
                 breaker: self.breaker,
                 backoff: config.backoff()?,
                 metrics: self.metrics.clone(),
-                trace_records: config.trace_records,
+                spans: config
+                    .trace_records
+                    .then(|| crate::consumer::settle::Spans::new(&group)),
                 while_open: "no more records are acquired; those in hand wait, their locks renewed, one probing",
             },
-            exits: Arc::new(crate::consumer::settle::KafkaExits::new(self.dlq)),
+            exits: Arc::new(crate::consumer::settle::KafkaExits::new(
+                self.dlq,
+                config.trace_records,
+            )),
             metrics: self.metrics,
             share_dlq: config.share_dlq,
             delivery_limit,

@@ -120,7 +120,7 @@ pub(crate) async fn settle<H: BatchHandler>(
     }
     // Every line about the record, its retries and its dead letter, carries its topic,
     // partition, offset, id, key and delivery.
-    .instrument(record_span(record));
+    .instrument(record_span(record, member.caller.spans.as_ref()));
     tokio::select! {
         biased;
         ack = work => ack,

@@ -40,6 +40,11 @@ pub(super) async fn settle_record<H: BatchHandler>(
         settled.catch_up(at).await;
     }
     let caller = &shared.caller;
+    // Traced, the whole of the record's settling runs in its `process` span.
+    let process = caller
+        .spans
+        .as_ref()
+        .map(|spans| record_span(record, Some(spans)));
     // Straight on from the last record's call, unless the breaker makes this one wait.
     let follows = metrics.follows.take();
     let (granted, follows) = match caller.breaker.permit_now() {
@@ -47,7 +52,13 @@ pub(super) async fn settle_record<H: BatchHandler>(
         _ => (permit(&caller.breaker, cancel).await?, None),
     };
     let records = std::slice::from_ref(record);
-    let (result, ended) = caller.call(metrics, records, granted, follows).await;
+    let (result, ended) = match &process {
+        Some(span) => {
+            let call = caller.call(metrics, records, granted, follows);
+            call.instrument(span.clone()).await
+        }
+        None => caller.call(metrics, records, granted, follows).await,
+    };
     match narrow(result, record.offset) {
         Ok(()) => {
             metrics.follows = Some(ended);
@@ -60,14 +71,19 @@ pub(super) async fn settle_record<H: BatchHandler>(
             Ok(())
         }
         Err(first) => {
-            settle_failure(shared, metrics, record, first, fetched, settled, cancel).await
+            settle_failure(
+                shared, metrics, record, first, fetched, settled, cancel, process,
+            )
+            .await
         }
     }
 }
 
 /// Settles a record whose first call failed with `first`: the shared retries, then its exit
-/// ([`Exit::after`]: its next retry topic or the dead-letter topic), written by `settled`.
+/// ([`Exit::after`]: its next retry topic or the dead-letter topic), written by `settled`,
+/// all in `span` (the record's `process` span when traced; else a `record` span made here).
 /// Stores the progress made so far before any wait.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn settle_failure<H: BatchHandler>(
     shared: &Arc<Shared<H>>,
     metrics: &mut TopicMetrics<'_>,
@@ -76,6 +92,7 @@ pub(super) async fn settle_failure<H: BatchHandler>(
     fetched: Instant,
     settled: &mut Progress,
     cancel: &CancellationToken,
+    span: Option<tracing::Span>,
 ) -> Result<(), Stopped> {
     // Waits may follow: store and count the progress made so far first. A permanent failure
     // goes straight to a pipelined dead-letter write, which waits only when the most writes
@@ -84,7 +101,7 @@ pub(super) async fn settle_failure<H: BatchHandler>(
         settled.store(shared);
         metrics.flush();
     }
-    let span = record_span(record);
+    let span = span.unwrap_or_else(|| record_span(record, shared.caller.spans.as_ref()));
     // Dead letters acknowledged while this record waits (its backoff, the breaker) settle and
     // give their budget back meanwhile.
     let mut tried = Tried::default();
@@ -110,6 +127,9 @@ pub(super) async fn settle_failure<H: BatchHandler>(
             .observe(fetched.elapsed().as_secs_f64());
         return Ok(());
     };
+    if shared.caller.spans.is_some() {
+        crate::consumer::settle::failed(&span, kind.as_str());
+    }
     let leaving = Leaving {
         exit: Exit::after(&shared.retry_tiers, record, kind, attempts),
         message,

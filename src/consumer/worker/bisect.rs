@@ -120,6 +120,7 @@ async fn settle_partial<H: BatchHandler>(
                 taken,
                 settled,
                 cancel,
+                None,
             )
             .await?;
         }

@@ -167,8 +167,10 @@ impl DeadLetterWrites {
         };
         // Handed to the producer now, so that dead letters keep the partition's order.
         let write = leaving.write_of(shared, record);
-        let pending = (shared.exits)
-            .write(record, &write, cancel.clone())
+        // In the record's span: a traced write's `send` span is its child.
+        let pending = leaving
+            .span
+            .in_scope(|| (shared.exits).write(record, &write, cancel.clone()))
             .instrument(leaving.span);
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),

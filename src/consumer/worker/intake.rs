@@ -46,6 +46,7 @@ pub(crate) struct Intake {
     /// Where settled records go back to, for the poll loop to reuse.
     spares: Arc<SpareRecords>,
     consumed: prometheus::IntCounter,
+    consumed_messages: prometheus::IntCounter,
     /// Records a [`Intake::take`] took and has not handed over yet: kept here, not in the
     /// take's future, so that a take dropped before its end (in a `select!`, when tokio's
     /// budget runs out between two records) loses nothing; the next take hands them over.
@@ -73,6 +74,7 @@ impl Intake {
         series_at_zero(metrics, &topic, tiers);
         Self {
             consumed: metrics.consumed.with_label_values(&[&topic]),
+            consumed_messages: metrics.consumed_messages.with_label_values(&[&topic]),
             metrics: TopicHandles::new(metrics, &topic),
             topic,
             partition: assigned.partition,
@@ -214,6 +216,7 @@ impl Intake {
         let records = std::mem::take(&mut self.taking);
         self.taking_bytes = 0;
         self.consumed.inc_by(records.len() as u64);
+        self.consumed_messages.inc_by(records.len() as u64);
         Some((records, self.taking_since))
     }
 
@@ -314,6 +317,8 @@ impl Drop for FetchesHeld<'_> {
 /// series to read.
 fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
     metrics.consumed.with_label_values(&[topic]);
+    metrics.consumed_messages.with_label_values(&[topic]);
+    metrics.process_duration.with_label_values(&[topic, ""]);
     metrics.retried.with_label_values(&[topic]);
     metrics.dlq_write_failures.with_label_values(&[topic]);
     metrics.batch_splits.with_label_values(&[topic]);

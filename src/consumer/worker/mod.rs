@@ -89,7 +89,9 @@ impl<H> Shared<H> {
                 breaker: Arc::new(crate::breaker::Breaker::new(config.breaker())),
                 backoff: config.backoff()?,
                 metrics: metrics.clone(),
-                trace_records: config.trace_records,
+                spans: config
+                    .trace_records
+                    .then(|| crate::consumer::settle::Spans::new(&config.group_id)),
                 while_open: "each partition waits with its next record, probing with one",
             },
             group: config.group_id.clone(),

@@ -139,8 +139,9 @@ impl Progress {
             }
             None => {
                 let write = leaving.write_of(shared, record);
-                let written = (shared.exits)
-                    .write(record, &write, cancel.clone())
+                let written = leaving
+                    .span
+                    .in_scope(|| (shared.exits).write(record, &write, cancel.clone()))
                     .instrument(leaving.span)
                     .await;
                 exited(&shared.metrics, &record.topic, &write, written)?;

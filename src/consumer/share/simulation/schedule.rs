@@ -113,7 +113,7 @@ impl Setup {
                 )
                 .expect("valid backoff"),
                 metrics: metrics.clone(),
-                trace_records: false,
+                spans: None,
                 while_open: "no more records are acquired",
             },
             exits: Arc::new(SimDeadLetters {
