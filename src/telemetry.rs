@@ -6,7 +6,8 @@
 //! With this feature, a record with a valid `traceparent` makes that span a child of the
 //! producer's span, so a subscriber with a `tracing-opentelemetry` layer exports it into the
 //! producer's trace (a batch call takes the first record's context), and a dead letter
-//! carries the trace context of the span that wrote it ([`current`]). [`otlp_provider`] builds the
+//! carries the trace context of the span that wrote it
+//! ([`TraceContext::current`](crate::record::TraceContext::current)). [`otlp_provider`] builds the
 //! exporter `kafka-dlq run --otlp-endpoint` uses; a library user installs their own layer.
 
 use std::collections::HashMap;
@@ -33,23 +34,6 @@ pub fn parent(trace: &TraceContext) -> opentelemetry::Context {
 pub fn set_parent(span: &tracing::Span, trace: &TraceContext) {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let _ = span.set_parent(parent(trace));
-}
-
-/// The trace context of the current span, when an OpenTelemetry layer records it and it is
-/// valid: what a dead letter written in a `send` span carries as its `traceparent`.
-pub fn current() -> Option<TraceContext> {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let cx = tracing::Span::current().context();
-    if !cx.span().span_context().is_valid() {
-        return None;
-    }
-    let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
-    TraceContext::parse(
-        carrier.get(TRACEPARENT)?,
-        carrier.get(TRACESTATE).map(String::as_str),
-    )
 }
 
 /// A tracer provider that exports spans in batches over OTLP/HTTP (protobuf) to `endpoint`,

@@ -296,7 +296,7 @@ fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
     // Written in a traced `send` span, the dead letter carries that span's trace context (the
     // envelope keeps the record's own, which a replay sends).
     #[cfg(feature = "otel")]
-    let trace = crate::telemetry::current();
+    let trace = crate::record::TraceContext::current();
     #[cfg(not(feature = "otel"))]
     let trace: Option<crate::record::TraceContext> = None;
     let replaced = |key: &[u8]| {

@@ -26,6 +26,26 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
+    /// The trace context of the current `tracing` span, when an OpenTelemetry layer records it
+    /// and it is valid (feature `otel`): what a dead letter written in a `send` span carries.
+    #[cfg(feature = "otel")]
+    pub fn current() -> Option<TraceContext> {
+        use opentelemetry::propagation::TextMapPropagator;
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let cx = tracing::Span::current().context();
+        if !cx.span().span_context().is_valid() {
+            return None;
+        }
+        let mut carrier = std::collections::HashMap::new();
+        opentelemetry_sdk::propagation::TraceContextPropagator::new()
+            .inject_context(&cx, &mut carrier);
+        TraceContext::parse(
+            carrier.get(TRACEPARENT)?,
+            carrier.get(TRACESTATE).map(String::as_str),
+        )
+    }
+
     /// Parses a `traceparent` value; `None` when it is not a valid one (W3C Trace Context:
     /// `version-trace_id-parent_id-flags` in lower-case hex, version not `ff`, ids not all
     /// zero; a version above `00` may carry more fields after the flags).
