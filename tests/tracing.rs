@@ -210,14 +210,13 @@ struct Jaeger {
 impl Jaeger {
     fn start() -> Jaeger {
         let bin = std::env::var("JAEGER_BIN").unwrap_or_else(|_| "jaeger".into());
-        let port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        let (otlp, http, grpc) = (port(), port(), port());
+        // All three held bound until chosen, so the system cannot hand one out twice.
+        let held: Vec<_> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let port = |i: usize| held[i].local_addr().unwrap().port();
+        let (otlp, http, grpc) = (port(0), port(1), port(2));
+        drop(held);
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("jaeger.yaml");
         std::fs::write(

@@ -191,13 +191,15 @@ impl Kafka {
                 libs.display()
             ));
         }
-        let (port, controller_port) = (free_port(), free_port());
+        let mut ports = free_ports(2 + listeners.len()).into_iter();
+        let (port, controller_port) = (ports.next().unwrap(), ports.next().unwrap());
         remove_dirs_of_ended_runs();
         let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let extra: Vec<(String, String, u16)> = listeners
             .iter()
-            .map(|l| (l.name.to_string(), l.protocol.to_string(), free_port()))
+            .zip(ports)
+            .map(|(l, port)| (l.name.to_string(), l.protocol.to_string(), port))
             .collect();
         write_config(&dir, port, controller_port, &extra, settings, advertised)?;
         let cluster_id = cluster_id();
@@ -432,11 +434,17 @@ fn cluster_id() -> String {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+/// `n` distinct free loopback ports. Every listener stays bound until all are chosen: asked
+/// one at a time, the system may hand the same just-released port out twice, and the broker
+/// then refuses two listeners on one port.
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("a bound loopback port").port())
+        .collect()
 }
 
 /// `java` with the broker's JVM options (and `extra`, where `-cp DIR` adds a directory of
