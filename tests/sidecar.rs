@@ -1065,3 +1065,339 @@ async fn the_target_is_reached_directly_whatever_http_proxy_says_unless_a_proxy_
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(asked[0].ends_with("/events"), "{asked:?}");
 }
+
+/// Headers with every byte the protocol allows: a hundred of them, duplicates, empty and null
+/// values, binary values and a name that is not UTF-8.
+fn every_kind_of_header() -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut headers = vec![
+        (b"tenant-id".to_vec(), Some(b"acme".to_vec())),
+        (b"Tenant-Id".to_vec(), Some(b"other case".to_vec())),
+        (b"tenant-id".to_vec(), Some(b"a duplicate".to_vec())),
+        (b"empty".to_vec(), Some(Vec::new())),
+        (b"null".to_vec(), None),
+        (b"binary".to_vec(), Some((0..=255).collect())),
+        (vec![0xff, 0xfe, b','], Some(vec![0x00, b'=', b'%'])),
+        (b"ce_type".to_vec(), Some("order.créée".as_bytes().to_vec())),
+    ];
+    for i in headers.len()..100 {
+        headers.push((
+            format!("h{i}").into_bytes(),
+            Some(format!("v{i}").into_bytes()),
+        ));
+    }
+    headers
+}
+
+/// Echoes each record's headers back as its exactly-once output: decodes `X-Kafka-Headers`
+/// and answers `{"produce": [{"topic": OUT, "headers": [...]}]}` in the sidecar's own list form.
+async fn echo_headers(
+    State((out, seen)): State<(String, Arc<Mutex<Vec<HeaderMap>>>)>,
+    headers: HeaderMap,
+) -> (StatusCode, String) {
+    seen.lock().unwrap().push(headers.clone());
+    let decoded = headers
+        .get(kafka_dlq::sidecar::record_headers::HTTP_HEADER)
+        .map(|v| kafka_dlq::sidecar::record_headers::decode(v.to_str().unwrap()).unwrap())
+        .unwrap_or_default();
+    let list = kafka_dlq::sidecar::record_headers::json(&decoded);
+    (
+        StatusCode::OK,
+        serde_json::json!({"produce": [{"topic": out, "value": "echo", "headers": list}]})
+            .to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_header_reaches_the_target_and_comes_back_through_an_output_byte_identical() {
+    let brokers = brokers();
+    let topic = unique("headers");
+    let group = unique("g");
+    let out = format!("{topic}-out");
+    for t in [&topic, &format!("{topic}-dlt"), &out] {
+        create_topic(&brokers, t, 1).await;
+    }
+    let sent = every_kind_of_header();
+    produce(
+        &brokers,
+        &topic,
+        vec![Out {
+            headers: sent.clone(),
+            ..Out::new(0, "order-1")
+        }],
+    )
+    .await;
+    let seen: Arc<Mutex<Vec<HeaderMap>>> = Arc::default();
+    let app = Router::new()
+        .route("/events", post(echo_headers))
+        .with_state((out.clone(), seen.clone()));
+    let url = format!("http://{}/events", serve_on_loopback(app).await);
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args(["--exactly-once", "--output-topics", &out])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&1))
+        .await,
+        "the record is handled"
+    );
+    assert!(terminate(&mut child).await.success());
+    // One HTTP header field carries all hundred, whatever their bytes.
+    let request = seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        request
+            .get_all(kafka_dlq::sidecar::record_headers::HTTP_HEADER)
+            .iter()
+            .count(),
+        1
+    );
+    let outputs = read_committed(&brokers, &out, 1);
+    let got: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+        kafka_dlq::RecordHeader::read_all(outputs[0].headers().unwrap())
+            .into_iter()
+            .map(|h| (h.key, h.value))
+            .collect();
+    assert_eq!(got, sent, "in order, duplicates kept, byte for byte");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_items_carry_their_records_headers_unless_turned_off() {
+    let brokers = brokers();
+    for forward in [true, false] {
+        let topic = unique("batch-headers");
+        let group = unique("g");
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        produce(
+            &brokers,
+            &topic,
+            vec![Out {
+                headers: every_kind_of_header(),
+                ..Out::new(0, "ok-1")
+            }],
+        )
+        .await;
+        let target = Target::default();
+        let app = Router::new()
+            .route("/batch", post(answer_batch))
+            .with_state(target.clone());
+        let url = format!("http://{}/batch", serve_on_loopback(app).await);
+        let mut child = sidecar_command(&brokers, &group, &topic, &url)
+            .args(["--batch-size", "10", "--batch-linger-ms", "100"])
+            .args(["--forward-headers", &forward.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+                == Some(&1))
+            .await
+        );
+        assert!(terminate(&mut child).await.success());
+        let requests = target.requests.lock().unwrap().clone();
+        let items: Vec<serde_json::Value> = serde_json::from_str(&requests[0].1).unwrap();
+        if forward {
+            let headers = items[0]["headers"].as_array().unwrap();
+            assert_eq!(headers.len(), 100);
+            assert_eq!(
+                headers[0],
+                serde_json::json!({"name": "tenant-id", "value": "acme"})
+            );
+            assert_eq!(
+                headers[4],
+                serde_json::json!({"name": "null", "value": null})
+            );
+            // NUL, `=` and `%` are UTF-8: text; a name that is not UTF-8: base64.
+            assert_eq!(
+                headers[6],
+                serde_json::json!({"name_base64": "//4s", "value": "\u{0}=%"})
+            );
+            assert_eq!(
+                headers[5]["value_base64"].as_str().map(|b| b.len()),
+                Some(344),
+                "256 bytes of every value, base64"
+            );
+        } else {
+            assert!(items[0].get("headers").is_none(), "{}", items[0]);
+        }
+    }
+}
+
+/// Serves `app` over TLS on loopback with the test CA's `server` certificate, requiring a
+/// client certificate the CA signed when `client_ca`.
+async fn serve_tls(
+    app: Router,
+    pki: &common::security::Pki,
+    require_client: bool,
+) -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.path("server.crt"))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(pki.path("server.key")).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let config = if require_client {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_file_iter(pki.ca()).unwrap() {
+            roots.add(ca.unwrap()).unwrap();
+        }
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                .build()
+                .unwrap();
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    }
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                // A client without the certificate asked for fails here: nothing is served.
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_target_with_a_private_ca_and_one_that_asks_for_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = common::security::Pki::create(dir.path()).unwrap();
+    // The client's key, unencrypted (what the sidecar reads).
+    let plain_key = dir.path().join("client-plain.key");
+    let converted = std::process::Command::new("openssl")
+        .args(["pkey", "-in", &pki.client_key(), "-passin"])
+        .arg(format!("pass:{}", common::security::CLIENT_KEY_PASSWORD))
+        .arg("-out")
+        .arg(&plain_key)
+        .status()
+        .unwrap();
+    assert!(converted.success());
+    let brokers = brokers();
+    for require_client in [false, true] {
+        let topic = unique("https");
+        let group = unique("g");
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        produce(&brokers, &topic, vec![Out::new(0, "ok-1")]).await;
+        let target = Target::default();
+        let app = Router::new()
+            .route("/events", post(answer))
+            .with_state(target.clone());
+        let addr = serve_tls(app, &pki, require_client).await;
+        let url = format!("https://localhost:{}/events", addr.port());
+        let run = |extra: &[&str]| {
+            let mut command = sidecar_command(&brokers, &group, &topic, &url);
+            command
+                .args(["--target-ca-location", &pki.ca()])
+                .args(extra)
+                .args(["--max-retries", "1", "--backoff-initial-ms", "10"])
+                .args(["--breaker-failure-ratio", "0"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            command.spawn().unwrap()
+        };
+        if require_client {
+            // Without its certificate the target refuses the handshake: transient, retried,
+            // then dead-lettered naming the TLS failure — never delivered.
+            let mut child = run(&[]);
+            assert!(
+                eventually(WAIT, || read_all(&brokers, &format!("{topic}-dlt")).len()
+                    == 1)
+                .await
+            );
+            terminate(&mut child).await;
+            assert_eq!(target.count("ok-1"), 0);
+            let dead = read_all(&brokers, &format!("{topic}-dlt"));
+            let envelope = Envelope::from_slice(dead[0].payload().unwrap()).unwrap();
+            assert!(
+                envelope.error.message.contains("POST https://localhost"),
+                "{}",
+                envelope.error.message
+            );
+        }
+        // With it: delivered (the next record, when the first was dead-lettered above).
+        let value = if require_client { "ok-2" } else { "ok-1" };
+        if require_client {
+            produce(&brokers, &topic, vec![Out::new(0, value)]).await;
+        }
+        let certificate = pki.client_certificate();
+        let mut child = run(&[
+            "--target-certificate-location",
+            &certificate,
+            "--target-key-location",
+            plain_key.to_str().unwrap(),
+        ]);
+        assert!(
+            eventually(WAIT, || target.count(value) >= 1).await,
+            "delivered over TLS (client certificate asked for: {require_client})"
+        );
+        assert!(terminate(&mut child).await.success());
+    }
+    // The system's CAs do not know the private CA: refused, named.
+    let topic = unique("https-untrusted");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    produce(&brokers, &topic, vec![Out::new(0, "ok-1")]).await;
+    let target = Target::default();
+    let app = Router::new()
+        .route("/events", post(answer))
+        .with_state(target.clone());
+    let addr = serve_tls(app, &pki, false).await;
+    let mut child = sidecar_command(
+        &brokers,
+        &group,
+        &topic,
+        &format!("https://localhost:{}/events", addr.port()),
+    )
+    .args([
+        "--max-retries",
+        "1",
+        "--backoff-initial-ms",
+        "10",
+        "--breaker-failure-ratio",
+        "0",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(WAIT, || read_all(&brokers, &format!("{topic}-dlt")).len()
+            == 1)
+        .await
+    );
+    terminate(&mut child).await;
+    assert_eq!(
+        target.count("ok-1"),
+        0,
+        "never delivered to a target it cannot trust"
+    );
+}

@@ -28,9 +28,27 @@ pub struct RunArgs {
     /// Topics to consume, comma-separated.
     #[arg(long, env = "KAFKA_TOPICS", value_delimiter = ',')]
     topics: Vec<String>,
-    /// Where each record is POSTed (http://).
+    /// Where each record is POSTed (http:// or https://).
     #[arg(long, env = "TARGET_URL")]
     target_url: Option<String>,
+    /// An https:// target: a PEM file of the CAs that sign its certificate, trusted instead
+    /// of the system's.
+    #[arg(long, env = "KAFKA_DLQ_TARGET_CA_LOCATION", value_name = "FILE")]
+    target_ca_location: Option<std::path::PathBuf>,
+    /// An https:// target that asks for a client certificate: the certificate (PEM).
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_TARGET_CERTIFICATE_LOCATION",
+        value_name = "FILE"
+    )]
+    target_certificate_location: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM, not encrypted).
+    #[arg(long, env = "KAFKA_DLQ_TARGET_KEY_LOCATION", value_name = "FILE")]
+    target_key_location: Option<std::path::PathBuf>,
+    /// Send the record's own Kafka headers to the target (`X-Kafka-Headers`; in batch mode each
+    /// item's `headers`); `false` sends only the id, coordinates, key and trace context.
+    #[arg(long, env = "KAFKA_DLQ_FORWARD_HEADERS", default_value_t = true, action = clap::ArgAction::Set)]
+    forward_headers: bool,
     /// Reach the target through this HTTP proxy (http://host:port). Without it the sidecar
     /// talks to the target directly, whatever HTTP_PROXY or HTTPS_PROXY say.
     #[arg(long, env = "KAFKA_DLQ_TARGET_PROXY")]
@@ -169,16 +187,27 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         }
     }
     let proxy = args.target_proxy.as_deref();
+    let tls = kafka_dlq::sidecar::TargetTls {
+        ca_location: args.target_ca_location.clone(),
+        certificate_location: args.target_certificate_location.clone(),
+        key_location: args.target_key_location.clone(),
+    };
     let target = if config.batch_size > 1 {
-        let target = HttpBatchTarget::new(url, timeout)?;
+        let mut target = HttpBatchTarget::new(url, timeout)?.with_tls(tls)?;
+        if !args.forward_headers {
+            target = target.without_record_headers();
+        }
         Target::Batch(match proxy {
             Some(proxy) => target.through_proxy(proxy)?,
             None => target,
         })
     } else {
-        let mut target = HttpTarget::new(url, timeout, &args.content_type)?;
+        let mut target = HttpTarget::new(url, timeout, &args.content_type)?.with_tls(tls)?;
         if config.exactly_once {
             target = target.producing_to(output_topics);
+        }
+        if !args.forward_headers {
+            target = target.without_record_headers();
         }
         Target::Single(match proxy {
             Some(proxy) => target.through_proxy(proxy)?,

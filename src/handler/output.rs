@@ -38,8 +38,9 @@ pub struct Output {
     pub key: Option<Vec<u8>>,
     /// Its value; `None` for a tombstone.
     pub value: Option<Vec<u8>>,
-    /// Its headers, in order.
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// Its headers, in order, duplicates kept, any bytes (a `None` value is a header
+    /// without one).
+    pub headers: Vec<crate::record::RecordHeader>,
 }
 
 impl Output {
@@ -71,8 +72,11 @@ impl Output {
     }
 
     /// The same record with header `name` = `value` added.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.headers.push((name.into(), value.into()));
+    pub fn header(mut self, name: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
+        self.headers.push(crate::record::RecordHeader {
+            key: name.into(),
+            value: Some(value.into()),
+        });
         self
     }
 }
@@ -196,6 +200,12 @@ mod tests {
             .header("h", "v");
         assert_eq!(out.value.as_deref(), Some(&b"{\"a\":1}"[..]));
         assert_eq!(out.key.as_deref(), Some(&b"k"[..]));
-        assert_eq!(out.headers, vec![("h".to_string(), b"v".to_vec())]);
+        assert_eq!(
+            out.headers,
+            vec![crate::record::RecordHeader {
+                key: b"h".to_vec(),
+                value: Some(b"v".to_vec())
+            }]
+        );
     }
 }

@@ -49,6 +49,7 @@ use std::time::Duration;
 
 pub mod batch_response;
 pub mod produce;
+pub mod record_headers;
 pub mod shown_url;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -68,6 +69,10 @@ const ERROR_BODY_BYTES: usize = 512;
 #[derive(Clone)]
 pub struct HttpTarget {
     client: reqwest::Client,
+    /// The proxy the client goes through, if any ([`HttpTarget::through_proxy`]).
+    proxy: Option<reqwest::Proxy>,
+    /// The TLS of an `https://` target ([`HttpTarget::with_tls`]).
+    tls: TargetTls,
     url: reqwest::Url,
     /// `url` with its credentials redacted, for every message that shows it.
     shown: String,
@@ -75,6 +80,8 @@ pub struct HttpTarget {
     timeout: Duration,
     /// With `--exactly-once`: the topics an answer may produce to ([`produce`]).
     output_topics: Option<std::sync::Arc<[String]>>,
+    /// Whether the record's own headers go too ([`record_headers`]).
+    forward_headers: bool,
 }
 
 /// Shows the target URL redacted, never its credentials.
@@ -88,17 +95,18 @@ impl std::fmt::Debug for HttpTarget {
 }
 
 impl HttpTarget {
-    /// Checks the URL (`http://` only) and builds a client whose requests time out after
-    /// `timeout` (a timeout is a transient failure).
+    /// Checks the URL (`http://` or `https://`, with the system's CAs until
+    /// [`HttpTarget::with_tls`] says otherwise) and builds a client whose requests time out
+    /// after `timeout` (a timeout is a transient failure).
     pub fn new(url: &str, timeout: Duration, content_type: &str) -> Result<Self, ConfigError> {
         let shown = shown_url::redacted(url);
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ConfigError::new("target_url", &shown, format!("not a URL: {e}")))?;
-        if parsed.scheme() != "http" {
+        if !matches!(parsed.scheme(), "http" | "https") {
             return Err(ConfigError::new(
                 "target_url",
                 &shown,
-                "only http:// is supported (the sidecar talks to a service beside it)",
+                "only http:// and https:// are supported",
             ));
         }
         if timeout.is_zero() {
@@ -113,17 +121,18 @@ impl HttpTarget {
         // No proxy from HTTP_PROXY and the like: the target is a service beside the sidecar, and
         // a proxy would see every record and the URL's credentials ([`HttpTarget::through_proxy`]
         // when one is meant).
-        let client = client_builder(timeout)
-            .no_proxy()
-            .build()
+        let client = build_client(timeout, None, &TargetTls::default())
             .map_err(|e| ConfigError::new("target_url", &shown, e))?;
         Ok(Self {
             client,
+            proxy: None,
+            tls: TargetTls::default(),
             url: parsed,
             shown,
             content_type,
             timeout,
             output_topics: None,
+            forward_headers: true,
         })
     }
 
@@ -137,6 +146,15 @@ impl HttpTarget {
         }
     }
 
+    /// The same target without the records' own headers (`--forward-headers false`): only
+    /// the id, the coordinates, the key and the trace context go.
+    pub fn without_record_headers(self) -> Self {
+        Self {
+            forward_headers: false,
+            ..self
+        }
+    }
+
     /// The same target reached through the HTTP proxy at `proxy` (`http://host:port`,
     /// `--target-proxy`), for a target that is not beside the sidecar.
     pub fn through_proxy(self, proxy: &str) -> Result<Self, ConfigError> {
@@ -144,21 +162,115 @@ impl HttpTarget {
         let proxy = reqwest::Proxy::all(proxy).map_err(|e| {
             ConfigError::new("target_proxy", &shown, format!("not a proxy URL: {e}"))
         })?;
-        let client = client_builder(self.timeout)
-            .proxy(proxy)
-            .build()
+        let client = build_client(self.timeout, Some(&proxy), &self.tls)
             .map_err(|e| ConfigError::new("target_proxy", &shown, e))?;
-        Ok(Self { client, ..self })
+        Ok(Self {
+            client,
+            proxy: Some(proxy),
+            ..self
+        })
     }
+
+    /// The same target trusting `tls`'s CAs instead of the system's, and presenting its
+    /// client certificate when the target asks for one (mutual TLS). A file that cannot be
+    /// read or is not PEM is an error naming its setting.
+    pub fn with_tls(self, tls: TargetTls) -> Result<Self, ConfigError> {
+        let client = build_client(self.timeout, self.proxy.as_ref(), &tls)?;
+        Ok(Self {
+            client,
+            tls,
+            ..self
+        })
+    }
+}
+
+/// The TLS of an `https://` target, each a PEM file: the CAs to trust instead of the
+/// system's, and the client certificate and its key for a target that asks for one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetTls {
+    /// CAs that sign the target's certificate (`--target-ca-location`); none: the system's.
+    pub ca_location: Option<std::path::PathBuf>,
+    /// The client's certificate (`--target-certificate-location`).
+    pub certificate_location: Option<std::path::PathBuf>,
+    /// The client's private key, not encrypted (`--target-key-location`).
+    pub key_location: Option<std::path::PathBuf>,
 }
 
 /// A client that follows no redirect and times a request out after `timeout`: a redirect is
 /// never a delivery — following one would turn the POST into a GET without the body
-/// (301/302/303), and the GET's 2xx would settle the record.
-fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
+/// (301/302/303), and the GET's 2xx would settle the record. Through `proxy` only when one is
+/// given; with `tls`'s CAs and client certificate.
+fn build_client(
+    timeout: Duration,
+    proxy: Option<&reqwest::Proxy>,
+    tls: &TargetTls,
+) -> Result<reqwest::Client, ConfigError> {
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| ConfigError::new(key, path.display(), format!("cannot read it: {e}")))
+    };
+    let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
+        .use_rustls_tls();
+    builder = match proxy {
+        Some(proxy) => builder.proxy(proxy.clone()),
+        None => builder.no_proxy(),
+    };
+    if let Some(path) = &tls.ca_location {
+        let certificates =
+            reqwest::Certificate::from_pem_bundle(&read("target_ca_location", path)?)
+                .ok()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "target_ca_location",
+                        path.display(),
+                        "holds no PEM certificate",
+                    )
+                })?;
+        builder = builder.tls_built_in_root_certs(false);
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    match (&tls.certificate_location, &tls.key_location) {
+        (Some(certificate), Some(key)) => {
+            let mut pem = read("target_certificate_location", certificate)?;
+            pem.push(b'\n');
+            pem.extend(read("target_key_location", key)?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                ConfigError::new(
+                    "target_key_location",
+                    key.display(),
+                    format!("the certificate and key are not a PEM pair it can use (an unencrypted PKCS#8, RSA or EC key): {e}"),
+                )
+            })?;
+            builder = builder.identity(identity);
+        }
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "target_key_location",
+                "",
+                "is required with target_certificate_location",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "target_certificate_location",
+                "",
+                "is required with target_key_location",
+            ))
+        }
+        (None, None) => {}
+    }
+    builder.build().map_err(|e| {
+        ConfigError::new(
+            "target_url",
+            "",
+            format!("the HTTP client cannot be built: {}", error_chain(&e)),
+        )
+    })
 }
 
 impl Handler for HttpTarget {
@@ -193,6 +305,19 @@ impl Handler for HttpTarget {
                 request = request.header("X-Kafka-Retry-Tier", tier.to_string());
             }
             request = request.header("X-Kafka-Retry-Attempts", retry.attempts.to_string());
+        }
+        if self.forward_headers {
+            match record_headers::encode(&record.headers) {
+                Ok(Some(text)) => {
+                    request = request.header(record_headers::HTTP_HEADER, text);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    return Err(HandlerError::permanent(format!(
+                        "the record cannot be delivered: {why}"
+                    )))
+                }
+            }
         }
         if let Some(key) = record.key.as_deref() {
             let printable = std::str::from_utf8(key)
@@ -311,6 +436,20 @@ impl HttpBatchTarget {
             single: self.single.through_proxy(proxy)?,
         })
     }
+
+    /// The same target with `tls` ([`HttpTarget::with_tls`]).
+    pub fn with_tls(self, tls: TargetTls) -> Result<Self, ConfigError> {
+        Ok(Self {
+            single: self.single.with_tls(tls)?,
+        })
+    }
+
+    /// The same target without the records' own headers in its items.
+    pub fn without_record_headers(self) -> Self {
+        Self {
+            single: self.single.without_record_headers(),
+        }
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -330,6 +469,9 @@ struct BatchItem<'a> {
     retry_tier: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_attempts: Option<u32>,
+    /// The record's own headers ([`record_headers::json`]), unless turned off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<serde_json::Value>,
 }
 
 impl crate::handler::BatchHandler for HttpBatchTarget {
@@ -355,6 +497,10 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
                     tracestate: trace.and_then(|t| t.tracestate),
                     retry_tier: r.retry.as_ref().and_then(|retry| retry.tier),
                     retry_attempts: r.retry.as_ref().map(|retry| retry.attempts),
+                    headers: self
+                        .single
+                        .forward_headers
+                        .then(|| record_headers::json(&r.headers)),
                 }
             })
             .collect();
@@ -503,12 +649,46 @@ mod tests {
     }
 
     #[test]
-    fn target_url_must_be_http() {
+    fn target_url_must_be_http_or_https() {
         let t = Duration::from_secs(1);
         assert!(HttpTarget::new("http://localhost:8080/events", t, "application/json").is_ok());
+        assert!(
+            HttpTarget::new("https://orders.example.com/events", t, "application/json").is_ok()
+        );
         let err = HttpTarget::new("ftp://x", t, "application/json").unwrap_err();
         assert_eq!(err.key, "target_url");
         let err = HttpTarget::new("not a url", t, "application/json").unwrap_err();
         assert_eq!(err.value, "not a url");
+    }
+
+    #[test]
+    fn tls_files_that_cannot_serve_are_refused_by_name() {
+        let t = Duration::from_secs(1);
+        let target =
+            || HttpTarget::new("https://orders.example.com/", t, "application/json").unwrap();
+        let missing = TargetTls {
+            ca_location: Some("/no/such/ca.pem".into()),
+            ..TargetTls::default()
+        };
+        assert_eq!(
+            target().with_tls(missing).unwrap_err().key,
+            "target_ca_location"
+        );
+        let not_pem = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(not_pem.path(), "not a certificate").unwrap();
+        let garbage = TargetTls {
+            ca_location: Some(not_pem.path().into()),
+            ..TargetTls::default()
+        };
+        let error = target().with_tls(garbage).unwrap_err();
+        assert!(error.to_string().contains("no PEM certificate"), "{error}");
+        let half = TargetTls {
+            certificate_location: Some(not_pem.path().into()),
+            ..TargetTls::default()
+        };
+        assert_eq!(
+            target().with_tls(half).unwrap_err().key,
+            "target_key_location"
+        );
     }
 }

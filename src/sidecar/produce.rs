@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::failure::HandlerError;
 use crate::handler::Output;
+use crate::record::RecordHeader;
 
 /// The records `body` (a 2xx answer, read up to 1 MiB) asks to produce, each to one of
 /// `allowed`. An empty body, or a JSON object without `produce`, asks for none. Anything else
@@ -75,6 +76,33 @@ struct RawItem {
     value: Option<Box<RawValue>>,
 }
 
+/// One header of a `headers` list: `{"name" | "name_base64", "value" | "value_base64"}`, a
+/// `null` or absent value for a header without one.
+fn header_item(item: &Value) -> Result<RecordHeader, String> {
+    let item = item.as_object().ok_or("is not an object")?;
+    if let Some(unknown) = item
+        .keys()
+        .find(|k| !["name", "name_base64", "value", "value_base64"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "has an unknown field `{unknown}` (fields: name, name_base64, value, value_base64)"
+        ));
+    }
+    let bytes = |text: Option<&Value>, base64: Option<&Value>, what: &str| match (text, base64) {
+        (Some(_), Some(_)) => Err(format!("has both `{what}` and `{what}_base64`")),
+        (Some(Value::String(t)), None) => Ok(Some(t.clone().into_bytes())),
+        (None | Some(Value::Null), None) => Ok(None),
+        (None, Some(Value::String(b))) => BASE64
+            .decode(b)
+            .map(Some)
+            .map_err(|e| format!("`{what}_base64` is not base64: {e}")),
+        _ => Err(format!("`{what}` is not a string")),
+    };
+    let key = bytes(item.get("name"), item.get("name_base64"), "name")?.ok_or("has no `name`")?;
+    let value = bytes(item.get("value"), item.get("value_base64"), "value")?;
+    Ok(RecordHeader { key, value })
+}
+
 /// `item`'s record, its `value` the bytes `raw_value` (as the answer wrote it) when known.
 fn output(item: &Value, raw_value: Option<Vec<u8>>, allowed: &[String]) -> Result<Output, String> {
     let item = item.as_object().ok_or("not an object")?;
@@ -120,10 +148,20 @@ fn output(item: &Value, raw_value: Option<Vec<u8>>, allowed: &[String]) -> Resul
                 let value = value
                     .as_str()
                     .ok_or_else(|| format!("header {name:?} is not a string"))?;
-                headers.push((name.clone(), value.as_bytes().to_vec()));
+                headers.push(RecordHeader {
+                    key: name.clone().into_bytes(),
+                    value: Some(value.as_bytes().to_vec()),
+                });
             }
         }
-        Some(_) => return Err("`headers` is not an object".to_string()),
+        // The form the sidecar sends a batch item's headers in: in order, duplicates kept,
+        // any bytes.
+        Some(Value::Array(items)) => {
+            for (i, header) in items.iter().enumerate() {
+                headers.push(header_item(header).map_err(|why| format!("headers[{i}] {why}"))?);
+            }
+        }
+        Some(_) => return Err("`headers` is not an object or a list".to_string()),
     }
     Ok(Output {
         topic: topic.to_string(),
@@ -180,6 +218,51 @@ mod tests {
             (out[2].key.as_deref(), out[2].value.as_deref()),
             (Some(&b"gone"[..]), None)
         );
+    }
+
+    #[test]
+    fn headers_as_a_list_are_produced_in_order_with_any_bytes() {
+        let body = br#"{"produce": [{"topic": "audit", "value": 1, "headers": [
+            {"name": "tenant", "value": "acme"},
+            {"name": "tenant", "value": "again"},
+            {"name_base64": "/w==", "value_base64": "AP4="},
+            {"name": "empty", "value": ""},
+            {"name": "null", "value": null},
+            {"name": "absent"}
+        ]}]}"#;
+        let out = outputs(body, &allowed()).unwrap();
+        let h = |key: &[u8], value: Option<&[u8]>| RecordHeader {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        assert_eq!(
+            out[0].headers,
+            vec![
+                h(b"tenant", Some(b"acme")),
+                h(b"tenant", Some(b"again")),
+                h(&[0xff], Some(&[0x00, 0xfe])),
+                h(b"empty", Some(b"")),
+                h(b"null", None),
+                h(b"absent", None),
+            ]
+        );
+        // What the sidecar sends a batch item as is what an answer may give back.
+        let sent = super::super::record_headers::json(&out[0].headers);
+        let echoed = format!(r#"{{"produce": [{{"topic": "audit", "headers": {sent}}}]}}"#);
+        assert_eq!(
+            outputs(echoed.as_bytes(), &allowed()).unwrap()[0].headers[..5],
+            out[0].headers[..5]
+        );
+        for (bad, why) in [
+            (r#"[{"value": "v"}]"#, "headers[0] has no `name`"),
+            (r#"[{"name": "a", "value": 1}]"#, "`value` is not a string"),
+            (r#"[{"name": "a", "vlaue": "v"}]"#, "unknown field `vlaue`"),
+            (r#"[{"name": "a", "value_base64": "%%"}]"#, "not base64"),
+        ] {
+            let body = format!(r#"{{"produce": [{{"topic": "audit", "headers": {bad}}}]}}"#);
+            let error = outputs(body.as_bytes(), &allowed()).unwrap_err();
+            assert!(error.message().contains(why), "{bad}: {}", error.message());
+        }
     }
 
     #[test]

@@ -252,6 +252,33 @@ pub async fn produce(brokers: &str, topic: &str, records: Vec<Out>) {
     }
 }
 
+/// Reads the first `expected` committed records of `topic` (a transactional topic: its commit
+/// markers take offsets, so the watermarks do not count its records), without a group.
+pub fn read_committed(brokers: &str, topic: &str, expected: usize) -> Vec<OwnedMessage> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < expected {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {expected} committed records of {topic}",
+            out.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            out.push(m.expect("read").detach());
+        }
+    }
+    out
+}
+
 /// Reads every record of every partition of `topic` up to the high watermark, without a group.
 pub fn read_all(brokers: &str, topic: &str) -> Vec<OwnedMessage> {
     let consumer: BaseConsumer = ClientConfig::new()

@@ -341,6 +341,10 @@ impl Pki {
             "-subj",
             "/CN=kafka-dlq-client",
         ])?;
+        // A version 3 certificate (an extension makes it one): rustls, which the sidecar's
+        // HTTPS client uses, refuses version 1.
+        let client_ext = pki.dir.join("client.ext");
+        std::fs::write(&client_ext, "extendedKeyUsage=clientAuth\n").map_err(|e| e.to_string())?;
         pki.openssl(&[
             "x509",
             "-req",
@@ -355,6 +359,8 @@ impl Pki {
             "client.pem",
             "-days",
             "30",
+            "-extfile",
+            &client_ext.display().to_string(),
         ])?;
         pki.openssl(&[
             "genpkey",

@@ -161,8 +161,8 @@ impl TransactionalProducer for KafkaProducer {
         for output in outputs {
             let mut headers =
                 rdkafka::message::OwnedHeaders::new_with_capacity(output.headers.len());
-            for (name, value) in &output.headers {
-                headers = crate::kafka::headers::add(headers, name.as_bytes(), Some(value));
+            for header in &output.headers {
+                headers = crate::kafka::headers::add(headers, &header.key, header.value.as_deref());
             }
             let mut record = FutureRecord::<[u8], [u8]>::to(&output.topic).headers(headers);
             if let Some(value) = output.value.as_deref() {

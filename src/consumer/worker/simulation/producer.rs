@@ -111,7 +111,7 @@ impl TransactionalProducer for SimProducer {
             let of = String::from_utf8(output.value.clone().unwrap_or_default())
                 .ok()
                 .and_then(|at| parse_position(&at));
-            let marked = |marker: &str| output.headers.iter().any(|(name, _)| name == marker);
+            let marked = |marker: &str| output.headers.iter().any(|h| h.key == marker.as_bytes());
             let (too_large, invalid) = (marked(TOO_LARGE), marked(INVALID));
             // Half the time the producer refuses a record too large itself, before anything
             // is written; else the broker does, and the transaction cannot commit.
