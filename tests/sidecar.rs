@@ -1401,3 +1401,70 @@ async fn an_https_target_with_a_private_ca_and_one_that_asks_for_a_client_certif
         "never delivered to a target it cannot trust"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_events_reach_the_target_in_the_http_bindings_modes() {
+    let brokers = brokers();
+    let topic = unique("cloudevents");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+    let h = |k: &str, v: &str| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            // The Kafka binding's binary mode: attributes as ce_ headers, the data as the value.
+            Out {
+                headers: vec![
+                    h("ce_specversion", "1.0"),
+                    h("ce_id", "order-1"),
+                    h("ce_type", "com.example.order.créée"),
+                    h("ce_source", "/orders"),
+                    h("content-type", "application/xml"),
+                ],
+                ..Out::new(0, "ok-<order/>")
+            },
+            // Structured mode: the whole event as the value.
+            Out {
+                headers: vec![h("content-type", "application/cloudevents+json")],
+                ..Out::new(0, r#"ok-{"specversion":"1.0","id":"order-2"}"#)
+            },
+            Out::new(0, "ok-plain"),
+        ],
+    )
+    .await;
+    let target = Target::default();
+    let url = serve(target.clone()).await;
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&3))
+        .await
+    );
+    assert!(terminate(&mut child).await.success());
+    let requests = target.requests.lock().unwrap().clone();
+    let of = |body: &str| {
+        requests
+            .iter()
+            .find(|(_, b)| b == body)
+            .map(|(h, _)| h.clone())
+            .unwrap()
+    };
+    let binary = of("ok-<order/>");
+    assert_eq!(binary["ce-specversion"], "1.0");
+    assert_eq!(binary["ce-id"], "order-1");
+    assert_eq!(binary["ce-type"], "com.example.order.cr%C3%A9%C3%A9e");
+    assert_eq!(binary["ce-source"], "/orders");
+    assert_eq!(binary["content-type"], "application/xml");
+    let structured = of(r#"ok-{"specversion":"1.0","id":"order-2"}"#);
+    assert_eq!(structured["content-type"], "application/cloudevents+json");
+    assert!(structured.get("ce-id").is_none());
+    let plain = of("ok-plain");
+    assert_eq!(plain["content-type"], "application/json", "--content-type");
+    assert!(plain.get("ce-specversion").is_none());
+}

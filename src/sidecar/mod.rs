@@ -48,6 +48,7 @@
 use std::time::Duration;
 
 pub mod batch_response;
+pub mod cloud_events;
 pub mod produce;
 pub mod record_headers;
 pub mod shown_url;
@@ -275,10 +276,16 @@ fn build_client(
 
 impl Handler for HttpTarget {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let event = cloud_events::http_event(&record.headers);
+        let content_type = event
+            .as_ref()
+            .and_then(|e| e.content_type.as_deref())
+            .and_then(|t| HeaderValue::from_str(t).ok())
+            .unwrap_or_else(|| self.content_type.clone());
         let mut request = self
             .client
             .post(self.url.clone())
-            .header(CONTENT_TYPE, self.content_type.clone())
+            .header(CONTENT_TYPE, content_type)
             .header("X-Kafka-Topic", &record.topic)
             .header("X-Kafka-Partition", record.partition.to_string())
             .header("X-Kafka-Offset", record.offset.to_string())
@@ -305,6 +312,13 @@ impl Handler for HttpTarget {
                 request = request.header("X-Kafka-Retry-Tier", tier.to_string());
             }
             request = request.header("X-Kafka-Retry-Attempts", retry.attempts.to_string());
+        }
+        // A CloudEvent in the Kafka binding's binary mode goes in the HTTP binding's (its
+        // content type from the record; structured mode keeps its own).
+        if let Some(event) = &event {
+            for (name, value) in &event.headers {
+                request = request.header(name.as_str(), value.as_str());
+            }
         }
         if self.forward_headers {
             match record_headers::encode(&record.headers) {
