@@ -73,6 +73,8 @@ pub mod outstanding;
 pub mod record;
 pub mod replay;
 pub mod retry_tier;
+#[cfg(feature = "schema-registry")]
+pub mod schema;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "sidecar")]

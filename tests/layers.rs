@@ -11,6 +11,7 @@
 //! | the record | `record`, then `handler` |
 //! | formats | `dlq` (the envelope, Spring's headers, the publisher), then `retry_tier` |
 //! | settings | `config`, `telemetry` |
+//! | record formats | `schema` (Schema Registry payloads decoded to JSON) |
 //! | consuming and reading | `consumer`, `dlq_reader` |
 //! | kafka-dlq's own state | `state` (the audit and positions topics, the ledger of what is outstanding) |
 //! | application | `replay`, `sidecar`, `server`, then `outstanding`, then `monitor`, `console`, and the binary's `cli` |
@@ -39,6 +40,7 @@ const LAYERS: &[&[&str]] = &[
     &["dlq"],
     &["retry_tier"],
     &["config", "telemetry"],
+    &["schema"],
     &["consumer", "dlq_reader"],
     &["state"],
     &["replay", "sidecar", "server"],

@@ -97,6 +97,16 @@ pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
             "target_certificate_location",
             "target_key_location",
             "forward_headers",
+            "decode_values",
+            "decode_keys",
+            "schema_registry_url",
+            "schema_registry_username",
+            "schema_registry_password",
+            "schema_registry_password_file",
+            "schema_registry_token",
+            "schema_registry_token_file",
+            "schema_registry_ca_location",
+            "schema_registry_timeout_ms",
             "output_topics",
             "request_timeout_ms",
             "content_type",
@@ -455,7 +465,7 @@ pub fn print_effective(
             }
         } else if is_url(id) {
             raw.iter()
-                .map(|u| kafka_dlq::sidecar::shown_url::redacted(u))
+                .map(|u| kafka_dlq::config::shown_url::redacted(u))
                 .collect::<Vec<_>>()
                 .join(",")
         } else {

@@ -8,6 +8,7 @@ mod demo;
 mod dlq;
 mod monitor;
 mod run;
+mod schema_registry;
 mod state;
 
 use std::process::ExitCode;

@@ -60,6 +60,8 @@ pub struct RunArgs {
     consumer: ConsumerFlags,
     #[command(flatten)]
     connection: super::connection::ConnectionArgs,
+    #[command(flatten)]
+    schemas: super::schema_registry::SchemaRegistryArgs,
     /// With --exactly-once: the topics a target's answer may produce records to,
     /// comma-separated (`{"produce": [...]}`; see docs/sidecar.md). An answer naming another
     /// topic is a permanent failure of its record.
@@ -192,10 +194,14 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         certificate_location: args.target_certificate_location.clone(),
         key_location: args.target_key_location.clone(),
     };
+    let decoding = args.schemas.decoding()?;
     let target = if config.batch_size > 1 {
         let mut target = HttpBatchTarget::new(url, timeout)?.with_tls(tls)?;
         if !args.forward_headers {
             target = target.without_record_headers();
+        }
+        if let Some(decoding) = decoding {
+            target = target.decoding(decoding);
         }
         Target::Batch(match proxy {
             Some(proxy) => target.through_proxy(proxy)?,
@@ -208,6 +214,9 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
         }
         if !args.forward_headers {
             target = target.without_record_headers();
+        }
+        if let Some(decoding) = decoding {
+            target = target.decoding(decoding);
         }
         Target::Single(match proxy {
             Some(proxy) => target.through_proxy(proxy)?,
@@ -250,7 +259,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let signal = super::shutdown_signal();
     let checked = check(&args)?;
     let url =
-        kafka_dlq::sidecar::shown_url::redacted(args.target_url.as_deref().unwrap_or_default());
+        kafka_dlq::config::shown_url::redacted(args.target_url.as_deref().unwrap_or_default());
     tracing::info!(event = "sidecar_starting", target_url = %url, metrics_addr = %checked.addr,
         monitor = args.monitor, batch_size = checked.config.batch_size, config = ?checked.config);
     let outputs: Vec<String> = args

@@ -22,6 +22,7 @@ mod option_list;
 mod raw_options;
 mod security;
 mod settings;
+pub mod shown_url;
 mod validate;
 use crate::dlq::DlqTopic;
 pub use clients::{check_client, refused, ClientKind};

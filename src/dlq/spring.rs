@@ -58,12 +58,14 @@ pub fn timestamp_type_name(envelope: &Envelope) -> &'static str {
 }
 
 /// The class name written in `kafka_dlt-exception-fqcn` for a dead letter of `kind`:
-/// `kafka_dlq.PermanentFailure` or `kafka_dlq.RetriesExhausted` (no Java class threw it; a
+/// `kafka_dlq.PermanentFailure`, `kafka_dlq.RetriesExhausted` or
+/// `kafka_dlq.DeserializationFailure` (no Java class threw it; a
 /// Spring application can branch on the name as on an exception class).
 pub fn exception_class(kind: DeadLetterKind) -> &'static str {
     match kind {
         DeadLetterKind::Permanent => "kafka_dlq.PermanentFailure",
         DeadLetterKind::RetriesExhausted => "kafka_dlq.RetriesExhausted",
+        DeadLetterKind::Deserialization => "kafka_dlq.DeserializationFailure",
         DeadLetterKind::Unclassified => "kafka_dlq.Unclassified",
     }
 }

@@ -39,6 +39,8 @@ pub struct HandlerError {
     kind: FailureKind,
     message: String,
     retry_after: Option<Duration>,
+    /// The record's bytes do not decode ([`HandlerError::undecodable`]).
+    undecodable: bool,
     /// A partial batch response: the records of the batch that failed, by offset, each with
     /// its own failure; the batch's other records succeeded ([`HandlerError::partial`]).
     records: Option<Vec<(i64, HandlerError)>>,
@@ -51,6 +53,7 @@ impl HandlerError {
             kind: FailureKind::Transient,
             message: message.to_string(),
             retry_after: None,
+            undecodable: false,
             records: None,
         }
     }
@@ -61,8 +64,25 @@ impl HandlerError {
             kind: FailureKind::Permanent,
             message: message.to_string(),
             retry_after: None,
+            undecodable: false,
             records: None,
         }
+    }
+
+    /// A permanent failure because the record's bytes do not decode (with their schema, or at
+    /// all): dead-lettered at once with kind [`DeadLetterKind::Deserialization`], as Spring's
+    /// `ErrorHandlingDeserializer` tells a record that cannot be read from one a handler
+    /// refused. `message` says why.
+    pub fn undecodable(message: impl fmt::Display) -> Self {
+        Self {
+            undecodable: true,
+            ..Self::permanent(message)
+        }
+    }
+
+    /// Whether the record's bytes did not decode ([`HandlerError::undecodable`]).
+    pub fn is_undecodable(&self) -> bool {
+        self.undecodable
     }
 
     /// A partial batch response (as AWS Lambda's `batchItemFailures`): of a batch, only the
@@ -78,6 +98,7 @@ impl HandlerError {
             kind: FailureKind::Permanent,
             message: format!("{} record(s) of the batch failed", records.len()),
             retry_after: None,
+            undecodable: false,
             records: Some(records),
         }
     }
@@ -176,17 +197,21 @@ pub enum DeadLetterKind {
     Permanent,
     /// Transient failures outlasted every retry.
     RetriesExhausted,
+    /// A permanent failure because the record's bytes do not decode with their schema (or at
+    /// all): the handler never saw the record ([`HandlerError::undecodable`]).
+    Deserialization,
     /// Written by another tool that does not say which of the two it was (Spring Kafka's
     /// `DeadLetterPublishingRecoverer`, Kafka Connect); kafka-dlq never writes it.
     Unclassified,
 }
 
 impl DeadLetterKind {
-    /// The name used in the envelope, logs and metrics: `permanent`, `retries_exhausted` or
-    /// `unclassified`.
+    /// The name used in the envelope, logs and metrics: `permanent`, `retries_exhausted`,
+    /// `deserialization` or `unclassified`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeadLetterKind::Permanent => "permanent",
+            DeadLetterKind::Deserialization => "deserialization",
             DeadLetterKind::RetriesExhausted => "retries_exhausted",
             DeadLetterKind::Unclassified => "unclassified",
         }
@@ -213,7 +238,8 @@ pub enum Decision {
 ///
 /// - transient while the downstream is down → [`Decision::WaitForDownstream`], and the
 ///   backoff starts over: failures during an outage say nothing about the record;
-/// - permanent → [`Decision::DeadLetter`]`(Permanent)`; the backoff is not touched;
+/// - permanent → [`Decision::DeadLetter`]`(Permanent)` (`(Deserialization)` when the bytes did
+///   not decode); the backoff is not touched;
 /// - transient → the backoff's next delay (replaced by the error's `retry_after` when it has
 ///   one, bounded by the backoff's initial and max delay: see [`Delays::bound`]) as
 ///   [`Decision::Retry`]; a `retry_after` uses up a retry like any delay; when the backoff has
@@ -225,6 +251,9 @@ pub fn decide(error: &HandlerError, downstream_down: bool, delays: &mut Delays) 
         return Decision::WaitForDownstream;
     }
     match error.kind {
+        FailureKind::Permanent if error.undecodable => {
+            Decision::DeadLetter(DeadLetterKind::Deserialization)
+        }
         FailureKind::Permanent => Decision::DeadLetter(DeadLetterKind::Permanent),
         FailureKind::Transient => match delays.next() {
             Some(delay) => Decision::Retry {

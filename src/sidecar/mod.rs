@@ -43,22 +43,22 @@
 //! produce in the record's transaction ([`produce`]).
 //!
 //! The target URL is never shown with its credentials: logs, failure messages (and so dead
-//! letters and alerts) and setting errors show `http://***@host/…` ([`shown_url`]).
+//! letters and alerts) and setting errors show `http://***@host/…` ([`shown_url`](crate::config::shown_url)).
 
 use std::time::Duration;
 
 pub mod batch_response;
 pub mod cloud_events;
+pub mod decoding;
 pub mod produce;
 pub mod record_headers;
-pub mod shown_url;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use reqwest::header::{HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 
-use crate::config::ConfigError;
+use crate::config::{shown_url, ConfigError};
 use crate::failure::{error_chain, HandlerError};
 use crate::handler::Handler;
 use crate::record::Record;
@@ -83,6 +83,8 @@ pub struct HttpTarget {
     output_topics: Option<std::sync::Arc<[String]>>,
     /// Whether the record's own headers go too ([`record_headers`]).
     forward_headers: bool,
+    /// Values and keys decoded with a schema registry first ([`decoding`]).
+    decoding: Option<decoding::Decoding>,
 }
 
 /// Shows the target URL redacted, never its credentials.
@@ -134,6 +136,7 @@ impl HttpTarget {
             timeout,
             output_topics: None,
             forward_headers: true,
+            decoding: None,
         })
     }
 
@@ -152,6 +155,18 @@ impl HttpTarget {
     pub fn without_record_headers(self) -> Self {
         Self {
             forward_headers: false,
+            ..self
+        }
+    }
+
+    /// The same target getting values and keys decoded with a schema registry, as
+    /// `decoding` says: a decoded value is the body, as JSON (`application/json`, `null` for a
+    /// null value), its schema in `X-Kafka-Value-Schema-*` headers; a decoded key is
+    /// `X-Kafka-Key` as compact JSON (`X-Kafka-Key-Base64` of it when it is not printable
+    /// ASCII), its schema in `X-Kafka-Key-Schema-*`. See [`decoding`] for the failures.
+    pub fn decoding(self, decoding: decoding::Decoding) -> Self {
+        Self {
+            decoding: Some(decoding),
             ..self
         }
     }
@@ -276,12 +291,27 @@ fn build_client(
 
 impl Handler for HttpTarget {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let decoded = match &self.decoding {
+            Some(decoding) => decoding.record(record).await?,
+            None => decoding::DecodedRecord::default(),
+        };
+        let values_decoded = self.decoding.as_ref().is_some_and(|d| d.values);
         let event = cloud_events::http_event(&record.headers);
-        let content_type = event
-            .as_ref()
-            .and_then(|e| e.content_type.as_deref())
-            .and_then(|t| HeaderValue::from_str(t).ok())
-            .unwrap_or_else(|| self.content_type.clone());
+        let content_type = if values_decoded {
+            HeaderValue::from_static("application/json")
+        } else {
+            event
+                .as_ref()
+                .and_then(|e| e.content_type.as_deref())
+                .and_then(|t| HeaderValue::from_str(t).ok())
+                .unwrap_or_else(|| self.content_type.clone())
+        };
+        let body = if values_decoded {
+            let json = decoded.value.as_ref().map(|d| &d.json);
+            serde_json::to_vec(&json).expect("JSON serializes")
+        } else {
+            record.payload.clone().unwrap_or_default()
+        };
         let mut request = self
             .client
             .post(self.url.clone())
@@ -289,7 +319,19 @@ impl Handler for HttpTarget {
             .header("X-Kafka-Topic", &record.topic)
             .header("X-Kafka-Partition", record.partition.to_string())
             .header("X-Kafka-Offset", record.offset.to_string())
-            .body(record.payload.clone().unwrap_or_default());
+            .body(body);
+        for (prefix, part) in [
+            ("X-Kafka-Value-Schema", &decoded.value),
+            ("X-Kafka-Key-Schema", &decoded.key),
+        ] {
+            if let Some(part) = part {
+                for (name, value) in decoding::schema_headers(prefix, part) {
+                    if let Ok(value) = HeaderValue::from_str(&value) {
+                        request = request.header(name, value);
+                    }
+                }
+            }
+        }
         if let Some(delivery) = record.delivery_count {
             request = request.header("X-Kafka-Delivery-Count", delivery.to_string());
         }
@@ -333,7 +375,11 @@ impl Handler for HttpTarget {
                 }
             }
         }
-        if let Some(key) = record.key.as_deref() {
+        let key_json = decoded
+            .key
+            .as_ref()
+            .map(|k| serde_json::to_vec(&k.json).expect("JSON serializes"));
+        if let Some(key) = key_json.as_deref().or(record.key.as_deref()) {
             let printable = std::str::from_utf8(key)
                 .ok()
                 .and_then(|k| HeaderValue::from_str(k).ok())
@@ -464,6 +510,17 @@ impl HttpBatchTarget {
             single: self.single.without_record_headers(),
         }
     }
+
+    /// The same target getting values and keys decoded ([`decoding`]): a decoded value is
+    /// the item's `payload` (`payload_encoding` `json`) with its schema in `value_schema`; a
+    /// decoded key is `key_json`, its schema in `key_schema`. A record that does not decode
+    /// is left out of the call and fails alone (dead-lettered, kind `deserialization`); one
+    /// whose schema cannot be fetched fails the batch transiently.
+    pub fn decoding(self, decoding: decoding::Decoding) -> Self {
+        Self {
+            single: self.single.decoding(decoding),
+        }
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -486,14 +543,47 @@ struct BatchItem<'a> {
     /// The record's own headers ([`record_headers::json`]), unless turned off.
     #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<serde_json::Value>,
+    /// The decoded value's schema ([`decoding::schema_json`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value_schema: Option<serde_json::Value>,
+    /// The decoded key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_json: Option<serde_json::Value>,
+    /// The decoded key's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_schema: Option<serde_json::Value>,
 }
 
 impl crate::handler::BatchHandler for HttpBatchTarget {
     async fn handle_batch(&self, records: &[Record]) -> Result<(), HandlerError> {
-        let items: Vec<BatchItem<'_>> = records
+        // Decoded first: a record that does not decode stays out of the call.
+        let mut undecodable = Vec::new();
+        let mut decoded = Vec::with_capacity(records.len());
+        for record in records {
+            let parts = match &self.single.decoding {
+                Some(decoding) => decoding.record(record).await,
+                None => Ok(decoding::DecodedRecord::default()),
+            };
+            match parts {
+                Ok(parts) => decoded.push((record, parts)),
+                Err(e) if e.is_undecodable() => undecodable.push((record.offset, e)),
+                Err(e) => return Err(e),
+            }
+        }
+        if decoded.is_empty() {
+            return Err(HandlerError::partial(undecodable));
+        }
+        let values_decoded = self.single.decoding.as_ref().is_some_and(|d| d.values);
+        let items: Vec<BatchItem<'_>> = decoded
             .iter()
-            .map(|r| {
-                let (payload, payload_encoding) = crate::dlq::encode_payload(r.payload.as_deref());
+            .map(|(r, parts)| {
+                let (payload, payload_encoding) = if values_decoded {
+                    let json = parts.value.as_ref().map(|d| &d.json);
+                    let raw = serde_json::value::to_raw_value(&json).expect("JSON serializes");
+                    (raw, crate::dlq::Encoding::Json)
+                } else {
+                    crate::dlq::encode_payload(r.payload.as_deref())
+                };
                 let trace = r.trace_context();
                 BatchItem {
                     id: &r.id,
@@ -515,11 +605,19 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
                         .single
                         .forward_headers
                         .then(|| record_headers::json(&r.headers)),
+                    value_schema: parts.value.as_ref().map(decoding::schema_json),
+                    key_json: parts.key.as_ref().map(|k| k.json.clone()),
+                    key_schema: parts.key.as_ref().map(decoding::schema_json),
                 }
             })
             .collect();
         let body = serde_json::to_vec(&items).expect("a batch serializes");
-        let first = &records[0];
+        let sent: std::borrow::Cow<'_, [Record]> = if undecodable.is_empty() {
+            std::borrow::Cow::Borrowed(records)
+        } else {
+            std::borrow::Cow::Owned(decoded.iter().map(|(r, _)| (*r).clone()).collect())
+        };
+        let first = &sent[0];
         let request = self
             .single
             .client
@@ -530,11 +628,26 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
             .header("X-Kafka-First-Offset", first.offset.to_string())
             .header(
                 "X-Kafka-Last-Offset",
-                records[records.len() - 1].offset.to_string(),
+                sent[sent.len() - 1].offset.to_string(),
             )
             .body(body);
         let answer = self.single.exchange(request, true).await?;
-        batch_response::outcome(&answer, records)
+        let outcome = batch_response::outcome(&answer, &sent);
+        if undecodable.is_empty() {
+            return outcome;
+        }
+        match outcome {
+            Ok(()) => Err(HandlerError::partial(undecodable)),
+            Err(e) => match e.failed_records() {
+                Some(failed) => {
+                    undecodable.extend(failed.iter().cloned());
+                    Err(HandlerError::partial(undecodable))
+                }
+                // The call failed as a whole: the batch is tried again, and its undecodable
+                // records fail again then.
+                None => Err(e),
+            },
+        }
     }
 }
 

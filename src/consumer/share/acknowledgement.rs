@@ -61,8 +61,12 @@ pub(crate) fn ending(
     share_dlq: ShareDlq,
 ) -> Ending {
     match (kind, share_dlq) {
-        (DeadLetterKind::Permanent, ShareDlq::Broker) => Ending::Reject,
-        (DeadLetterKind::Permanent, _) => Ending::DeadLetter(DeadLetterKind::Permanent),
+        (DeadLetterKind::Permanent | DeadLetterKind::Deserialization, ShareDlq::Broker) => {
+            Ending::Reject
+        }
+        (DeadLetterKind::Permanent | DeadLetterKind::Deserialization, _) => {
+            Ending::DeadLetter(kind)
+        }
         (_, ShareDlq::Broker) => Ending::Release,
         (kind, _) => match limit {
             Some(limit) if delivery < limit => Ending::Release,

@@ -90,7 +90,8 @@ pub(crate) async fn settle<H: BatchHandler>(
         // A release is decided on the limit as the broker says it now: one lowered since the
         // last read would have the broker archive this delivery.
         let limit = match (kind, member.share_dlq) {
-            (DeadLetterKind::Permanent, _) | (_, ShareDlq::Broker) => member.delivery_limit.known(),
+            (DeadLetterKind::Permanent | DeadLetterKind::Deserialization, _)
+            | (_, ShareDlq::Broker) => member.delivery_limit.known(),
             _ => member.delivery_limit.fresh().await,
         };
         match ending(kind, delivery, limit, member.share_dlq) {

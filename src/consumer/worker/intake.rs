@@ -330,6 +330,7 @@ fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
     for kind in [
         crate::failure::DeadLetterKind::Permanent,
         crate::failure::DeadLetterKind::RetriesExhausted,
+        crate::failure::DeadLetterKind::Deserialization,
     ] {
         metrics
             .dead_lettered

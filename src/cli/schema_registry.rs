@@ -1,0 +1,139 @@
+//! The schema registry settings of a command that decodes records (`run`'s
+//! `--decode-values` / `--decode-keys`). See docs/schemas.md.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use kafka_dlq::schema::{Decoder, Registry, RegistrySettings, DEFAULT_CACHE_BOUND};
+use kafka_dlq::ConfigError;
+
+/// How a record's value or key reaches the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Decode {
+    /// As its bytes.
+    #[default]
+    None,
+    /// Decoded to JSON with its schema from the schema registry (Avro, Protobuf, JSON Schema).
+    SchemaRegistry,
+}
+
+/// Decoding and the registry it uses.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Schema Registry (see docs/schemas.md)")]
+pub struct SchemaRegistryArgs {
+    /// Decode each record's value before it goes to the target.
+    #[arg(long, env = "KAFKA_DLQ_DECODE_VALUES", value_enum, default_value_t = Decode::None)]
+    decode_values: Decode,
+    /// Decode each record's key before it goes to the target.
+    #[arg(long, env = "KAFKA_DLQ_DECODE_KEYS", value_enum, default_value_t = Decode::None)]
+    decode_keys: Decode,
+    /// The schema registry's URL (Confluent's REST API), with its path prefix if any.
+    #[arg(long, env = "KAFKA_DLQ_SCHEMA_REGISTRY_URL", value_name = "URL")]
+    schema_registry_url: Option<String>,
+    /// Basic auth's user.
+    #[arg(long, env = "KAFKA_DLQ_SCHEMA_REGISTRY_USERNAME", value_name = "USER")]
+    schema_registry_username: Option<String>,
+    /// Basic auth's password (secret: never printed).
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_SCHEMA_REGISTRY_PASSWORD",
+        value_name = "PASSWORD"
+    )]
+    schema_registry_password: Option<String>,
+    /// A file holding the password; wins over --schema-registry-password.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_SCHEMA_REGISTRY_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    schema_registry_password_file: Option<PathBuf>,
+    /// A bearer token instead of basic auth (secret: never printed).
+    #[arg(long, env = "KAFKA_DLQ_SCHEMA_REGISTRY_TOKEN", value_name = "TOKEN")]
+    schema_registry_token: Option<String>,
+    /// A file holding the token; wins over --schema-registry-token.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_SCHEMA_REGISTRY_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    schema_registry_token_file: Option<PathBuf>,
+    /// A PEM file of the CAs that sign the registry's certificate [default: the system's].
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_SCHEMA_REGISTRY_CA_LOCATION",
+        value_name = "FILE"
+    )]
+    schema_registry_ca_location: Option<PathBuf>,
+    /// Timeout of one request to the registry in ms; a timeout is a transient failure.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_SCHEMA_REGISTRY_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    schema_registry_timeout_ms: u64,
+}
+
+impl SchemaRegistryArgs {
+    /// The decoder and what it decodes (values, keys), or `None` when nothing is decoded. A
+    /// decoding without a registry URL, or a registry setting that does not hold, is an error
+    /// naming the setting.
+    pub fn decoding(&self) -> Result<Option<kafka_dlq::sidecar::decoding::Decoding>, ConfigError> {
+        let values = self.decode_values == Decode::SchemaRegistry;
+        let keys = self.decode_keys == Decode::SchemaRegistry;
+        if !values && !keys {
+            return Ok(None);
+        }
+        let url = self.schema_registry_url.clone().ok_or_else(|| {
+            ConfigError::new(
+                "schema_registry_url",
+                "",
+                "is required to decode with a schema registry (decode_values / decode_keys)",
+            )
+        })?;
+        let settings = RegistrySettings {
+            url,
+            username: self.schema_registry_username.clone(),
+            password: secret(
+                "schema_registry_password_file",
+                &self.schema_registry_password_file,
+                &self.schema_registry_password,
+            )?,
+            token: secret(
+                "schema_registry_token_file",
+                &self.schema_registry_token_file,
+                &self.schema_registry_token,
+            )?,
+            ca_location: self.schema_registry_ca_location.clone(),
+            timeout: Duration::from_millis(self.schema_registry_timeout_ms),
+        };
+        let registry = Registry::new(&settings)?;
+        Ok(Some(kafka_dlq::sidecar::decoding::Decoding {
+            decoder: Arc::new(Decoder::new(registry, DEFAULT_CACHE_BOUND)),
+            values,
+            keys,
+        }))
+    }
+}
+
+/// A secret from its file (less one final line break), which wins, or as given.
+fn secret(
+    key: &str,
+    file: &Option<PathBuf>,
+    inline: &Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let Some(path) = file else {
+        return Ok(inline.clone().filter(|s| !s.is_empty()));
+    };
+    let content = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(key, path.display(), format!("cannot read it: {e}")))?;
+    let secret = content
+        .strip_suffix("\r\n")
+        .or_else(|| content.strip_suffix('\n'))
+        .unwrap_or(&content);
+    if secret.is_empty() {
+        return Err(ConfigError::new(key, path.display(), "the file is empty"));
+    }
+    Ok(Some(secret.to_string()))
+}

@@ -1,0 +1,167 @@
+//! Decoding a record's value or key: find its schema in the framing, fetch and compile it
+//! once (then from a bounded cache), read the body to JSON.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value as Json;
+
+use super::cache::Bounded;
+use super::compiled::{self, Compiled, SchemaType};
+use super::framing::{self, SchemaRef};
+use super::registry::{Registry, RegistryError, SubjectVersion};
+use crate::record::RecordHeader;
+
+/// How many compiled schemas a decoder keeps by default.
+pub const DEFAULT_CACHE_BOUND: usize = 1000;
+
+/// Which part of a record is decoded: it picks the schema-id header (`__value_schema_id` or
+/// `__key_schema_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// The record's value.
+    Value,
+    /// The record's key.
+    Key,
+}
+
+/// A schema as the decoder holds it: compiled, with where the registry has it.
+#[derive(Debug)]
+pub struct Schema {
+    /// The schema as the record named it.
+    pub reference: SchemaRef,
+    /// Its numeric id, when known (always with the prefix framing).
+    pub id: Option<u32>,
+    /// Its GUID, when the registry gave one.
+    pub guid: Option<String>,
+    /// AVRO, PROTOBUF or JSON.
+    pub schema_type: SchemaType,
+    /// The subject and version it is registered under, when the registry says.
+    pub registered: Option<SubjectVersion>,
+    compiled: Compiled,
+}
+
+/// A decoded value or key: its JSON and the schema it was written with.
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    /// The body as JSON.
+    pub json: Json,
+    /// The schema.
+    pub schema: Arc<Schema>,
+}
+
+/// Why a value or key was not decoded, in the two classes a record's failure has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The registry could not give the schema: try the record again later.
+    #[error("{0}")]
+    Unavailable(#[from] RegistryError),
+    /// The bytes do not decode (no framing, bytes of another schema, a schema that does not
+    /// compile): trying again will not help. The text says why.
+    #[error("{0}")]
+    Undecodable(String),
+}
+
+/// Decodes values and keys framed for one registry.
+#[derive(Debug)]
+pub struct Decoder {
+    registry: Registry,
+    schemas: Mutex<Bounded<SchemaRef, Arc<Schema>>>,
+}
+
+impl Decoder {
+    /// A decoder of `registry`'s schemas keeping at most `cache_bound` of them compiled.
+    pub fn new(registry: Registry, cache_bound: usize) -> Self {
+        Self {
+            registry,
+            schemas: Mutex::new(Bounded::new(cache_bound)),
+        }
+    }
+
+    /// The registry's URL, redacted.
+    pub fn registry_url(&self) -> &str {
+        self.registry.shown()
+    }
+
+    /// Decodes `bytes`, the record's `field`, whose headers are `headers`. A null value or
+    /// key (`None`) is JSON `null` and needs no schema.
+    pub async fn decode(
+        &self,
+        field: Field,
+        bytes: Option<&[u8]>,
+        headers: &[RecordHeader],
+    ) -> Result<Option<Decoded>, DecodeError> {
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let name = match field {
+            Field::Value => framing::VALUE_SCHEMA_ID_HEADER,
+            Field::Key => framing::KEY_SCHEMA_ID_HEADER,
+        };
+        let header = headers
+            .iter()
+            .find(|h| h.key == name.as_bytes())
+            .and_then(|h| h.value.as_deref());
+        let framed = framing::locate(bytes, header).map_err(|why| {
+            DecodeError::Undecodable(format!(
+                "the {} is not framed for a schema registry: {why}",
+                field.noun()
+            ))
+        })?;
+        let schema = self.schema(framed.schema).await?;
+        let json =
+            compiled::decode(&schema.compiled, framed.body, framed.header_rest).map_err(|why| {
+                DecodeError::Undecodable(format!(
+                    "the {} does not decode with schema {} ({}): {why}",
+                    field.noun(),
+                    framed.schema,
+                    schema.schema_type.as_str()
+                ))
+            })?;
+        Ok(Some(Decoded { json, schema }))
+    }
+
+    /// The compiled schema `reference` names: from the cache, or fetched and compiled.
+    async fn schema(&self, reference: SchemaRef) -> Result<Arc<Schema>, DecodeError> {
+        if let Some(schema) = self.schemas.lock().expect("schema cache").get(&reference) {
+            return Ok(schema);
+        }
+        let fetched = self.registry.fetch(reference).await?;
+        let undecodable = |why: String| {
+            DecodeError::Undecodable(format!("schema {reference} cannot be read: {why}"))
+        };
+        let schema_type =
+            SchemaType::from_registry(fetched.body.schema_type.as_deref()).map_err(undecodable)?;
+        let references: Vec<(&str, &str)> = fetched
+            .references
+            .iter()
+            .map(|(name, text)| (name.as_str(), text.as_str()))
+            .collect();
+        let compiled = compiled::compile(schema_type, &fetched.body.schema, &references)
+            .map_err(undecodable)?;
+        let schema = Arc::new(Schema {
+            reference,
+            id: match reference {
+                SchemaRef::Id(id) => Some(id),
+                SchemaRef::Guid(_) => fetched.body.id,
+            },
+            guid: fetched.body.guid.clone(),
+            schema_type,
+            registered: fetched.registered,
+            compiled,
+        });
+        self.schemas
+            .lock()
+            .expect("schema cache")
+            .insert(reference, schema.clone());
+        Ok(schema)
+    }
+}
+
+impl Field {
+    fn noun(self) -> &'static str {
+        match self {
+            Field::Value => "value",
+            Field::Key => "key",
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Values and keys decoded with a schema registry before they reach the target
+//! (`--decode-values schema-registry`, `--decode-keys schema-registry`): the target gets JSON
+//! and the schema's id, subject, version and type beside it. A record whose schema cannot be
+//! fetched fails transiently (retried with backoff, nothing lost); one whose bytes do not
+//! decode never reaches the target and is dead-lettered with kind `deserialization`.
+
+use std::sync::Arc;
+
+use crate::failure::HandlerError;
+use crate::record::Record;
+use crate::schema::{DecodeError, Decoded, Decoder, Field};
+
+/// What a target decodes, and with which registry.
+#[derive(Debug, Clone)]
+pub struct Decoding {
+    /// The registry's decoder, shared by every worker.
+    pub decoder: Arc<Decoder>,
+    /// Decode values.
+    pub values: bool,
+    /// Decode keys.
+    pub keys: bool,
+}
+
+/// A record's decoded parts; `None` where not decoded or null.
+#[derive(Debug, Default)]
+pub struct DecodedRecord {
+    /// The value, when values are decoded and it is not null.
+    pub value: Option<Decoded>,
+    /// The key, when keys are decoded and it is not null.
+    pub key: Option<Decoded>,
+}
+
+impl Decoding {
+    /// Decodes what this target decodes of `record`.
+    pub async fn record(&self, record: &Record) -> Result<DecodedRecord, HandlerError> {
+        let value = if self.values {
+            self.decoder
+                .decode(Field::Value, record.payload.as_deref(), &record.headers)
+                .await
+                .map_err(failure)?
+        } else {
+            None
+        };
+        let key = if self.keys {
+            self.decoder
+                .decode(Field::Key, record.key.as_deref(), &record.headers)
+                .await
+                .map_err(failure)?
+        } else {
+            None
+        };
+        Ok(DecodedRecord { value, key })
+    }
+}
+
+/// A decoding failure as the record's: the registry unavailable is transient, bytes that do
+/// not decode are [`HandlerError::undecodable`].
+pub fn failure(error: DecodeError) -> HandlerError {
+    match error {
+        DecodeError::Unavailable(e) => HandlerError::transient(e),
+        DecodeError::Undecodable(why) => HandlerError::undecodable(why),
+    }
+}
+
+/// The HTTP headers naming `decoded`'s schema, each under `prefix` (`X-Kafka-Value-Schema` or
+/// `X-Kafka-Key-Schema`): `-Type`, and `-Id`, `-Guid`, `-Subject`, `-Version` where known.
+pub fn schema_headers(prefix: &str, decoded: &Decoded) -> Vec<(String, String)> {
+    let schema = &decoded.schema;
+    let mut headers = vec![(
+        format!("{prefix}-Type"),
+        schema.schema_type.as_str().to_string(),
+    )];
+    if let Some(id) = schema.id {
+        headers.push((format!("{prefix}-Id"), id.to_string()));
+    }
+    if let Some(guid) = &schema.guid {
+        headers.push((format!("{prefix}-Guid"), guid.clone()));
+    }
+    if let Some(registered) = &schema.registered {
+        headers.push((format!("{prefix}-Subject"), registered.subject.clone()));
+        headers.push((format!("{prefix}-Version"), registered.version.to_string()));
+    }
+    headers
+}
+
+/// `decoded`'s schema as a batch item's JSON: `{"type", "id", "guid", "subject", "version"}`
+/// (the unknown ones left out).
+pub fn schema_json(decoded: &Decoded) -> serde_json::Value {
+    let schema = &decoded.schema;
+    let mut out = serde_json::Map::new();
+    out.insert("type".into(), schema.schema_type.as_str().into());
+    if let Some(id) = schema.id {
+        out.insert("id".into(), id.into());
+    }
+    if let Some(guid) = &schema.guid {
+        out.insert("guid".into(), guid.clone().into());
+    }
+    if let Some(registered) = &schema.registered {
+        out.insert("subject".into(), registered.subject.clone().into());
+        out.insert("version".into(), registered.version.into());
+    }
+    serde_json::Value::Object(out)
+}
