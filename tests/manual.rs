@@ -249,6 +249,8 @@ fn every_flag_in_a_settings_table_is_the_binarys() {
 /// simulation's, and the scripts' own.
 const NOT_THE_BINARYS: &[&str] = &[
     "KAFKA_DLQ_TEST_BROKERS",
+    "KAFKA_DLQ_TEST_SCHEMA_REGISTRY",
+    "KAFKA_DLQ_TEST_PYTHON",
     "KAFKA_DLQ_SIMULATION_SEED",
     "KAFKA_DLQ_SIMULATION_SCHEDULES",
     "KAFKA_DLQ_SIMULATION_FIRST_SEED",

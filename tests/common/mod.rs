@@ -5,6 +5,7 @@
 
 pub mod broker;
 pub mod dashboard;
+pub mod schema_registry;
 pub mod security;
 #[allow(unused_imports)]
 pub use broker::{group_lag, Kafka};

@@ -1,0 +1,345 @@
+//! Schema Registry payloads through `kafka-dlq run --decode-values schema-registry`: records
+//! written by confluent-kafka's reference serializers (Python), with schemas they register in
+//! a registry that follows Confluent's REST API (tests/common/schema_registry.rs, or the one
+//! `KAFKA_DLQ_TEST_SCHEMA_REGISTRY` names), reach an HTTP target as JSON; undecodable ones are
+//! dead-lettered with kind `deserialization`; a registry outage holds records, losing none.
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use common::schema_registry::TestRegistry;
+use common::*;
+use kafka_dlq::dlq::Envelope;
+use rdkafka::Message;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+type Seen = Arc<Mutex<Vec<(HeaderMap, Value)>>>;
+
+async fn capture(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    seen.lock().unwrap().push((headers, value));
+    StatusCode::OK
+}
+
+async fn target() -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let app = Router::new()
+        .route("/records", post(capture))
+        .with_state(seen.clone());
+    (
+        format!("http://{}/records", serve_on_loopback(app).await),
+        seen,
+    )
+}
+
+/// The registry the tests use: `KAFKA_DLQ_TEST_SCHEMA_REGISTRY`'s, or one of our own.
+async fn registry() -> (String, Option<TestRegistry>) {
+    match std::env::var("KAFKA_DLQ_TEST_SCHEMA_REGISTRY") {
+        Ok(url) if !url.is_empty() => (url, None),
+        _ => {
+            let own = TestRegistry::start().await;
+            (own.url(), Some(own))
+        }
+    }
+}
+
+/// Writes `count` records to `topic` with the reference serializers (tests/schemas/write.py).
+async fn write(
+    registry: &str,
+    brokers: &str,
+    topic: &str,
+    format: &str,
+    framing: &str,
+    count: usize,
+) {
+    let python = std::env::var("KAFKA_DLQ_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemas/write.py");
+    let out = tokio::process::Command::new(&python)
+        .args([
+            script,
+            registry,
+            brokers,
+            topic,
+            format,
+            framing,
+            &count.to_string(),
+        ])
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{python} cannot run ({e}): run ./scripts/test.sh, which installs confluent-kafka"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "write.py {format} {framing} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_every_format_and_framing_reach_the_target_as_json() {
+    let brokers = brokers();
+    let (registry_url, _registry) = registry().await;
+    let base = unique("schemas");
+    let cases = [
+        ("avro", "prefix"),
+        ("avro", "header"),
+        ("avro-references", "prefix"),
+        ("protobuf", "prefix"),
+        ("protobuf", "header"),
+        ("json", "prefix"),
+        ("json", "header"),
+    ];
+    let mut topics = Vec::new();
+    for (format, framing) in cases {
+        let topic = format!("{base}-{format}-{framing}");
+        create_topic(&brokers, &topic, 1).await;
+        create_topic(&brokers, &format!("{topic}-dlt"), 1).await;
+        write(&registry_url, &brokers, &topic, format, framing, 3).await;
+        topics.push(topic);
+    }
+    let (url, seen) = target().await;
+    let group = unique("g");
+    let mut child = sidecar_command(&brokers, &group, &topics.join(","), &url)
+        .args([
+            "--decode-values",
+            "schema-registry",
+            "--schema-registry-url",
+            &registry_url,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let all = cases.len() * 3;
+    let arrived = eventually(WAIT, || seen.lock().unwrap().len() >= all).await;
+    let dead: Vec<String> = topics
+        .iter()
+        .flat_map(|t| read_all(&brokers, &format!("{t}-dlt")))
+        .map(|m| String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string())
+        .collect();
+    assert!(
+        arrived && dead.is_empty(),
+        "every record reaches the target: {} of {all}; dead letters: {dead:?}",
+        seen.lock().unwrap().len()
+    );
+    assert!(terminate(&mut child).await.success());
+    let seen = seen.lock().unwrap().clone();
+    for ((format, framing), topic) in cases.iter().zip(&topics) {
+        let mut got: Vec<&(HeaderMap, Value)> = seen
+            .iter()
+            .filter(|(h, _)| header(h, "x-kafka-topic") == Some(topic.as_str()))
+            .collect();
+        got.sort_by_key(|(h, _)| header(h, "x-kafka-offset").unwrap().parse::<i64>().unwrap());
+        assert_eq!(got.len(), 3, "{format} {framing}");
+        for (i, (headers, value)) in got.iter().enumerate() {
+            let expected = match *format {
+                "avro" => json!({"id": i, "customer": {"name": format!("c{i}")}, "note": null}),
+                "avro-references" => {
+                    json!({"id": i, "customer": {"name": format!("c{i}")}, "note": format!("n{i}")})
+                }
+                "protobuf" => json!({"sku": format!("s{i}"), "quantity": i}),
+                _ => json!({"id": i, "customer": {"name": format!("c{i}")}}),
+            };
+            assert_eq!(value, &expected, "{format} {framing} record {i}");
+            assert_eq!(header(headers, "content-type"), Some("application/json"));
+            let kind = match *format {
+                "protobuf" => "PROTOBUF",
+                "json" => "JSON",
+                _ => "AVRO",
+            };
+            assert_eq!(header(headers, "x-kafka-value-schema-type"), Some(kind));
+            // By the topic name strategy; a schema registered under several subjects (the
+            // same Avro for two topics) is named by one of them.
+            let subject = header(headers, "x-kafka-value-schema-subject").unwrap_or_default();
+            assert!(
+                subject.starts_with(&format!("{base}-{format}-")) && subject.ends_with("-value"),
+                "{format} {framing}: {subject}"
+            );
+            assert_eq!(header(headers, "x-kafka-value-schema-version"), Some("1"));
+            if *framing == "header" {
+                assert!(header(headers, "x-kafka-value-schema-guid").is_some());
+            }
+            assert!(header(headers, "x-kafka-value-schema-id").is_some());
+            assert_eq!(
+                header(headers, "x-kafka-key"),
+                Some(format!("k{i}").as_str())
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_records_are_dead_lettered_with_kind_deserialization_and_the_reason() {
+    let brokers = brokers();
+    let (registry_url, _registry) = registry().await;
+    let topic = unique("undecodable");
+    let dlt = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlt, 1).await;
+    // Offset 0: a good Avro record, which gives its schema id.
+    write(&registry_url, &brokers, &topic, "avro", "prefix", 1).await;
+    let good = read_all(&brokers, &topic);
+    let good = good[0].payload().unwrap().to_vec();
+    // Offset 1: plain JSON, no framing; offset 2: the good id before bytes of another
+    // schema (a long cut short).
+    let mut cut = good[..5].to_vec();
+    cut.push(0x80);
+    produce(
+        &brokers,
+        &topic,
+        vec![
+            Out::new(0, "{\"id\": 1}"),
+            Out {
+                value: Some(cut),
+                ..Out::new(0, "")
+            },
+        ],
+    )
+    .await;
+    let (url, seen) = target().await;
+    let group = unique("g");
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args([
+            "--decode-values",
+            "schema-registry",
+            "--schema-registry-url",
+            &registry_url,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&3))
+        .await,
+        "every record is settled"
+    );
+    assert!(terminate(&mut child).await.success());
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "only the good record reaches the target"
+    );
+    let dead: Vec<Envelope> = read_all(&brokers, &dlt)
+        .iter()
+        .map(|m| Envelope::from_slice(m.payload().unwrap()).unwrap())
+        .collect();
+    assert_eq!(dead.len(), 2);
+    for envelope in &dead {
+        assert_eq!(
+            envelope.error.kind.as_str(),
+            "deserialization",
+            "{envelope:?}"
+        );
+        assert_eq!(envelope.error.attempts, 1, "never retried");
+    }
+    assert!(
+        dead[0]
+            .error
+            .message
+            .contains("not framed for a schema registry"),
+        "{}",
+        dead[0].error.message
+    );
+    assert!(
+        dead[0].error.message.contains("0x7b"),
+        "{}",
+        dead[0].error.message
+    );
+    assert!(
+        dead[1]
+            .error
+            .message
+            .contains("does not decode with schema id"),
+        "{}",
+        dead[1].error.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_outage_holds_records_and_loses_none() {
+    let brokers = brokers();
+    // Our own registry whatever the environment says: the test stops and starts it.
+    let mut registry = TestRegistry::start().await;
+    let topic = unique("outage");
+    let dlt = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlt, 1).await;
+    write(&registry.url(), &brokers, &topic, "avro", "prefix", 2).await;
+    registry.stop().await;
+    let (url, seen) = target().await;
+    let group = unique("g");
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args([
+            "--decode-values",
+            "schema-registry",
+            "--schema-registry-url",
+            &registry.url(),
+        ])
+        .args([
+            "--max-retries",
+            "1000",
+            "--backoff-initial-ms",
+            "200",
+            "--backoff-max-ms",
+            "500",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Retried, not delivered, not dead-lettered, not committed.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(seen.lock().unwrap().is_empty());
+    assert!(
+        read_all(&brokers, &dlt).is_empty(),
+        "an outage is not the record's fault"
+    );
+    assert_eq!(
+        committed(&brokers, &group, &topic, 1)
+            .get(&0)
+            .copied()
+            .unwrap_or(-1)
+            <= 0,
+        true
+    );
+    registry.restart().await;
+    assert!(
+        eventually(WAIT, || seen.lock().unwrap().len() == 2).await,
+        "both records arrive once the registry is back"
+    );
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&2))
+        .await
+    );
+    assert!(terminate(&mut child).await.success());
+    assert!(read_all(&brokers, &dlt).is_empty());
+    let stderr = child.stderr.take().unwrap();
+    let mut text = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut tokio::io::BufReader::new(stderr), &mut text)
+        .await
+        .unwrap();
+    assert!(
+        text.contains("the schema registry at") && text.contains("cannot be reached"),
+        "the retries say why"
+    );
+}
