@@ -88,6 +88,32 @@ async fn write(
     );
 }
 
+/// Reads `count` values of `topic` with the reference deserializers (tests/schemas/read.py).
+async fn read(
+    registry: &str,
+    brokers: &str,
+    topic: &str,
+    format: &str,
+    count: usize,
+) -> Vec<Value> {
+    let python = std::env::var("KAFKA_DLQ_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemas/read.py");
+    let out = tokio::process::Command::new(&python)
+        .args([script, registry, brokers, topic, format, &count.to_string()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read.py {format} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
@@ -341,5 +367,79 @@ async fn a_registry_outage_holds_records_and_loses_none() {
     assert!(
         text.contains("the schema registry at") && text.contains("cannot be reached"),
         "the retries say why"
+    );
+}
+
+/// Answers each record with an output to encode: `{"id": <offset>}` plus the customer for the
+/// first, a value its schema refuses (a string id) for the second.
+async fn produce_with_schema(
+    State((out, subject)): State<(String, String)>,
+    headers: HeaderMap,
+) -> (StatusCode, String) {
+    let offset: i64 = header(&headers, "x-kafka-offset").unwrap().parse().unwrap();
+    let value = if offset == 0 {
+        json!({"id": 41, "customer": {"name": "edited"}})
+    } else {
+        json!({"id": "not a long", "customer": {"name": "x"}})
+    };
+    let answer =
+        json!({"produce": [{"topic": out, "value": value, "schema": {"subject": subject}}]});
+    (StatusCode::OK, answer.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_outputs_are_encoded_with_the_registry_and_a_refused_one_is_dead_lettered() {
+    let brokers = brokers();
+    let (registry_url, _registry) = registry().await;
+    let topic = unique("encode");
+    let out = format!("{topic}-out");
+    let dlt = format!("{topic}-dlt");
+    for t in [&topic, &out, &dlt] {
+        create_topic(&brokers, t, 1).await;
+    }
+    // Two records whose schema (subject <topic>-value) the outputs are written with.
+    write(&registry_url, &brokers, &topic, "avro", "prefix", 2).await;
+    let app = Router::new()
+        .route("/records", post(produce_with_schema))
+        .with_state((out.clone(), format!("{topic}-value")));
+    let url = format!("http://{}/records", serve_on_loopback(app).await);
+    let group = unique("g");
+    let mut child = sidecar_command(&brokers, &group, &topic, &url)
+        .args(["--exactly-once", "--output-topics", &out])
+        .args(["--schema-registry-url", &registry_url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&2))
+        .await,
+        "both records are settled"
+    );
+    assert!(terminate(&mut child).await.success());
+    // Confluent's own deserializer reads the output back, with the registry.
+    let values = read(&registry_url, &brokers, &out, "avro", 1).await;
+    assert_eq!(
+        values,
+        vec![json!({"id": 41, "customer": {"name": "edited"}, "note": null})]
+    );
+    assert_eq!(
+        read_committed(&brokers, &out, 1).len(),
+        1,
+        "the refused output is not produced"
+    );
+    let dead: Vec<Envelope> = read_committed(&brokers, &dlt, 1)
+        .iter()
+        .map(|m| Envelope::from_slice(m.payload().unwrap()).unwrap())
+        .collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].source.offset, 1);
+    assert_eq!(dead[0].error.kind.as_str(), "permanent");
+    assert!(
+        dead[0].error.message.contains("produce[0]")
+            && dead[0].error.message.contains("id: expected an integer"),
+        "{}",
+        dead[0].error.message
     );
 }

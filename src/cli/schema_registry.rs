@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use kafka_dlq::schema::{Decoder, Registry, RegistrySettings, DEFAULT_CACHE_BOUND};
+use kafka_dlq::schema::{Codec, Registry, RegistrySettings, DEFAULT_CACHE_BOUND};
 use kafka_dlq::ConfigError;
 
 /// How a record's value or key reaches the target.
@@ -76,13 +76,13 @@ pub struct SchemaRegistryArgs {
 }
 
 impl SchemaRegistryArgs {
-    /// The decoder and what it decodes (values, keys), or `None` when nothing is decoded. A
-    /// decoding without a registry URL, or a registry setting that does not hold, is an error
-    /// naming the setting.
+    /// The codec and what it decodes (values, keys; with neither, the codec still encodes an
+    /// exactly-once answer's outputs), or `None` without a registry. Decoding without a
+    /// registry URL, or a registry setting that does not hold, is an error naming the setting.
     pub fn decoding(&self) -> Result<Option<kafka_dlq::sidecar::decoding::Decoding>, ConfigError> {
         let values = self.decode_values == Decode::SchemaRegistry;
         let keys = self.decode_keys == Decode::SchemaRegistry;
-        if !values && !keys {
+        if !values && !keys && self.schema_registry_url.is_none() {
             return Ok(None);
         }
         let url = self.schema_registry_url.clone().ok_or_else(|| {
@@ -110,7 +110,7 @@ impl SchemaRegistryArgs {
         };
         let registry = Registry::new(&settings)?;
         Ok(Some(kafka_dlq::sidecar::decoding::Decoding {
-            decoder: Arc::new(Decoder::new(registry, DEFAULT_CACHE_BOUND)),
+            codec: Arc::new(Codec::new(registry, DEFAULT_CACHE_BOUND)),
             values,
             keys,
         }))

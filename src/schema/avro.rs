@@ -5,10 +5,13 @@
 //! union is its branch's value (no `{"type": value}` wrapper), an enum its symbol, a map an
 //! object; `bytes` and `fixed` (and the `decimal` and `duration` held in them) are base64
 //! text; `uuid` its text; dates, times and timestamps the numbers Avro holds (days,
-//! milliseconds or microseconds since the epoch or midnight).
+//! milliseconds or microseconds since the epoch or midnight). [`encode`] reads that same JSON
+//! back, so a decoded value edited and encoded again keeps its bytes fields.
 
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::schema::{Name, NamesRef, ResolvedSchema};
 use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -60,6 +63,207 @@ pub fn decode(schema: &AvroSchema, body: &[u8]) -> Result<Json, String> {
         ));
     }
     Ok(json(value))
+}
+
+/// Writes `json` (in the plain JSON [`decode`] gives) as an Avro body of `schema`. A value the
+/// schema does not take is refused, saying where (`customer.name: expected a string`).
+pub fn encode(schema: &AvroSchema, json: &Json) -> Result<Vec<u8>, String> {
+    let all = schema
+        .references
+        .iter()
+        .chain(std::iter::once(&schema.schema))
+        .collect();
+    let resolved = ResolvedSchema::new_with_schemata(all).map_err(|e| e.to_string())?;
+    let value = to_avro(json, &schema.schema, resolved.get_names(), "")?;
+    let all = schema
+        .references
+        .iter()
+        .chain(std::iter::once(&schema.schema))
+        .collect();
+    let writer = GenericDatumWriter::builder(&schema.schema)
+        .schemata(all)
+        .and_then(|b| b.build())
+        .map_err(|e| e.to_string())?;
+    writer
+        .write_value_to_vec(value)
+        .map_err(|e| format!("the value does not fit the schema: {e}"))
+}
+
+/// `json` as the Avro value of `schema` at `path` (for the error).
+fn to_avro(
+    json: &Json,
+    schema: &Schema,
+    names: &NamesRef<'_>,
+    path: &str,
+) -> Result<Value, String> {
+    let at = |what: &str| {
+        let place = if path.is_empty() { "the value" } else { path };
+        format!("{place}: expected {what}, got {json}")
+    };
+    let int = || json.as_i64().ok_or_else(|| at("an integer"));
+    let int32 = || int().and_then(|i| i32::try_from(i).map_err(|_| at("an integer of 32 bits")));
+    let bytes = || {
+        json.as_str()
+            .and_then(|s| BASE64.decode(s).ok())
+            .ok_or_else(|| at("base64 text"))
+    };
+    Ok(match schema {
+        Schema::Null if json.is_null() => Value::Null,
+        Schema::Null => return Err(at("null")),
+        Schema::Boolean => Value::Boolean(json.as_bool().ok_or_else(|| at("true or false"))?),
+        Schema::Int => Value::Int(int32()?),
+        Schema::Date => Value::Date(int32()?),
+        Schema::TimeMillis => Value::TimeMillis(int32()?),
+        Schema::Long => Value::Long(int()?),
+        Schema::TimeMicros => Value::TimeMicros(int()?),
+        Schema::TimestampMillis => Value::TimestampMillis(int()?),
+        Schema::TimestampMicros => Value::TimestampMicros(int()?),
+        Schema::TimestampNanos => Value::TimestampNanos(int()?),
+        Schema::LocalTimestampMillis => Value::LocalTimestampMillis(int()?),
+        Schema::LocalTimestampMicros => Value::LocalTimestampMicros(int()?),
+        Schema::LocalTimestampNanos => Value::LocalTimestampNanos(int()?),
+        Schema::Float => Value::Float(float(json).ok_or_else(|| at("a number"))? as f32),
+        Schema::Double => Value::Double(float(json).ok_or_else(|| at("a number"))?),
+        Schema::Bytes => Value::Bytes(bytes()?),
+        Schema::String => Value::String(json.as_str().ok_or_else(|| at("a string"))?.to_string()),
+        Schema::Uuid(_) => Value::Uuid(
+            json.as_str()
+                .and_then(|s| apache_avro::Uuid::parse_str(s).ok())
+                .ok_or_else(|| at("a UUID"))?,
+        ),
+        Schema::Fixed(fixed) => {
+            let bytes = bytes()?;
+            if bytes.len() != fixed.size {
+                return Err(at(&format!("{} bytes in base64", fixed.size)));
+            }
+            Value::Fixed(fixed.size, bytes)
+        }
+        Schema::Decimal(_) => Value::Decimal(apache_avro::Decimal::from(bytes()?)),
+        Schema::Duration(_) => {
+            let bytes: [u8; 12] = bytes()?.try_into().map_err(|_| at("12 bytes in base64"))?;
+            Value::Duration(apache_avro::Duration::from(bytes))
+        }
+        Schema::BigDecimal => {
+            return Err(at("a big-decimal, which kafka-dlq does not write"));
+        }
+        Schema::Enum(e) => {
+            let symbol = json.as_str().ok_or_else(|| at("an enum symbol"))?;
+            let index = e
+                .symbols
+                .iter()
+                .position(|s| s == symbol)
+                .ok_or_else(|| at(&format!("one of {:?}", e.symbols)))?;
+            Value::Enum(index as u32, symbol.to_string())
+        }
+        Schema::Array(array) => {
+            let items = json.as_array().ok_or_else(|| at("an array"))?;
+            Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| to_avro(item, &array.items, names, &format!("{path}[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        Schema::Map(map) => {
+            let entries = json.as_object().ok_or_else(|| at("an object"))?;
+            Value::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| {
+                        to_avro(v, &map.types, names, &join(path, k)).map(|v| (k.clone(), v))
+                    })
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        Schema::Union(union) => {
+            let mut refusals = Vec::new();
+            for (i, branch) in union.variants().iter().enumerate() {
+                match to_avro(json, branch, names, path) {
+                    Ok(value) => return Ok(Value::Union(i as u32, Box::new(value))),
+                    Err(why) => refusals.push(why),
+                }
+            }
+            return Err(format!(
+                "{}: fits none of the union's branches ({})",
+                if path.is_empty() { "the value" } else { path },
+                refusals.join("; ")
+            ));
+        }
+        Schema::Record(record) => {
+            let object = json.as_object().ok_or_else(|| at("an object"))?;
+            if let Some(unknown) = object.keys().find(|k| !record.lookup.contains_key(*k)) {
+                return Err(format!(
+                    "{}: {} has no field {unknown:?}",
+                    if path.is_empty() { "the value" } else { path },
+                    record.name.fullname(None)
+                ));
+            }
+            let mut fields = Vec::with_capacity(record.fields.len());
+            for field in &record.fields {
+                let here = join(path, &field.name);
+                let value = match (object.get(&field.name), &field.default) {
+                    (Some(value), _) => to_avro(value, &field.schema, names, &here)?,
+                    (None, Some(default)) => default_value(default, &field.schema, names, &here)?,
+                    (None, None) => return Err(format!("{here}: missing, and it has no default")),
+                };
+                fields.push((field.name.clone(), value));
+            }
+            Value::Record(fields)
+        }
+        Schema::Ref { name } => {
+            let named =
+                lookup(names, name).ok_or_else(|| format!("{path}: unknown type {name:?}"))?;
+            return to_avro(json, named, names, path);
+        }
+    })
+}
+
+/// A field's default: Avro's JSON, where a union's default is its first branch's.
+fn default_value(
+    default: &Json,
+    schema: &Schema,
+    names: &NamesRef<'_>,
+    path: &str,
+) -> Result<Value, String> {
+    match schema {
+        Schema::Union(union) => {
+            let first = union.variants().first().ok_or("an empty union")?;
+            to_avro(default, first, names, path).map(|v| Value::Union(0, Box::new(v)))
+        }
+        // Avro's JSON writes bytes defaults as ISO-8859-1 text.
+        Schema::Bytes => Ok(Value::Bytes(
+            default
+                .as_str()
+                .unwrap_or_default()
+                .chars()
+                .map(|c| c as u8)
+                .collect(),
+        )),
+        _ => to_avro(default, schema, names, path),
+    }
+}
+
+fn lookup<'a>(names: &NamesRef<'a>, name: &Name) -> Option<&'a Schema> {
+    names.get(name).copied()
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+/// A JSON number, or the text Avro's JSON uses for NaN and the infinities.
+fn float(json: &Json) -> Option<f64> {
+    json.as_f64().or_else(|| match json.as_str()? {
+        "NaN" => Some(f64::NAN),
+        "Infinity" | "inf" => Some(f64::INFINITY),
+        "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
+        _ => None,
+    })
 }
 
 /// An Avro value as plain JSON (see the module's documentation).
@@ -144,6 +348,45 @@ mod tests {
             .unwrap_err()
             .contains("1 bytes are left"));
         assert!(decode(&schema, &[]).unwrap_err().contains("not Avro"));
+    }
+
+    #[test]
+    fn decoded_json_encodes_back_to_the_same_bytes() {
+        let schema = compile(ORDER, &[CUSTOMER]).unwrap();
+        let body = [
+            42, 6, b'A', b'n', b'n', 2, 2, b'k', 4, 1, 2, 0, 2, 4, b'h', b'i', 2,
+        ];
+        let json = decode(&schema, &body).unwrap();
+        assert_eq!(encode(&schema, &json).unwrap(), body);
+        // A missing field with a default takes it; the union's null branch.
+        let mut edited = json.clone();
+        edited.as_object_mut().unwrap().remove("note");
+        let bytes = encode(&schema, &edited).unwrap();
+        assert_eq!(decode(&schema, &bytes).unwrap()["note"], Json::Null);
+    }
+
+    #[test]
+    fn a_value_the_schema_refuses_says_where() {
+        let schema = compile(ORDER, &[CUSTOMER]).unwrap();
+        let wrong =
+            serde_json::json!({"id": "x", "customer": {"name": "A", "tags": {}}, "state": "NEW"});
+        assert!(encode(&schema, &wrong)
+            .unwrap_err()
+            .contains("id: expected an integer"));
+        let wrong =
+            serde_json::json!({"id": 1, "customer": {"name": 5, "tags": {}}, "state": "NEW"});
+        assert!(encode(&schema, &wrong)
+            .unwrap_err()
+            .contains("customer.name: expected a string"));
+        let wrong =
+            serde_json::json!({"id": 1, "customer": {"name": "A", "tags": {}}, "state": "GONE"});
+        assert!(encode(&schema, &wrong)
+            .unwrap_err()
+            .contains("state: expected one of"));
+        let wrong = serde_json::json!({"id": 1, "extra": 1, "customer": {"name": "A", "tags": {}}, "state": "NEW"});
+        assert!(encode(&schema, &wrong)
+            .unwrap_err()
+            .contains("no field \"extra\""));
     }
 
     #[test]

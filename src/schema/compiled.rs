@@ -4,7 +4,7 @@ use serde_json::Value as Json;
 
 use super::avro::{self, AvroSchema};
 use super::framing;
-use super::json_schema;
+use super::json_schema::{self, JsonSchema};
 use super::protobuf::{self, ProtobufSchema};
 
 /// The registry's `schemaType` (absent means Avro).
@@ -48,8 +48,8 @@ pub enum Compiled {
     Avro(AvroSchema),
     /// A Protobuf file.
     Protobuf(ProtobufSchema),
-    /// A JSON Schema (bodies are only read as JSON).
-    Json,
+    /// A JSON Schema (bodies are only read as JSON; values written are validated).
+    Json(JsonSchema),
 }
 
 /// Compiles the schema `text` of type `schema_type` with the schemas its references name
@@ -65,7 +65,7 @@ pub fn compile(
             avro::compile(text, &texts).map(Compiled::Avro)
         }
         SchemaType::Protobuf => protobuf::compile(text, references).map(Compiled::Protobuf),
-        SchemaType::Json => Ok(Compiled::Json),
+        SchemaType::Json => json_schema::compile(text, references).map(Compiled::Json),
     }
 }
 
@@ -89,6 +89,21 @@ pub fn decode(
                 protobuf::decode(schema, &indexes, body)
             }
         },
-        Compiled::Json => json_schema::decode(body),
+        Compiled::Json(_) => json_schema::decode(body),
+    }
+}
+
+/// Writes `json` as a body of `compiled` (without the framing): for Protobuf as the message
+/// `indexes` name (the file's first when `None`). A value the schema refuses is an error
+/// saying why.
+pub fn encode(
+    compiled: &Compiled,
+    json: &Json,
+    indexes: Option<&[usize]>,
+) -> Result<Vec<u8>, String> {
+    match compiled {
+        Compiled::Avro(schema) => avro::encode(schema, json),
+        Compiled::Protobuf(schema) => protobuf::encode(schema, indexes.unwrap_or(&[0]), json),
+        Compiled::Json(schema) => json_schema::encode(schema, json),
     }
 }

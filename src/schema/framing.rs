@@ -120,6 +120,33 @@ pub fn message_indexes(body: &[u8]) -> Result<(Vec<usize>, &[u8]), String> {
     Ok((indexes, rest))
 }
 
+/// The prefix framing of a body written with schema `id`: the magic byte 0, the id, and a
+/// Protobuf schema's message `indexes` (`[0]` as the single byte 0, as Confluent writes it).
+pub fn prefix(id: u32, indexes: Option<&[usize]>) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend(id.to_be_bytes());
+    match indexes {
+        None => {}
+        Some([0]) => out.push(0),
+        Some(indexes) => {
+            write_zigzag(&mut out, indexes.len() as i64);
+            for index in indexes {
+                write_zigzag(&mut out, *index as i64);
+            }
+        }
+    }
+    out
+}
+
+fn write_zigzag(out: &mut Vec<u8>, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 /// One zigzag varint from the front of `bytes`.
 fn zigzag(bytes: &mut &[u8]) -> Result<i64, String> {
     let mut value: u64 = 0;
@@ -188,5 +215,15 @@ mod tests {
         );
         assert!(message_indexes(&[4, 2]).unwrap_err().contains("end"));
         assert!(message_indexes(&[3, 2]).unwrap_err().contains("count"));
+    }
+
+    #[test]
+    fn a_prefix_written_reads_back() {
+        assert_eq!(prefix(258, None), [0, 0, 0, 1, 2]);
+        let framed = prefix(7, Some(&[1, 2]));
+        let located = locate(&framed, None).unwrap();
+        assert_eq!(located.schema, SchemaRef::Id(7));
+        assert_eq!(message_indexes(located.body).unwrap().0, vec![1, 2]);
+        assert_eq!(prefix(7, Some(&[0])), [0, 0, 0, 0, 7, 0]);
     }
 }

@@ -12,7 +12,10 @@ use std::collections::HashMap;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
+use prost_reflect::prost::Message as _;
+use prost_reflect::{
+    DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions,
+};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use serde_json::Value as Json;
 
@@ -116,6 +119,36 @@ pub fn decode(schema: &ProtobufSchema, indexes: &[usize], body: &[u8]) -> Result
         .map_err(|e| format!("the {name} cannot be printed as JSON: {e}"))
 }
 
+/// The message indexes of the message named `full_name` (`shop.Order.Line`) in the schema's
+/// file; `None` when the file has no such message.
+pub fn indexes_of(schema: &ProtobufSchema, full_name: &str) -> Option<Vec<usize>> {
+    let file = schema.pool.get_file_by_name(&schema.file)?;
+    fn find(messages: Vec<MessageDescriptor>, name: &str, path: &mut Vec<usize>) -> bool {
+        for (i, message) in messages.into_iter().enumerate() {
+            path.push(i);
+            if message.full_name() == name || find(message.child_messages().collect(), name, path) {
+                return true;
+            }
+            path.pop();
+        }
+        false
+    }
+    let mut path = Vec::new();
+    find(file.messages().collect(), full_name, &mut path).then_some(path)
+}
+
+/// Writes `json` (protobuf's JSON mapping; the `.proto` names or the JSON names) as the
+/// message `indexes` name. A field the message does not have, or a value of the wrong type,
+/// is refused saying which.
+pub fn encode(schema: &ProtobufSchema, indexes: &[usize], json: &Json) -> Result<Vec<u8>, String> {
+    let descriptor = message(schema, indexes)?;
+    let name = descriptor.full_name().to_string();
+    let message =
+        DynamicMessage::deserialize_with_options(descriptor, json, &DeserializeOptions::new())
+            .map_err(|e| format!("the value is not a {name}: {e}"))?;
+    Ok(message.encode_to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +190,18 @@ mod tests {
             decode(&schema, &[0], &[10, 1, b'x']).unwrap(),
             serde_json::json!({"name": "x"})
         );
+    }
+
+    #[test]
+    fn decoded_json_encodes_back_to_the_same_message() {
+        let schema = compile(ORDER, &[("customer.proto", CUSTOMER)]).unwrap();
+        assert_eq!(indexes_of(&schema, "shop.Order.Line"), Some(vec![0, 0]));
+        assert_eq!(indexes_of(&schema, "shop.Nope"), None);
+        let body = [8, 7, 18, 5, 10, 3, b'A', b'n', b'n'];
+        let json = decode(&schema, &[0], &body).unwrap();
+        assert_eq!(encode(&schema, &[0], &json).unwrap(), body);
+        let why = encode(&schema, &[0], &serde_json::json!({"id": "x"})).unwrap_err();
+        assert!(why.contains("not a shop.Order"), "{why}");
     }
 
     #[test]

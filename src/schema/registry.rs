@@ -107,6 +107,12 @@ pub struct SchemaBody {
     /// Its GUID, when the answer says (Confluent Schema Registry 8).
     #[serde(default)]
     pub guid: Option<String>,
+    /// The subject, when asked by subject.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The version under it, when asked by subject.
+    #[serde(default)]
+    pub version: Option<i32>,
 }
 
 /// A schema reference: `name` is how the schema names it (a Protobuf import, an Avro type's
@@ -288,6 +294,34 @@ impl Registry {
                 .and_then(|all| all.into_iter().next()),
             None => None,
         };
+        Ok(Fetched {
+            body,
+            references,
+            registered,
+        })
+    }
+
+    /// Fetches the schema registered under `subject` at `version` (`None`: the latest), with
+    /// every schema it references; its id is in the answer.
+    pub async fn fetch_version(
+        &self,
+        subject: &str,
+        version: Option<i32>,
+    ) -> Result<Fetched, RegistryError> {
+        let shown_version = version.map_or("latest".to_string(), |v| v.to_string());
+        let asked = format!("subject {subject} version {shown_version}");
+        let path = format!(
+            "subjects/{}/versions/{shown_version}",
+            encode_segment(subject)
+        );
+        let body: SchemaBody = self.get(&path, &asked).await?;
+        let mut references = Vec::new();
+        self.references(&body.references, &mut references, 0)
+            .await?;
+        let registered = Some(SubjectVersion {
+            subject: subject.to_string(),
+            version: body.version.or(version).unwrap_or_default(),
+        });
         Ok(Fetched {
             body,
             references,

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use crate::failure::HandlerError;
 use crate::record::Record;
-use crate::schema::{DecodeError, Decoded, Decoder, Field};
+use crate::schema::{Codec, DecodeError, Decoded, Field};
 
 /// What a target decodes, and with which registry.
 #[derive(Debug, Clone)]
 pub struct Decoding {
-    /// The registry's decoder, shared by every worker.
-    pub decoder: Arc<Decoder>,
+    /// The registry's codec, shared by every worker.
+    pub codec: Arc<Codec>,
     /// Decode values.
     pub values: bool,
     /// Decode keys.
@@ -34,7 +34,7 @@ impl Decoding {
     /// Decodes what this target decodes of `record`.
     pub async fn record(&self, record: &Record) -> Result<DecodedRecord, HandlerError> {
         let value = if self.values {
-            self.decoder
+            self.codec
                 .decode(Field::Value, record.payload.as_deref(), &record.headers)
                 .await
                 .map_err(failure)?
@@ -42,7 +42,7 @@ impl Decoding {
             None
         };
         let key = if self.keys {
-            self.decoder
+            self.codec
                 .decode(Field::Key, record.key.as_deref(), &record.headers)
                 .await
                 .map_err(failure)?

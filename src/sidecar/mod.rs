@@ -392,7 +392,11 @@ impl Handler for HttpTarget {
         match &self.output_topics {
             Some(topics) => {
                 let answer = self.exchange(request, true).await?;
-                crate::handler::output::set(produce::outputs(&answer, topics)?);
+                let mut outputs = produce::outputs(&answer, topics)?;
+                for (i, encoding) in produce::encodings(&answer) {
+                    outputs[i].value = Some(self.encode(i, &encoding).await?);
+                }
+                crate::handler::output::set(outputs);
                 Ok(())
             }
             None => self.send(request).await,
@@ -401,6 +405,33 @@ impl Handler for HttpTarget {
 }
 
 impl HttpTarget {
+    /// The value of the answer's `produce[i]`, encoded with the registry's schema it names: a
+    /// registry that cannot give the schema fails the record transiently (the target is
+    /// called again), a schema that refuses the value (or none to ask) permanently.
+    async fn encode(
+        &self,
+        i: usize,
+        encoding: &produce::Encoding,
+    ) -> Result<Vec<u8>, HandlerError> {
+        let Some(decoding) = &self.decoding else {
+            return Err(HandlerError::permanent(format!(
+                "the target's answer asks to encode produce[{i}] with a schema registry's schema, and no --schema-registry-url is set"
+            )));
+        };
+        decoding
+            .codec
+            .encode(&encoding.schema, encoding.message.as_deref(), &encoding.value)
+            .await
+            .map_err(|e| match e {
+                crate::schema::EncodeError::Unavailable(e) => {
+                    HandlerError::transient(format!("produce[{i}] cannot be encoded yet: {e}"))
+                }
+                crate::schema::EncodeError::Refused(why) => HandlerError::permanent(format!(
+                    "the target's answer asks to produce a value its schema refuses (produce[{i}]): {why}"
+                )),
+            })
+    }
+
     /// Sends `request` and classifies the answer.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<(), HandlerError> {
         self.exchange(request, false).await.map(|_| ())

@@ -2,8 +2,11 @@
 //! answer may carry
 //! `{"produce": [{"topic": "T", "key": "k" | null, "value": <any JSON>, "headers": {"name": "value"}}]}`
 //! (or `"value_base64"` for bytes; neither for a tombstone), written in the record's
-//! transaction with its offset; a `value` is produced as the answer wrote it, byte for byte. Pure: the answer's bytes in, the outputs or a permanent
-//! failure out.
+//! transaction with its offset; a `value` is produced as the answer wrote it, byte for byte. An
+//! item may add `"schema": {"subject": "S", "version": N, "message": "M"}` (or `{"id": N}`;
+//! no `version`: the latest): its `value` is then encoded with that schema of the registry
+//! before it is produced ([`encodings`]; the sidecar does the encoding). Pure: the answer's
+//! bytes in, the outputs or a permanent failure out.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -13,6 +16,90 @@ use serde_json::Value;
 use crate::failure::HandlerError;
 use crate::handler::Output;
 use crate::record::RecordHeader;
+use crate::schema::WriteSchema;
+
+/// An output's value to encode with a registry's schema before it is produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoding {
+    /// The schema to write it with.
+    pub schema: WriteSchema,
+    /// For a Protobuf schema, the message (`shop.Order.Line`); the file's first when `None`.
+    pub message: Option<String>,
+    /// The value, as JSON.
+    pub value: Value,
+}
+
+/// The outputs of `body` (read as [`outputs`] reads it) that ask to be encoded with a
+/// registry's schema, by their place in `produce`. An answer [`outputs`] refuses has none.
+pub fn encodings(body: &[u8]) -> Vec<(usize, Encoding)> {
+    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let Some(items) = answer.get("produce").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| encoding(item).ok().flatten().map(|e| (i, e)))
+        .collect()
+}
+
+/// `item`'s encoding, if it asks for one; an error if its `schema` is not the shape above.
+fn encoding(item: &Value) -> Result<Option<Encoding>, String> {
+    let Some(schema) = item.get("schema") else {
+        return Ok(None);
+    };
+    let schema = schema.as_object().ok_or("`schema` is not an object")?;
+    if let Some(unknown) = schema
+        .keys()
+        .find(|k| !["id", "subject", "version", "message"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "`schema` has an unknown field `{unknown}` (fields: id, subject, version, message)"
+        ));
+    }
+    let number = |name: &str| -> Result<Option<u32>, String> {
+        match schema.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .map(Some)
+                .ok_or_else(|| format!("`schema.{name}` is not a positive integer")),
+        }
+    };
+    let write = match (number("id")?, schema.get("subject"), number("version")?) {
+        (Some(id), None, None) => WriteSchema::Id(id),
+        (None, Some(Value::String(subject)), version) if !subject.is_empty() => {
+            WriteSchema::Subject {
+                subject: subject.clone(),
+                version: version.map(|v| v as i32),
+            }
+        }
+        _ => {
+            return Err(
+                "`schema` needs an `id`, or a `subject` (and a `version`, else the latest)"
+                    .to_string(),
+            )
+        }
+    };
+    let message = match schema.get("message") {
+        None => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(_) => return Err("`schema.message` is not a string".to_string()),
+    };
+    let value = match (item.get("value"), item.get("value_base64")) {
+        (Some(value), None) => value.clone(),
+        _ => return Err("`schema` encodes a `value` (JSON), and there is none".to_string()),
+    };
+    Ok(Some(Encoding {
+        schema: write,
+        message,
+        value,
+    }))
+}
 
 /// The records `body` (a 2xx answer, read up to 1 MiB) asks to produce, each to one of
 /// `allowed`. An empty body, or a JSON object without `produce`, asks for none. Anything else
@@ -106,14 +193,14 @@ fn header_item(item: &Value) -> Result<RecordHeader, String> {
 /// `item`'s record, its `value` the bytes `raw_value` (as the answer wrote it) when known.
 fn output(item: &Value, raw_value: Option<Vec<u8>>, allowed: &[String]) -> Result<Output, String> {
     let item = item.as_object().ok_or("not an object")?;
-    if let Some(unknown) = item
-        .keys()
-        .find(|k| !["topic", "key", "value", "value_base64", "headers"].contains(&k.as_str()))
-    {
+    if let Some(unknown) = item.keys().find(|k| {
+        !["topic", "key", "value", "value_base64", "headers", "schema"].contains(&k.as_str())
+    }) {
         return Err(format!(
-            "unknown field `{unknown}` (fields: topic, key, value, value_base64, headers)"
+            "unknown field `{unknown}` (fields: topic, key, value, value_base64, headers, schema)"
         ));
     }
+    encoding(&Value::Object(item.clone()))?;
     let topic = item
         .get("topic")
         .and_then(Value::as_str)
@@ -184,6 +271,45 @@ mod tests {
             out[0].value.as_deref(),
             Some(&br#"{"b":1,"a":123456789012345678901234}"#[..])
         );
+    }
+
+    #[test]
+    fn an_output_may_ask_for_its_value_encoded_with_a_schema() {
+        let body = br#"{"produce":[{"topic":"out","value":1},
+            {"topic":"out","value":{"id":7},"schema":{"subject":"out-value"}},
+            {"topic":"out","value":{"sku":"a"},"schema":{"id":3,"message":"shop.Order.Line"}}]}"#;
+        assert_eq!(outputs(body, &["out".to_string()]).unwrap().len(), 3);
+        let found = encodings(body);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].0, 1);
+        assert_eq!(
+            found[0].1.schema,
+            WriteSchema::Subject {
+                subject: "out-value".into(),
+                version: None
+            }
+        );
+        assert_eq!(found[1].1.schema, WriteSchema::Id(3));
+        assert_eq!(found[1].1.message.as_deref(), Some("shop.Order.Line"));
+        for (bad, why) in [
+            (
+                r#"{"topic":"out","value_base64":"AA==","schema":{"id":1}}"#,
+                "there is none",
+            ),
+            (r#"{"topic":"out","value":1,"schema":{"id":0}}"#, "positive"),
+            (
+                r#"{"topic":"out","value":1,"schema":{"id":1,"subject":"s"}}"#,
+                "needs an `id`",
+            ),
+            (
+                r#"{"topic":"out","value":1,"schema":{"ids":1}}"#,
+                "unknown field `ids`",
+            ),
+        ] {
+            let body = format!(r#"{{"produce":[{bad}]}}"#);
+            let e = outputs(body.as_bytes(), &["out".to_string()]).unwrap_err();
+            assert!(e.message().contains(why), "{bad}: {e}");
+        }
     }
 
     fn allowed() -> Vec<String> {

@@ -2,6 +2,7 @@
 //! once (then from a bounded cache), read the body to JSON.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
@@ -11,8 +12,11 @@ use super::framing::{self, SchemaRef};
 use super::registry::{Registry, RegistryError, SubjectVersion};
 use crate::record::RecordHeader;
 
-/// How many compiled schemas a decoder keeps by default.
+/// How many compiled schemas a codec keeps by default.
 pub const DEFAULT_CACHE_BOUND: usize = 1000;
+/// How long a subject's latest version is taken as known before it is asked again: a version
+/// registered meanwhile is used from then on.
+pub const LATEST_FOR: Duration = Duration::from_secs(30);
 
 /// Which part of a record is decoded: it picks the schema-id header (`__value_schema_id` or
 /// `__key_schema_id`).
@@ -24,7 +28,7 @@ pub enum Field {
     Key,
 }
 
-/// A schema as the decoder holds it: compiled, with where the registry has it.
+/// A schema as the codec holds it: compiled, with where the registry has it.
 #[derive(Debug)]
 pub struct Schema {
     /// The schema as the record named it.
@@ -61,20 +65,116 @@ pub enum DecodeError {
     Undecodable(String),
 }
 
-/// Decodes values and keys framed for one registry.
-#[derive(Debug)]
-pub struct Decoder {
-    registry: Registry,
-    schemas: Mutex<Bounded<SchemaRef, Arc<Schema>>>,
+/// Why a value was not encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// The registry could not give the schema: try again later.
+    #[error("{0}")]
+    Unavailable(RegistryError),
+    /// The schema does not take the value, or there is no such schema: trying again will not
+    /// help. The text says why.
+    #[error("{0}")]
+    Refused(String),
 }
 
-impl Decoder {
-    /// A decoder of `registry`'s schemas keeping at most `cache_bound` of them compiled.
+/// The schema a value is written with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteSchema {
+    /// The schema with this id.
+    Id(u32),
+    /// The schema registered under `subject` at `version` (`None`: the latest).
+    Subject {
+        /// The subject (`orders-value`).
+        subject: String,
+        /// Its version; `None` for the latest.
+        version: Option<i32>,
+    },
+}
+
+/// Decodes values and keys framed for one registry, and encodes values for it.
+#[derive(Debug)]
+pub struct Codec {
+    registry: Registry,
+    schemas: Mutex<Bounded<SchemaRef, Arc<Schema>>>,
+    /// Each subject's id at a version (`None`: the latest, with when it was asked).
+    versions: Mutex<Bounded<(String, Option<i32>), (u32, Instant)>>,
+}
+
+impl Codec {
+    /// A codec of `registry`'s schemas keeping at most `cache_bound` of them compiled.
     pub fn new(registry: Registry, cache_bound: usize) -> Self {
         Self {
             registry,
             schemas: Mutex::new(Bounded::new(cache_bound)),
+            versions: Mutex::new(Bounded::new(cache_bound)),
         }
+    }
+
+    /// Writes `json` with `schema`, framed with the id prefix, as Confluent's serializers do.
+    /// For a Protobuf schema, `message` names the message (`shop.Order.Line`; the file's
+    /// first when `None`).
+    pub async fn encode(
+        &self,
+        schema: &WriteSchema,
+        message: Option<&str>,
+        json: &Json,
+    ) -> Result<Vec<u8>, EncodeError> {
+        let id = match schema {
+            WriteSchema::Id(id) => *id,
+            WriteSchema::Subject { subject, version } => self.id_of(subject, *version).await?,
+        };
+        let compiled = self.schema(SchemaRef::Id(id)).await.map_err(|e| match e {
+            DecodeError::Unavailable(e) => EncodeError::Unavailable(e),
+            DecodeError::Undecodable(why) => EncodeError::Refused(why),
+        })?;
+        let indexes = match (&compiled.compiled, message) {
+            (Compiled::Protobuf(proto), Some(name)) => {
+                Some(super::protobuf::indexes_of(proto, name).ok_or_else(|| {
+                    EncodeError::Refused(format!("schema id {id} has no message {name}"))
+                })?)
+            }
+            (Compiled::Protobuf(_), None) => Some(vec![0]),
+            (_, Some(name)) => {
+                return Err(EncodeError::Refused(format!(
+                    "a message ({name}) is only for a Protobuf schema; schema id {id} is {}",
+                    compiled.schema_type.as_str()
+                )))
+            }
+            (_, None) => None,
+        };
+        let body = compiled::encode(&compiled.compiled, json, indexes.as_deref())
+            .map_err(|why| EncodeError::Refused(format!("schema id {id}: {why}")))?;
+        let mut bytes = framing::prefix(id, indexes.as_deref());
+        bytes.extend(body);
+        Ok(bytes)
+    }
+
+    /// The id of `subject` at `version`: asked once (the latest again after [`LATEST_FOR`]).
+    async fn id_of(&self, subject: &str, version: Option<i32>) -> Result<u32, EncodeError> {
+        let key = (subject.to_string(), version);
+        if let Some((id, asked)) = self.versions.lock().expect("versions").get(&key) {
+            if version.is_some() || asked.elapsed() < LATEST_FOR {
+                return Ok(id);
+            }
+        }
+        let fetched = self
+            .registry
+            .fetch_version(subject, version)
+            .await
+            .map_err(|e| match e {
+                RegistryError::NotFound { .. } => EncodeError::Refused(e.to_string()),
+                e => EncodeError::Unavailable(e),
+            })?;
+        let id = fetched.body.id.ok_or_else(|| {
+            EncodeError::Refused(format!(
+                "the registry gave no id for subject {subject}'s schema"
+            ))
+        })?;
+        self.versions
+            .lock()
+            .expect("versions")
+            .insert(key, (id, Instant::now()));
+        Ok(id)
     }
 
     /// The registry's URL, redacted.
