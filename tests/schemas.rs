@@ -443,3 +443,64 @@ async fn exactly_once_outputs_are_encoded_with_the_registry_and_a_refused_one_is
         dead[0].error.message
     );
 }
+
+/// A Rust handler behind the decoding layer: what it saw of each record.
+#[derive(Clone, Default)]
+struct Orders {
+    seen: Arc<Mutex<Vec<(i64, Value, Option<String>)>>>,
+}
+
+impl kafka_dlq::schema::DecodedHandler for Orders {
+    async fn handle(
+        &self,
+        record: &kafka_dlq::Record,
+        decoded: &kafka_dlq::schema::DecodedRecord,
+    ) -> Result<(), kafka_dlq::HandlerError> {
+        let value = decoded.value.as_ref().expect("a decoded value");
+        let subject = value.schema.registered.as_ref().map(|r| r.subject.clone());
+        self.seen
+            .lock()
+            .unwrap()
+            .push((record.offset, value.json.clone(), subject));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_handler_behind_the_decoding_layer_gets_json_and_never_an_undecodable_record() {
+    let brokers = brokers();
+    let (registry_url, _registry) = registry().await;
+    let topic = unique("layer");
+    let dlt = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlt, 1).await;
+    write(&registry_url, &brokers, &topic, "protobuf", "prefix", 1).await;
+    produce(&brokers, &topic, vec![Out::new(0, "not framed")]).await;
+    write(&registry_url, &brokers, &topic, "protobuf", "header", 1).await;
+    let registry = kafka_dlq::schema::Registry::new(&kafka_dlq::schema::RegistrySettings {
+        url: registry_url.clone(),
+        timeout: Duration::from_secs(5),
+        ..Default::default()
+    })
+    .unwrap();
+    let codec = Arc::new(kafka_dlq::schema::Codec::new(registry, 10));
+    let orders = Orders::default();
+    let running = Running::start(
+        test_config(&brokers, &unique("g"), &topic),
+        kafka_dlq::schema::Decoding::values(codec, orders.clone()),
+    );
+    assert!(eventually(WAIT, || orders.seen.lock().unwrap().len() == 2).await);
+    assert!(eventually(WAIT, || read_all(&brokers, &dlt).len() == 1).await);
+    running.stop().await;
+    let seen = orders.seen.lock().unwrap().clone();
+    assert_eq!(seen[0].0, 0);
+    assert_eq!(seen[0].1, json!({"sku": "s0", "quantity": 0}));
+    assert_eq!(seen[1].0, 2);
+    assert_eq!(seen[1].1, json!({"sku": "s0", "quantity": 0}));
+    assert!(seen
+        .iter()
+        .all(|(_, _, subject)| subject.as_deref() == Some(&format!("{topic}-value")[..])));
+    let dead = Envelope::from_slice(read_all(&brokers, &dlt)[0].payload().unwrap()).unwrap();
+    assert_eq!(dead.source.offset, 1);
+    assert_eq!(dead.error.kind.as_str(), "deserialization");
+}

@@ -13,6 +13,7 @@ pub mod codec;
 pub mod compiled;
 pub mod framing;
 pub mod json_schema;
+pub mod layer;
 pub mod protobuf;
 pub mod registry;
 
@@ -21,4 +22,5 @@ pub use codec::{
 };
 pub use compiled::SchemaType;
 pub use framing::SchemaRef;
+pub use layer::{DecodedHandler, DecodedRecord, Decoding};
 pub use registry::{Registry, RegistryError, RegistrySettings};

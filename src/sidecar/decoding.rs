@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use crate::failure::HandlerError;
 use crate::record::Record;
-use crate::schema::{Codec, DecodeError, Decoded, Field};
+pub use crate::schema::DecodedRecord;
+use crate::schema::{Codec, Decoded};
 
 /// What a target decodes, and with which registry.
 #[derive(Debug, Clone)]
@@ -21,44 +22,10 @@ pub struct Decoding {
     pub keys: bool,
 }
 
-/// A record's decoded parts; `None` where not decoded or null.
-#[derive(Debug, Default)]
-pub struct DecodedRecord {
-    /// The value, when values are decoded and it is not null.
-    pub value: Option<Decoded>,
-    /// The key, when keys are decoded and it is not null.
-    pub key: Option<Decoded>,
-}
-
 impl Decoding {
     /// Decodes what this target decodes of `record`.
     pub async fn record(&self, record: &Record) -> Result<DecodedRecord, HandlerError> {
-        let value = if self.values {
-            self.codec
-                .decode(Field::Value, record.payload.as_deref(), &record.headers)
-                .await
-                .map_err(failure)?
-        } else {
-            None
-        };
-        let key = if self.keys {
-            self.codec
-                .decode(Field::Key, record.key.as_deref(), &record.headers)
-                .await
-                .map_err(failure)?
-        } else {
-            None
-        };
-        Ok(DecodedRecord { value, key })
-    }
-}
-
-/// A decoding failure as the record's: the registry unavailable is transient, bytes that do
-/// not decode are [`HandlerError::undecodable`].
-pub fn failure(error: DecodeError) -> HandlerError {
-    match error {
-        DecodeError::Unavailable(e) => HandlerError::transient(e),
-        DecodeError::Undecodable(why) => HandlerError::undecodable(why),
+        crate::schema::layer::decode(&self.codec, self.values, self.keys, record).await
     }
 }
 
