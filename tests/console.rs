@@ -1586,3 +1586,94 @@ async fn huge_post(address: impl AsRef<str>, token: Option<&str>) -> u16 {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line: {line:?}"))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_an_avro_dead_letter_decoded_and_redrives_its_edited_json_encoded() {
+    use common::schema_registry::{read, registry, write};
+    let brokers = brokers();
+    let (registry_url, _registry) = registry().await;
+    let topic = unique("avro-console");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("billing");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    write(&registry_url, &brokers, &topic, "avro", "prefix", 1).await;
+    let running = Running::start(test_config(&brokers, &group, &topic), RefuseAll);
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&1))
+        .await,
+        "the record is dead-lettered"
+    );
+    running.stop().await;
+    let (_console, base) = console(&dlq, "", &["--schema-registry-url", &registry_url]).await;
+    let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
+
+    // A value the schema refuses is refused, saying where; nothing is sent.
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| rows.len() == 1).await;
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({"filter": {"dlq_topic": dlq, "records": [{"partition": 0, "offset": 0}]},
+                   "payload_json": {"id": "not a long", "customer": {"name": "x"}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("id: expected an integer"), "{v}");
+
+    let browser = browser::Browser::start().await;
+    browser.open(&format!("{base}/")).await;
+    browser.wait_count("#signin:not([hidden])", 1).await;
+    browser.type_into("#token", OPERATOR).await;
+    browser.click("#sign-in").await;
+    browser
+        .wait_text("#who", |t| t.contains("alice (operator)"))
+        .await;
+    browser.wait_count("#inbox-table tr.cause", 1).await;
+    browser.click("#inbox-table tr.cause").await;
+    browser.wait_count("#letters-table tr.dead-letter", 1).await;
+    browser.click("#letters-table tr.dead-letter").await;
+    browser
+        .wait_text("#payload-as", |t| {
+            t.contains("decoded: AVRO") && t.contains(&format!("{topic}-value"))
+        })
+        .await;
+    browser
+        .wait_text("#detail-payload", |t| t.contains("\"name\": \"c0\""))
+        .await;
+    browser
+        .wait_text("#edit-as", |t| {
+            t.contains("as JSON decoded with its schema")
+        })
+        .await;
+    let filled = browser
+        .run(
+            "return JSON.parse(document.querySelector('#edit-payload').value);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        filled,
+        json!({"id": 0, "customer": {"name": "c0"}, "note": null})
+    );
+    browser
+        .run(
+            "document.querySelector('#edit-payload').value = arguments[0];",
+            json!([r#"{"id": 7, "customer": {"name": "edited"}, "note": "fixed by hand"}"#]),
+        )
+        .await;
+    browser.click("#edit-redrive").await;
+    assert!(
+        eventually(WAIT, || read_all(&brokers, &redrive).len() == 1).await,
+        "the edited dead letter is redriven"
+    );
+    browser.quit().await;
+    // Confluent's own deserializer reads the redriven record, with the registry: the edit.
+    let values = read(&registry_url, &brokers, &redrive, "avro", 1).await;
+    assert_eq!(
+        values,
+        vec![json!({"id": 7, "customer": {"name": "edited"}, "note": "fixed by hand"})]
+    );
+}

@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use common::schema_registry::TestRegistry;
+use common::schema_registry::{read, registry, write, TestRegistry};
 use common::*;
 use kafka_dlq::dlq::Envelope;
 use rdkafka::Message;
@@ -40,78 +40,6 @@ async fn target() -> (String, Seen) {
         format!("http://{}/records", serve_on_loopback(app).await),
         seen,
     )
-}
-
-/// The registry the tests use: `KAFKA_DLQ_TEST_SCHEMA_REGISTRY`'s, or one of our own.
-async fn registry() -> (String, Option<TestRegistry>) {
-    match std::env::var("KAFKA_DLQ_TEST_SCHEMA_REGISTRY") {
-        Ok(url) if !url.is_empty() => (url, None),
-        _ => {
-            let own = TestRegistry::start().await;
-            (own.url(), Some(own))
-        }
-    }
-}
-
-/// Writes `count` records to `topic` with the reference serializers (tests/schemas/write.py).
-async fn write(
-    registry: &str,
-    brokers: &str,
-    topic: &str,
-    format: &str,
-    framing: &str,
-    count: usize,
-) {
-    let python = std::env::var("KAFKA_DLQ_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemas/write.py");
-    let out = tokio::process::Command::new(&python)
-        .args([
-            script,
-            registry,
-            brokers,
-            topic,
-            format,
-            framing,
-            &count.to_string(),
-        ])
-        .output()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{python} cannot run ({e}): run ./scripts/test.sh, which installs confluent-kafka"
-            )
-        });
-    assert!(
-        out.status.success(),
-        "write.py {format} {framing} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Reads `count` values of `topic` with the reference deserializers (tests/schemas/read.py).
-async fn read(
-    registry: &str,
-    brokers: &str,
-    topic: &str,
-    format: &str,
-    count: usize,
-) -> Vec<Value> {
-    let python = std::env::var("KAFKA_DLQ_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemas/read.py");
-    let out = tokio::process::Command::new(&python)
-        .args([script, registry, brokers, topic, format, &count.to_string()])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "read.py {format} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -503,4 +431,83 @@ async fn a_rust_handler_behind_the_decoding_layer_gets_json_and_never_an_undecod
     let dead = Envelope::from_slice(read_all(&brokers, &dlt)[0].payload().unwrap()).unwrap();
     assert_eq!(dead.source.offset, 1);
     assert_eq!(dead.error.kind.as_str(), "deserialization");
+}
+
+struct RefuseAll;
+
+impl kafka_dlq::Handler for RefuseAll {
+    async fn handle(&self, _: &kafka_dlq::Record) -> Result<(), kafka_dlq::HandlerError> {
+        Err(kafka_dlq::HandlerError::permanent("refused"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_list_and_show_decode_payloads_and_filter_on_decoded_fields() {
+    let brokers = brokers();
+    let (registry_url, _registry) = registry().await;
+    let topic = unique("list-decoded");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    write(&registry_url, &brokers, &topic, "avro", "header", 3).await;
+    let running = Running::start(test_config(&brokers, &group, &topic), RefuseAll);
+    assert!(eventually(WAIT, || read_all(&brokers, &dlq).len() == 3).await);
+    running.stop().await;
+    let (code, out, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--json",
+        "--schema-registry-url",
+        &registry_url,
+        "--where",
+        "customer.name=c1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert_eq!(
+        lines[0]["decoded"]["json"],
+        json!({"id": 1, "customer": {"name": "c1"}, "note": null})
+    );
+    assert_eq!(lines[0]["decoded"]["schema"]["type"], "AVRO");
+    assert!(
+        lines[0]["decoded"]["schema"]["guid"].is_string(),
+        "the header framing's GUID"
+    );
+    let id = lines[0]["envelope"]["id"].as_str().unwrap().to_string();
+    let (code, out, err) = cli(&[
+        "dlq",
+        "show",
+        &id,
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--schema-registry-url",
+        &registry_url,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["decoded"]["json"]["customer"]["name"], "c1");
+    // Without a registry a filter on decoded fields is refused, naming what is missing.
+    let (code, _, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--where",
+        "id=1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--schema-registry-url"), "{err}");
 }

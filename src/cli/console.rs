@@ -75,6 +75,10 @@ pub struct ConsoleArgs {
     max_replays: u32,
     #[command(flatten)]
     connection: super::connection::ConnectionArgs,
+    /// The schema registry that Avro, Protobuf and JSON Schema payloads are shown decoded
+    /// with, and edited as JSON (docs/schemas.md).
+    #[command(flatten)]
+    registry: super::schema_registry::RegistryArgs,
 }
 
 /// Who may use the console without a token.
@@ -198,6 +202,7 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
         show_payloads: args.show_payloads,
         path_prefix: prefix,
         max_replays: args.max_replays,
+        schemas: args.registry.codec()?,
         ..ConsoleConfig::new(&brokers, dlq_topics)
     };
     Ok(Checked {

@@ -19,7 +19,7 @@ pub enum Decode {
     SchemaRegistry,
 }
 
-/// Decoding and the registry it uses.
+/// Decoding and the registry it uses (`run`).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Schema Registry (see docs/schemas.md)")]
 pub struct SchemaRegistryArgs {
@@ -29,6 +29,14 @@ pub struct SchemaRegistryArgs {
     /// Decode each record's key before it goes to the target.
     #[arg(long, env = "KAFKA_DLQ_DECODE_KEYS", value_enum, default_value_t = Decode::None)]
     decode_keys: Decode,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// The schema registry (`run`, `console`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Schema Registry (see docs/schemas.md)")]
+pub struct RegistryArgs {
     /// The schema registry's URL (Confluent's REST API), with its path prefix if any.
     #[arg(long, env = "KAFKA_DLQ_SCHEMA_REGISTRY_URL", value_name = "URL")]
     schema_registry_url: Option<String>,
@@ -82,16 +90,31 @@ impl SchemaRegistryArgs {
     pub fn decoding(&self) -> Result<Option<kafka_dlq::sidecar::decoding::Decoding>, ConfigError> {
         let values = self.decode_values == Decode::SchemaRegistry;
         let keys = self.decode_keys == Decode::SchemaRegistry;
-        if !values && !keys && self.schema_registry_url.is_none() {
+        let Some(codec) = self.registry.codec()? else {
+            if values || keys {
+                return Err(ConfigError::new(
+                    "schema_registry_url",
+                    "",
+                    "is required to decode with a schema registry (decode_values / decode_keys)",
+                ));
+            }
             return Ok(None);
-        }
-        let url = self.schema_registry_url.clone().ok_or_else(|| {
-            ConfigError::new(
-                "schema_registry_url",
-                "",
-                "is required to decode with a schema registry (decode_values / decode_keys)",
-            )
-        })?;
+        };
+        Ok(Some(kafka_dlq::sidecar::decoding::Decoding {
+            codec,
+            values,
+            keys,
+        }))
+    }
+}
+
+impl RegistryArgs {
+    /// The registry's codec, or `None` without `schema_registry_url`; a setting that does not
+    /// hold is an error naming it.
+    pub fn codec(&self) -> Result<Option<Arc<Codec>>, ConfigError> {
+        let Some(url) = self.schema_registry_url.clone() else {
+            return Ok(None);
+        };
         let settings = RegistrySettings {
             url,
             username: self.schema_registry_username.clone(),
@@ -109,11 +132,7 @@ impl SchemaRegistryArgs {
             timeout: Duration::from_millis(self.schema_registry_timeout_ms),
         };
         let registry = Registry::new(&settings)?;
-        Ok(Some(kafka_dlq::sidecar::decoding::Decoding {
-            codec: Arc::new(Codec::new(registry, DEFAULT_CACHE_BOUND)),
-            values,
-            keys,
-        }))
+        Ok(Some(Arc::new(Codec::new(registry, DEFAULT_CACHE_BOUND))))
     }
 }
 

@@ -117,6 +117,41 @@ pub fn to_json(
     out
 }
 
+/// Adds `envelope`'s payload decoded with `codec` to `out` (a dead letter's JSON from
+/// [`to_json`]): `decoded` is `{"json", "schema"}`, or `{"error"}` when it does not decode,
+/// and `editable` becomes `{"as": "decoded", "json", "schema"}` — the JSON to edit, encoded
+/// again with the same schema on redrive. A payload that is not framed for a registry is
+/// left as it was shown.
+pub async fn decode(
+    codec: &crate::schema::Codec,
+    envelope: &crate::dlq::Envelope,
+    out: &mut Value,
+) {
+    let (Ok(Some(payload)), Ok(headers)) = (envelope.payload_bytes(), envelope.headers()) else {
+        return;
+    };
+    let framed = headers
+        .iter()
+        .any(|h| h.key == crate::schema::framing::VALUE_SCHEMA_ID_HEADER.as_bytes())
+        || payload.first() == Some(&0);
+    if !framed {
+        return;
+    }
+    match codec
+        .decode(crate::schema::Field::Value, Some(&payload), &headers)
+        .await
+    {
+        Ok(Some(decoded)) => {
+            let pretty = serde_json::to_string_pretty(&decoded.json).expect("JSON");
+            let schema = decoded.schema_json();
+            out["decoded"] = json!({ "json": pretty, "schema": schema });
+            out["editable"] = json!({ "as": "decoded", "json": pretty, "schema": schema });
+        }
+        Ok(None) => {}
+        Err(e) => out["decoded"] = json!({ "error": e.to_string() }),
+    }
+}
+
 /// The envelope of `entry` as JSON lines' one line for an export: the DLQ coordinates and the
 /// envelope exactly as written (a record that is not an envelope: its coordinates and why).
 pub fn export_line(entry: &DlqEntry) -> String {

@@ -42,6 +42,9 @@ pub struct ConsoleConfig {
     pub path_prefix: String,
     /// The loop guard of redrives ([`crate::replay::ReplayOptions::max_replays`]).
     pub max_replays: u32,
+    /// The schema registry payloads are decoded with: shown as JSON beside their bytes,
+    /// edited as JSON and encoded again with the same schema. `None`: shown as bytes.
+    pub schemas: Option<std::sync::Arc<crate::schema::Codec>>,
 }
 
 impl ConsoleConfig {
@@ -68,6 +71,7 @@ impl ConsoleConfig {
             show_payloads: false,
             path_prefix: String::new(),
             max_replays: 3,
+            schemas: None,
         }
     }
 }

@@ -53,6 +53,27 @@ pub struct Decoded {
     pub schema: Arc<Schema>,
 }
 
+impl Decoded {
+    /// Its schema as JSON: `{"type", "id", "guid", "subject", "version"}` (the unknown ones
+    /// left out).
+    pub fn schema_json(&self) -> Json {
+        let schema = &self.schema;
+        let mut out = serde_json::Map::new();
+        out.insert("type".into(), schema.schema_type.as_str().into());
+        if let Some(id) = schema.id {
+            out.insert("id".into(), id.into());
+        }
+        if let Some(guid) = &schema.guid {
+            out.insert("guid".into(), guid.clone().into());
+        }
+        if let Some(registered) = &schema.registered {
+            out.insert("subject".into(), registered.subject.clone().into());
+            out.insert("version".into(), registered.version.into());
+        }
+        Json::Object(out)
+    }
+}
+
 /// Why a value or key was not decoded, in the two classes a record's failure has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -147,6 +168,54 @@ impl Codec {
         let mut bytes = framing::prefix(id, indexes.as_deref());
         bytes.extend(body);
         Ok(bytes)
+    }
+
+    /// Writes `json` as a new value of the record whose value was `original` (with `headers`):
+    /// with the same schema, the same Protobuf message and the same framing — the id prefix
+    /// again, or, with the header framing, the bare body (the record's schema-id header still
+    /// names it). A value the schema refuses is [`EncodeError::Refused`] saying why.
+    pub async fn reencode(
+        &self,
+        original: &[u8],
+        headers: &[RecordHeader],
+        json: &Json,
+    ) -> Result<Vec<u8>, EncodeError> {
+        let header = headers
+            .iter()
+            .find(|h| h.key == framing::VALUE_SCHEMA_ID_HEADER.as_bytes())
+            .and_then(|h| h.value.as_deref());
+        let framed = framing::locate(original, header).map_err(|why| {
+            EncodeError::Refused(format!(
+                "the value is not framed for a schema registry: {why}"
+            ))
+        })?;
+        let schema = self.schema(framed.schema).await.map_err(|e| match e {
+            DecodeError::Unavailable(e) => EncodeError::Unavailable(e),
+            DecodeError::Undecodable(why) => EncodeError::Refused(why),
+        })?;
+        let indexes = match (&schema.compiled, framed.header_rest) {
+            (Compiled::Protobuf(_), Some(rest)) => Some(
+                framing::message_indexes(rest)
+                    .map_err(EncodeError::Refused)?
+                    .0,
+            ),
+            (Compiled::Protobuf(_), None) => Some(
+                framing::message_indexes(framed.body)
+                    .map_err(EncodeError::Refused)?
+                    .0,
+            ),
+            _ => None,
+        };
+        let body = compiled::encode(&schema.compiled, json, indexes.as_deref())
+            .map_err(|why| EncodeError::Refused(format!("schema {}: {why}", framed.schema)))?;
+        Ok(match (framed.header_rest, framed.schema) {
+            (None, SchemaRef::Id(id)) => {
+                let mut bytes = framing::prefix(id, indexes.as_deref());
+                bytes.extend(body);
+                bytes
+            }
+            _ => body,
+        })
     }
 
     /// The id of `subject` at `version`: asked once (the latest again after [`LATEST_FOR`]).

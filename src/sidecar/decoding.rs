@@ -49,22 +49,3 @@ pub fn schema_headers(prefix: &str, decoded: &Decoded) -> Vec<(String, String)> 
     }
     headers
 }
-
-/// `decoded`'s schema as a batch item's JSON: `{"type", "id", "guid", "subject", "version"}`
-/// (the unknown ones left out).
-pub fn schema_json(decoded: &Decoded) -> serde_json::Value {
-    let schema = &decoded.schema;
-    let mut out = serde_json::Map::new();
-    out.insert("type".into(), schema.schema_type.as_str().into());
-    if let Some(id) = schema.id {
-        out.insert("id".into(), id.into());
-    }
-    if let Some(guid) = &schema.guid {
-        out.insert("guid".into(), guid.clone().into());
-    }
-    if let Some(registered) = &schema.registered {
-        out.insert("subject".into(), registered.subject.clone().into());
-        out.insert("version".into(), registered.version.into());
-    }
-    serde_json::Value::Object(out)
-}

@@ -574,7 +574,7 @@ struct BatchItem<'a> {
     /// The record's own headers ([`record_headers::json`]), unless turned off.
     #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<serde_json::Value>,
-    /// The decoded value's schema ([`decoding::schema_json`]).
+    /// The decoded value's schema ([`Decoded::schema_json`](crate::schema::Decoded::schema_json)).
     #[serde(skip_serializing_if = "Option::is_none")]
     value_schema: Option<serde_json::Value>,
     /// The decoded key.
@@ -636,9 +636,9 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
                         .single
                         .forward_headers
                         .then(|| record_headers::json(&r.headers)),
-                    value_schema: parts.value.as_ref().map(decoding::schema_json),
+                    value_schema: parts.value.as_ref().map(|v| v.schema_json()),
                     key_json: parts.key.as_ref().map(|k| k.json.clone()),
-                    key_schema: parts.key.as_ref().map(decoding::schema_json),
+                    key_schema: parts.key.as_ref().map(|k| k.schema_json()),
                 }
             })
             .collect();

@@ -12,6 +12,7 @@ use kafka_dlq::{ConfigError, DeadLetterKind};
 
 use super::CliError;
 
+mod decoded;
 mod history;
 mod seal;
 pub(super) mod view;
@@ -281,6 +282,14 @@ pub struct ListArgs {
     /// discarded), instead of the outstanding ones only.
     #[arg(long)]
     all: bool,
+    /// Only dead letters whose payload, decoded with --schema-registry-url, has this value at
+    /// this field: `customer.id=42` (repeat: all must hold).
+    #[arg(long = "where", value_name = "PATH=VALUE")]
+    wheres: Vec<String>,
+    /// A schema registry: Avro, Protobuf and JSON Schema payloads are shown decoded
+    /// (`decoded` in the JSON; docs/schemas.md).
+    #[command(flatten)]
+    registry: super::schema_registry::RegistryArgs,
 }
 
 /// Flags of `dlq show`.
@@ -294,6 +303,10 @@ pub struct ShowArgs {
     /// records with that id into one DLT).
     #[arg(long)]
     group: Option<String>,
+    /// A schema registry: an Avro, Protobuf or JSON Schema payload is shown decoded
+    /// (`decoded`; docs/schemas.md).
+    #[command(flatten)]
+    registry: super::schema_registry::RegistryArgs,
 }
 
 /// Flags of `dlq replay`.
@@ -360,8 +373,18 @@ async fn read(
     filter: &Filter,
     view: View,
     limit: Option<usize>,
-    mut each: impl FnMut(&DlqEntry, Option<&Resolution>),
+    codec: Option<&kafka_dlq::schema::Codec>,
+    wheres: &[decoded::Where],
+    mut each: impl FnMut(&DlqEntry, Option<&Resolution>, Option<&serde_json::Value>),
 ) -> Result<usize, CliError> {
+    if !wheres.is_empty() && codec.is_none() {
+        return Err(ConfigError::new(
+            "where",
+            "",
+            "filters on decoded fields: give --schema-registry-url",
+        )
+        .into());
+    }
     let (brokers, raw, topic, template) = (
         source.brokers()?,
         source.librdkafka()?,
@@ -400,7 +423,15 @@ async fn read(
             continue;
         }
         if filter.matches(&entry) {
-            each(&entry, resolution.as_ref());
+            let decoded = match (codec, entry.content.envelope()) {
+                (Some(codec), Some(envelope)) => decoded::decode(codec, envelope).await,
+                _ => None,
+            };
+            let json = decoded.as_ref().and_then(|d| d.get("json"));
+            if !wheres.iter().all(|w| json.is_some_and(|j| w.matches(j))) {
+                continue;
+            }
+            each(&entry, resolution.as_ref(), decoded.as_ref());
             matched += 1;
             if limit.is_some_and(|l| matched >= l) {
                 break;
@@ -481,18 +512,41 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
         true => View::All,
         false => View::Outstanding,
     };
+    let wheres = args
+        .wheres
+        .iter()
+        .map(|w| decoded::Where::parse(w))
+        .collect::<Result<Vec<_>, _>>()?;
+    let codec = args.registry.codec()?;
+    let codec = codec.as_deref();
     if args.json {
-        read(&args.source, &filter, shown, args.limit, |e, resolution| {
-            let _ = writeln!(out, "{}", entry_json(e, resolution));
-        })
+        read(
+            &args.source,
+            &filter,
+            shown,
+            args.limit,
+            codec,
+            &wheres,
+            |e, resolution, decoded| {
+                let _ = writeln!(out, "{}", entry_json(e, resolution, decoded));
+            },
+        )
         .await?;
         return Ok(());
     }
     view::print_header(&mut out, shown == View::All);
-    let count = read(&args.source, &filter, shown, args.limit, |e, resolution| {
-        let state = (shown == View::All).then(|| view::state_word(resolution));
-        view::print_row(e, state, &mut out);
-    })
+    let count = read(
+        &args.source,
+        &filter,
+        shown,
+        args.limit,
+        codec,
+        &wheres,
+        |e, resolution, _| {
+            let state = (shown == View::All).then(|| view::state_word(resolution));
+            view::print_row(e, state, &mut out);
+        },
+    )
     .await?;
     view::print_count(count, shown == View::All, &mut out);
     Ok(())
@@ -505,13 +559,22 @@ async fn show(args: ShowArgs) -> Result<(), CliError> {
         ..Filter::default()
     };
     let mut out = std::io::stdout().lock();
-    let found = read(&args.source, &filter, View::All, None, |e, resolution| {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&entry_json(e, resolution)).expect("JSON")
-        );
-    })
+    let codec = args.registry.codec()?;
+    let found = read(
+        &args.source,
+        &filter,
+        View::All,
+        None,
+        codec.as_deref(),
+        &[],
+        |e, resolution, decoded| {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&entry_json(e, resolution, decoded)).expect("JSON")
+            );
+        },
+    )
     .await?;
     if found == 0 {
         return Err(CliError::Runtime(anyhow::anyhow!(

@@ -6,7 +6,11 @@ use kafka_dlq::dlq_reader::{DlqContent, DlqEntry};
 use kafka_dlq::replay::Outcome;
 use kafka_dlq::state::ledger::Resolution;
 
-pub(super) fn entry_json(e: &DlqEntry, resolution: Option<&Resolution>) -> serde_json::Value {
+pub(super) fn entry_json(
+    e: &DlqEntry,
+    resolution: Option<&Resolution>,
+    decoded: Option<&serde_json::Value>,
+) -> serde_json::Value {
     let mut v = serde_json::json!({
         "dlq_topic": e.topic,
         "dlq_partition": e.partition,
@@ -30,6 +34,9 @@ pub(super) fn entry_json(e: &DlqEntry, resolution: Option<&Resolution>) -> serde
     }
     if let Some(unresolved) = &e.unresolved {
         v["unresolved"] = unresolved.to_string().into();
+    }
+    if let Some(decoded) = decoded {
+        v["decoded"] = decoded.clone();
     }
     v
 }

@@ -125,6 +125,11 @@ pub(super) async fn dead_letter(
         Ok(Some((entry, resolution))) => {
             let mut v =
                 dead_letter::to_json(&entry, resolution.as_ref(), c.payloads(&caller), true);
+            if c.payloads(&caller) {
+                if let (Some(codec), Some(e)) = (&c.config.schemas, entry.content.envelope()) {
+                    dead_letter::decode(codec, e, &mut v).await;
+                }
+            }
             v["actions"] = json!(c
                 .watch
                 .runs()

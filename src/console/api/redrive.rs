@@ -34,6 +34,10 @@ pub(super) struct RedriveBody {
     /// The same, as base64: for a payload that is not UTF-8.
     #[serde(default)]
     payload_base64: Option<String>,
+    /// The same, as the decoded JSON of a Schema Registry payload: encoded again with the
+    /// schema the original was written with (console `--schema-registry-url`).
+    #[serde(default)]
+    payload_json: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,7 +53,8 @@ pub(super) async fn start_redrive(
     method: Method,
     Json(body): Json<RedriveBody>,
 ) -> Response {
-    let editing = body.payload.is_some() || body.payload_base64.is_some();
+    let editing =
+        body.payload.is_some() || body.payload_base64.is_some() || body.payload_json.is_some();
     // A dry run sends nothing: a viewer may ask what a redrive would do.
     let needs = match body.dry_run && !editing {
         true => Role::Viewer,
@@ -140,37 +145,79 @@ pub(super) async fn start_redrive(
                     "an edited payload goes with exactly one dead letter in filter.records",
                 );
             };
-            let original = match c.watch.fetch(&dlq_topic, at.partition, at.offset).await {
-                Ok(Some((entry, _))) => match entry.content.envelope().map(|e| e.payload_bytes()) {
-                    Some(Ok(payload)) => payload,
-                    Some(Err(why)) => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            format!("payload: the dead letter's payload does not decode: {why}"),
-                        )
-                    }
-                    None => {
-                        return error(
+            let (original, record_headers) =
+                match c.watch.fetch(&dlq_topic, at.partition, at.offset).await {
+                    Ok(Some((entry, _))) => match entry
+                        .content
+                        .envelope()
+                        .map(|e| (e.payload_bytes(), e.headers()))
+                    {
+                        Some((Ok(payload), Ok(headers))) => (payload, headers),
+                        Some((Ok(_), Err(why))) => {
+                            return error(
+                                StatusCode::BAD_REQUEST,
+                                format!("payload: the dead letter's headers do not decode: {why}"),
+                            )
+                        }
+                        Some((Err(why), _)) => {
+                            return error(
+                                StatusCode::BAD_REQUEST,
+                                format!(
+                                    "payload: the dead letter's payload does not decode: {why}"
+                                ),
+                            )
+                        }
+                        None => return error(
                             StatusCode::BAD_REQUEST,
                             "payload: the record is not a dead letter; there is nothing to edit",
+                        ),
+                    },
+                    Ok(None) => return error(StatusCode::NOT_FOUND, "no such dead letter"),
+                    Err(e) => {
+                        return error(
+                            StatusCode::BAD_GATEWAY,
+                            format!("cannot read the dead letter: {e}"),
                         )
                     }
-                },
-                Ok(None) => return error(StatusCode::NOT_FOUND, "no such dead letter"),
-                Err(e) => {
-                    return error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("cannot read the dead letter: {e}"),
-                    )
+                };
+            let sent = match &body.payload_json {
+                Some(json) => {
+                    if body.payload.is_some() || body.payload_base64.is_some() {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            "payload_json: give one of payload, payload_base64 and payload_json",
+                        );
+                    }
+                    let Some(codec) = &c.config.schemas else {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            "payload_json: this console decodes no schema registry payloads (--schema-registry-url)",
+                        );
+                    };
+                    let Some(original) = original.as_deref() else {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            "payload_json: a tombstone has nothing to edit",
+                        );
+                    };
+                    match codec.reencode(original, &record_headers, json).await {
+                        Ok(bytes) => bytes,
+                        Err(crate::schema::EncodeError::Refused(why)) => {
+                            return error(StatusCode::BAD_REQUEST, format!("payload_json: {why}"))
+                        }
+                        Err(crate::schema::EncodeError::Unavailable(e)) => {
+                            return error(StatusCode::BAD_GATEWAY, format!("payload_json: {e}"))
+                        }
+                    }
                 }
-            };
-            let sent = match crate::console::payload::edited(
-                original.as_deref(),
-                body.payload.as_deref(),
-                body.payload_base64.as_deref(),
-            ) {
-                Ok(bytes) => bytes,
-                Err(why) => return error(StatusCode::BAD_REQUEST, why),
+                None => match crate::console::payload::edited(
+                    original.as_deref(),
+                    body.payload.as_deref(),
+                    body.payload_base64.as_deref(),
+                ) {
+                    Ok(bytes) => bytes,
+                    Err(why) => return error(StatusCode::BAD_REQUEST, why),
+                },
             };
             Some(audit::Edit::new(
                 original.as_deref().unwrap_or_default(),

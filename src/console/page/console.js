@@ -238,6 +238,14 @@ async function openDetail(topic, partition, offset) {
     else if (payload.as === "binary") { pre.textContent = "hex:\n" + payload.hex + "\n\nbase64:\n" + payload.base64; $("payload-why").textContent = vis(payload.why); }
     else if (payload.as === "none") { pre.textContent = "(no payload: a tombstone)"; }
     else { pre.textContent = vis(payload.why || payload.as); }
+    // A Schema Registry payload decoded with its schema: the JSON first, the bytes below.
+    if (d.decoded && d.decoded.json !== undefined) {
+      const s = d.decoded.schema || {};
+      $("payload-as").textContent = "decoded: " + s.type + (s.subject ? " " + s.subject + " version " + s.version : "") + (s.id !== undefined ? ", schema id " + s.id : "");
+      pre.textContent = vis(d.decoded.json) + "\n\n— the bytes —\n" + pre.textContent;
+    } else if (d.decoded && d.decoded.error) {
+      $("payload-why").textContent = "does not decode with its schema: " + vis(d.decoded.error);
+    }
   }
   // The editor holds the payload's own bytes, never the view above: its exact text (after a
   // schema prefix, which is kept), base64 for bytes that are not text, nothing for a tombstone.
@@ -245,9 +253,11 @@ async function openDetail(topic, partition, offset) {
   state.editAs = editable.as;
   edit.disabled = editable.as === "none";
   $("edit-redrive").disabled = editable.as === "none";
-  edit.value = editable.as === "text" ? editable.text : editable.as === "base64" ? editable.base64 : "";
+  edit.value = editable.as === "text" ? editable.text : editable.as === "base64" ? editable.base64 : editable.as === "decoded" ? editable.json : "";
   $("edit-as").textContent = editable.as === "text" ? (editable.schema_prefix ? "as text; its 5-byte schema prefix is kept in front" : "as text, exactly as it failed")
-    : editable.as === "base64" ? "as base64: the payload is not text" : "not editable: " + vis(editable.why);
+    : editable.as === "base64" ? "as base64: the payload is not text"
+    : editable.as === "decoded" ? "as JSON decoded with its schema (" + editable.schema.type + "); encoded again with the same schema"
+    : "not editable: " + vis(editable.why);
   $("detail-key").textContent = d.key ? vis(d.key.text !== undefined ? d.key.text : "base64: " + d.key.base64) : d.hidden ? "(hidden)" : "(none)";
   const headers = $("detail-headers").tBodies[0];
   headers.textContent = "";
@@ -355,7 +365,10 @@ async function editRedrive() {
   if (!d) return;
   const body = { filter: { dlq_topic: d.dlq_topic, records: [{ partition: d.partition, offset: d.offset }] }, destination: destination() };
   if (state.editAs === "base64") body.payload_base64 = $("edit-payload").value;
-  else body.payload = $("edit-payload").value;
+  else if (state.editAs === "decoded") {
+    try { body.payload_json = JSON.parse($("edit-payload").value); }
+    catch (e) { say("The edited payload is not JSON: " + e.message, true); return; }
+  } else body.payload = $("edit-payload").value;
   await startRedrive(false, body);
 }
 
