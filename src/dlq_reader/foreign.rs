@@ -113,6 +113,7 @@ pub fn decode(record: DlqRecord<'_>) -> Option<(ForeignFormat, Envelope)> {
                 Some("LogAppendTime") => TimestampType::LogAppendTime,
                 _ => TimestampType::CreateTime,
             });
+        let kind = spring_kind(text(spring::EXCEPTION_FQCN).as_deref());
         let class = text(spring::EXCEPTION_CAUSE_FQCN).or_else(|| text(spring::EXCEPTION_FQCN));
         let message = describe(class, text(spring::EXCEPTION_MESSAGE));
         let source = Source {
@@ -123,13 +124,7 @@ pub fn decode(record: DlqRecord<'_>) -> Option<(ForeignFormat, Envelope)> {
             timestamp_type,
             group: text(spring::ORIGINAL_CONSUMER_GROUP).unwrap_or_default(),
         };
-        let envelope = source.envelope(
-            record,
-            spring::PREFIX,
-            DeadLetterKind::Unclassified,
-            &message,
-            0,
-        );
+        let envelope = source.envelope(record, spring::PREFIX, kind, &message, 0);
         return Some((ForeignFormat::Spring, envelope));
     }
     if let Some(topic) = text("__connect.errors.topic") {
@@ -294,9 +289,43 @@ impl Source {
     }
 }
 
+/// The kind of a dead letter in Spring's format, by its exception class: kafka-dlq's own
+/// ([`spring::exception_class`]) say theirs, and a record Spring's `ErrorHandlingDeserializer`
+/// could not deserialize is one whose bytes did not decode; any other class does not say.
+fn spring_kind(class: Option<&str>) -> DeadLetterKind {
+    match class {
+        Some("kafka_dlq.PermanentFailure") => DeadLetterKind::Permanent,
+        Some("kafka_dlq.RetriesExhausted") => DeadLetterKind::RetriesExhausted,
+        Some(
+            "kafka_dlq.DeserializationFailure"
+            | "org.springframework.kafka.support.serializer.DeserializationException",
+        ) => DeadLetterKind::Deserialization,
+        _ => DeadLetterKind::Unclassified,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spring_dead_letters_class_says_its_kind_when_it_can() {
+        assert_eq!(
+            spring_kind(Some("kafka_dlq.RetriesExhausted")),
+            DeadLetterKind::RetriesExhausted
+        );
+        assert_eq!(
+            spring_kind(Some(
+                "org.springframework.kafka.support.serializer.DeserializationException"
+            )),
+            DeadLetterKind::Deserialization
+        );
+        assert_eq!(
+            spring_kind(Some("java.lang.IllegalStateException")),
+            DeadLetterKind::Unclassified
+        );
+        assert_eq!(spring_kind(None), DeadLetterKind::Unclassified);
+    }
 
     fn h(key: &str, value: &[u8]) -> RecordHeader {
         RecordHeader {

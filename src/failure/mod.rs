@@ -216,6 +216,18 @@ impl DeadLetterKind {
             DeadLetterKind::Unclassified => "unclassified",
         }
     }
+
+    /// The kind [`DeadLetterKind::as_str`] names; `None` for any other text.
+    pub fn from_name(name: &str) -> Option<DeadLetterKind> {
+        [
+            DeadLetterKind::Permanent,
+            DeadLetterKind::RetriesExhausted,
+            DeadLetterKind::Deserialization,
+            DeadLetterKind::Unclassified,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
 }
 
 /// What to do with a record after a failed attempt.

@@ -143,7 +143,7 @@ pub struct FilterArgs {
     /// Only dead letters from this source topic.
     #[arg(long)]
     source_topic: Option<String>,
-    /// Only this error kind: permanent, retries_exhausted or unclassified (a foreign dead
+    /// Only this error kind: permanent, retries_exhausted, deserialization or unclassified (a foreign dead
     /// letter that does not say).
     #[arg(long)]
     kind: Option<String>,
@@ -223,16 +223,13 @@ impl FilterArgs {
     fn filter(&self) -> Result<Filter, ConfigError> {
         let kind = match self.kind.as_deref() {
             None => None,
-            Some("permanent") => Some(DeadLetterKind::Permanent),
-            Some("retries_exhausted") => Some(DeadLetterKind::RetriesExhausted),
-            Some("unclassified") => Some(DeadLetterKind::Unclassified),
-            Some(other) => {
-                return Err(ConfigError::new(
+            Some(name) => Some(DeadLetterKind::from_name(name).ok_or_else(|| {
+                ConfigError::new(
                     "kind",
-                    other,
-                    "expected permanent, retries_exhausted or unclassified",
-                ))
-            }
+                    name,
+                    "expected permanent, retries_exhausted, deserialization or unclassified",
+                )
+            })?),
         };
         Ok(Filter {
             source_topic: self.source_topic.clone(),

@@ -27,7 +27,7 @@ pub struct Selection {
     pub source_topic: Option<String>,
     /// The fingerprint.
     pub fingerprint: Option<String>,
-    /// `permanent`, `retries_exhausted` or `unclassified`.
+    /// `permanent`, `retries_exhausted`, `deserialization` or `unclassified`.
     pub kind: Option<String>,
     /// Text the error message contains.
     pub text: Option<String>,
@@ -54,14 +54,11 @@ impl Selection {
     pub(super) fn filter(&self) -> Result<Filter, String> {
         let kind = match self.kind.as_deref().filter(|k| !k.is_empty()) {
             None => None,
-            Some("permanent") => Some(DeadLetterKind::Permanent),
-            Some("retries_exhausted") => Some(DeadLetterKind::RetriesExhausted),
-            Some("unclassified") => Some(DeadLetterKind::Unclassified),
-            Some(other) => {
-                return Err(format!(
-                    "kind `{other}`: expected permanent, retries_exhausted or unclassified"
-                ))
-            }
+            Some(name) => Some(DeadLetterKind::from_name(name).ok_or_else(|| {
+                format!(
+                    "kind `{name}`: expected permanent, retries_exhausted, deserialization or unclassified"
+                )
+            })?),
         };
         let now = Utc::now();
         let age = |a: &Option<String>| {
