@@ -17,6 +17,9 @@
 //! | `X-Kafka-Retry-Tier` | with retry topics, for a record delivered from one: its tier (decimal, 0 for `<topic>-retry-0`); topic, partition, offset and id stay the original's |
 //! | `X-Kafka-Delivery-Count` | in a share group (`--share-group`): the delivery, 1 for the first (decimal); a record whose retries are used up is released and comes again with a higher count, and the last delivery's failure is dead-lettered |
 //! | `X-Kafka-Retry-Attempts` | for a record delivered from a retry topic or, after `dlq replay`, from the group's redrive topic (then without `X-Kafka-Retry-Tier`): the handler calls before this delivery, in every stage (decimal) |
+//! | `X-Kafka-Headers` | the record's own headers, every one ([`record_headers`]; off with [`HttpTarget::without_record_headers`]) |
+//! | `ce-*` | a CloudEvent's attributes, in the HTTP binding's binary mode ([`cloud_events`]) |
+//! | `X-Kafka-Value-Schema-*`, `X-Kafka-Key-Schema-*` | with [`HttpTarget::decoding`]: the schema a decoded value or key was written with; the body is then the value as JSON ([`decoding`]) |
 //!
 //! The answer decides the record's fate ([`classify_response`]): 2xx is success; 408, 429, 5xx,
 //! connection errors and timeouts are transient (a `Retry-After` header, in seconds or as an
