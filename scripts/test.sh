@@ -22,6 +22,10 @@ HELM_VERSION=v4.3.2
 JAEGER_VERSION=v1.76.0
 CONFLUENT_KAFKA_VERSION=2.16.1
 
+# A clean build gains nothing from incremental compilation, and its caches would double the
+# target directory (tens of GiB over the three feature sets below).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 . scripts/lib.sh
 ensure_packages gcc g++ make pkg-config zlib1g-dev libssl-dev libcurl4-openssl-dev openssl ca-certificates \
   prometheus prometheus-alertmanager chromium chromium-driver
