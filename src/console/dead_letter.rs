@@ -127,27 +127,16 @@ pub async fn decode(
     envelope: &crate::dlq::Envelope,
     out: &mut Value,
 ) {
-    let (Ok(Some(payload)), Ok(headers)) = (envelope.payload_bytes(), envelope.headers()) else {
+    let Some(decoded) = crate::schema::decode_payload(codec, envelope).await else {
         return;
     };
-    let framed = headers
-        .iter()
-        .any(|h| h.key == crate::schema::framing::VALUE_SCHEMA_ID_HEADER.as_bytes())
-        || payload.first() == Some(&0);
-    if !framed {
-        return;
-    }
-    match codec
-        .decode(crate::schema::Field::Value, Some(&payload), &headers)
-        .await
-    {
-        Ok(Some(decoded)) => {
+    match decoded {
+        Ok(decoded) => {
             let pretty = serde_json::to_string_pretty(&decoded.json).expect("JSON");
             let schema = decoded.schema_json();
             out["decoded"] = json!({ "json": pretty, "schema": schema });
             out["editable"] = json!({ "as": "decoded", "json": pretty, "schema": schema });
         }
-        Ok(None) => {}
         Err(e) => out["decoded"] = json!({ "error": e.to_string() }),
     }
 }

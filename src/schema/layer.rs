@@ -56,69 +56,85 @@ pub trait DecodedHandler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
+/// What is decoded of each record, and with which registry's codec: the one value the
+/// sidecar's target and [`Decoding`] both hold.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    /// The registry's codec, shared by every worker.
+    pub codec: Arc<Codec>,
+    /// Decode values.
+    pub values: bool,
+    /// Decode keys.
+    pub keys: bool,
+}
+
+impl Decoder {
+    /// Decodes `record`'s value (when `values`) and key (when `keys`); a failure as the
+    /// record's ([`failure`]).
+    pub async fn decode(&self, record: &Record) -> Result<DecodedRecord, HandlerError> {
+        let value = if self.values {
+            self.codec
+                .decode(Field::Value, record.payload.as_deref(), &record.headers)
+                .await
+                .map_err(failure)?
+        } else {
+            None
+        };
+        let key = if self.keys {
+            self.codec
+                .decode(Field::Key, record.key.as_deref(), &record.headers)
+                .await
+                .map_err(failure)?
+        } else {
+            None
+        };
+        Ok(DecodedRecord { value, key })
+    }
+}
+
 /// A [`Handler`] that decodes each record's value (and key) with a registry, then calls the
 /// [`DecodedHandler`] it wraps.
 pub struct Decoding<H> {
-    codec: Arc<Codec>,
-    values: bool,
-    keys: bool,
+    decoder: Decoder,
     inner: H,
 }
 
 impl<H> Decoding<H> {
+    /// Decodes what `decoder` says, then calls `inner`.
+    pub fn new(decoder: Decoder, inner: H) -> Self {
+        Self { decoder, inner }
+    }
+
     /// Decodes values only.
     pub fn values(codec: Arc<Codec>, inner: H) -> Self {
-        Self {
-            codec,
-            values: true,
-            keys: false,
+        Self::new(
+            Decoder {
+                codec,
+                values: true,
+                keys: false,
+            },
             inner,
-        }
+        )
     }
 
     /// Decodes values and keys.
     pub fn values_and_keys(codec: Arc<Codec>, inner: H) -> Self {
-        Self {
-            codec,
-            values: true,
-            keys: true,
+        Self::new(
+            Decoder {
+                codec,
+                values: true,
+                keys: true,
+            },
             inner,
-        }
+        )
     }
 }
 
 impl<H: DecodedHandler> Handler for Decoding<H> {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
-        let decoded = decode(&self.codec, self.values, self.keys, record).await?;
+        let decoded = self.decoder.decode(record).await?;
         self.inner.handle(record, &decoded).await
     }
-}
-
-/// Decodes `record`'s value (when `values`) and key (when `keys`) with `codec`; a failure as
-/// the record's ([`failure`]).
-pub async fn decode(
-    codec: &Codec,
-    values: bool,
-    keys: bool,
-    record: &Record,
-) -> Result<DecodedRecord, HandlerError> {
-    let value = if values {
-        codec
-            .decode(Field::Value, record.payload.as_deref(), &record.headers)
-            .await
-            .map_err(failure)?
-    } else {
-        None
-    };
-    let key = if keys {
-        codec
-            .decode(Field::Key, record.key.as_deref(), &record.headers)
-            .await
-            .map_err(failure)?
-    } else {
-        None
-    };
-    Ok(DecodedRecord { value, key })
 }
 
 /// A decoding failure as the record's: the registry unavailable is transient, bytes that do

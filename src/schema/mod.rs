@@ -11,6 +11,7 @@ pub mod avro;
 pub mod cache;
 pub mod codec;
 pub mod compiled;
+pub mod dead_letter;
 pub mod framing;
 pub mod json_schema;
 pub mod layer;
@@ -21,6 +22,7 @@ pub use codec::{
     Codec, DecodeError, Decoded, EncodeError, Field, WriteSchema, DEFAULT_CACHE_BOUND,
 };
 pub use compiled::SchemaType;
+pub use dead_letter::decode_payload;
 pub use framing::SchemaRef;
-pub use layer::{DecodedHandler, DecodedRecord, Decoding};
+pub use layer::{DecodedHandler, DecodedRecord, Decoder, Decoding};
 pub use registry::{Registry, RegistryError, RegistrySettings};

@@ -1,33 +1,11 @@
-//! Values and keys decoded with a schema registry before they reach the target
-//! (`--decode-values schema-registry`, `--decode-keys schema-registry`): the target gets JSON
+//! Values and keys decoded with a schema registry ([`crate::schema::Decoder`]) before they
+//! reach the target (`--decode-values schema-registry`, `--decode-keys schema-registry`):
+//! the target gets JSON
 //! and the schema's id, subject, version and type beside it. A record whose schema cannot be
 //! fetched fails transiently (retried with backoff, nothing lost); one whose bytes do not
 //! decode never reaches the target and is dead-lettered with kind `deserialization`.
 
-use std::sync::Arc;
-
-use crate::failure::HandlerError;
-use crate::record::Record;
-pub use crate::schema::DecodedRecord;
-use crate::schema::{Codec, Decoded};
-
-/// What a target decodes, and with which registry.
-#[derive(Debug, Clone)]
-pub struct Decoding {
-    /// The registry's codec, shared by every worker.
-    pub codec: Arc<Codec>,
-    /// Decode values.
-    pub values: bool,
-    /// Decode keys.
-    pub keys: bool,
-}
-
-impl Decoding {
-    /// Decodes what this target decodes of `record`.
-    pub async fn record(&self, record: &Record) -> Result<DecodedRecord, HandlerError> {
-        crate::schema::layer::decode(&self.codec, self.values, self.keys, record).await
-    }
-}
+use crate::schema::Decoded;
 
 /// The HTTP headers naming `decoded`'s schema, each under `prefix` (`X-Kafka-Value-Schema` or
 /// `X-Kafka-Key-Schema`): `-Type`, and `-Id`, `-Guid`, `-Subject`, `-Version` where known.

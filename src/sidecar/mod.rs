@@ -87,7 +87,7 @@ pub struct HttpTarget {
     /// Whether the record's own headers go too ([`record_headers`]).
     forward_headers: bool,
     /// Values and keys decoded with a schema registry first ([`decoding`]).
-    decoding: Option<decoding::Decoding>,
+    decoding: Option<crate::schema::Decoder>,
 }
 
 /// Shows the target URL redacted, never its credentials.
@@ -167,7 +167,7 @@ impl HttpTarget {
     /// null value), its schema in `X-Kafka-Value-Schema-*` headers; a decoded key is
     /// `X-Kafka-Key` as compact JSON (`X-Kafka-Key-Base64` of it when it is not printable
     /// ASCII), its schema in `X-Kafka-Key-Schema-*`. See [`decoding`] for the failures.
-    pub fn decoding(self, decoding: decoding::Decoding) -> Self {
+    pub fn decoding(self, decoding: crate::schema::Decoder) -> Self {
         Self {
             decoding: Some(decoding),
             ..self
@@ -295,8 +295,8 @@ fn build_client(
 impl Handler for HttpTarget {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
         let decoded = match &self.decoding {
-            Some(decoding) => decoding.record(record).await?,
-            None => decoding::DecodedRecord::default(),
+            Some(decoding) => decoding.decode(record).await?,
+            None => crate::schema::DecodedRecord::default(),
         };
         let values_decoded = self.decoding.as_ref().is_some_and(|d| d.values);
         let event = cloud_events::http_event(&record.headers);
@@ -550,7 +550,7 @@ impl HttpBatchTarget {
     /// decoded key is `key_json`, its schema in `key_schema`. A record that does not decode
     /// is left out of the call and fails alone (dead-lettered, kind `deserialization`); one
     /// whose schema cannot be fetched fails the batch transiently.
-    pub fn decoding(self, decoding: decoding::Decoding) -> Self {
+    pub fn decoding(self, decoding: crate::schema::Decoder) -> Self {
         Self {
             single: self.single.decoding(decoding),
         }
@@ -595,8 +595,8 @@ impl crate::handler::BatchHandler for HttpBatchTarget {
         let mut decoded = Vec::with_capacity(records.len());
         for record in records {
             let parts = match &self.single.decoding {
-                Some(decoding) => decoding.record(record).await,
-                None => Ok(decoding::DecodedRecord::default()),
+                Some(decoding) => decoding.decode(record).await,
+                None => Ok(crate::schema::DecodedRecord::default()),
             };
             match parts {
                 Ok(parts) => decoded.push((record, parts)),

@@ -2,7 +2,7 @@
 //! --schema-registry-url`), and `dlq list --where` on the decoded fields.
 
 use kafka_dlq::dlq::Envelope;
-use kafka_dlq::schema::{Codec, Field};
+use kafka_dlq::schema::Codec;
 use kafka_dlq::ConfigError;
 use serde_json::{json, Value};
 
@@ -56,24 +56,16 @@ impl Where {
     }
 }
 
-/// `envelope`'s payload decoded with `codec`: `{"json", "schema"}`, `{"error"}` when it does
-/// not decode, `None` when it is not framed for a registry (or a tombstone).
+/// `envelope`'s payload decoded with `codec` as `dlq list / show` print it: `{"json",
+/// "schema"}`, `{"error"}` when it does not decode, `None` when it is not framed for a
+/// registry (or a tombstone).
 pub async fn decode(codec: &Codec, envelope: &Envelope) -> Option<Value> {
-    let (Ok(Some(payload)), Ok(headers)) = (envelope.payload_bytes(), envelope.headers()) else {
-        return None;
-    };
-    let framed = headers
-        .iter()
-        .any(|h| h.key == kafka_dlq::schema::framing::VALUE_SCHEMA_ID_HEADER.as_bytes())
-        || payload.first() == Some(&0);
-    if !framed {
-        return None;
-    }
-    match codec.decode(Field::Value, Some(&payload), &headers).await {
-        Ok(Some(decoded)) => Some(json!({"json": decoded.json, "schema": decoded.schema_json()})),
-        Ok(None) => None,
-        Err(e) => Some(json!({"error": e.to_string()})),
-    }
+    Some(
+        match kafka_dlq::schema::decode_payload(codec, envelope).await? {
+            Ok(decoded) => json!({"json": decoded.json, "schema": decoded.schema_json()}),
+            Err(e) => json!({"error": e.to_string()}),
+        },
+    )
 }
 
 #[cfg(test)]
