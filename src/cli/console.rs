@@ -105,8 +105,7 @@ fn tokens(
 ) -> Result<Vec<(String, String, Role)>, ConfigError> {
     let list = match (value, file) {
         (Some(v), _) if !v.trim().is_empty() => v.clone(),
-        (_, Some(path)) => std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(&format!("{key}_file"), path.display(), e))?,
+        (_, Some(path)) => kafka_dlq::config::read_secret_file(&format!("{key}_file"), path)?,
         _ => return Ok(Vec::new()),
     };
     parse_tokens(&list, role).map_err(|e| ConfigError::new(key, "<redacted>", e))

@@ -96,9 +96,8 @@ fn secret(
 ) -> Result<Option<Secret>, ConfigError> {
     match (value, file) {
         (Some(v), _) if !v.trim().is_empty() => Ok(Some(Secret::new(v.trim()))),
-        (_, Some(path)) => std::fs::read_to_string(path)
-            .map(|s| Some(Secret::new(s.trim())))
-            .map_err(|e| ConfigError::new(&format!("{key}_file"), path.display(), e)),
+        (_, Some(path)) => kafka_dlq::config::read_secret_file(&format!("{key}_file"), path)
+            .map(|s| Some(Secret::new(s.trim()))),
         _ => Ok(None),
     }
 }

@@ -87,7 +87,7 @@ impl SchemaRegistryArgs {
     /// The codec and what it decodes (values, keys; with neither, the codec still encodes an
     /// exactly-once answer's outputs), or `None` without a registry. Decoding without a
     /// registry URL, or a registry setting that does not hold, is an error naming the setting.
-    pub fn decoding(&self) -> Result<Option<kafka_dlq::sidecar::decoding::Decoding>, ConfigError> {
+    pub fn decoding(&self) -> Result<Option<kafka_dlq::schema::Decoder>, ConfigError> {
         let values = self.decode_values == Decode::SchemaRegistry;
         let keys = self.decode_keys == Decode::SchemaRegistry;
         let Some(codec) = self.registry.codec()? else {
@@ -100,7 +100,7 @@ impl SchemaRegistryArgs {
             }
             return Ok(None);
         };
-        Ok(Some(kafka_dlq::sidecar::decoding::Decoding {
+        Ok(Some(kafka_dlq::schema::Decoder {
             codec,
             values,
             keys,
@@ -142,17 +142,8 @@ fn secret(
     file: &Option<PathBuf>,
     inline: &Option<String>,
 ) -> Result<Option<String>, ConfigError> {
-    let Some(path) = file else {
-        return Ok(inline.clone().filter(|s| !s.is_empty()));
-    };
-    let content = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(key, path.display(), format!("cannot read it: {e}")))?;
-    let secret = content
-        .strip_suffix("\r\n")
-        .or_else(|| content.strip_suffix('\n'))
-        .unwrap_or(&content);
-    if secret.is_empty() {
-        return Err(ConfigError::new(key, path.display(), "the file is empty"));
+    match file {
+        Some(path) => kafka_dlq::config::read_secret_file(key, path).map(Some),
+        None => Ok(inline.clone().filter(|s| !s.is_empty())),
     }
-    Ok(Some(secret.to_string()))
 }

@@ -32,10 +32,7 @@ impl StateArgs {
             .map_err(|why| ConfigError::new("audit_topic", &self.audit_topic, why))?;
         let text = match (&self.audit_key, &self.audit_key_file) {
             (Some(key), _) if !key.trim().is_empty() => Some(key.clone()),
-            (_, Some(path)) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError::new("audit_key_file", path.display(), e))?,
-            ),
+            (_, Some(path)) => Some(kafka_dlq::config::read_secret_file("audit_key_file", path)?),
             _ => None,
         };
         let key = text

@@ -20,6 +20,7 @@ mod file;
 mod millis;
 mod option_list;
 mod raw_options;
+mod secret_file;
 mod security;
 mod settings;
 pub mod shown_url;
@@ -30,6 +31,7 @@ pub use consumption::{Consumption, ShareDlq};
 pub use file::{is_connection_setting, Commands, ConfigFile, FileSetting};
 pub use option_list::parse_kafka_options;
 pub use raw_options::refuse_raw_option;
+pub use secret_file::read_secret_file;
 pub use security::{check_options, merge_options, SaslMechanism, Security, SecurityProtocol};
 pub use settings::ConsumerConfig;
 #[cfg(feature = "cli")]

@@ -273,18 +273,9 @@ impl Security {
                 if text.trim().is_empty() {
                     return Ok(());
                 }
-                let content = std::fs::read_to_string(text.trim()).map_err(|e| {
-                    ConfigError::new(key, text.trim(), format!("cannot read it: {e}"))
-                })?;
-                let secret = content
-                    .strip_suffix("\r\n")
-                    .or_else(|| content.strip_suffix('\n'))
-                    .unwrap_or(&content);
+                let secret = super::read_secret_file(key, std::path::Path::new(text.trim()))?;
                 let inline = key.strip_suffix("_file").expect("a _file key");
-                if secret.is_empty() {
-                    return Err(ConfigError::new(key, text.trim(), "the file is empty"));
-                }
-                return self.set(inline, secret);
+                return self.set(inline, &secret);
             }
             // A password is taken as it is: its spaces may be its own.
             "sasl_password" | "ssl_key_password" | "oauth_client_secret" => {
