@@ -83,147 +83,123 @@ pub fn hide_env_values(command: Command) -> Command {
         .mut_subcommands(hide_env_values)
 }
 
+/// The registry's settings: the sidecar's (`run`), the console's and the tools'.
+const SCHEMA_REGISTRY: &[&str] = &[
+    "schema_registry_url",
+    "schema_registry_username",
+    "schema_registry_password",
+    "schema_registry_password_file",
+    "schema_registry_token",
+    "schema_registry_token_file",
+    "schema_registry_ca_location",
+    "schema_registry_timeout_ms",
+];
+
+/// The monitor's alerting: `monitor`'s, and `run --monitor`'s.
+const ALERTS: &[&str] = &[
+    "slack_webhook_url",
+    "slack_webhook_url_file",
+    "slack_token",
+    "slack_token_file",
+    "slack_channel",
+    "slack_api_url",
+    "window_ms",
+    "min_interval_ms",
+    "check_interval_ms",
+    "monitor_group_id",
+    "include_payloads",
+    "runbook_url",
+    "topic_link",
+    "console_url",
+];
+
+/// The state topics and their key: every command that reads or writes the audit.
+const STATE: &[&str] = &["audit_topic", "audit_key", "audit_key_file"];
+
 /// The settings of `kafka-dlq`'s commands that are not the consumer's
 /// (`ConsumerConfig::KEYS`), by the section of the config file that may hold them; top-level
 /// keys may be any of them. (The test below checks this table against the flags.)
-pub const COMMAND_SETTINGS: &[(&str, &[&str])] = &[
+pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
     (
         "run",
         &[
-            "share_group",
-            "target_url",
-            "target_proxy",
-            "target_ca_location",
-            "target_certificate_location",
-            "target_key_location",
-            "forward_headers",
-            "decode_values",
-            "decode_keys",
-            "schema_registry_url",
-            "schema_registry_username",
-            "schema_registry_password",
-            "schema_registry_password_file",
-            "schema_registry_token",
-            "schema_registry_token_file",
-            "schema_registry_ca_location",
-            "schema_registry_timeout_ms",
-            "output_topics",
-            "request_timeout_ms",
-            "content_type",
-            "metrics_addr",
-            "otlp_endpoint",
-            "monitor",
-            "slack_webhook_url",
-            "slack_webhook_url_file",
-            "slack_token",
-            "slack_token_file",
-            "slack_channel",
-            "slack_api_url",
-            "window_ms",
-            "min_interval_ms",
-            "check_interval_ms",
-            "monitor_group_id",
-            "include_payloads",
-            "runbook_url",
-            "topic_link",
-            "console_url",
-            "audit_topic",
-            "audit_key",
-            "audit_key_file",
+            &[
+                "share_group",
+                "target_url",
+                "target_proxy",
+                "target_ca_location",
+                "target_certificate_location",
+                "target_key_location",
+                "forward_headers",
+                "decode_values",
+                "decode_keys",
+                "output_topics",
+                "request_timeout_ms",
+                "content_type",
+                "metrics_addr",
+                "otlp_endpoint",
+                "monitor",
+            ],
+            SCHEMA_REGISTRY,
+            ALERTS,
+            STATE,
         ],
     ),
-    (
-        "monitor",
-        &[
-            "brokers",
-            "dlq_topics",
-            "slack_webhook_url",
-            "slack_webhook_url_file",
-            "slack_token",
-            "slack_token_file",
-            "slack_channel",
-            "slack_api_url",
-            "window_ms",
-            "min_interval_ms",
-            "check_interval_ms",
-            "monitor_group_id",
-            "include_payloads",
-            "runbook_url",
-            "topic_link",
-            "console_url",
-            "audit_topic",
-            "audit_key",
-            "audit_key_file",
-        ],
-    ),
+    ("monitor", &[&["brokers", "dlq_topics"], ALERTS, STATE]),
     (
         "dlq",
         &[
-            "brokers",
-            "dlq_topic",
-            "dlq_topic_template",
-            "source_topic",
-            "kind",
-            "since",
-            "until",
-            "id",
-            "json",
-            "limit",
-            "to",
-            "to_source",
-            "dry_run",
-            "rate",
-            "max_replays",
-            "group",
-            "source_partition",
-            "source_offsets",
-            "key",
-            "error_contains",
-            "error_matches",
-            "operator",
-            "audit_topic",
-            "audit_key",
-            "audit_key_file",
-            "fingerprint",
-            "all",
-            "wheres",
-            "schema_registry_url",
-            "schema_registry_username",
-            "schema_registry_password",
-            "schema_registry_password_file",
-            "schema_registry_token",
-            "schema_registry_token_file",
-            "schema_registry_ca_location",
-            "schema_registry_timeout_ms",
+            &[
+                "brokers",
+                "dlq_topic",
+                "dlq_topic_template",
+                "source_topic",
+                "kind",
+                "since",
+                "until",
+                "id",
+                "json",
+                "limit",
+                "to",
+                "to_source",
+                "dry_run",
+                "rate",
+                "max_replays",
+                "group",
+                "source_partition",
+                "source_offsets",
+                "key",
+                "error_contains",
+                "error_matches",
+                "operator",
+                "fingerprint",
+                "all",
+                "wheres",
+            ],
+            SCHEMA_REGISTRY,
+            STATE,
         ],
     ),
     (
         "console",
         &[
-            "brokers",
-            "dlq_topic",
-            "dlq_topic_template",
-            "listen",
-            "viewer_token",
-            "viewer_token_file",
-            "operator_token",
-            "operator_token_file",
-            "anonymous",
-            "show_payloads",
-            "path_prefix",
-            "audit_topic",
-            "audit_key",
-            "audit_key_file",
-            "redrive_topics",
-            "max_replays",
-            "schema_registry_url",
-            "schema_registry_username",
-            "schema_registry_password",
-            "schema_registry_password_file",
-            "schema_registry_token",
-            "schema_registry_token_file",
-            "schema_registry_ca_location",
-            "schema_registry_timeout_ms",
+            &[
+                "brokers",
+                "dlq_topic",
+                "dlq_topic_template",
+                "listen",
+                "viewer_token",
+                "viewer_token_file",
+                "operator_token",
+                "operator_token_file",
+                "anonymous",
+                "show_payloads",
+                "path_prefix",
+                "redrive_topics",
+                "max_replays",
+            ],
+            SCHEMA_REGISTRY,
+            STATE,
         ],
     ),
 ];
@@ -525,15 +501,16 @@ mod tests {
         let command = super::super::Cli::command();
         let leaves = leaf_commands(&command);
         let keys: BTreeSet<String> = ConsumerConfig::KEYS.iter().map(|k| k.to_string()).collect();
-        for (section, listed) in COMMAND_SETTINGS {
+        for (section, groups) in COMMAND_SETTINGS {
             let of_section: Vec<String> = leaves
                 .iter()
                 .filter(|l| l.split(' ').next() == Some(section))
                 .cloned()
                 .collect();
             let mut flags = ids(&command, &of_section);
-            let listed: BTreeSet<String> = listed
+            let listed: BTreeSet<String> = groups
                 .iter()
+                .flat_map(|g| g.iter())
                 .chain(Security::KEYS.iter())
                 .chain(["kafka_options"].iter())
                 .map(|k| k.to_string())
@@ -559,7 +536,8 @@ mod tests {
                 && !is_connection_setting(id)
                 && !COMMAND_SETTINGS
                     .iter()
-                    .any(|(_, l)| l.contains(&id.as_str()))
+                    .flat_map(|(_, groups)| groups.iter())
+                    .any(|l| l.contains(&id.as_str()))
         });
         let listed: BTreeSet<String> = OTHER_SETTINGS.iter().map(|k| k.to_string()).collect();
         assert_eq!(

@@ -20,9 +20,10 @@ use crate::kafka::ClientOptions;
 /// only the consumer's ([`Commands::CONSUMER`]); the `kafka-dlq` binary passes its own.
 #[derive(Debug, Clone, Copy)]
 pub struct Commands<'a> {
-    /// Each section's name and the settings it may hold beyond the consumer's (the top level
-    /// may hold them too). `run` may hold the consumer's settings as well.
-    pub sections: &'a [(&'a str, &'a [&'a str])],
+    /// Each section's name and the settings it may hold beyond the consumer's, in groups (a
+    /// group several commands share, such as the registry's settings, is written once); the
+    /// top level may hold them too. `run` may hold the consumer's settings as well.
+    pub sections: &'a [(&'a str, &'a [&'a [&'a str]])],
     /// Settings only the top level holds.
     pub other: &'a [&'a str],
 }
@@ -124,7 +125,7 @@ impl ConfigFile {
                         || commands
                             .sections
                             .iter()
-                            .any(|(_, keys)| keys.contains(&key.as_str()));
+                            .any(|(_, groups)| holds(groups, &key));
                     if !known || key == "librdkafka" {
                         return Err(ConfigError::new(
                             &key,
@@ -241,7 +242,7 @@ impl ConfigFile {
 }
 
 /// The settings a section may hold, beyond the consumer's for `run`.
-fn section_keys<'a>(commands: &Commands<'a>, section: &str) -> Option<&'a [&'a str]> {
+fn section_keys<'a>(commands: &Commands<'a>, section: &str) -> Option<&'a [&'a [&'a str]]> {
     commands
         .sections
         .iter()
@@ -249,10 +250,15 @@ fn section_keys<'a>(commands: &Commands<'a>, section: &str) -> Option<&'a [&'a s
         .map(|(_, keys)| *keys)
 }
 
+/// Whether one of a section's `groups` of settings holds `key`.
+fn holds(groups: &[&[&str]], key: &str) -> bool {
+    groups.iter().any(|keys| keys.contains(&key))
+}
+
 fn is_setting_of(commands: &Commands<'_>, section: &str, key: &str) -> bool {
     let consumer = section == "run" && ConsumerConfig::KEYS.contains(&key) && key != "librdkafka";
     consumer
-        || section_keys(commands, section).is_some_and(|keys| keys.contains(&key))
+        || section_keys(commands, section).is_some_and(|groups| holds(groups, key))
         || is_connection_setting(key)
 }
 
@@ -311,9 +317,9 @@ mod tests {
     /// Commands beside the consumer, as the binary passes its own.
     const COMMANDS: Commands<'static> = Commands {
         sections: &[
-            ("run", &["target_url"]),
-            ("monitor", &["slack_webhook_url", "dlq_topics"]),
-            ("dlq", &["rate"]),
+            ("run", &[&["target_url"]]),
+            ("monitor", &[&["slack_webhook_url", "dlq_topics"]]),
+            ("dlq", &[&["rate"]]),
         ],
         other: &["log_format"],
     };
