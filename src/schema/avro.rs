@@ -17,17 +17,40 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::Value as Json;
 
-/// An Avro schema ready to read bodies with.
-#[derive(Debug)]
+/// An Avro schema ready to read and write bodies with: parsed, its named types (its own and
+/// its references') resolved once, here, not for every record.
 pub struct AvroSchema {
-    schema: Schema,
-    /// The schemas its references name, for the named types it uses from them.
-    references: Vec<Schema>,
+    resolved: Resolved,
+}
+
+/// The schemas and what borrows them: the reader, the writer and the names [`encode`] walks.
+#[ouroboros::self_referencing]
+struct Resolved {
+    /// The schemas the references name, then the schema itself, last: the names a
+    /// reference defines must be known before a schema that uses them is resolved.
+    schemata: Vec<Schema>,
+    #[borrows(schemata)]
+    #[covariant]
+    names: ResolvedSchema<'this>,
+    #[borrows(schemata)]
+    #[covariant]
+    reader: GenericDatumReader<'this>,
+    #[borrows(schemata)]
+    #[covariant]
+    writer: GenericDatumWriter<'this>,
+}
+
+impl std::fmt::Debug for AvroSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AvroSchema")
+            .field("schema", &self.resolved.borrow_schemata().last())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Parses `text` with the schemas its references name (`references`, in any order).
 pub fn compile(text: &str, references: &[&str]) -> Result<AvroSchema, String> {
-    let (schema, references) = if references.is_empty() {
+    let (schema, mut schemata) = if references.is_empty() {
         (
             Schema::parse_str(text).map_err(|e| e.to_string())?,
             Vec::new(),
@@ -35,25 +58,33 @@ pub fn compile(text: &str, references: &[&str]) -> Result<AvroSchema, String> {
     } else {
         Schema::parse_str_with_list(text, references).map_err(|e| e.to_string())?
     };
-    Ok(AvroSchema { schema, references })
+    schemata.push(schema);
+    let resolved = ResolvedTryBuilder {
+        schemata,
+        names_builder: |all: &Vec<Schema>| ResolvedSchema::new_with_schemata(all.iter().collect()),
+        reader_builder: |all: &Vec<Schema>| {
+            GenericDatumReader::builder(all.last().expect("the schema"))
+                .writer_schemata(all.iter().collect())
+                .and_then(|b| b.build())
+        },
+        writer_builder: |all: &Vec<Schema>| {
+            GenericDatumWriter::builder(all.last().expect("the schema"))
+                .schemata(all.iter().collect())
+                .and_then(|b| b.build())
+        },
+    }
+    .try_build()
+    .map_err(|e| e.to_string())?;
+    Ok(AvroSchema { resolved })
 }
 
 /// Reads `body` with `schema`, to its last byte (bytes left over mean it was written with
 /// another schema).
 pub fn decode(schema: &AvroSchema, body: &[u8]) -> Result<Json, String> {
-    // The referenced schemas first: the names they define must be known before a schema that
-    // uses them is resolved.
-    let all: Vec<&Schema> = schema
-        .references
-        .iter()
-        .chain(std::iter::once(&schema.schema))
-        .collect();
-    let reader = GenericDatumReader::builder(&schema.schema)
-        .writer_schemata(all)
-        .and_then(|b| b.build())
-        .map_err(|e| e.to_string())?;
     let mut rest = body;
-    let value = reader
+    let value = schema
+        .resolved
+        .borrow_reader()
         .read_value(&mut rest)
         .map_err(|e| format!("not Avro of its schema: {e}"))?;
     if !rest.is_empty() {
@@ -68,23 +99,11 @@ pub fn decode(schema: &AvroSchema, body: &[u8]) -> Result<Json, String> {
 /// Writes `json` (in the plain JSON [`decode`] gives) as an Avro body of `schema`. A value the
 /// schema does not take is refused, saying where (`customer.name: expected a string`).
 pub fn encode(schema: &AvroSchema, json: &Json) -> Result<Vec<u8>, String> {
-    let all = schema
-        .references
-        .iter()
-        .chain(std::iter::once(&schema.schema))
-        .collect();
-    let resolved = ResolvedSchema::new_with_schemata(all).map_err(|e| e.to_string())?;
-    let value = to_avro(json, &schema.schema, resolved.get_names(), "")?;
-    let all = schema
-        .references
-        .iter()
-        .chain(std::iter::once(&schema.schema))
-        .collect();
-    let writer = GenericDatumWriter::builder(&schema.schema)
-        .schemata(all)
-        .and_then(|b| b.build())
-        .map_err(|e| e.to_string())?;
-    writer
+    let resolved = &schema.resolved;
+    let root = resolved.borrow_schemata().last().expect("the schema");
+    let value = to_avro(json, root, resolved.borrow_names().get_names(), "")?;
+    resolved
+        .borrow_writer()
         .write_value_to_vec(value)
         .map_err(|e| format!("the value does not fit the schema: {e}"))
 }
