@@ -1,6 +1,6 @@
 //! Schema Registry payloads through `kafka-dlq run --decode-values schema-registry`: records
 //! written by confluent-kafka's reference serializers (Python), with schemas they register in
-//! a registry that follows Confluent's REST API (tests/common/schema_registry.rs, or the one
+//! a registry that follows Confluent's REST API (tests/common/registry_server.rs, or the one
 //! `KAFKA_DLQ_TEST_SCHEMA_REGISTRY` names), reach an HTTP target as JSON; undecodable ones are
 //! dead-lettered with kind `deserialization`; a registry outage holds records, losing none.
 
@@ -263,9 +263,8 @@ async fn a_registry_outage_holds_records_and_loses_none() {
     // The sidecar's log, line by line, as it runs: the retries must show while the registry
     // is away, not merely a quiet spell.
     let log = Arc::new(Mutex::new(String::new()));
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
-        child.stderr.take().unwrap(),
-    ));
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stderr.take().unwrap()));
     let reading = {
         let log = log.clone();
         tokio::spawn(async move {

@@ -5,6 +5,7 @@
 
 pub mod broker;
 pub mod dashboard;
+pub mod registry_server;
 pub mod schema_registry;
 pub mod security;
 #[allow(unused_imports)]
