@@ -116,18 +116,6 @@ impl<H> Decoding<H> {
             inner,
         )
     }
-
-    /// Decodes values and keys.
-    pub fn values_and_keys(codec: Arc<Codec>, inner: H) -> Self {
-        Self::new(
-            Decoder {
-                codec,
-                values: true,
-                keys: true,
-            },
-            inner,
-        )
-    }
 }
 
 impl<H: DecodedHandler> Handler for Decoding<H> {
