@@ -21,12 +21,17 @@
 mod baseline;
 mod child;
 mod console;
+mod decoding;
 mod delay;
 mod figures;
 mod handler;
 mod mock;
 mod ours;
 mod peers;
+// The tests' schema registry (Confluent's REST API), for the decoding table.
+#[allow(dead_code)]
+#[path = "../../tests/common/registry_server.rs"]
+mod registry_server;
 mod report;
 mod scale;
 mod scenario;
@@ -156,6 +161,15 @@ pub struct Args {
     /// Runs of the memory and scale tables (they give the median and the spread).
     #[arg(long, default_value_t = 3)]
     scale_runs: usize,
+    /// Instead of the scenarios: records/s and CPU per record of the same orders in Avro and
+    /// Protobuf, consumed as bytes by the bare loop and kafka-dlq and decoded to JSON by
+    /// kafka-dlq's decoding layer, this many records per format (needs `--brokers`; see
+    /// `bench/src/decoding.rs`). Runs `--scale-runs` times over `--partitions`.
+    #[arg(long, requires = "brokers")]
+    decode_records: Option<u64>,
+    /// Internal: the schema registry a `decoded` variant of `--run-scale` decodes with.
+    #[arg(long, hide = true)]
+    schema_registry_url: Option<String>,
     /// Internal: run this one memory or scale variant on `--topic` in `--group`.
     #[arg(long, hide = true, requires_all = ["topic", "group"])]
     run_scale: Option<String>,
@@ -240,7 +254,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if let (Some(variant), Some(topic), Some(group), Some(brokers)) =
         (&args.run_scale, &args.topic, &args.group, &args.brokers)
     {
-        return scale::run_child(brokers, topic, group, variant, args.memory_seconds).await;
+        return scale::run_child(
+            brokers,
+            topic,
+            group,
+            variant,
+            args.memory_seconds,
+            args.schema_registry_url.as_deref(),
+        )
+        .await;
+    }
+    if let (Some(records), Some(brokers)) = (args.decode_records, &args.brokers) {
+        return decoding::measure(brokers, records, args.partitions, args.scale_runs).await;
     }
     if let (false, Some(brokers)) = (args.memory_partitions.is_empty(), &args.brokers) {
         return scale::memory(

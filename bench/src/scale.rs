@@ -16,6 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::bail;
+use kafka_dlq::schema::{
+    Codec, DecodedHandler, DecodedRecord, Decoding, Registry, RegistrySettings,
+};
 use kafka_dlq::{Handler, HandlerError, Record};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::Message as _;
@@ -65,7 +68,7 @@ pub async fn memory(
         for run in 0..runs {
             let group = format!("{topic}-{run}");
             made.push(kafka_dlq::record::retry::redrive_topic(&topic, &group));
-            let line = child(brokers, &topic, &group, "memory", seconds).await?;
+            let line = child(brokers, &topic, &group, "memory", seconds, None).await?;
             let [r, i, handled]: [f64; 3] = parse(&line, "MEMORY")?;
             eprintln!("run {run}: {partitions} partitions: {r:.0} MB peak RSS, {:.1} MB in the inboxes at most, {:.0} records/s", i / 1e6, handled / seconds as f64);
             rss.push(r);
@@ -126,7 +129,7 @@ pub async fn rate(
                     if variant == "noop" {
                         made.push(kafka_dlq::record::retry::redrive_topic(topic, &group));
                     }
-                    let measured = group_run(brokers, topic, &group, variant, m).await?;
+                    let measured = group_run(brokers, topic, &group, variant, m, None).await?;
                     if measured.records < records {
                         bail!(
                             "{variant} with {m} member(s) saw {} of {records} records",
@@ -199,39 +202,44 @@ pub async fn rate(
 }
 
 /// What the members of one run measured, together.
-struct Measured {
-    records: u64,
+pub struct Measured {
+    pub records: u64,
     elapsed: Duration,
     cpu: Duration,
 }
 
 impl Measured {
-    fn rate(&self) -> f64 {
+    /// Records per second, first record to last.
+    pub fn rate(&self) -> f64 {
         self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn cpu_us(&self) -> f64 {
+    /// CPU microseconds (all threads) per record.
+    pub fn cpu_us(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.records.max(1) as f64
     }
 }
 
-/// `members` processes of `variant` in `group`, started together.
-async fn group_run(
+/// `members` processes of `variant` in `group`, started together; `registry` is the schema
+/// registry the `decoded` variant decodes with.
+pub async fn group_run(
     brokers: &str,
     topic: &str,
     group: &str,
     variant: &str,
     members: usize,
+    registry: Option<&str>,
 ) -> anyhow::Result<Measured> {
     let mut children = tokio::task::JoinSet::new();
     for _ in 0..members {
-        let (b, t, g, v) = (
+        let (b, t, g, v, r) = (
             brokers.to_string(),
             topic.to_string(),
             group.to_string(),
             variant.to_string(),
+            registry.map(str::to_string),
         );
-        children.spawn(async move { child(&b, &t, &g, &v, 0).await });
+        children.spawn(async move { child(&b, &t, &g, &v, 0, r.as_deref()).await });
     }
     let mut lines = Vec::new();
     while let Some(line) = children.join_next().await {
@@ -262,9 +270,10 @@ async fn child(
     group: &str,
     variant: &str,
     seconds: u64,
+    registry: Option<&str>,
 ) -> anyhow::Result<String> {
     let seconds = seconds.to_string();
-    let args = [
+    let mut args = vec![
         "--brokers",
         brokers,
         "--topic",
@@ -276,6 +285,9 @@ async fn child(
         "--memory-seconds",
         &seconds,
     ];
+    if let Some(url) = registry {
+        args.extend(["--schema-registry-url", url]);
+    }
     let stdout = crate::child::run(&args, variant).await?;
     Ok(stdout.lines().last().unwrap_or_default().to_string())
 }
@@ -292,7 +304,7 @@ fn parse<const N: usize>(line: &str, tag: &str) -> anyhow::Result<[f64; N]> {
         .map_err(|_| anyhow::anyhow!("expected {N} numbers in {line:?}"))
 }
 
-fn stamp() -> String {
+pub fn stamp() -> String {
     chrono::Utc::now().format("%Y%m%d%H%M%S").to_string()
 }
 
@@ -317,16 +329,25 @@ impl Handler for Counting {
     }
 }
 
+impl DecodedHandler for Counting {
+    async fn handle(&self, record: &Record, decoded: &DecodedRecord) -> Result<(), HandlerError> {
+        std::hint::black_box(decoded);
+        Handler::handle(self, record).await
+    }
+}
+
 /// The child's side: `memory` prints `MEMORY <peak RSS MB> <most inbox bytes> <records>`
-/// after `seconds`; `noop` and `baseline` print `MEMBER <records> <first ns> <last ns> <cpu
-/// ns>` (wall-clock times of the first and last record, CPU between them) once no record came
-/// for 3 s.
+/// after `seconds`; `noop`, `decoded` (the no-op handler behind the decoding layer, on
+/// `registry`) and `baseline` print `MEMBER <records> <first ns> <last ns> <cpu ns>`
+/// (wall-clock times of the first and last record, CPU between them) once no record came for
+/// 3 s.
 pub async fn run_child(
     brokers: &str,
     topic: &str,
     group: &str,
     variant: &str,
     seconds: u64,
+    registry: Option<&str>,
 ) -> anyhow::Result<()> {
     let seen = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
@@ -342,6 +363,27 @@ pub async fn run_child(
                 },
             };
             let consumer = kafka_dlq::Consumer::new(config, handler)?;
+            let metrics = consumer.metrics();
+            let shutdown = stop.clone().cancelled_owned();
+            let task =
+                tokio::spawn(async move { consumer.run(shutdown).await.map_err(Into::into) });
+            (task, Some(metrics))
+        }
+        "decoded" => {
+            let Some(url) = registry else {
+                bail!("the decoded variant needs --schema-registry-url");
+            };
+            let registry = Registry::new(&RegistrySettings {
+                url: url.to_string(),
+                timeout: Duration::from_secs(10),
+                ..Default::default()
+            })?;
+            let codec = Arc::new(Codec::new(registry, kafka_dlq::schema::DEFAULT_CACHE_BOUND));
+            let handler = Counting {
+                seen: seen.clone(),
+                ms: 0,
+            };
+            let consumer = kafka_dlq::Consumer::new(config, Decoding::values(codec, handler))?;
             let metrics = consumer.metrics();
             let shutdown = stop.clone().cancelled_owned();
             let task =

@@ -48,7 +48,7 @@ pub async fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
 /// How record `i` of a topic is made.
 pub trait Shape {
     /// Its partition, key and value.
-    fn record(&self, i: u64) -> (i32, String, String);
+    fn record(&self, i: u64) -> (i32, String, Vec<u8>);
 }
 
 /// The main topic: `value_bytes` of JSON, key `i`, round-robin over `partitions`.
@@ -58,12 +58,16 @@ pub struct Uniform {
 }
 
 impl Shape for Uniform {
-    fn record(&self, i: u64) -> (i32, String, String) {
+    fn record(&self, i: u64) -> (i32, String, Vec<u8>) {
         let mut value = format!("{{\"n\":{i},\"pad\":\"");
         let pad = self.value_bytes.saturating_sub(value.len() + 2);
         value.extend(std::iter::repeat_n('x', pad));
         value.push_str("\"}");
-        ((i % self.partitions as u64) as i32, i.to_string(), value)
+        (
+            (i % self.partitions as u64) as i32,
+            i.to_string(),
+            value.into_bytes(),
+        )
     }
 }
 
@@ -72,14 +76,18 @@ impl Shape for Uniform {
 pub struct Readme;
 
 impl Shape for Readme {
-    fn record(&self, i: u64) -> (i32, String, String) {
+    fn record(&self, i: u64) -> (i32, String, Vec<u8>) {
         // splitmix64: a fixed, evenly spread sequence.
         let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
         let ms = z % 6;
-        (0, format!("key-{}", i % 1000), format!("{ms} record {i}"))
+        (
+            0,
+            format!("key-{}", i % 1000),
+            format!("{ms} record {i}").into_bytes(),
+        )
     }
 }
 
@@ -167,7 +175,7 @@ mod tests {
     #[test]
     fn readme_work_spreads_over_0_to_5_ms_and_1000_keys() {
         let work: Vec<u64> = (0..10_000)
-            .map(|i| crate::handler::work_ms(Some(Readme.record(i).2.as_bytes())))
+            .map(|i| crate::handler::work_ms(Some(&Readme.record(i).2)))
             .collect();
         for ms in 0..=5 {
             let n = work.iter().filter(|w| **w == ms).count();

@@ -157,6 +157,40 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
             "{ours} has its ratio to its peer: {line}"
         );
     }
+
+    // The decoding table, on the same broker: Avro and Protobuf orders as bytes and decoded.
+    let stdout = bench(&[
+        "--brokers",
+        &brokers,
+        "--decode-records",
+        "3000",
+        "--partitions",
+        "3",
+        "--scale-runs",
+        "1",
+    ])
+    .await;
+    for format in ["avro", "protobuf"] {
+        for variant in ["baseline", "noop", "decoded"] {
+            let result = format!("decode-{format}-{variant}");
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("RESULT {result} ")))
+                .unwrap_or_else(|| panic!("no RESULT line for {result}:\n{stdout}"));
+            for key in ["records_per_s=", "cpu_us="] {
+                let value: f64 = line
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix(key))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no {key} in {line}"));
+                assert!(value > 0.0, "{line}");
+            }
+        }
+    }
+    assert!(
+        stdout.contains("| kafka-dlq, decoded to JSON, no-op handler |"),
+        "{stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
