@@ -112,13 +112,16 @@ pub enum WriteSchema {
     },
 }
 
+/// A subject's schema id at a version (`None`: the latest), with when the registry said so.
+type SubjectVersions = Bounded<(String, Option<i32>), (u32, Instant)>;
+
 /// Decodes values and keys framed for one registry, and encodes values for it.
 #[derive(Debug)]
 pub struct Codec {
     registry: Registry,
     schemas: Mutex<Bounded<SchemaRef, Arc<Schema>>>,
-    /// Each subject's id at a version (`None`: the latest, with when it was asked).
-    versions: Mutex<Bounded<(String, Option<i32>), (u32, Instant)>>,
+    /// Each subject's id at a version (the latest asked again after [`LATEST_FOR`]).
+    versions: Mutex<SubjectVersions>,
 }
 
 impl Codec {
