@@ -482,7 +482,7 @@ async fn dlq_list_and_show_decode_payloads_and_filter_on_decoded_fields() {
         "--schema-registry-url",
         &registry_url,
         "--where",
-        "customer.name=c1",
+        "decoded.customer.name == 'c1' && kind == 'permanent'",
     ]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<Value> = out
@@ -523,8 +523,21 @@ async fn dlq_list_and_show_decode_payloads_and_filter_on_decoded_fields() {
         "--dlq-topic",
         &dlq,
         "--where",
-        "id=1",
+        "decoded.id == 1",
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--schema-registry-url"), "{err}");
+    // A syntax error names its column.
+    let (code, _, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlq,
+        "--where",
+        "kind == 'permanent' &&& x",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("where") && err.contains("column 23"), "{err}");
 }

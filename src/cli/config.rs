@@ -174,7 +174,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
                 "operator",
                 "fingerprint",
                 "all",
-                "wheres",
+                "where",
             ],
             SCHEMA_REGISTRY,
             STATE,

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::expression::Expression;
 use super::reader::DlqEntry;
 use crate::failure::DeadLetterKind;
 
@@ -54,6 +55,9 @@ pub struct Filter {
     /// Only these DLQ records, as (partition, offset): a selection made one by one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dlq_records: Option<BTreeSet<(i32, i64)>>,
+    /// A filter expression ([`Expression`]) that must be true: `--where`.
+    #[serde(rename = "where", skip_serializing_if = "Option::is_none")]
+    pub where_: Option<Expression>,
 }
 
 /// What an error message must hold to match. JSON: `{"contains": "…"}` or
@@ -153,11 +157,31 @@ impl Filter {
                 list.join(",")
             }),
         );
+        add(
+            "where",
+            self.where_.as_ref().map(|w| w.source().to_string()),
+        );
         parts.join("&")
     }
 
-    /// Whether `entry` is meant.
+    /// Whether `entry` is meant (a `where` expression that reads `decoded` sees null: see
+    /// [`Filter::matches_decoded`]).
     pub fn matches(&self, entry: &DlqEntry) -> bool {
+        self.matches_decoded(entry, None)
+    }
+
+    /// Whether `entry`, whose payload a schema registry `decoded` (when one is configured),
+    /// is meant. A `where` expression that cannot say (a field the dead letter lacks, a
+    /// result that is not a boolean) does not match.
+    pub fn matches_decoded(&self, entry: &DlqEntry, decoded: Option<&serde_json::Value>) -> bool {
+        self.matches_fields(entry)
+            && self
+                .where_
+                .as_ref()
+                .is_none_or(|w| w.matches(entry, decoded).unwrap_or(false))
+    }
+
+    fn matches_fields(&self, entry: &DlqEntry) -> bool {
         let when = match entry.content.envelope() {
             Some(e) => Some(e.timestamp),
             None => entry.timestamp,

@@ -14,6 +14,7 @@
 //! both.
 
 mod content;
+pub mod expression;
 mod filter;
 pub mod foreign;
 pub mod position;
@@ -21,6 +22,7 @@ mod reader;
 mod reference;
 
 pub use content::DlqContent;
+pub use expression::{Expression, ExpressionError};
 pub use filter::{ErrorText, Filter};
 pub use position::REPLAY_GROUP;
 pub(crate) use reader::committed;

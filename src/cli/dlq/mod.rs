@@ -178,6 +178,11 @@ pub struct FilterArgs {
     /// console show (`<kind>: <message with ids and numbers as #>`).
     #[arg(long)]
     fingerprint: Option<String>,
+    /// Only dead letters this filter expression (CEL) is true of, e.g.
+    /// `payload.customer.id == 42 && error.contains('timeout')`; `decoded.…` with
+    /// --schema-registry-url (docs/tools.md, "Filter expressions").
+    #[arg(long = "where", id = "where", value_name = "EXPRESSION")]
+    where_: Option<String>,
 }
 
 /// `FROM..TO`, `FROM..` or `..TO` as a range of offsets.
@@ -258,6 +263,14 @@ impl FilterArgs {
             },
             fingerprint: self.fingerprint.clone(),
             dlq_records: None,
+            where_: self
+                .where_
+                .as_deref()
+                .map(|text| {
+                    kafka_dlq::dlq_reader::Expression::compile(text)
+                        .map_err(|e| ConfigError::new("where", text, e))
+                })
+                .transpose()?,
         })
     }
 }
@@ -279,10 +292,6 @@ pub struct ListArgs {
     /// discarded), instead of the outstanding ones only.
     #[arg(long)]
     all: bool,
-    /// Only dead letters whose payload, decoded with --schema-registry-url, has this value at
-    /// this field: `customer.id=42` (repeat: all must hold).
-    #[arg(long = "where", value_name = "PATH=VALUE")]
-    wheres: Vec<String>,
     /// A schema registry: Avro, Protobuf and JSON Schema payloads are shown decoded
     /// (`decoded` in the JSON; docs/schemas.md).
     #[command(flatten)]
@@ -371,16 +380,17 @@ async fn read(
     view: View,
     limit: Option<usize>,
     codec: Option<&kafka_dlq::schema::Codec>,
-    wheres: &[decoded::Where],
     mut each: impl FnMut(&DlqEntry, Option<&Resolution>, Option<&serde_json::Value>),
 ) -> Result<usize, CliError> {
-    if !wheres.is_empty() && codec.is_none() {
-        return Err(ConfigError::new(
-            "where",
-            "",
-            "filters on decoded fields: give --schema-registry-url",
-        )
-        .into());
+    if let (Some(w), None) = (&filter.where_, codec) {
+        if w.reads_decoded() {
+            return Err(ConfigError::new(
+                "where",
+                w.source(),
+                "reads `decoded`, which needs --schema-registry-url",
+            )
+            .into());
+        }
     }
     let (brokers, raw, topic, template) = (
         source.brokers()?,
@@ -419,15 +429,11 @@ async fn read(
         if view == View::Outstanding && resolution.is_some() {
             continue;
         }
-        if filter.matches(&entry) {
-            let decoded = match (codec, entry.content.envelope()) {
-                (Some(codec), Some(envelope)) => decoded::decode(codec, envelope).await,
-                _ => None,
-            };
-            let json = decoded.as_ref().and_then(|d| d.get("json"));
-            if !wheres.iter().all(|w| json.is_some_and(|j| w.matches(j))) {
-                continue;
-            }
+        let decoded = match (codec, entry.content.envelope()) {
+            (Some(codec), Some(envelope)) => decoded::decode(codec, envelope).await,
+            _ => None,
+        };
+        if filter.matches_decoded(&entry, decoded.as_ref().and_then(|d| d.get("json"))) {
             each(&entry, resolution.as_ref(), decoded.as_ref());
             matched += 1;
             if limit.is_some_and(|l| matched >= l) {
@@ -509,11 +515,6 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
         true => View::All,
         false => View::Outstanding,
     };
-    let wheres = args
-        .wheres
-        .iter()
-        .map(|w| decoded::Where::parse(w))
-        .collect::<Result<Vec<_>, _>>()?;
     let codec = args.registry.codec()?;
     let codec = codec.as_deref();
     if args.json {
@@ -523,7 +524,6 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
             shown,
             args.limit,
             codec,
-            &wheres,
             |e, resolution, decoded| {
                 let _ = writeln!(out, "{}", entry_json(e, resolution, decoded));
             },
@@ -538,7 +538,6 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
         shown,
         args.limit,
         codec,
-        &wheres,
         |e, resolution, _| {
             let state = (shown == View::All).then(|| view::state_word(resolution));
             view::print_row(e, state, &mut out);
@@ -563,7 +562,6 @@ async fn show(args: ShowArgs) -> Result<(), CliError> {
         View::All,
         None,
         codec.as_deref(),
-        &[],
         |e, resolution, decoded| {
             let _ = writeln!(
                 out,
@@ -587,6 +585,16 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
     if let Some(to) = &args.to {
         kafka_dlq::dlq::check_topic_name(to).map_err(|r| ConfigError::new("to", to, r))?;
     }
+    let filter = args.filter.filter()?;
+    if let Some(w) = filter.where_.as_ref().filter(|w| w.reads_decoded()) {
+        return Err(ConfigError::new(
+            "where",
+            w.source(),
+            "a replay decodes nothing, so `decoded` would be null: select with `dlq list \
+             --schema-registry-url … --where …` and replay by --id",
+        )
+        .into());
+    }
     let options = ReplayOptions {
         librdkafka: args.source.librdkafka()?,
         dlq_template: args.source.template()?,
@@ -595,7 +603,7 @@ async fn replay_command(args: ReplayArgs) -> Result<(), CliError> {
             (None, true) => Destination::Source,
             (None, false) => Destination::Group,
         },
-        filter: args.filter.filter()?,
+        filter,
         dry_run: args.dry_run,
         rate_per_sec: args.rate,
         max_replays: args.max_replays,
