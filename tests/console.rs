@@ -54,6 +54,59 @@ async fn the_api_groups_redrives_discards_and_audits_real_dead_letters() {
     assert_eq!(status, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("id"), "{v}");
 
+    // One filter language: the console and `dlq list --where` select the same dead letters,
+    // and a bad expression is a 400 naming its column.
+    let expression = "kind == 'permanent' && payload.startsWith('perm-') && attempts == 1";
+    let (status, v) = api
+        .get(
+            &format!("/api/dead-letters?where={}", urlencode(expression)),
+            As::Bearer(VIEWER),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let mut in_console: Vec<String> = v["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect();
+    let (code, out, err) = cli(&[
+        "dlq",
+        "list",
+        "--brokers",
+        &brokers,
+        "--dlq-topic",
+        &dlt.dlq,
+        "--json",
+        "--where",
+        expression,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut in_list: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["envelope"]["id"].as_str().unwrap().to_string())
+        .collect();
+    in_console.sort();
+    in_list.sort();
+    assert_eq!(
+        in_console.len(),
+        3,
+        "perm-1 to perm-3, not the hostile perm<…: {v}"
+    );
+    assert_eq!(in_console, in_list);
+    let (status, v) = api
+        .get(
+            "/api/dead-letters?where=kind%20%3D%3D%3D%201",
+            As::Bearer(VIEWER),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().starts_with("where: column"),
+        "{v}"
+    );
+
     // Access: nobody is refused, a viewer reads, a wrong token is refused.
     assert_eq!(api.get("/api/inbox", As::Nobody).await.0, 401);
     assert_eq!(
@@ -672,6 +725,28 @@ async fn an_operator_redrives_and_discards_in_a_real_browser() {
     browser.wait_count("#inbox-table tr.cause", 1).await;
     browser.click("#inbox-table tr.cause").await;
     browser.wait_count("#letters-table tr.dead-letter", 3).await;
+
+    // A filter expression narrows them; one that does not parse says where, and nothing changes.
+    browser
+        .type_into("#where", "payload == 'always-2' && attempts > 1")
+        .await;
+    browser.click("#where-apply").await;
+    browser.wait_count("#letters-table tr.dead-letter", 1).await;
+    browser.click("#letters-table tr.dead-letter").await;
+    browser
+        .wait_text("#detail-payload", |t| t == "always-2")
+        .await;
+    browser
+        .type_into("#where", "payload == 'always-2' &&& x")
+        .await;
+    browser.click("#where-apply").await;
+    browser
+        .wait_text("#message", |t| t.contains("where: column 25"))
+        .await;
+    browser.type_into("#where", "").await;
+    browser.click("#where-apply").await;
+    browser.wait_count("#letters-table tr.dead-letter", 3).await;
+
     browser.click("#letters-table tr.dead-letter").await;
     browser
         .wait_text("#detail-fields", |t| {

@@ -164,6 +164,11 @@ impl Filter {
         parts.join("&")
     }
 
+    /// Whether its `where` expression reads `decoded`, which only a schema registry gives.
+    pub fn reads_decoded(&self) -> bool {
+        self.where_.as_ref().is_some_and(Expression::reads_decoded)
+    }
+
     /// Whether `entry` is meant (a `where` expression that reads `decoded` sees null: see
     /// [`Filter::matches_decoded`]).
     pub fn matches(&self, entry: &DlqEntry) -> bool {

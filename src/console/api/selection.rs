@@ -9,7 +9,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::{error, Console};
-use crate::dlq_reader::{ErrorText, Filter};
+use crate::dlq_reader::{ErrorText, Expression, Filter};
 use crate::failure::DeadLetterKind;
 use crate::outstanding::inbox::parse_age;
 
@@ -37,6 +37,9 @@ pub struct Selection {
     pub newer_than: Option<String>,
     /// The record id.
     pub id: Option<String>,
+    /// A filter expression (CEL, docs/tools.md "Filter expressions") that must be true.
+    #[serde(rename = "where")]
+    pub where_: Option<String>,
     /// These DLQ records only.
     pub records: Option<Vec<Coordinates>>,
 }
@@ -68,7 +71,17 @@ impl Selection {
                 .transpose()
                 .map(|d| d.map(|d| now - d))
         };
-        let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let set = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
+        let where_ = set(&self.where_)
+            .map(|text| Expression::compile(&text).map_err(|e| format!("where: {e}")))
+            .transpose()?;
+        if where_.as_ref().is_some_and(Expression::reads_decoded) {
+            return Err(
+                "where: `decoded` is read by `dlq list / show --schema-registry-url`; \
+                        the console's filter sees the payload as written"
+                    .into(),
+            );
+        }
         Ok(Filter {
             source_topic: set(&self.source_topic),
             kind,
@@ -83,6 +96,7 @@ impl Selection {
                     .map(|c| (c.partition, c.offset))
                     .collect::<BTreeSet<_>>()
             }),
+            where_,
             ..Filter::default()
         })
     }
@@ -129,6 +143,8 @@ pub(super) struct SelectionQuery {
     older_than: Option<String>,
     newer_than: Option<String>,
     id: Option<String>,
+    #[serde(rename = "where")]
+    where_: Option<String>,
     /// DLQ records as `partition@offset`, comma-separated (the ticked ones).
     records: Option<String>,
 }
@@ -164,6 +180,7 @@ impl SelectionQuery {
             older_than: q.older_than,
             newer_than: q.newer_than,
             id: q.id,
+            where_: q.where_,
             records,
         })
     }

@@ -89,11 +89,11 @@ function started(s) {
   say("");
   const params = new URLSearchParams(location.search);
   const filter = {};
-  for (const k of ["dlq_topic", "group", "source_topic", "kind", "fingerprint", "text", "older_than", "newer_than"]) {
+  for (const k of ["dlq_topic", "group", "source_topic", "kind", "fingerprint", "text", "older_than", "newer_than", "where"]) {
     if (params.get(k)) filter[k] = params.get(k);
   }
   for (const input of $("inbox-filter").elements) if (input.name && filter[input.name]) input.value = filter[input.name];
-  if (filter.fingerprint) { openLetters(filter); } else { show("inbox"); }
+  if (filter.fingerprint || filter.where) { openLetters(filter); } else { show("inbox"); }
 }
 
 function show(tab) {
@@ -157,8 +157,18 @@ async function openLetters(filter) {
   const chosen = $("letters-filter");
   chosen.textContent = "";
   chosen.append(el("span", "Filter: "));
-  for (const [k, v] of Object.entries(filter)) chosen.append(el("code", k + " = " + v));
+  for (const [k, v] of Object.entries(filter)) if (k !== "where") chosen.append(el("code", k + " = " + v));
+  $("where").value = filter.where || "";
   await loadLetters();
+}
+
+// The expression narrows the letters shown and every action on them; an empty one is none.
+function applyWhere(e) {
+  e.preventDefault();
+  const f = Object.assign({}, state.filter);
+  const text = $("where").value.trim();
+  if (text) f.where = text; else delete f.where;
+  openLetters(f);
 }
 
 async function loadLetters() {
@@ -430,6 +440,7 @@ async function loadRedrives() {
 document.addEventListener("DOMContentLoaded", async () => {
   $("signin-form").addEventListener("submit", signIn);
   $("inbox-filter").addEventListener("submit", (e) => { e.preventDefault(); loadInbox(); });
+  $("where-form").addEventListener("submit", applyWhere);
   for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => show(b.dataset.tab));
   $("dry-run").addEventListener("click", () => startRedrive(true));
   $("redrive").addEventListener("click", () => startRedrive(false));
