@@ -294,6 +294,77 @@ async fn a_burst_gives_one_alert_then_a_second_burst_another_and_draining_a_reso
     monitor.stop().await;
 }
 
+/// An alert scope (`--alert-where`): one monitor per team on a shared DLT, each alerted on
+/// and counting only its own dead letters; what it leaves out neither alerts nor counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_scope_alerts_on_and_counts_only_what_its_expression_keeps() {
+    let brokers = brokers();
+    let dlq = unique("shared-dlt");
+    create_topic(&brokers, &dlq, 1).await;
+    let (slack, base) = fake_slack().await;
+    let scope = kafka_dlq::dlq_reader::Filter {
+        where_: Some(
+            kafka_dlq::dlq_reader::Expression::compile(
+                "topic == 'orders' && kind == 'permanent' && payload.email.endsWith('@example.com')",
+            )
+            .unwrap(),
+        ),
+        ..Default::default()
+    };
+    let monitor = start(MonitorConfig {
+        scope: Some(scope),
+        ..config(&brokers, &dlq, web_api(&base))
+    });
+    let mut burst = Vec::new();
+    for i in 0..4 {
+        burst.push(dead_letter(
+            "orders",
+            &format!("order-{i}"),
+            DeadLetterKind::Permanent,
+            "malformed JSON",
+        ));
+    }
+    for i in 0..3 {
+        burst.push(dead_letter(
+            "parcels",
+            &format!("parcel-{i}"),
+            DeadLetterKind::Permanent,
+            "target answered HTTP 400",
+        ));
+    }
+    produce(&brokers, &dlq, burst).await;
+    assert!(eventually(WAIT, || slack.delivered().len() == 1).await);
+    let text = slack.delivered()[0].clone();
+    assert!(
+        text.contains(&format!("4 new dead letters on {dlq}")),
+        "{text}"
+    );
+    assert!(!text.contains("parcels"), "out of scope: {text}");
+
+    // Dead letters out of scope: no alert.
+    produce(
+        &brokers,
+        &dlq,
+        vec![dead_letter(
+            "parcels",
+            "parcel-9",
+            DeadLetterKind::Permanent,
+            "target answered HTTP 400",
+        )],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(slack.delivered().len(), 1, "{:#?}", slack.delivered());
+
+    // Replayed to the end: the four in scope are gone, so it is resolved, though the DLT was
+    // never empty of the others.
+    write_replay_position(&brokers, &dlq, 8).await;
+    assert!(eventually(WAIT, || slack.delivered().len() >= 2).await);
+    let resolved = slack.delivered()[1].clone();
+    assert!(resolved.contains("Resolved"), "{resolved}");
+    monitor.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_rate_limit_is_waited_out_and_the_alert_delivered_once() {
     let brokers = brokers();

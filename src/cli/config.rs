@@ -111,6 +111,7 @@ const ALERTS: &[&str] = &[
     "runbook_url",
     "topic_link",
     "console_url",
+    "alert_where",
 ];
 
 /// The state topics and their key: every command that reads or writes the audit.

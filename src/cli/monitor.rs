@@ -82,6 +82,12 @@ pub struct AlertArgs {
     /// link to it, each top error to the console filtered to its cause.
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_URL")]
     console_url: Option<String>,
+    /// The alert scope: alert on and count only the dead letters this filter expression
+    /// keeps (CEL, as `dlq list --where`; docs/tools.md "Filter expressions"), e.g.
+    /// `group == 'billing' && kind != 'deserialization'`. Several monitors with different
+    /// scopes (and groups) can watch one DLT.
+    #[arg(long, env = "KAFKA_DLQ_ALERT_WHERE", value_name = "EXPRESSION")]
+    alert_where: Option<String>,
     /// Where the replay positions and the console's and `dlq replay`'s actions are kept:
     /// dead letters replayed, discarded or sent by a filtered replay are not counted as
     /// outstanding.
@@ -103,6 +109,27 @@ fn secret(
 }
 
 impl AlertArgs {
+    /// `--alert-where` as a filter; an expression that does not compile, or reads `decoded`
+    /// (the monitor decodes nothing), is an error naming the setting and the column.
+    fn scope(&self) -> Result<Option<kafka_dlq::dlq_reader::Filter>, ConfigError> {
+        let Some(text) = self.alert_where.as_deref().filter(|t| !t.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let expression = kafka_dlq::dlq_reader::Expression::compile(text)
+            .map_err(|e| ConfigError::new("alert_where", text, e))?;
+        if expression.reads_decoded() {
+            return Err(ConfigError::new(
+                "alert_where",
+                text,
+                "the monitor decodes nothing, so `decoded` would be null",
+            ));
+        }
+        Ok(Some(kafka_dlq::dlq_reader::Filter {
+            where_: Some(expression),
+            ..Default::default()
+        }))
+    }
+
     /// The monitor settings for `dlq_topics` on `brokers`, its clients with `librdkafka`.
     pub fn monitor_config(
         &self,
@@ -146,6 +173,7 @@ impl AlertArgs {
             },
             librdkafka,
             state: self.state.topics()?,
+            scope: self.scope()?,
             ..MonitorConfig::new(brokers, dlq_topics)
         };
         config.validate()?;

@@ -51,6 +51,7 @@ impl ConsoleConfig {
     /// What its inbox watches.
     pub fn source(&self) -> crate::outstanding::Source {
         crate::outstanding::Source {
+            scope: None,
             brokers: self.brokers.clone(),
             librdkafka: self.librdkafka.clone(),
             dlq_topics: self.dlq_topics.clone(),

@@ -85,6 +85,10 @@ pub struct MonitorConfig {
     /// sent are not outstanding, [`crate::outstanding`]); with its key, unsealed records are
     /// ignored. Default `kafka-dlq-audit` and its positions topic, unsealed.
     pub state: crate::state::StateTopics,
+    /// The alert scope (`--where`): only the dead letters this filter keeps are alerted on
+    /// and counted; `None`: every one. A scoped count reads the outstanding dead letters
+    /// (the console's way) rather than counting offsets.
+    pub scope: Option<crate::dlq_reader::Filter>,
 }
 
 impl MonitorConfig {
@@ -102,6 +106,7 @@ impl MonitorConfig {
             links: Links::default(),
             librdkafka: crate::kafka::ClientOptions::new(),
             state: crate::state::StateTopics::default(),
+            scope: None,
         }
     }
 
@@ -308,9 +313,21 @@ impl Monitor {
                 polled = consumer.recv() => match polled {
                     Ok(m) => {
                         let content = crate::dlq_reader::DlqContent::decode(&m);
-                        window.add(m.topic(), &content, &mut seen, c.include_payloads);
+                        let entry = crate::dlq_reader::DlqEntry {
+                            topic: m.topic().to_string(),
+                            partition: m.partition(),
+                            offset: m.offset(),
+                            timestamp: None,
+                            content,
+                            unresolved: None,
+                        };
+                        // Out of scope: passed (its position goes with the next alert), never
+                        // a reason for one.
+                        if c.scope.as_ref().is_none_or(|f| f.matches(&entry)) {
+                            window.add(m.topic(), &entry.content, &mut seen, c.include_payloads);
+                            opened.get_or_insert_with(Instant::now);
+                        }
                         positions.insert((m.topic().to_string(), m.partition()), m.offset() + 1);
-                        opened.get_or_insert_with(Instant::now);
                     }
                     Err(e) => {
                         crate::kafka::warn_gated("monitor_poll_failed", &e, "polling again in 1 s");

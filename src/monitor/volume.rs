@@ -17,6 +17,8 @@ use crate::state::{PositionStore, StateError, StateTopics};
 
 /// Counts outstanding dead letters.
 pub(super) struct Volume {
+    /// Counting only what an alert scope keeps: from the watcher's reading.
+    scoped: bool,
     reader: Arc<BaseConsumer<LogContext>>,
     topics: Vec<String>,
     store: tokio::sync::Mutex<PositionStore>,
@@ -32,8 +34,10 @@ impl Volume {
             dlq_topics: c.dlq_topics.clone(),
             dlq_template: crate::dlq::DlqTopic::default(),
             state: c.state.clone(),
+            scope: c.scope.clone(),
         };
         Ok(Self {
+            scoped: c.scope.is_some(),
             reader: Arc::new(watermark_reader(&c.brokers, &c.librdkafka)?),
             topics: c.dlq_topics.clone(),
             store: tokio::sync::Mutex::new(PositionStore::new(&c.brokers, &c.librdkafka, &c.state)),
@@ -48,7 +52,8 @@ impl Volume {
 
     /// The dead letters outstanding and expired now ([`count`]), less those the console's
     /// actions resolved past the replay position (as of the watcher's last read; none before
-    /// its first); `None` when the broker cannot tell.
+    /// its first); `None` when the broker cannot tell. With an alert scope, the outstanding
+    /// ones in scope as of the watcher's last read (`None` before its first).
     pub(super) async fn count(&self) -> Option<DlqCount> {
         let mut store = self.store.lock().await;
         let counted = count_with(&mut store, &self.reader, &self.topics).await;
@@ -60,8 +65,15 @@ impl Volume {
                 return None;
             }
         };
-        let resolved = self.watch.status().resolved_by_actions;
-        count.outstanding = count.outstanding.saturating_sub(resolved);
+        let status = self.watch.status();
+        if self.scoped {
+            // The dead letters in scope are known only once the watcher has read them all;
+            // retention's deletions (expired) are of every dead letter, in scope or not.
+            status.current_at?;
+            count.outstanding = status.outstanding;
+            return Some(count);
+        }
+        count.outstanding = count.outstanding.saturating_sub(status.resolved_by_actions);
         Some(count)
     }
 

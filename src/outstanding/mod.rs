@@ -34,4 +34,7 @@ pub struct Source {
     pub dlq_template: crate::dlq::DlqTopic,
     /// Where the actions and positions are kept, and the key that seals them.
     pub state: crate::state::StateTopics,
+    /// Only the dead letters this filter keeps count (a monitor's alert scope, `--where`);
+    /// `None`: every one.
+    pub scope: Option<crate::dlq_reader::Filter>,
 }

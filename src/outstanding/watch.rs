@@ -252,6 +252,9 @@ impl Watch {
                 let ledger = &ledgers[topic];
                 let from = Start::Outstanding(ledger.clone());
                 let end = read(&config, topic, from, |entry| {
+                    if !in_scope(&config, entry) {
+                        return true;
+                    }
                     match ledger.resolution(entry) {
                         None => inbox.add(&Sighting::of(entry), Utc::now()),
                         Some(Resolution::Replayed) => {}
@@ -292,6 +295,9 @@ impl Watch {
             let mut added = Vec::new();
             let mut resolved = 0;
             let end = read(&config, topic, Start::At(from), |entry| {
+                if !in_scope(&config, entry) {
+                    return true;
+                }
                 match ledger.resolution(entry) {
                     None => added.push(Sighting::of(entry)),
                     Some(Resolution::Replayed) => {}
@@ -548,4 +554,9 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .expect("console read task")
+}
+
+/// Whether `entry` counts: the source has no scope, or its scope keeps it.
+fn in_scope(config: &Source, entry: &DlqEntry) -> bool {
+    config.scope.as_ref().is_none_or(|f| f.matches(entry))
 }
