@@ -329,6 +329,39 @@ mod tests {
     }
 
     #[test]
+    fn a_where_expression_is_one_more_field_kept_in_the_key_and_the_json() {
+        let e = entry("orders", DeadLetterKind::Permanent, "o-1");
+        let f = Filter {
+            kind: Some(DeadLetterKind::Permanent),
+            where_: Some(Expression::compile("id == 'o-1'").unwrap()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&e));
+        let other = Filter {
+            where_: Some(Expression::compile("id == 'o-2'").unwrap()),
+            ..f.clone()
+        };
+        assert!(!other.matches(&e));
+        assert_eq!(f.key(), "kind=permanent&where=id == 'o-1'");
+        assert_ne!(
+            f.key(),
+            other.key(),
+            "each filter keeps a position of its own"
+        );
+        let json = serde_json::to_value(&f).unwrap();
+        assert_eq!(json["where"], "id == 'o-1'");
+        let back: Filter = serde_json::from_value(json).unwrap();
+        assert_eq!(back, f);
+        // An expression that cannot answer for a dead letter does not select it.
+        let unanswerable = Filter {
+            where_: Some(Expression::compile("payload.no.such.field == 1").unwrap()),
+            ..Filter::default()
+        };
+        assert!(!unanswerable.matches(&e));
+        assert!(!f.reads_decoded());
+    }
+
+    #[test]
     fn filters_by_group_partition_offsets_key_and_error_text() {
         let record = Record::new("orders", 3, 120)
             .with_id("o-9")
