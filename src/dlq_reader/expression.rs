@@ -173,35 +173,50 @@ fn check_text(text: &str) -> Result<(), ExpressionError> {
             message: format!("the expression is longer than {MAX_LENGTH} bytes"),
         });
     }
+    // Brackets inside string literals are text. CEL's strings: '…' or "…", triple-quoted
+    // ('''…''' or """…"""), with a backslash escaping the next character unless the literal
+    // is raw (an `r` or `R` before the quote, `b` allowed beside it).
+    let chars: Vec<char> = text.chars().collect();
     let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for (column, c) in text.chars().enumerate() {
-        match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' || c == '"' {
+            let raw = chars[..i]
+                .iter()
+                .rev()
+                .take_while(|p| matches!(p, 'r' | 'R' | 'b' | 'B'))
+                .any(|p| matches!(p, 'r' | 'R'));
+            let triple = chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c);
+            let quote_len = if triple { 3 } else { 1 };
+            i += quote_len;
+            while i < chars.len() {
+                if chars[i] == '\\' && !raw {
+                    i += 2;
+                    continue;
+                }
+                if chars[i] == c && (!triple || chars[i..].starts_with(&[c, c, c])) {
+                    i += quote_len;
+                    break;
+                }
+                i += 1;
+            }
+            continue;
+        }
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(ExpressionError {
+                        column: i + 1,
+                        message: format!("brackets are nested deeper than {MAX_NESTING} here"),
+                    });
                 }
             }
-            None => match c {
-                '\'' | '"' => quote = Some(c),
-                '(' | '[' | '{' => {
-                    depth += 1;
-                    if depth > MAX_NESTING {
-                        return Err(ExpressionError {
-                            column: column + 1,
-                            message: format!("brackets are nested deeper than {MAX_NESTING} here"),
-                        });
-                    }
-                }
-                ')' | ']' | '}' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
+        i += 1;
     }
     Ok(())
 }
@@ -427,9 +442,22 @@ mod tests {
         let nested = "payload.lines.all(l, payload.lines.exists(m, m == l))";
         let error = Expression::compile(nested).unwrap_err();
         assert!(error.message.contains("inside"), "{error}");
-        // Brackets inside a string are text, not nesting.
-        let quoted = format!("error == '{}'", "(".repeat(100));
-        assert!(Expression::compile(&quoted).is_ok());
+        // Brackets inside a string are text, not nesting, whatever the string's form; a raw
+        // string's backslash does not hide its closing quote.
+        for quoted in [
+            format!("error == '{}'", "(".repeat(100)),
+            format!("error == \"{}\\\"\"", "[".repeat(100)),
+            format!("error == '''{}'''", "{".repeat(100)),
+        ] {
+            assert!(Expression::compile(&quoted).is_ok(), "{quoted}");
+        }
+        let hidden = format!(
+            "error == r'\\' || {}1{} == 1",
+            "(".repeat(100),
+            ")".repeat(100)
+        );
+        let error = Expression::compile(&hidden).unwrap_err();
+        assert!(error.message.contains("nested"), "{error}");
         // One macro is fine.
         assert!(Expression::compile("payload.lines.exists(l, l.sku == 'a')").is_ok());
     }
