@@ -1,5 +1,6 @@
 //! A real browser: Debian's headless Chromium driven over WebDriver by its chromedriver.
 
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -18,12 +19,15 @@ impl Browser {
     /// Starts chromedriver on a free port and a headless Chromium session.
     pub async fn start() -> Browser {
         let port = super::free_port();
+        // A process group of its own, Chromium included: a test that fails before `quit`
+        // leaves no browser behind (see Drop).
         let driver = std::process::Command::new(
             std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into()),
         )
         .arg(format!("--port={port}"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("chromedriver (Debian's chromium-driver; ./scripts/test.sh installs it)");
         let base = format!("http://127.0.0.1:{port}");
@@ -224,6 +228,10 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // The whole group: chromedriver and the Chromium it started.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
