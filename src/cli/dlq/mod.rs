@@ -420,6 +420,7 @@ async fn read(
     for open in reader.open_transactions() {
         eprintln!("note: `{}` {open}", source.dlq_topic);
     }
+    let reads_decoded = filter.reads_decoded();
     let mut matched = 0;
     while let Some(entry) = reader.next_entry().await {
         let entry = entry
@@ -429,11 +430,17 @@ async fn read(
         if view == View::Outstanding && resolution.is_some() {
             continue;
         }
+        // Decoding asks the registry: only for dead letters the filter may keep. A `where`
+        // that reads `decoded` can only say once it is there.
+        if !reads_decoded && !filter.matches(&entry) {
+            continue;
+        }
         let decoded = match (codec, entry.content.envelope()) {
             (Some(codec), Some(envelope)) => decoded::decode(codec, envelope).await,
             _ => None,
         };
-        if filter.matches_decoded(&entry, decoded.as_ref().and_then(|d| d.get("json"))) {
+        let json = decoded.as_ref().and_then(|d| d.get("json"));
+        if !reads_decoded || filter.matches_decoded(&entry, json) {
             each(&entry, resolution.as_ref(), decoded.as_ref());
             matched += 1;
             if limit.is_some_and(|l| matched >= l) {
