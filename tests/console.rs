@@ -696,15 +696,9 @@ async fn an_operator_redrives_and_discards_in_a_real_browser() {
     let (_console, base) = console(&dlt.dlq, "", &[]).await;
     let brokers = brokers();
     let browser = browser::Browser::start().await;
-    browser.open(&format!("{base}/")).await;
 
     // Signing in: the token is not in the page afterwards.
-    browser.wait_count("#signin:not([hidden])", 1).await;
-    browser.type_into("#token", OPERATOR).await;
-    browser.click("#sign-in").await;
-    browser
-        .wait_text("#who", |t| t.contains("alice (operator)"))
-        .await;
+    browser.sign_in(&base, OPERATOR, "alice (operator)").await;
 
     // The inbox: three causes, the counts as the consumer wrote them.
     browser.wait_count("#inbox-table tr.cause", 3).await;
@@ -1541,13 +1535,7 @@ async fn the_page_edits_the_bytes_that_failed_and_sends_them_back_unchanged() {
     let (_console, base) = console(&dlq, "", &[]).await;
     let redrive = kafka_dlq::record::retry::redrive_topic(&topic, &group);
     let browser = browser::Browser::start().await;
-    browser.open(&format!("{base}/")).await;
-    browser.wait_count("#signin:not([hidden])", 1).await;
-    browser.type_into("#token", OPERATOR).await;
-    browser.click("#sign-in").await;
-    browser
-        .wait_text("#who", |t| t.contains("alice (operator)"))
-        .await;
+    browser.sign_in(&base, OPERATOR, "alice (operator)").await;
     browser.wait_count("#inbox-table tr.cause", 1).await;
     browser.click("#inbox-table tr.cause").await;
     browser.wait_count("#letters-table tr.dead-letter", 4).await;
@@ -1699,13 +1687,7 @@ async fn the_page_shows_an_avro_dead_letter_decoded_and_redrives_its_edited_json
     assert!(v.to_string().contains("id: expected an integer"), "{v}");
 
     let browser = browser::Browser::start().await;
-    browser.open(&format!("{base}/")).await;
-    browser.wait_count("#signin:not([hidden])", 1).await;
-    browser.type_into("#token", OPERATOR).await;
-    browser.click("#sign-in").await;
-    browser
-        .wait_text("#who", |t| t.contains("alice (operator)"))
-        .await;
+    browser.sign_in(&base, OPERATOR, "alice (operator)").await;
     browser.wait_count("#inbox-table tr.cause", 1).await;
     browser.click("#inbox-table tr.cause").await;
     browser.wait_count("#letters-table tr.dead-letter", 1).await;

@@ -218,6 +218,16 @@ impl Browser {
 }
 
 impl Browser {
+    /// Opens the console at `base`, signs in with `token` and waits until the page says
+    /// who signed in (`who`, e.g. `alice (operator)`).
+    pub async fn sign_in(&self, base: &str, token: &str, who: &str) {
+        self.open(&format!("{base}/")).await;
+        self.wait_count("#signin:not([hidden])", 1).await;
+        self.type_into("#token", token).await;
+        self.click("#sign-in").await;
+        self.wait_text("#who", |t| t.contains(who)).await;
+    }
+
     /// Ends the session: Chromium quits, then chromedriver stops.
     pub async fn quit(mut self) {
         let path = format!("/session/{}", self.session);
