@@ -20,6 +20,7 @@ KAFKA_VERSION=4.1.1
 SHARE_KAFKA_VERSION=4.4.0
 HELM_VERSION=v4.3.2
 JAEGER_VERSION=v1.76.0
+HYDRA_VERSION=v2.3.0
 CONFLUENT_KAFKA_VERSION=2.16.1
 
 # A clean build gains nothing from incremental compilation, and its caches would double the
@@ -100,6 +101,25 @@ if [ ! -x "$JAEGER_DIR/jaeger" ]; then
   (cd "$jaeger_src" && GOFLAGS="-buildvcs=false -mod=mod" go build -o "$JAEGER_DIR/jaeger" ./cmd/jaeger)
 fi
 export JAEGER_BIN="$JAEGER_DIR/jaeger"
+
+# Ory Hydra, a real OpenID Connect provider, for the console's single sign-on
+# (tests/console/sso.rs): built once from its module on the Go module proxy, with SQLite so that
+# it runs with DSN=memory. Its go.mod points the API client at a directory the module archive
+# does not hold; the published client module is used instead.
+HYDRA_DIR="$GO_BIN/hydra-$HYDRA_VERSION"
+if [ ! -x "$HYDRA_DIR/hydra" ]; then
+  echo "==> building Ory Hydra $HYDRA_VERSION from the Go module proxy"
+  hydra_src="$(go mod download -json "github.com/ory/hydra/v2@$HYDRA_VERSION" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  hydra_build="$(mktemp -d)"
+  cp -r "$hydra_src/." "$hydra_build/"
+  chmod -R u+w "$hydra_build"
+  sed -i '/^replace github.com\/ory\/hydra-client-go\/v2 => /d' "$hydra_build/go.mod"
+  (cd "$hydra_build" && CGO_ENABLED=1 GOFLAGS="-buildvcs=false -mod=mod" \
+    go build -tags sqlite,sqlite_omit_load_extension -o "$HYDRA_DIR/hydra" .)
+  rm -rf "$hydra_build"
+fi
+export HYDRA_BIN="$HYDRA_DIR/hydra"
 
 echo "==> alerting rules (promtool, amtool)"
 promtool check rules alerting/kafka-dlq.rules.yml

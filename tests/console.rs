@@ -683,6 +683,330 @@ async fn the_console_refuses_to_start_without_a_way_in() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("path_prefix"), "{err}");
+    // Single sign-on and grants: each bad setting named.
+    let sso_at = |issuer: &str, public_url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "console",
+            "--brokers",
+            "b:9092",
+            "--oidc-issuer",
+            issuer,
+            "--oidc-client-id",
+            "console",
+            "--public-url",
+            public_url,
+        ];
+        args.extend_from_slice(extra);
+        cli(&args)
+    };
+    let issuer = "https://login.example.com/realms/ops";
+    let sso = |extra: &[&str]| sso_at(issuer, "https://ops.example.com/dlq/", extra);
+    let (code, _, err) = sso(&[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("grants") && err.contains("nobody could sign in"),
+        "{err}"
+    );
+    let (code, _, err) = sso(&["--grant", "team:x operator"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("grant `team:x operator`"), "{err}");
+    let (code, _, err) = sso_at(
+        "http://login.example.com",
+        "https://ops.example.com/dlq/",
+        &["--grant", "* viewer"],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("oidc_issuer") && err.contains("loopback"),
+        "{err}"
+    );
+    let (code, _, err) = sso_at(issuer, "ops.example.com", &["--grant", "* viewer"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("public_url"), "{err}");
+    let (code, _, err) = sso(&["--grant", "token:ghost viewer"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("token:ghost"), "{err}");
+}
+
+/// Single sign-on with a real OpenID Connect provider (Ory Hydra and its login app): in
+/// Chromium, a person of the billing team signs in, sees only the dead letters of the billing
+/// service in a DLT that another service shares, cannot touch the other service's (a selection
+/// that reaches past the grant is refused whole, by the API as by the page), acts within it,
+/// and signs out at the provider too; a person whom no grant names is turned away with the
+/// reason, and a callback this browser did not start is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_signs_in_with_its_identity_provider_and_touches_only_its_services() {
+    let dlt = dead_letters(&["perm-1", "perm-2", "always-1"]).await;
+    // A second service reads the same topic: its dead letters share the DLT.
+    let shipping = dead_letter_as(&dlt.topic, "shipping", &[]).await;
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/dlq/");
+    let idp = identity_provider::IdentityProvider::start(
+        &[("alice", &["billing-ops"]), ("carol", &["interns"])],
+        &public_url,
+    )
+    .await;
+    let secret = std::env::temp_dir().join(unique("oidc-secret"));
+    std::fs::write(&secret, format!("{}\n", idp.client_secret)).unwrap();
+    let grant = format!("group:billing-ops operator groups={}", dlt.group);
+    let (_console, base) = console_at(
+        port,
+        &brokers(),
+        &dlt.dlq,
+        "/dlq",
+        &[
+            "--oidc-issuer",
+            &idp.issuer,
+            "--oidc-client-id",
+            &idp.client_id,
+            "--oidc-client-secret-file",
+            secret.to_str().unwrap(),
+            "--public-url",
+            &public_url,
+            "--grant",
+            &grant,
+        ],
+    )
+    .await;
+    let api = Api::new(&base);
+    // Every dead letter of both services, as a token of the whole cluster sees them.
+    let everything = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["dead_letters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("dead letters: {v}"))
+            .clone()
+    };
+    let all_path = format!(
+        "/api/dead-letters?dlq_topic={}&state=all&limit=1000",
+        dlt.dlq
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let all = loop {
+        // The console's first look at the cluster may not have ended yet.
+        let (status, v) = api.get(&all_path, As::Bearer(VIEWER)).await;
+        let all = match status {
+            200 => everything(&v),
+            _ => Vec::new(),
+        };
+        if all
+            .iter()
+            .filter(|d| d["group"] == shipping.as_str())
+            .count()
+            == 5
+        {
+            break all;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both services' dead letters are in the DLT: {all:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    let billing_count = all
+        .iter()
+        .filter(|d| d["group"] == dlt.group.as_str())
+        .count();
+    assert_eq!(billing_count, 4, "{all:?}");
+
+    // Signing in at the provider, in the browser.
+    let browser = browser::Browser::start().await;
+    browser.open(&format!("{base}/")).await;
+    browser.wait_count("#sso:not([hidden])", 1).await;
+    browser.click("#sso-sign-in").await;
+    browser.wait_count("#user", 1).await;
+    assert!(browser
+        .url()
+        .await
+        .starts_with(&format!("{}/", idp_app(&browser).await)));
+    browser.type_into("#user", "alice").await;
+    browser.click("#login").await;
+    browser
+        .wait_text("#who", |t| t.contains("alice@example.com (operator)"))
+        .await;
+    // The page shows only the billing service's causes.
+    let inbox = browser
+        .wait_text("#inbox-table", |t| t.contains(dlt.group.as_str()))
+        .await;
+    assert!(!inbox.contains(shipping.as_str()), "{inbox}");
+    let cookie = browser.cookie("kafka_dlq_session").await;
+    assert!(!cookie.is_empty());
+    let (status, session) = api.get("/api/session", As::Session(&cookie, None)).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["name"], "alice@example.com");
+    let csrf = session["csrf_token"].as_str().unwrap().to_string();
+    let alice = As::Session(&cookie, Some(&csrf));
+
+    // Every answer holds only what the grant covers.
+    let (_, v) = api.get(&all_path, alice).await;
+    let seen = everything(&v);
+    assert_eq!(seen.len(), billing_count, "{v}");
+    assert!(seen.iter().all(|d| d["group"] == dlt.group.as_str()), "{v}");
+    let (_, v) = api.get("/api/inbox", alice).await;
+    let rows = v["rows"].as_array().unwrap();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r["group"] == dlt.group.as_str()),
+        "{v}"
+    );
+    let counted: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let (_, status) = api.get("/api/status", alice).await;
+    assert_eq!(status["outstanding"], counted, "{status}");
+    let theirs = all
+        .iter()
+        .find(|d| d["group"] == shipping.as_str())
+        .unwrap();
+    let one = format!(
+        "/api/dead-letters/{}/{}/{}",
+        dlt.dlq, theirs["partition"], theirs["offset"]
+    );
+    assert_eq!(api.get(&one, As::Bearer(VIEWER)).await.0, 200);
+    assert_eq!(
+        api.get(&one, alice).await.0,
+        404,
+        "another service's dead letter"
+    );
+    let (status, export) = api
+        .get(
+            &format!("/api/export?dlq_topic={}&state=all", dlt.dlq),
+            alice,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = export.as_str().unwrap().lines().collect();
+    assert_eq!(lines.len(), billing_count, "{export}");
+    assert!(
+        lines.iter().all(|l| !l.contains(shipping.as_str())),
+        "{export}"
+    );
+
+    // Acting: a selection that reaches past the grant is refused whole, and nothing is done.
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            alice,
+            json!({ "filter": { "dlq_topic": dlt.dlq, "kind": "permanent" }, "reason": "too wide" }),
+        )
+        .await;
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("outside your grants"),
+        "{v}"
+    );
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            alice,
+            json!({ "filter": { "dlq_topic": dlt.dlq }, "dry_run": true }),
+        )
+        .await;
+    assert_eq!(status, 403, "{v}");
+    let (_, v) = api.get(&all_path, As::Bearer(VIEWER)).await;
+    assert!(
+        everything(&v).iter().all(|d| d["outstanding"] == true),
+        "a refused action resolved nothing: {v}"
+    );
+    // Within the grant it acts, and the audit names the person.
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            alice,
+            json!({ "filter": { "dlq_topic": dlt.dlq, "group": dlt.group, "kind": "permanent" }, "reason": "fixed upstream" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["discarded"], 3, "{v}");
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            alice,
+            json!({ "filter": { "dlq_topic": dlt.dlq, "group": dlt.group, "kind": "retries_exhausted" } }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let done = api.redrive_end(v["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (done["state"].as_str(), done["sent"].as_u64()),
+        (Some("done"), Some(1)),
+        "{done}"
+    );
+    // Another service's action (by a token of the whole cluster) is not in the history the
+    // billing team sees.
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq, "group": shipping, "kind": "permanent" }, "reason": "shipping's own" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (_, mine) = api.get("/api/history", alice).await;
+    let operators: Vec<&str> = mine["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["operator"].as_str().unwrap())
+        .collect();
+    assert!(operators.contains(&"console:alice@example.com"), "{mine}");
+    assert!(!operators.contains(&"console:alice"), "{mine}");
+    let (_, whole) = api.get("/api/history", As::Bearer(VIEWER)).await;
+    assert!(whole.to_string().contains("shipping's own"), "{whole}");
+
+    // Signing out ends the session and the provider's, and comes back to the console.
+    browser.click("#sign-out").await;
+    browser.wait_count("#signin:not([hidden])", 1).await;
+    assert!(
+        browser.url().await.starts_with(&public_url),
+        "{}",
+        browser.url().await
+    );
+    assert_eq!(
+        idp.logouts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the provider's sign-out was asked for"
+    );
+    assert_eq!(api.get("/api/inbox", alice).await.0, 401);
+
+    // Someone no grant names is turned away, saying why.
+    browser.click("#sso-sign-in").await;
+    browser.wait_count("#user", 1).await;
+    browser.type_into("#user", "carol").await;
+    browser.click("#login").await;
+    let said = browser
+        .wait_text("#message", |t| t.contains("no grant names"))
+        .await;
+    assert!(
+        said.contains("carol@example.com") && said.contains("interns"),
+        "{said}"
+    );
+    assert_eq!(browser.count("#who span").await, 0);
+    browser.quit().await;
+
+    // A callback this browser did not start opens no session.
+    let forged = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{base}/auth/callback?state=forged&code=stolen"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 303);
+    let to = forged.headers()["location"].to_str().unwrap();
+    assert!(
+        to.contains("sign_in_error") && to.contains("not+started+here"),
+        "{to}"
+    );
+    assert!(forged
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .all(|c| !c.to_str().unwrap().starts_with("kafka_dlq_session=")));
+    let _ = std::fs::remove_file(secret);
+}
+
+/// Where the login app the provider sent the browser to lives.
+async fn idp_app(browser: &browser::Browser) -> String {
+    let url = browser.url().await;
+    url.split("/login").next().unwrap().to_string()
 }
 
 /// The scenario of the issue, in headless Chromium: sign in, open the inbox, filter to one

@@ -8,6 +8,8 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use kafka_dlq::console::access::{parse_tokens, Access, Role};
 use kafka_dlq::console::api::Console;
+use kafka_dlq::console::grants::{Grant, Subject};
+use kafka_dlq::console::single_sign_on::{SingleSignOn, SsoConfig};
 use kafka_dlq::console::ConsoleConfig;
 use kafka_dlq::outstanding::watch::Watch;
 use kafka_dlq::ConfigError;
@@ -56,6 +58,63 @@ pub struct ConsoleArgs {
         default_value = "none"
     )]
     anonymous: Anonymous,
+    /// Grants: who (a single sign-on group or user, a token by name, `*`) holds which role
+    /// over which DLTs and groups: `SUBJECT ROLE [dlts=PATTERN]... [groups=PATTERN]...
+    /// [payloads]` (repeat, or comma-separate; docs/console.md, "Grants").
+    #[arg(
+        long = "grant",
+        env = "KAFKA_DLQ_CONSOLE_GRANTS",
+        value_delimiter = ','
+    )]
+    grants: Vec<String>,
+    /// Single sign-on: the OpenID Connect issuer (`https://…`; `http://` on loopback only).
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_OIDC_ISSUER")]
+    oidc_issuer: Option<String>,
+    /// The console's client id at the identity provider.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_OIDC_CLIENT_ID")]
+    oidc_client_id: Option<String>,
+    /// Its client secret (secret: never logged); none for a public client (PKCE alone).
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONSOLE_OIDC_CLIENT_SECRET",
+        hide_env_values = true
+    )]
+    oidc_client_secret: Option<String>,
+    /// A file holding the client secret.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_OIDC_CLIENT_SECRET_FILE")]
+    oidc_client_secret_file: Option<PathBuf>,
+    /// The scopes asked for beside `openid` (comma-separated).
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONSOLE_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_value = "profile,email"
+    )]
+    oidc_scopes: Vec<String>,
+    /// The ID token's claim holding the groups that grants name (a dotted path for nested
+    /// claims, e.g. `realm_access.roles`).
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONSOLE_OIDC_GROUPS_CLAIM",
+        default_value = "groups"
+    )]
+    oidc_groups_claim: String,
+    /// The ID token's claim that names the person (in the audit, and `user:` grants);
+    /// `preferred_username`, then `sub`, when it is missing.
+    #[arg(
+        long,
+        env = "KAFKA_DLQ_CONSOLE_OIDC_NAME_CLAIM",
+        default_value = "email"
+    )]
+    oidc_name_claim: String,
+    /// A CA certificate (PEM) the identity provider's certificate is checked against, beside
+    /// the system's.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_OIDC_CA_LOCATION")]
+    oidc_ca_location: Option<PathBuf>,
+    /// The address people reach the console at (`https://ops.example.com/dlq/`): the
+    /// identity provider sends them back to `<public_url>auth/callback`.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_PUBLIC_URL")]
+    public_url: Option<String>,
     /// Viewers see payloads, keys and header values too (they may hold personal data).
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_SHOW_PAYLOADS")]
     show_payloads: bool,
@@ -116,6 +175,7 @@ pub struct Checked {
     /// What the console reads.
     pub config: ConsoleConfig,
     access: Access,
+    sso: Option<SsoConfig>,
     listen: std::net::SocketAddr,
 }
 
@@ -173,12 +233,39 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
         Anonymous::None => None,
         Anonymous::Viewer => Some(Role::Viewer),
     };
-    let access = Access::new(all, anonymous);
-    if access.is_closed() {
+    let grants = Grant::parse_list(args.grants.iter().map(String::as_str))
+        .map_err(|e| ConfigError::new("grants", "", e))?;
+    for grant in &grants {
+        if let Subject::Token(name) = &grant.subject {
+            if !all.iter().any(|(n, _, _)| n == name) {
+                return Err(ConfigError::new(
+                    "grants",
+                    name,
+                    format!("a grant names `token:{name}`, but no token of the token lists has that name"),
+                )
+                .into());
+            }
+        }
+    }
+    let sso = single_sign_on(args)?;
+    if sso.is_some()
+        && !grants
+            .iter()
+            .any(|g| !matches!(g.subject, Subject::Token(_)))
+    {
+        return Err(ConfigError::new(
+            "grants",
+            "",
+            "single sign-on is set (oidc_issuer) but no grant names a group, a user or `*`, so nobody could sign in with it: add --grant (docs/console.md, \"Grants\")",
+        )
+        .into());
+    }
+    let access = Access::new(all, anonymous).with_grants(grants);
+    if access.is_closed() && sso.is_none() {
         return Err(ConfigError::new(
             "operator_token",
             "",
-            "no token is set, so nobody could sign in: set KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN and/or KAFKA_DLQ_CONSOLE_VIEWER_TOKEN (or their _FILE forms), or allow --anonymous viewer",
+            "no token is set, so nobody could sign in: set KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN and/or KAFKA_DLQ_CONSOLE_VIEWER_TOKEN (or their _FILE forms), set up single sign-on (--oidc-issuer), or allow --anonymous viewer",
         )
         .into());
     }
@@ -207,8 +294,96 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
     Ok(Checked {
         config,
         access,
+        sso,
         listen,
     })
+}
+
+/// The single sign-on settings, checked: `None` without an issuer.
+fn single_sign_on(args: &ConsoleArgs) -> Result<Option<SsoConfig>, CliError> {
+    let Some(issuer) = args.oidc_issuer.as_deref().filter(|i| !i.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let issuer = issuer.trim().to_string();
+    let url = url::Url::parse(&issuer)
+        .map_err(|e| ConfigError::new("oidc_issuer", &issuer, format!("not a URL: {e}")))?;
+    let loopback = |u: &url::Url| match u.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        None => false,
+    };
+    if url.scheme() != "https" && !(url.scheme() == "http" && loopback(&url)) {
+        return Err(ConfigError::new(
+            "oidc_issuer",
+            &issuer,
+            "expected https:// (http:// only on a loopback address)",
+        )
+        .into());
+    }
+    let client_id = args
+        .oidc_client_id
+        .clone()
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| ConfigError::new("oidc_client_id", "", "is required with oidc_issuer"))?;
+    let client_secret = match (&args.oidc_client_secret, &args.oidc_client_secret_file) {
+        (Some(v), _) if !v.trim().is_empty() => Some(v.trim().to_string()),
+        (_, Some(path)) => Some(kafka_dlq::config::read_secret_file(
+            "oidc_client_secret_file",
+            path,
+        )?),
+        _ => None,
+    };
+    let public = args
+        .public_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+        .ok_or_else(|| {
+            ConfigError::new(
+                "public_url",
+                "",
+                "is required with oidc_issuer: the address people reach the console at (the identity provider sends them back to <public_url>auth/callback)",
+            )
+        })?;
+    let parsed = url::Url::parse(public.trim())
+        .map_err(|e| ConfigError::new("public_url", public, format!("not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "https" | "http") || parsed.query().is_some() {
+        return Err(ConfigError::new(
+            "public_url",
+            public,
+            "expected an http:// or https:// address without a query",
+        )
+        .into());
+    }
+    let mut public_url = parsed.to_string();
+    if !public_url.ends_with('/') {
+        public_url.push('/');
+    }
+    let ca_pem =
+        match &args.oidc_ca_location {
+            None => None,
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                ConfigError::new("oidc_ca_location", &path.display().to_string(), e)
+            })?),
+        };
+    let config = SsoConfig {
+        issuer,
+        client_id,
+        client_secret,
+        public_url,
+        scopes: args
+            .oidc_scopes
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && s != "openid")
+            .collect(),
+        groups_claim: args.oidc_groups_claim.trim().to_string(),
+        name_claim: args.oidc_name_claim.trim().to_string(),
+        ca_pem,
+    };
+    // The CA is read now, so a bad one stops the start.
+    SingleSignOn::new(config.clone()).map_err(|e| ConfigError::new("oidc_ca_location", "", e))?;
+    Ok(Some(config))
 }
 
 /// Serves the console until SIGINT or SIGTERM.
@@ -221,6 +396,7 @@ pub async fn run(args: ConsoleArgs) -> Result<(), CliError> {
     serve(
         checked.config,
         checked.access,
+        checked.sso,
         listener,
         super::shutdown_signal(),
     )
@@ -231,6 +407,7 @@ pub async fn run(args: ConsoleArgs) -> Result<(), CliError> {
 pub async fn serve(
     config: ConsoleConfig,
     access: Access,
+    sso: Option<SsoConfig>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), CliError> {
@@ -253,7 +430,12 @@ pub async fn serve(
     let watch = Watch::new(Arc::new(config.source()));
     let stop = CancellationToken::new();
     let watcher = tokio::spawn(watch.clone().run(stop.clone()));
-    let console = Console::new(config, Arc::new(access), watch);
+    let mut console = Console::new(config, Arc::new(access), watch);
+    if let Some(sso) = sso {
+        let sso = SingleSignOn::new(sso)
+            .map_err(|e| CliError::Runtime(anyhow::anyhow!("single sign-on: {e}")))?;
+        console = console.with_single_sign_on(sso);
+    }
     let routes = console.clone().router();
     let stopping = stop.clone();
     let result = kafka_dlq::server::serve_router(

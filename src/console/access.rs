@@ -1,43 +1,34 @@
-//! Who may do what in the console: bearer tokens of two roles, the page's sessions, and the
-//! CSRF token every action a session sends must carry. Deciding only; the HTTP layer asks.
+//! Who may do what in the console: bearer tokens of two roles, people signed in with single
+//! sign-on, the [grants](super::grants) that scope both, the page's sessions, and the CSRF
+//! token every action a session sends must carry. Deciding only; the HTTP layer asks.
 //!
 //! A token list (`KAFKA_DLQ_CONSOLE_VIEWER_TOKEN`, `KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN`) is one
 //! or more tokens separated by commas or new lines, each `NAME:TOKEN` (the name goes into the
-//! audit as who acted) or a bare `TOKEN` (named after its role).
+//! audit as who acted) or a bare `TOKEN` (named after its role). A token that no grant names
+//! (`token:NAME`) holds its list's role over everything; one that a grant names holds what its
+//! grants give, and nothing else.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+pub use super::grants::Role;
+use super::grants::{permissions, Grant, Permission, Permissions, Subject};
 
-/// What a caller may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Read the inbox, dead letters (payloads only with `show_payloads`) and the history.
-    Viewer,
-    /// Also redrive, discard, restore and edit.
-    Operator,
-}
-
-impl Role {
-    /// `viewer` or `operator`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Operator => "operator",
-        }
-    }
-}
-
-/// A caller known: its role and the name the audit records.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A caller known: what it may do and the name the audit records.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    /// Its role.
-    pub role: Role,
     /// Its name (`console:<name>` in the audit).
     pub name: String,
+    /// Its grants' permissions (never empty).
+    pub permissions: Permissions,
+}
+
+impl Caller {
+    /// The highest role it holds anywhere: what the routes it may call at all are decided on.
+    pub fn role(&self) -> Role {
+        self.permissions.role().unwrap_or(Role::Viewer)
+    }
 }
 
 /// Why a request is refused.
@@ -49,6 +40,9 @@ pub enum Refusal {
     /// Valid credentials without the role: 403.
     #[error("the {0} role may not do this; an operator token may")]
     Forbidden(&'static str),
+    /// Dead letters outside the caller's grants: 403, saying what.
+    #[error("{0}")]
+    OutOfScope(String),
     /// An action sent with the session cookie but without its CSRF token: 403.
     #[error("missing or wrong X-CSRF-Token header: actions sent with the session cookie must carry the token the sign-in answered")]
     Csrf,
@@ -98,13 +92,26 @@ struct Session {
     caller: Caller,
     csrf: String,
     expires: Instant,
+    /// The identity provider's ID token of a single sign-on (the hint its sign-out wants).
+    id_token: Option<String>,
 }
 
-/// The tokens, the anonymous role if any, and the sessions signed in.
+/// The tokens, the anonymous role if any, the grants, and the sessions signed in.
 pub struct Access {
     tokens: Vec<(String, String, Role)>,
     anonymous: Option<Role>,
+    grants: Vec<Grant>,
     sessions: Mutex<HashMap<String, Session>>,
+}
+
+/// Someone the identity provider vouched for, whom no grant names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{user}` signed in, but no grant names them or any of their groups ({groups}): ask for a grant (docs/console.md, \"Grants\")")]
+pub struct NoGrant {
+    /// Their name.
+    pub user: String,
+    /// Their groups, comma-separated.
+    pub groups: String,
 }
 
 /// A new session: its id (the cookie) and CSRF token.
@@ -125,13 +132,25 @@ impl Access {
         Access {
             tokens,
             anonymous,
+            grants: Vec::new(),
             sessions: Mutex::new(HashMap::new()),
         }
     }
 
-    /// No token and no anonymous role: nobody could get in.
+    /// The same access with `grants` ([`super::grants`]).
+    pub fn with_grants(mut self, grants: Vec<Grant>) -> Access {
+        self.grants = grants;
+        self
+    }
+
+    /// No token and no anonymous role: nobody could get in with a token.
     pub fn is_closed(&self) -> bool {
         self.tokens.is_empty() && self.anonymous.is_none()
+    }
+
+    /// The grants.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
     }
 
     /// The caller a bearer token names.
@@ -141,18 +160,54 @@ impl Access {
         let mut found = None;
         for (name, secret, role) in &self.tokens {
             if equal(secret.as_bytes(), token.as_bytes()) && found.is_none() {
-                found = Some(Caller {
-                    role: *role,
-                    name: name.clone(),
-                });
+                found = Some((name, *role));
             }
         }
-        found
+        let (name, role) = found?;
+        let mut held = permissions(&self.grants, &[Subject::Token(name.clone())]);
+        if held.0.is_empty() {
+            held = Permissions(vec![Permission::everywhere(role, false)]);
+        }
+        Some(Caller {
+            name: name.clone(),
+            permissions: held,
+        })
     }
 
     /// Signs in with `token`: a session for its caller.
     pub fn sign_in(&self, token: &str) -> Option<NewSession> {
         let caller = self.by_token(token)?;
+        Some(self.open(caller, None))
+    }
+
+    /// Signs in `user` of `groups`, whom the identity provider vouched for with `id_token`: a
+    /// session holding what the grants give them.
+    pub fn sign_in_identity(
+        &self,
+        user: &str,
+        groups: &[String],
+        id_token: String,
+    ) -> Result<NewSession, NoGrant> {
+        let mut names = vec![Subject::Everyone, Subject::User(user.to_string())];
+        names.extend(groups.iter().map(|g| Subject::Group(g.clone())));
+        let held = permissions(&self.grants, &names);
+        if held.0.is_empty() {
+            return Err(NoGrant {
+                user: user.to_string(),
+                groups: match groups.is_empty() {
+                    true => "none".into(),
+                    false => groups.join(", "),
+                },
+            });
+        }
+        let caller = Caller {
+            name: user.to_string(),
+            permissions: held,
+        };
+        Ok(self.open(caller, Some(id_token)))
+    }
+
+    fn open(&self, caller: Caller, id_token: Option<String>) -> NewSession {
         let session = NewSession {
             id: random_token(),
             csrf: random_token(),
@@ -176,14 +231,19 @@ impl Access {
                 caller,
                 csrf: session.csrf.clone(),
                 expires: now + SESSION_LIFETIME,
+                id_token,
             },
         );
-        Some(session)
+        session
     }
 
-    /// Ends the session `id`.
-    pub fn sign_out(&self, id: &str) {
-        self.sessions.lock().expect("sessions").remove(id);
+    /// Ends the session `id`; the ID token it was opened with, if it came from single sign-on.
+    pub fn sign_out(&self, id: &str) -> Option<String> {
+        self.sessions
+            .lock()
+            .expect("sessions")
+            .remove(id)
+            .and_then(|s| s.id_token)
     }
 
     /// The session `id`'s caller and CSRF token, while it lasts.
@@ -217,14 +277,14 @@ impl Access {
             caller
         } else if let Some(role) = self.anonymous {
             Caller {
-                role,
                 name: "anonymous".into(),
+                permissions: Permissions(vec![Permission::everywhere(role, false)]),
             }
         } else {
             return Err(Refusal::Unauthenticated);
         };
-        if caller.role < needs {
-            return Err(Refusal::Forbidden(caller.role.as_str()));
+        if caller.role() < needs {
+            return Err(Refusal::Forbidden(caller.role().as_str()));
         }
         Ok(caller)
     }
@@ -239,7 +299,7 @@ fn equal(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// 32 random bytes as hex, from the operating system's generator.
-fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 32];
     openssl::rand::rand_bytes(&mut bytes).expect("the operating system's random generator");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -275,7 +335,7 @@ mod tests {
     fn a_viewer_may_read_and_not_act() {
         let a = access(None);
         let viewer = a.check(Some(V), None, None, false, Role::Viewer).unwrap();
-        assert_eq!(viewer.role, Role::Viewer);
+        assert_eq!(viewer.role(), Role::Viewer);
         assert_eq!(
             a.check(Some(V), None, None, true, Role::Operator),
             Err(Refusal::Forbidden("viewer"))
@@ -303,6 +363,52 @@ mod tests {
             Err(Refusal::Forbidden("viewer"))
         );
         assert!(Access::new(Vec::new(), None).is_closed());
+    }
+
+    #[test]
+    fn grants_scope_the_tokens_they_name_and_let_people_in() {
+        let grants = Grant::parse_list([
+            "token:bob operator groups=billing-*",
+            "group:ops viewer payloads",
+            "user:erin@example.com operator dlts=orders-dlt",
+        ])
+        .unwrap();
+        let a = access(None).with_grants(grants);
+        // A token no grant names: its list's role over everything.
+        let alice = a.by_token(O).unwrap();
+        assert_eq!(alice.permissions.scope(Role::Operator), None);
+        // A token a grant names: that grant only.
+        let bob = a.by_token(&format!("{O}-bob")).unwrap();
+        assert!(bob
+            .permissions
+            .may(Role::Operator, "any-dlt", Some("billing-api")));
+        assert!(!bob
+            .permissions
+            .may(Role::Viewer, "any-dlt", Some("shipping")));
+        // People: what every grant naming them, or a group of theirs, gives.
+        let dan = a
+            .sign_in_identity("dan@example.com", &["ops".into()], "t".into())
+            .unwrap();
+        assert_eq!(dan.caller.role(), Role::Viewer);
+        assert!(dan.caller.permissions.payloads("x-dlt", None));
+        let erin = a
+            .sign_in_identity("erin@example.com", &[], "t".into())
+            .unwrap();
+        assert!(erin
+            .caller
+            .permissions
+            .may(Role::Operator, "orders-dlt", Some("g")));
+        assert!(!erin
+            .caller
+            .permissions
+            .may(Role::Viewer, "other-dlt", Some("g")));
+        let nobody = a
+            .sign_in_identity("mallory@example.com", &["interns".into()], "t".into())
+            .unwrap_err();
+        assert!(nobody.to_string().contains("interns"), "{nobody}");
+        // Signing out gives back the ID token the provider's sign-out wants.
+        assert_eq!(a.sign_out(&erin.id).as_deref(), Some("t"));
+        assert_eq!(a.sign_out(&a.sign_in(V).unwrap().id), None);
     }
 
     #[test]

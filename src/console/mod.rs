@@ -12,9 +12,11 @@
 pub mod access;
 pub mod api;
 pub mod dead_letter;
+pub mod grants;
 pub mod limits;
 pub mod payload;
 pub mod redrives;
+pub mod single_sign_on;
 
 use crate::kafka::ClientOptions;
 

@@ -251,6 +251,13 @@ impl Redrives {
             .map(|r| r.progress.lock().expect("progress").clone())
     }
 
+    /// Whether redrive `id` is kept and `holds` its DLT and filter (who may see or steer it).
+    pub fn held_by(&self, id: &str, holds: impl Fn(&str, &Filter) -> bool) -> bool {
+        let runs = self.runs.lock().expect("runs");
+        runs.get(id)
+            .is_some_and(|r| holds(&r.request.dlq_topic, &r.request.filter))
+    }
+
     /// Every redrive kept, the latest first.
     pub fn all(&self) -> Vec<Progress> {
         let runs = self.runs.lock().expect("runs");

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::expression::Expression;
 use super::reader::DlqEntry;
+use super::scope::Scope;
 use crate::failure::DeadLetterKind;
 
 /// Which dead letters an operator means. Every field set must match; an entry that is not an
@@ -58,6 +59,9 @@ pub struct Filter {
     /// A filter expression ([`Expression`]) that must be true: `--where`.
     #[serde(rename = "where", skip_serializing_if = "Option::is_none")]
     pub where_: Option<Expression>,
+    /// Only dead letters in this scope: the console's grants of the caller who acted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub within: Option<Scope>,
 }
 
 /// What an error message must hold to match. JSON: `{"contains": "…"}` or
@@ -161,6 +165,7 @@ impl Filter {
             "where",
             self.where_.as_ref().map(|w| w.source().to_string()),
         );
+        add("within", self.within.as_ref().map(Scope::key));
         parts.join("&")
     }
 
@@ -208,6 +213,12 @@ impl Filter {
         }
         if let Some(records) = &self.dlq_records {
             if !records.contains(&(entry.partition, entry.offset)) {
+                return false;
+            }
+        }
+        if let Some(scope) = &self.within {
+            let group = entry.content.envelope().map(|e| e.source.group.as_str());
+            if !scope.covers(&entry.topic, group) {
                 return false;
             }
         }

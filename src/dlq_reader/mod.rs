@@ -20,6 +20,7 @@ pub mod foreign;
 pub mod position;
 mod reader;
 mod reference;
+pub mod scope;
 
 pub use content::DlqContent;
 pub use expression::{Expression, ExpressionError};
@@ -28,3 +29,4 @@ pub use position::REPLAY_GROUP;
 pub(crate) use reader::committed;
 pub use reader::{check_exists, is_unknown_topic, DlqEntry, DlqReader, OpenTransaction};
 pub use reference::Unresolved;
+pub use scope::{Area, Pattern, Scope};

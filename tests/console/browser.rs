@@ -228,6 +228,26 @@ impl Browser {
         self.wait_text("#who", |t| t.contains(who)).await;
     }
 
+    /// The value of the cookie `name` the page's site set (HttpOnly ones too).
+    pub async fn cookie(&self, name: &str) -> String {
+        let found = self
+            .call(
+                reqwest::Method::GET,
+                &self.at(&format!("/cookie/{name}")),
+                None,
+            )
+            .await;
+        found["value"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// The address the browser is at.
+    pub async fn url(&self) -> String {
+        let at = self
+            .call(reqwest::Method::GET, &self.at("/url"), None)
+            .await;
+        at.as_str().unwrap_or_default().to_string()
+    }
+
     /// Ends the session: Chromium quits, then chromedriver stops.
     pub async fn quit(mut self) {
         let path = format!("/session/{}", self.session);

@@ -2,6 +2,7 @@
 //! binary on a free loopback port, and a small HTTP client.
 
 pub mod browser;
+pub mod identity_provider;
 
 use std::time::Duration;
 
@@ -27,9 +28,19 @@ pub async fn dead_letters(values: &[&str]) -> Dlt {
     let brokers = brokers();
     let topic = unique("orders");
     let dlq = format!("{topic}-dlt");
-    let group = unique("billing");
     create_topic(&brokers, &topic, 1).await;
     create_topic(&brokers, &dlq, 1).await;
+    let group = dead_letter_as(&topic, "billing", values).await;
+    Dlt { topic, dlq, group }
+}
+
+/// Writes `values` (and the hostile record) to `topic` and runs the real consumer over it in a
+/// new group named after `service` until every record is dealt with: its dead letters go to
+/// `{topic}-dlt` beside any other group's. The group.
+pub async fn dead_letter_as(topic: &str, service: &str, values: &[&str]) -> String {
+    let brokers = brokers();
+    let topic = topic.to_string();
+    let group = unique(service);
     let mut records: Vec<Out> = values.iter().map(|v| Out::new(0, v)).collect();
     let mut hostile = Out::new(
         0,
@@ -47,8 +58,19 @@ pub async fn dead_letters(values: &[&str]) -> Dlt {
         ),
     ];
     records.push(hostile);
-    let total = records.len() as i64;
     produce(&brokers, &topic, records).await;
+    // Every record of the topic, an earlier group's too: a new group reads them all.
+    let end = {
+        use rdkafka::consumer::Consumer as _;
+        let reader: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+        reader
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .unwrap()
+            .1
+    };
     // The hostile record's `id` header becomes its record id: markup in an id too.
     let config = kafka_dlq::ConsumerConfig {
         id_header: Some("id".into()),
@@ -57,12 +79,12 @@ pub async fn dead_letters(values: &[&str]) -> Dlt {
     let running = Running::start(config, Scripted::default());
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
-            == Some(&total))
+            == Some(&end))
         .await,
         "the consumer dealt with every record"
     );
     running.stop().await;
-    Dlt { topic, dlq, group }
+    group
 }
 
 /// A free loopback port.
@@ -87,7 +109,17 @@ pub async fn console_on(
     prefix: &str,
     extra: &[&str],
 ) -> (tokio::process::Child, String) {
-    let port = free_port();
+    console_at(free_port(), brokers, dlq, prefix, extra).await
+}
+
+/// [`console_on`], listening on `port`.
+pub async fn console_at(
+    port: u16,
+    brokers: &str,
+    dlq: &str,
+    prefix: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, String) {
     let listen = format!("127.0.0.1:{port}");
     let topics: &[&str] = match dlq {
         "" => &[],

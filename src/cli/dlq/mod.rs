@@ -271,6 +271,7 @@ impl FilterArgs {
                         .map_err(|e| ConfigError::new("where", text, e))
                 })
                 .transpose()?,
+            within: None,
         })
     }
 }

@@ -11,16 +11,33 @@ use serde_json::json;
 
 use super::selection::{ListQuery, Selection};
 use super::{error, refused, Console, MAX_EXPORT, MAX_LIMIT};
-use crate::console::access::{Refusal, Role};
+use crate::console::access::{Caller, Refusal, Role};
 use crate::console::dead_letter;
-use crate::outstanding::inbox::InboxFilter;
+use crate::dlq_reader::DlqEntry;
+use crate::outstanding::inbox::{InboxFilter, InboxRow};
 use crate::replay::audit::ReplayRun;
 
 pub(super) async fn status(State(c): State<Console>, headers: HeaderMap) -> Response {
-    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
-        return r;
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let mut status = c.watch.status();
+    if caller.permissions.scope(Role::Viewer).is_some() {
+        // Counted from what the caller sees.
+        let rows = c.watch.inbox(&InboxFilter::default()).unwrap_or_default();
+        let rows: Vec<_> = rows.iter().filter(|r| sees(&caller, r)).collect();
+        status.dlq_topics = c.topics(&caller);
+        status.outstanding = rows.iter().map(|r| r.count).sum();
+        status.causes = rows.len();
     }
-    Json(c.watch.status()).into_response()
+    Json(status).into_response()
+}
+
+/// Whether an inbox row is the caller's to see.
+fn sees(caller: &Caller, row: &InboxRow) -> bool {
+    let group = Some(row.group.as_str()).filter(|g| !g.is_empty());
+    caller.permissions.may(Role::Viewer, &row.dlq_topic, group)
 }
 
 pub(super) async fn inbox(
@@ -28,11 +45,19 @@ pub(super) async fn inbox(
     headers: HeaderMap,
     Query(filter): Query<InboxFilter>,
 ) -> Response {
-    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
-        return r;
-    }
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
     match c.watch.inbox(&filter) {
-        Ok(rows) => Json(json!({ "status": c.watch.status(), "rows": rows })).into_response(),
+        Ok(mut rows) => {
+            rows.retain(|r| sees(&caller, r));
+            let mut status = c.watch.status();
+            if caller.permissions.scope(Role::Viewer).is_some() {
+                status.dlq_topics = c.topics(&caller);
+            }
+            Json(json!({ "status": status, "rows": rows })).into_response()
+        }
         Err(why) => error(StatusCode::BAD_REQUEST, why),
     }
 }
@@ -69,12 +94,13 @@ pub(super) async fn dead_letters(
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let filter = match selection.filter() {
+    let mut filter = match selection.filter() {
         Ok(f) => f,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    filter.within = caller.permissions.scope(Role::Viewer);
     if let Some(t) = &selection.dlq_topic {
-        if !c.is_topic(t) {
+        if !c.is_topic(&caller, t) {
             return error(
                 StatusCode::NOT_FOUND,
                 format!("`{t}` is not a dead-letter topic this console shows"),
@@ -87,10 +113,12 @@ pub(super) async fn dead_letters(
         .await
     {
         Ok(found) => {
-            let payloads = c.payloads(&caller);
             let items: Vec<_> = found
                 .iter()
-                .map(|(e, r)| dead_letter::to_json(e, r.as_ref(), payloads, false))
+                .map(|(e, r)| {
+                    let payloads = c.payloads(&caller, &e.topic, group(e));
+                    dead_letter::to_json(e, r.as_ref(), payloads, false)
+                })
                 .collect();
             Json(json!({ "dead_letters": items, "limit": limit, "more": items.len() >= limit }))
                 .into_response()
@@ -114,7 +142,7 @@ pub(super) async fn dead_letter(
     let (Ok(partition), Ok(offset)) = (partition.parse::<i32>(), offset.parse::<i64>()) else {
         return error(StatusCode::BAD_REQUEST, "partition and offset are numbers");
     };
-    if !c.is_topic(&topic) || partition < 0 || offset < 0 {
+    if !c.is_topic(&caller, &topic) || partition < 0 || offset < 0 {
         return error(StatusCode::NOT_FOUND, "no such dead letter");
     }
     let _permit = match c.scan(&caller) {
@@ -122,10 +150,18 @@ pub(super) async fn dead_letter(
         Err(r) => return r,
     };
     match c.watch.fetch(&topic, partition, offset).await {
+        Ok(Some((entry, _)))
+            if !caller
+                .permissions
+                .may(Role::Viewer, &entry.topic, group(&entry)) =>
+        {
+            // Not told apart from a dead letter that is not there.
+            error(StatusCode::NOT_FOUND, "no such dead letter")
+        }
         Ok(Some((entry, resolution))) => {
-            let mut v =
-                dead_letter::to_json(&entry, resolution.as_ref(), c.payloads(&caller), true);
-            if c.payloads(&caller) {
+            let payloads = c.payloads(&caller, &entry.topic, group(&entry));
+            let mut v = dead_letter::to_json(&entry, resolution.as_ref(), payloads, true);
+            if payloads {
                 if let (Some(codec), Some(e)) = (&c.config.schemas, entry.content.envelope()) {
                     dead_letter::decode(codec, e, &mut v).await;
                 }
@@ -134,7 +170,8 @@ pub(super) async fn dead_letter(
                 .watch
                 .runs()
                 .iter()
-                .filter(|r| touches(r, &entry))
+                .filter(|r| touches(r, &entry)
+                    && c.holds(&caller, Role::Viewer, &r.dlq_topic, r.selection.as_ref()))
                 .map(super::history::history_json)
                 .collect::<Vec<_>>());
             Json(v).into_response()
@@ -145,6 +182,11 @@ pub(super) async fn dead_letter(
             format!("cannot read the dead-letter topic: {e}"),
         ),
     }
+}
+
+/// The group that dead-lettered `entry` (none: not an envelope).
+fn group(entry: &DlqEntry) -> Option<&str> {
+    entry.content.envelope().map(|e| e.source.group.as_str())
 }
 
 /// Whether audited action `r` selected `entry`.
@@ -164,7 +206,8 @@ pub(super) async fn export(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    if !c.payloads(&caller) {
+    let within = c.payload_scope(&caller);
+    if within.as_ref().is_some_and(|s| s.areas.is_empty()) {
         return refused(Refusal::Forbidden("viewer"));
     }
     let all = match all_states(&q) {
@@ -175,10 +218,12 @@ pub(super) async fn export(
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let filter = match selection.filter() {
+    let mut filter = match selection.filter() {
         Ok(f) => f,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    // An export holds payloads: only where the caller sees them.
+    filter.within = within;
     let permit = match c.scan(&caller) {
         Ok(permit) => permit,
         Err(r) => return r,
@@ -186,13 +231,13 @@ pub(super) async fn export(
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
     let watch = c.watch.clone();
     let topic = selection.dlq_topic.clone();
+    let shown = c.topics(&caller);
     let limit = q.limit.unwrap_or(MAX_EXPORT).clamp(1, MAX_EXPORT);
     tokio::spawn(async move {
         // Held while the export reads; an export whose client left ends at its next line.
         let _permit = permit;
         let mut sent = 0;
-        let topics: Vec<String> = watch
-            .topics()
+        let topics: Vec<String> = shown
             .into_iter()
             .filter(|t| topic.as_ref().is_none_or(|d| d == t))
             .collect();

@@ -37,7 +37,7 @@ pub(super) async fn discard(
             "reason: say why these dead letters need no redrive",
         );
     }
-    let topic = match body.filter.topic(&c) {
+    let topic = match body.filter.topic(&c, &caller) {
         Ok(t) => t,
         Err(r) => return r,
     };
@@ -50,6 +50,10 @@ pub(super) async fn discard(
     }
     let _permit = match c.scan(&caller) {
         Ok(permit) => permit,
+        Err(r) => return r,
+    };
+    let filter = match c.within(&caller, Role::Operator, &topic, filter).await {
+        Ok(f) => f,
         Err(r) => return r,
     };
     // Counted as read: the ends read to bound what it discards, so later dead letters of the
@@ -117,6 +121,14 @@ pub(super) async fn restore(
     else {
         return error(StatusCode::NOT_FOUND, "no discard with this run id");
     };
+    if !c.holds(
+        &caller,
+        Role::Operator,
+        &discarded.dlq_topic,
+        discarded.selection.as_ref(),
+    ) {
+        return error(StatusCode::NOT_FOUND, "no discard with this run id");
+    }
     if runs
         .iter()
         .any(|r| r.action == Action::Restore && r.restores.as_deref() == Some(run_id.as_str()))

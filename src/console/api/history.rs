@@ -49,6 +49,7 @@ pub(super) async fn history(
         .iter()
         .rev()
         .filter(|r| topics.contains(&r.dlq_topic))
+        .filter(|r| c.holds(&caller, Role::Viewer, &r.dlq_topic, r.selection.as_ref()))
         .filter(|r| q.dlq_topic.as_ref().is_none_or(|t| *t == r.dlq_topic))
         .map(history_json)
         .collect();

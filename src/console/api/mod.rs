@@ -25,6 +25,7 @@ mod page;
 mod redrive;
 mod selection;
 mod session;
+mod sign_on;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,9 @@ use serde_json::json;
 use super::access::{Access, Caller, Refusal, Role};
 use super::limits::{Limits, Permit};
 use super::redrives::Redrives;
+use super::single_sign_on::SingleSignOn;
 use super::ConsoleConfig;
+use crate::dlq_reader::{Filter, Scope};
 use crate::outstanding::watch::Watch;
 use crate::replay::audit::{self, ReplayRun};
 use dead_letters::{dead_letter, dead_letters, export, inbox, status};
@@ -73,6 +76,7 @@ pub struct Console {
     watch: Arc<Watch>,
     redrives: Arc<Redrives>,
     limits: Arc<Limits>,
+    sso: Option<Arc<SingleSignOn>>,
 }
 
 impl Console {
@@ -85,7 +89,14 @@ impl Console {
             watch,
             redrives,
             limits: Arc::new(Limits::default()),
+            sso: None,
         }
+    }
+
+    /// The same console, signing people in with `sso` too.
+    pub fn with_single_sign_on(mut self, sso: SingleSignOn) -> Console {
+        self.sso = Some(Arc::new(sso));
+        self
     }
 
     /// Stops the redrives running and waits, at most `within`, until each has committed its
@@ -108,7 +119,9 @@ impl Console {
             .route(&at("/assets/console.css"), get(style))
             .route(&at("/healthz"), get(healthz))
             .route(&at("/readyz"), get(readyz))
-            .route(&at("/metrics"), get(metrics));
+            .route(&at("/metrics"), get(metrics))
+            .route(&at("/auth/sign-in"), get(sign_on::start))
+            .route(&at("/auth/callback"), get(sign_on::callback));
         let api = Router::new()
             .route(
                 &at("/api/session"),
@@ -245,7 +258,7 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
 fn refused(refusal: Refusal) -> Response {
     let status = match refusal {
         Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Refusal::Forbidden(_) | Refusal::Csrf => StatusCode::FORBIDDEN,
+        Refusal::Forbidden(_) | Refusal::Csrf | Refusal::OutOfScope(_) => StatusCode::FORBIDDEN,
     };
     error(status, refusal)
 }
@@ -308,12 +321,110 @@ impl Console {
         })
     }
 
-    fn payloads(&self, caller: &Caller) -> bool {
-        caller.role == Role::Operator || self.config.show_payloads
+    /// Whether `caller` sees the payload of a dead letter on `dlq_topic` from `group`.
+    fn payloads(&self, caller: &Caller, dlq_topic: &str, group: Option<&str>) -> bool {
+        let p = &caller.permissions;
+        p.payloads(dlq_topic, group)
+            || (self.config.show_payloads && p.may(Role::Viewer, dlq_topic, group))
     }
 
-    fn is_topic(&self, topic: &str) -> bool {
+    /// Whether `caller` sees some payloads.
+    fn shows_payloads(&self, caller: &Caller) -> bool {
+        self.payload_scope(caller)
+            .is_none_or(|s| !s.areas.is_empty())
+    }
+
+    /// Where `caller` sees payloads: `None` everywhere.
+    fn payload_scope(&self, caller: &Caller) -> Option<Scope> {
+        match self.config.show_payloads {
+            true => caller.permissions.scope(Role::Viewer),
+            false => caller.permissions.payload_scope(),
+        }
+    }
+
+    /// Whether `topic` is a DLT this console shows and some of it is `caller`'s to see.
+    fn is_topic(&self, caller: &Caller, topic: &str) -> bool {
         self.watch.topics().iter().any(|t| t == topic)
+            && caller
+                .permissions
+                .scope(Role::Viewer)
+                .is_none_or(|s| s.reaches_topic(topic))
+    }
+
+    /// The DLTs shown that some of is `caller`'s to see.
+    fn topics(&self, caller: &Caller) -> Vec<String> {
+        let scope = caller.permissions.scope(Role::Viewer);
+        let mut topics = self.watch.topics();
+        topics.retain(|t| scope.as_ref().is_none_or(|s| s.reaches_topic(t)));
+        topics
+    }
+
+    /// Whether an action on `dlq_topic` that selected by `selection` is within what `caller`
+    /// holds `needs` for: all of the DLT, the group it named, or a scope no wider than theirs.
+    fn holds(
+        &self,
+        caller: &Caller,
+        needs: Role,
+        dlq_topic: &str,
+        selection: Option<&Filter>,
+    ) -> bool {
+        let Some(scope) = caller.permissions.scope(needs) else {
+            return true;
+        };
+        scope.covers_topic(dlq_topic)
+            || selection.is_some_and(|f| {
+                f.group
+                    .as_deref()
+                    .is_some_and(|g| scope.covers(dlq_topic, Some(g)))
+                    || f.within.as_ref().is_some_and(|w| {
+                        !w.areas.is_empty()
+                            && w.areas.iter().all(|a| a.reaches_topic(dlq_topic))
+                            && scope.contains(w)
+                    })
+            })
+    }
+
+    /// `filter` kept within where `caller` holds `needs`, for an action on `dlq_topic`: the
+    /// filter with the caller's scope added, or the 403 that says how many dead letters it
+    /// selects outside it (then nothing is done: an action is refused as a whole).
+    #[allow(clippy::result_large_err)] // the refusal is answered at once
+    async fn within(
+        &self,
+        caller: &Caller,
+        needs: Role,
+        dlq_topic: &str,
+        mut filter: Filter,
+    ) -> Result<Filter, Response> {
+        let Some(scope) = caller.permissions.scope(needs) else {
+            return Ok(filter);
+        };
+        if !scope.covers_topic(dlq_topic) {
+            let mut outside = 0u64;
+            let read = self
+                .watch
+                .scan(&filter, Some(dlq_topic), false, |entry, _| {
+                    let group = entry.content.envelope().map(|e| e.source.group.as_str());
+                    if !scope.covers(&entry.topic, group) {
+                        outside += 1;
+                    }
+                    true
+                })
+                .await;
+            if let Err(e) = read {
+                return Err(error(
+                    StatusCode::BAD_GATEWAY,
+                    format!("cannot read the dead-letter topic: {e}"),
+                ));
+            }
+            if outside > 0 {
+                return Err(refused(Refusal::OutOfScope(format!(
+                    "the selection holds {outside} dead letter(s) on `{dlq_topic}` outside your grants as {}: narrow it (a group your grants name), nothing was done",
+                    needs.as_str()
+                ))));
+            }
+        }
+        filter.within = Some(scope);
+        Ok(filter)
     }
 
     /// Appends `run` to the audit topic and has the inbox look again; the answer when the
@@ -357,4 +468,31 @@ impl Console {
     fn cookie_path(&self) -> String {
         format!("{}/", self.config.path_prefix.trim_end_matches('/'))
     }
+
+    /// `; Secure` when the browser reaches the console over HTTPS: its public URL says so,
+    /// or the proxy that terminates TLS does (`X-Forwarded-Proto`).
+    fn secure_suffix(&self, headers: Option<&HeaderMap>) -> &'static str {
+        let public = self
+            .sso
+            .as_ref()
+            .is_some_and(|s| s.callback_url().starts_with("https://"));
+        let forwarded = headers
+            .and_then(|h| h.get("x-forwarded-proto"))
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+        match public || forwarded {
+            true => "; Secure",
+            false => "",
+        }
+    }
+}
+
+/// The session cookie of session `id`.
+fn session_cookie(c: &Console, id: &str, headers: &HeaderMap) -> String {
+    format!(
+        "{SESSION_COOKIE}={id}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        c.cookie_path(),
+        super::access::SESSION_LIFETIME.as_secs(),
+        c.secure_suffix(Some(headers))
+    )
 }

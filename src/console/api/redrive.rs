@@ -64,7 +64,7 @@ pub(super) async fn start_redrive(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let dlq_topic = match body.filter.topic(&c) {
+    let dlq_topic = match body.filter.topic(&c, &caller) {
         Ok(t) => t,
         Err(r) => return r,
     };
@@ -122,13 +122,19 @@ pub(super) async fn start_redrive(
             "rate: at least 1 record per second (leave it out for no limit)",
         );
     }
-    // A dry run and an edit's read of its dead letter read the cluster: bounded.
-    let permit = match body.dry_run || editing {
+    // A dry run, an edit's read of its dead letter and a scoped caller's check read the
+    // cluster: bounded.
+    let scoped = caller.permissions.scope(needs).is_some();
+    let permit = match body.dry_run || editing || scoped {
         false => None,
         true => match c.scan(&caller) {
             Ok(permit) => Some(permit),
             Err(r) => return r,
         },
+    };
+    let filter = match c.within(&caller, needs, &dlq_topic, filter).await {
+        Ok(f) => f,
+        Err(r) => return r,
     };
     let edit = match editing {
         false => None,
@@ -257,10 +263,17 @@ fn redrive_error(e: RedriveError) -> Response {
 }
 
 pub(super) async fn redrives(State(c): State<Console>, headers: HeaderMap) -> Response {
-    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
-        return r;
-    }
-    Json(json!({ "redrives": c.redrives.all() })).into_response()
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let mut all = c.redrives.all();
+    all.retain(|p| {
+        c.redrives.held_by(&p.id, |topic, filter| {
+            c.holds(&caller, Role::Viewer, topic, Some(filter))
+        })
+    });
+    Json(json!({ "redrives": all })).into_response()
 }
 
 pub(super) async fn redrive(
@@ -268,10 +281,14 @@ pub(super) async fn redrive(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(r) = c.caller(&headers, &Method::GET, Role::Viewer) {
-        return r;
-    }
-    match c.redrives.progress(&id) {
+    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    let seen = c.redrives.held_by(&id, |topic, filter| {
+        c.holds(&caller, Role::Viewer, topic, Some(filter))
+    });
+    match c.redrives.progress(&id).filter(|_| seen) {
         Some(p) => Json(p).into_response(),
         None => redrive_error(RedriveError::Unknown),
     }
@@ -283,8 +300,14 @@ pub(super) async fn control_redrive(
     method: Method,
     Path((id, control)): Path<(String, String)>,
 ) -> Response {
-    if let Err(r) = c.caller(&headers, &method, Role::Operator) {
-        return r;
+    let caller = match c.caller(&headers, &method, Role::Operator) {
+        Ok(caller) => caller,
+        Err(r) => return r,
+    };
+    if !c.redrives.held_by(&id, |topic, filter| {
+        c.holds(&caller, Role::Operator, topic, Some(filter))
+    }) {
+        return redrive_error(RedriveError::Unknown);
     }
     let control = match control.as_str() {
         "cancel" => Control::Cancel,

@@ -9,6 +9,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::{error, Console};
+use crate::console::access::Caller;
 use crate::dlq_reader::{ErrorText, Expression, Filter};
 use crate::failure::DeadLetterKind;
 use crate::outstanding::inbox::parse_age;
@@ -101,16 +102,16 @@ impl Selection {
         })
     }
 
-    /// The DLT an action is on: the one named, or the console's only one.
+    /// The DLT an action is on: the one named, or the only one `caller` sees.
     #[allow(clippy::result_large_err)] // the refusal is answered at once
-    pub(super) fn topic(&self, c: &Console) -> Result<String, Response> {
+    pub(super) fn topic(&self, c: &Console, caller: &Caller) -> Result<String, Response> {
         match &self.dlq_topic {
-            Some(t) if c.is_topic(t) => Ok(t.clone()),
+            Some(t) if c.is_topic(caller, t) => Ok(t.clone()),
             Some(t) => Err(error(
                 StatusCode::NOT_FOUND,
                 format!("`{t}` is not a dead-letter topic this console shows"),
             )),
-            None => match c.watch.topics().as_slice() {
+            None => match c.topics(caller).as_slice() {
                 [one] => Ok(one.clone()),
                 _ => Err(error(
                     StatusCode::BAD_REQUEST,

@@ -8,7 +8,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{cookie, error, Console, SESSION_COOKIE};
+use super::{cookie, error, session_cookie, Console, SESSION_COOKIE};
 use crate::console::access::Role;
 
 #[derive(Deserialize)]
@@ -27,21 +27,10 @@ pub(super) async fn sign_in(
             "this token is not a viewer's or an operator's",
         );
     };
-    // Behind a proxy that terminates TLS, the browser sends the cookie over HTTPS only.
-    let https = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    let cookie = format!(
-        "{SESSION_COOKIE}={}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}{}",
-        session.id,
-        c.cookie_path(),
-        crate::console::access::SESSION_LIFETIME.as_secs(),
-        if https { "; Secure" } else { "" }
-    );
+    let cookie = session_cookie(&c, &session.id, &headers);
     (
         [(header::SET_COOKIE, cookie)],
-        Json(json!({ "role": session.caller.role, "name": session.caller.name, "csrf_token": session.csrf })),
+        Json(json!({ "role": session.caller.role(), "name": session.caller.name, "csrf_token": session.csrf })),
     )
         .into_response()
 }
@@ -50,26 +39,37 @@ pub(super) async fn session(State(c): State<Console>, headers: HeaderMap) -> Res
     if let Some((caller, csrf)) =
         cookie(&headers, SESSION_COOKIE).and_then(|id| c.access.session(&id))
     {
-        return Json(json!({ "role": caller.role, "name": caller.name, "csrf_token": csrf, "show_payloads": c.payloads(&caller) })).into_response();
+        return Json(json!({ "role": caller.role(), "name": caller.name, "csrf_token": csrf, "show_payloads": c.shows_payloads(&caller) })).into_response();
     }
     match c.caller(&headers, &Method::GET, Role::Viewer) {
         // Anonymous access: no session, no CSRF token needed for what the role allows.
-        Ok(caller) => Json(json!({ "role": caller.role, "name": caller.name, "csrf_token": null, "show_payloads": c.payloads(&caller) })).into_response(),
-        Err(response) => response,
+        Ok(caller) => Json(json!({ "role": caller.role(), "name": caller.name, "csrf_token": null, "show_payloads": c.shows_payloads(&caller) })).into_response(),
+        // Signed out: how to sign in.
+        Err(_) => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({
+                "error": crate::console::access::Refusal::Unauthenticated.to_string(),
+                "sign_in_url": c.sso.as_ref().map(|_| "auth/sign-in"),
+            })),
+        )
+            .into_response(),
     }
 }
 
 pub(super) async fn sign_out(State(c): State<Console>, headers: HeaderMap) -> Response {
-    if let Some(id) = cookie(&headers, SESSION_COOKIE) {
-        c.access.sign_out(&id);
-    }
+    let id_token = cookie(&headers, SESSION_COOKIE).and_then(|id| c.access.sign_out(&id));
+    // Signed in with single sign-on: the provider's sign-out too, when it has one.
+    let logout_url = match (&c.sso, id_token) {
+        (Some(sso), Some(token)) => sso.sign_out_url(&token).await,
+        _ => None,
+    };
     let expired = format!(
         "{SESSION_COOKIE}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
         c.cookie_path()
     );
     (
         [(header::SET_COOKIE, expired)],
-        Json(json!({ "signed_out": true })),
+        Json(json!({ "signed_out": true, "logout_url": logout_url })),
     )
         .into_response()
 }

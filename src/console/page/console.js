@@ -37,7 +37,7 @@ async function api(method, path, body) {
   const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), credentials: "same-origin" });
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
-  if (response.status === 401) { showSignIn(); throw new Error((data && data.error) || "sign in"); }
+  if (response.status === 401) { showSignIn(data); throw new Error((data && data.error) || "sign in"); }
   if (!response.ok) throw new Error((data && data.error) || ("HTTP " + response.status));
   return data;
 }
@@ -48,7 +48,9 @@ function query(filter) {
   return q.toString();
 }
 
-function showSignIn() {
+function showSignIn(data) {
+  // The single sign-on link, when the console has one (the 401 of api/session says so).
+  if (data && data.sign_in_url) { $("sso-sign-in").href = data.sign_in_url; $("sso").hidden = false; }
   $("signin").hidden = false;
   $("tabs").hidden = true;
   for (const v of document.querySelectorAll(".view")) v.hidden = true;
@@ -64,8 +66,11 @@ async function signIn(event) {
 }
 
 async function signOut() {
-  try { await api("DELETE", "api/session"); } catch (e) { /* signed out anyway */ }
+  let out = null;
+  try { out = await api("DELETE", "api/session"); } catch (e) { /* signed out anyway */ }
   state.csrf = null;
+  // Signed in with single sign-on: sign out at the identity provider too.
+  if (out && out.logout_url) { location.href = out.logout_url; return; }
   $("who").textContent = "";
   showSignIn();
 }
@@ -455,5 +460,6 @@ document.addEventListener("DOMContentLoaded", async () => {
     for (const box of document.querySelectorAll("#letters-table .pick")) { if (box.checked !== $("select-all").checked) box.click(); }
   });
   setInterval(() => { if (!$("inbox").hidden) loadInbox(); }, 5000);
-  try { started(await api("GET", "api/session")); } catch (e) { showSignIn(); }
+  const failed = new URLSearchParams(location.search).get("sign_in_error");
+  try { started(await api("GET", "api/session")); } catch (e) { if (failed) say(failed, true); }
 });
