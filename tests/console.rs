@@ -1003,6 +1003,225 @@ async fn a_team_signs_in_with_its_identity_provider_and_touches_only_its_service
     let _ = std::fs::remove_file(secret);
 }
 
+/// Four eyes: a redrive above the configured size becomes a request that Slack hears of; its
+/// requester cannot approve it; another operator approves it in the page, and exactly the dead
+/// letters selected when it was asked are sent, though more of the same cause arrived since; a
+/// rejected request does nothing; every step is in the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_operator_approves_exactly_the_frozen_selection() {
+    const BOB: &str = "bob-operator-token-0123456789abcdef";
+    let dlt = dead_letters(&["perm-1", "perm-2", "perm-3", "always-1"]).await;
+    let brokers = brokers();
+    let target = unique("fixed");
+    create_topic(&brokers, &target, 1).await;
+    // Slack: a real HTTP server on loopback that keeps what it is sent.
+    let posted = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
+    let keep = posted.clone();
+    let hook = serve_on_loopback(axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: String| {
+            let keep = keep.clone();
+            async move {
+                keep.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&body).unwrap());
+                "ok"
+            }
+        }),
+    ))
+    .await;
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/");
+    let operators = format!("alice:{OPERATOR},bob:{BOB}");
+    let (_console, base) = console_at(
+        port,
+        &brokers,
+        &dlt.dlq,
+        "",
+        &[
+            "--operator-token",
+            &operators,
+            "--four-eyes-above",
+            "2",
+            "--public-url",
+            &public_url,
+            "--slack-webhook-url",
+            &format!("http://{hook}/hook"),
+        ],
+    )
+    .await;
+    let api = Api::new(&base);
+    let permanent = |rows: &[serde_json::Value]| {
+        row(rows, PERMANENT).map_or(0, |r| r["count"].as_u64().unwrap())
+    };
+    let rows = api.inbox_until("", |rows| permanent(rows) == 3).await;
+    assert_eq!(row(&rows, "permanent: rejected perm<").unwrap()["count"], 1);
+
+    // Four permanent dead letters (the hostile one among them): above 2, so asked for.
+    let ask = json!({
+        "filter": { "dlq_topic": dlt.dlq, "kind": "permanent" },
+        "destination": { "topic": target },
+        "reason": "the fix for #123 is deployed",
+    });
+    let (status, v) = api.post("/api/redrives", As::Bearer(OPERATOR), ask).await;
+    assert_eq!(status, 202, "{v}");
+    let request = v["request"].clone();
+    assert_eq!(request["state"], "pending", "{v}");
+    assert_eq!(request["count"], 4, "{v}");
+    assert_eq!(request["requested_by"], "console:alice");
+    let id = request["id"].as_str().unwrap().to_string();
+    // Small enough: done at once.
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq, "kind": "retries_exhausted" }, "dry_run": true }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    assert!(v["id"].is_string(), "a dry run is never a request: {v}");
+    // Slack heard of it, with a link to the request.
+    assert!(
+        eventually(WAIT, || !posted.lock().unwrap().is_empty()).await,
+        "Slack got the request"
+    );
+    let message = posted.lock().unwrap()[0].to_string();
+    assert!(message.contains("waits for a second operator"), "{message}");
+    assert!(
+        message.contains(&format!("{public_url}?request={id}")),
+        "{message}"
+    );
+    assert!(
+        message.contains("console:alice") && message.contains("#123"),
+        "{message}"
+    );
+
+    // More of the same cause arrive: not in the frozen selection.
+    let _late = dead_letter_as(&dlt.topic, "billing", &["perm-late"]).await;
+    let (_, all) = api
+        .get(
+            &format!(
+                "/api/dead-letters?dlq_topic={}&kind=permanent&limit=1000",
+                dlt.dlq
+            ),
+            As::Bearer(VIEWER),
+        )
+        .await;
+    let permanent_now = all["dead_letters"].as_array().unwrap().len();
+    assert!(permanent_now > 4, "{all}");
+
+    // The requester cannot approve; the request is pending for everyone to see.
+    let approve = format!("/api/requests/{id}/approve");
+    let (status, v) = api.post(&approve, As::Bearer(OPERATOR), json!({})).await;
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("another operator"),
+        "{v}"
+    );
+    let (_, v) = api
+        .get("/api/requests?state=pending", As::Bearer(VIEWER))
+        .await;
+    assert_eq!(v["requests"][0]["id"], id.as_str(), "{v}");
+    assert_eq!(v["requests"][0]["yours_to_decide"], false);
+
+    // Bob approves in the page, from the link Slack had.
+    let browser = browser::Browser::start().await;
+    browser.sign_in(&base, BOB, "bob (operator)").await;
+    browser.open(&format!("{public_url}?request={id}")).await;
+    let button = format!("#requests-table tr[data-id='{id}'] button.approve");
+    browser.wait_count(&button, 1).await;
+    browser
+        .type_into("#decision-reason", "checked the fix with alice")
+        .await;
+    browser.click(&button).await;
+    browser
+        .wait_text("#message", |t| t.contains("approved"))
+        .await;
+    browser.quit().await;
+    let (_, v) = api.get("/api/requests", As::Bearer(VIEWER)).await;
+    let decided = &v["requests"][0];
+    assert_eq!(decided["state"], "approved", "{v}");
+    assert_eq!(decided["decided_by"], "console:bob");
+    assert_eq!(decided["decision_reason"], "checked the fix with alice");
+    let (_, v) = api.get("/api/redrives", As::Bearer(VIEWER)).await;
+    let carried = v["redrives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["dry_run"] == false)
+        .unwrap_or_else(|| panic!("the approved redrive: {v}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = api.redrive_end(&carried).await;
+    assert_eq!(
+        (done["state"].as_str(), done["sent"].as_u64()),
+        (Some("done"), Some(4)),
+        "{done}"
+    );
+    // Exactly the four asked for, not the late ones.
+    let sent = read_committed(&brokers, &target, 4);
+    assert_eq!(sent.len(), 4);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        read_all(&brokers, &target).len(),
+        4,
+        "nothing more was sent"
+    );
+    let (status, v) = api.post(&approve, As::Bearer(VIEWER), json!({})).await;
+    assert_eq!(status, 403, "a viewer decides nothing: {v}");
+    let (status, v) = api.post(&approve, As::Bearer(BOB), json!({})).await;
+    assert_eq!(status, 409, "decided once: {v}");
+
+    // A rejected request does nothing.
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq, "kind": "permanent" }, "reason": "noise" }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let rejected = v["request"]["id"].as_str().unwrap().to_string();
+    let (status, v) = api
+        .post(
+            &format!("/api/requests/{rejected}/reject"),
+            As::Bearer(BOB),
+            json!({ "reason": "these need a fix, not a discard" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["state"], "rejected");
+    let (_, after) = api
+        .get(
+            &format!(
+                "/api/dead-letters?dlq_topic={}&kind=permanent&limit=1000",
+                dlt.dlq
+            ),
+            As::Bearer(VIEWER),
+        )
+        .await;
+    assert_eq!(
+        after["dead_letters"].as_array().unwrap().len(),
+        permanent_now - 4,
+        "only the redriven four left the outstanding ones: {after}"
+    );
+    let (_, history) = api.get("/api/history", As::Bearer(VIEWER)).await;
+    let actions: Vec<&str> = history["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    for action in ["request", "approve", "reject", "replay"] {
+        assert!(actions.contains(&action), "{action} in {history}");
+    }
+    assert!(
+        eventually(WAIT, || posted.lock().unwrap().len() >= 3).await,
+        "Slack heard of the decisions too"
+    );
+}
+
 /// Where the login app the provider sent the browser to lives.
 async fn idp_app(browser: &browser::Browser) -> String {
     let url = browser.url().await;

@@ -14,7 +14,7 @@
 //! | record formats | `schema` (Schema Registry payloads decoded to JSON) |
 //! | consuming and reading | `consumer`, `dlq_reader` |
 //! | kafka-dlq's own state | `state` (the audit and positions topics, the ledger of what is outstanding) |
-//! | application | `replay`, `sidecar`, `server`, then `outstanding`, then `monitor`, `console`, and the binary's `cli` |
+//! | application | `replay`, `sidecar`, `server`, then `outstanding`, then `monitor`, then `console` (its requests for approval go to Slack as the monitor's alerts do), and the binary's `cli` |
 //!
 //! Imports are the `crate::` and `super::` paths of code (comments, doc links and strings are
 //! not imports; a file's `#[cfg(test)] mod tests` is left out). Within a folder, its files and
@@ -45,7 +45,8 @@ const LAYERS: &[&[&str]] = &[
     &["state"],
     &["replay", "sidecar", "server"],
     &["outstanding"],
-    &["monitor", "console"],
+    &["monitor"],
+    &["console"],
 ];
 
 /// What `lib.rs` re-exports at the crate root, and the module each comes from.

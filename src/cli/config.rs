@@ -95,14 +95,18 @@ const SCHEMA_REGISTRY: &[&str] = &[
     "schema_registry_timeout_ms",
 ];
 
-/// The monitor's alerting: `monitor`'s, and `run --monitor`'s.
-const ALERTS: &[&str] = &[
+/// Where Slack messages go: the monitor's alerts, the console's requests for approval.
+const SLACK: &[&str] = &[
     "slack_webhook_url",
     "slack_webhook_url_file",
     "slack_token",
     "slack_token_file",
     "slack_channel",
     "slack_api_url",
+];
+
+/// The monitor's alerting beside Slack: `monitor`'s, and `run --monitor`'s.
+const ALERTS: &[&str] = &[
     "window_ms",
     "min_interval_ms",
     "check_interval_ms",
@@ -142,11 +146,15 @@ pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
                 "monitor",
             ],
             SCHEMA_REGISTRY,
+            SLACK,
             ALERTS,
             STATE,
         ],
     ),
-    ("monitor", &[&["brokers", "dlq_topics"], ALERTS, STATE]),
+    (
+        "monitor",
+        &[&["brokers", "dlq_topics"], SLACK, ALERTS, STATE],
+    ),
     (
         "dlq",
         &[
@@ -208,8 +216,10 @@ pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
                 "oidc_name_claim",
                 "oidc_ca_location",
                 "public_url",
+                "four_eyes_above",
             ],
             SCHEMA_REGISTRY,
+            SLACK,
             STATE,
         ],
     ),

@@ -112,9 +112,17 @@ pub struct ConsoleArgs {
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_OIDC_CA_LOCATION")]
     oidc_ca_location: Option<PathBuf>,
     /// The address people reach the console at (`https://ops.example.com/dlq/`): the
-    /// identity provider sends them back to `<public_url>auth/callback`.
+    /// identity provider sends them back to `<public_url>auth/callback`, and Slack messages
+    /// link to it.
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Redrives and discards of more dead letters than this wait for another operator's
+    /// approval (grants marked `four-eyes` make every action of theirs wait).
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_FOUR_EYES_ABOVE")]
+    four_eyes_above: Option<u64>,
+    /// Where requests for approval and their decisions are posted.
+    #[command(flatten)]
+    slack: super::monitor::SlackArgs,
     /// Viewers see payloads, keys and header values too (they may hold personal data).
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_SHOW_PAYLOADS")]
     show_payloads: bool,
@@ -176,6 +184,7 @@ pub struct Checked {
     pub config: ConsoleConfig,
     access: Access,
     sso: Option<SsoConfig>,
+    slack: kafka_dlq::monitor::SlackTarget,
     listen: std::net::SocketAddr,
 }
 
@@ -247,7 +256,8 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
             }
         }
     }
-    let sso = single_sign_on(args)?;
+    let public_url = public_url(args)?;
+    let sso = single_sign_on(args, public_url.as_deref())?;
     if sso.is_some()
         && !grants
             .iter()
@@ -289,18 +299,47 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
         path_prefix: prefix,
         max_replays: args.max_replays,
         schemas: args.registry.codec()?,
+        public_url,
+        four_eyes_above: args.four_eyes_above,
         ..ConsoleConfig::new(&brokers, dlq_topics)
     };
+    let slack = args.slack.target()?;
+    kafka_dlq::monitor::Notifier::new(slack.clone())?;
     Ok(Checked {
         config,
         access,
         sso,
+        slack,
         listen,
     })
 }
 
+/// `--public-url`, checked, ending in `/`.
+fn public_url(args: &ConsoleArgs) -> Result<Option<String>, ConfigError> {
+    let Some(public) = args.public_url.as_deref().filter(|u| !u.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let parsed = url::Url::parse(public.trim())
+        .map_err(|e| ConfigError::new("public_url", public, format!("not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "https" | "http") || parsed.query().is_some() {
+        return Err(ConfigError::new(
+            "public_url",
+            public,
+            "expected an http:// or https:// address without a query",
+        ));
+    }
+    let mut url = parsed.to_string();
+    if !url.ends_with('/') {
+        url.push('/');
+    }
+    Ok(Some(url))
+}
+
 /// The single sign-on settings, checked: `None` without an issuer.
-fn single_sign_on(args: &ConsoleArgs) -> Result<Option<SsoConfig>, CliError> {
+fn single_sign_on(
+    args: &ConsoleArgs,
+    public_url: Option<&str>,
+) -> Result<Option<SsoConfig>, CliError> {
     let Some(issuer) = args.oidc_issuer.as_deref().filter(|i| !i.trim().is_empty()) else {
         return Ok(None);
     };
@@ -334,38 +373,22 @@ fn single_sign_on(args: &ConsoleArgs) -> Result<Option<SsoConfig>, CliError> {
         )?),
         _ => None,
     };
-    let public = args
-        .public_url
-        .as_deref()
-        .filter(|u| !u.trim().is_empty())
+    let public_url = public_url
         .ok_or_else(|| {
             ConfigError::new(
                 "public_url",
                 "",
                 "is required with oidc_issuer: the address people reach the console at (the identity provider sends them back to <public_url>auth/callback)",
             )
-        })?;
-    let parsed = url::Url::parse(public.trim())
-        .map_err(|e| ConfigError::new("public_url", public, format!("not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "https" | "http") || parsed.query().is_some() {
-        return Err(ConfigError::new(
-            "public_url",
-            public,
-            "expected an http:// or https:// address without a query",
-        )
-        .into());
-    }
-    let mut public_url = parsed.to_string();
-    if !public_url.ends_with('/') {
-        public_url.push('/');
-    }
-    let ca_pem =
-        match &args.oidc_ca_location {
-            None => None,
-            Some(path) => Some(std::fs::read(path).map_err(|e| {
-                ConfigError::new("oidc_ca_location", &path.display().to_string(), e)
-            })?),
-        };
+        })?
+        .to_string();
+    let ca_pem = match &args.oidc_ca_location {
+        None => None,
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| ConfigError::new("oidc_ca_location", path.display().to_string(), e))?,
+        ),
+    };
     let config = SsoConfig {
         issuer,
         client_id,
@@ -397,6 +420,7 @@ pub async fn run(args: ConsoleArgs) -> Result<(), CliError> {
         checked.config,
         checked.access,
         checked.sso,
+        checked.slack,
         listener,
         super::shutdown_signal(),
     )
@@ -408,6 +432,7 @@ pub async fn serve(
     config: ConsoleConfig,
     access: Access,
     sso: Option<SsoConfig>,
+    slack: kafka_dlq::monitor::SlackTarget,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), CliError> {
@@ -435,6 +460,10 @@ pub async fn serve(
         let sso = SingleSignOn::new(sso)
             .map_err(|e| CliError::Runtime(anyhow::anyhow!("single sign-on: {e}")))?;
         console = console.with_single_sign_on(sso);
+    }
+    let notifier = kafka_dlq::monitor::Notifier::new(slack).map_err(CliError::Config)?;
+    if notifier.is_slack() {
+        console = console.with_slack(notifier);
     }
     let routes = console.clone().router();
     let stopping = stop.clone();

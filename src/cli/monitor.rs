@@ -31,9 +31,9 @@ impl MonitorArgs {
     }
 }
 
-/// Where and how alerts are sent.
+/// Where Slack messages go: an incoming webhook, or a bot token and a channel.
 #[derive(Debug, Args)]
-pub struct AlertArgs {
+pub struct SlackArgs {
     /// Slack incoming webhook URL (secret: never logged).
     #[arg(long, env = "SLACK_WEBHOOK_URL", hide_env_values = true)]
     slack_webhook_url: Option<String>,
@@ -52,6 +52,41 @@ pub struct AlertArgs {
     /// Slack Web API base URL.
     #[arg(long, env = "SLACK_API_URL", default_value = "https://slack.com/api")]
     slack_api_url: String,
+}
+
+impl SlackArgs {
+    /// The target they name (the log when none).
+    pub fn target(&self) -> Result<SlackTarget, ConfigError> {
+        let webhook = secret(
+            &self.slack_webhook_url,
+            &self.slack_webhook_url_file,
+            "slack_webhook_url",
+        )?;
+        let token = secret(&self.slack_token, &self.slack_token_file, "slack_token")?;
+        Ok(match (webhook, token) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "slack_token",
+                    "<redacted>",
+                    "set either a webhook URL or a bot token, not both",
+                ))
+            }
+            (Some(url), None) => SlackTarget::Webhook { url },
+            (None, Some(token)) => SlackTarget::WebApi {
+                token,
+                channel: self.slack_channel.clone().unwrap_or_default(),
+                api_url: self.slack_api_url.clone(),
+            },
+            (None, None) => SlackTarget::Log,
+        })
+    }
+}
+
+/// Where and how alerts are sent.
+#[derive(Debug, Args)]
+pub struct AlertArgs {
+    #[command(flatten)]
+    slack: SlackArgs,
     /// How long new dead letters are gathered into one alert, in ms.
     #[arg(long, env = "KAFKA_DLQ_WINDOW_MS", default_value_t = 30_000)]
     window_ms: u64,
@@ -137,28 +172,7 @@ impl AlertArgs {
         dlq_topics: Vec<String>,
         librdkafka: kafka_dlq::kafka::ClientOptions,
     ) -> Result<MonitorConfig, ConfigError> {
-        let webhook = secret(
-            &self.slack_webhook_url,
-            &self.slack_webhook_url_file,
-            "slack_webhook_url",
-        )?;
-        let token = secret(&self.slack_token, &self.slack_token_file, "slack_token")?;
-        let slack = match (webhook, token) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    "slack_token",
-                    "<redacted>",
-                    "set either a webhook URL or a bot token, not both",
-                ))
-            }
-            (Some(url), None) => SlackTarget::Webhook { url },
-            (None, Some(token)) => SlackTarget::WebApi {
-                token,
-                channel: self.slack_channel.clone().unwrap_or_default(),
-                api_url: self.slack_api_url.clone(),
-            },
-            (None, None) => SlackTarget::Log,
-        };
+        let slack = self.slack.target()?;
         let config = MonitorConfig {
             group_id: self.monitor_group_id.clone(),
             window_ms: self.window_ms,

@@ -6,7 +6,7 @@
 //! comma-separated; `grants = [...]` in the config file's `[console]` section):
 //!
 //! ```text
-//! SUBJECT ROLE [dlts=PATTERN]... [groups=PATTERN]... [payloads]
+//! SUBJECT ROLE [dlts=PATTERN]... [groups=PATTERN]... [payloads] [four-eyes]
 //! ```
 //!
 //! - `SUBJECT`: `group:NAME` (a value of the groups claim), `user:NAME` (the name claim),
@@ -17,7 +17,9 @@
 //!   needed: the grant covers a dead letter on one of the DLTs from one of the groups; none of
 //!   either means any;
 //! - `payloads`: a viewer of this grant sees payloads, keys and header values (an operator
-//!   always does).
+//!   always does);
+//! - `four-eyes`: every redrive and discard an operator makes under this grant alone waits
+//!   for another operator's approval ([`super::approvals`]).
 
 use crate::dlq_reader::{Area, Pattern, Scope};
 
@@ -65,6 +67,8 @@ pub struct Permission {
     pub area: Area,
     /// A viewer sees payloads there too.
     pub payloads: bool,
+    /// An operator's redrives and discards there wait for another operator's approval.
+    pub four_eyes: bool,
 }
 
 impl Permission {
@@ -74,6 +78,7 @@ impl Permission {
             role,
             area: Area::everything(),
             payloads,
+            four_eyes: false,
         }
     }
 }
@@ -105,7 +110,7 @@ impl Grant {
         let mut words = line.split_whitespace();
         let (Some(subject), Some(role)) = (words.next(), words.next()) else {
             return Err(bad(
-                "expected `SUBJECT ROLE [dlts=PATTERN]... [groups=PATTERN]... [payloads]`".into(),
+                "expected `SUBJECT ROLE [dlts=PATTERN]... [groups=PATTERN]... [payloads] [four-eyes]`".into(),
             ));
         };
         let subject = match subject.split_once(':') {
@@ -138,6 +143,7 @@ impl Grant {
             role,
             area: Area::everything(),
             payloads: false,
+            four_eyes: false,
         };
         for word in words {
             match word.split_once('=') {
@@ -150,9 +156,10 @@ impl Grant {
                     .groups
                     .push(Pattern::new(p).map_err(|e| bad(e.to_string()))?),
                 None if word == "payloads" => permission.payloads = true,
+                None if word == "four-eyes" => permission.four_eyes = true,
                 _ => {
                     return Err(bad(format!(
-                        "`{word}`: expected dlts=PATTERN, groups=PATTERN or payloads"
+                        "`{word}`: expected dlts=PATTERN, groups=PATTERN, payloads or four-eyes"
                     )))
                 }
             }
@@ -224,6 +231,28 @@ impl Permissions {
         })
     }
 
+    /// Where the caller acts as operator without anyone's approval (its operator grants not
+    /// marked `four-eyes`): `None` everywhere.
+    pub fn direct_scope(&self) -> Option<Scope> {
+        let held = self
+            .0
+            .iter()
+            .filter(|p| p.role == Role::Operator && !p.four_eyes);
+        if held.clone().any(|p| p.area.is_everything()) {
+            return None;
+        }
+        Some(Scope {
+            areas: held.map(|p| p.area.clone()).collect(),
+        })
+    }
+
+    /// Whether some operator grant of the caller's is marked `four-eyes`.
+    pub fn has_four_eyes(&self) -> bool {
+        self.0
+            .iter()
+            .any(|p| p.role == Role::Operator && p.four_eyes)
+    }
+
     /// Where a viewer sees payloads (every operator's area included): `None` everywhere.
     pub fn payload_scope(&self) -> Option<Scope> {
         let held = self
@@ -277,6 +306,17 @@ mod tests {
         assert_eq!(g.permission.area.groups[0].as_str(), "billing-*");
         assert_eq!(g.permission.area.dlq_topics[0].as_str(), "*-dlt");
         assert!(g.permission.payloads);
+        let careful = Grant::parse("group:payments operator four-eyes").unwrap();
+        assert!(careful.permission.four_eyes);
+        let held = Permissions(vec![
+            careful.permission,
+            Grant::parse("* operator dlts=sandbox-*")
+                .unwrap()
+                .permission,
+        ]);
+        assert!(held.has_four_eyes());
+        let direct = held.direct_scope().unwrap();
+        assert!(direct.covers("sandbox-dlt", None) && !direct.covers("orders-dlt", None));
         let all = Grant::parse("* viewer").unwrap();
         assert_eq!(all.subject, Subject::Everyone);
         assert!(all.permission.area.is_everything() && !all.permission.payloads);

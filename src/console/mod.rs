@@ -7,10 +7,12 @@
 //! - [`payload`]: how a payload is shown; [`dead_letter`]: a dead letter in the API;
 //! - [`access`]: tokens, roles, sessions and CSRF; [`limits`]: how much reading at once;
 //! - [`redrives`]: the redrives running, with their progress, pause, resume and cancel;
+//! - [`approvals`]: requests that wait for a second operator;
 //! - [`api`]: the HTTP routes, the page included.
 
 pub mod access;
 pub mod api;
+pub mod approvals;
 pub mod dead_letter;
 pub mod grants;
 pub mod limits;
@@ -47,6 +49,11 @@ pub struct ConsoleConfig {
     /// The schema registry payloads are decoded with: shown as JSON beside their bytes,
     /// edited as JSON and encoded again with the same schema. `None`: shown as bytes.
     pub schemas: Option<std::sync::Arc<crate::schema::Codec>>,
+    /// The address people reach the console at, ending in `/` (links in Slack messages).
+    pub public_url: Option<String>,
+    /// Redrives and discards of more dead letters than this wait for another operator's
+    /// approval ([`approvals`]); `None`: only those under `four-eyes` grants do.
+    pub four_eyes_above: Option<u64>,
 }
 
 impl ConsoleConfig {
@@ -75,6 +82,8 @@ impl ConsoleConfig {
             path_prefix: String::new(),
             max_replays: 3,
             schemas: None,
+            public_url: None,
+            four_eyes_above: None,
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct Request {
     pub edit: Option<Edit>,
     /// Who asked (`console:<name>` in the audit).
     pub operator: String,
+    /// The approved request it carries out.
+    pub request: Option<String>,
 }
 
 /// Where a redrive is.
@@ -337,6 +339,7 @@ impl Redrives {
             dlq_template: self.config.dlq_template.clone(),
             librdkafka: self.config.librdkafka.clone(),
             edit: r.edit.clone(),
+            request: r.request.clone(),
             ..ReplayOptions::new(&self.config.brokers, &r.dlq_topic)
         }
     }
@@ -463,6 +466,10 @@ fn count(p: &mut Progress, outcome: &Outcome) {
         Outcome::DestinationRefused { id, to, why } => {
             p.failed += 1;
             Some(format!("{id}: not sent to `{to}`: {why}"))
+        }
+        Outcome::Untransformable { id, why } => {
+            p.failed += 1;
+            Some(format!("{id}: not sent, the transformation failed: {why}"))
         }
     };
     if let Some(problem) = problem {

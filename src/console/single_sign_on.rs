@@ -19,6 +19,27 @@ use openidconnect::{
     ProviderMetadataWithLogout, RedirectUrl,
 };
 
+/// The client `openidconnect` makes from discovered metadata (its endpoints' typestates).
+type Client = openidconnect::Client<
+    openidconnect::EmptyAdditionalClaims,
+    openidconnect::core::CoreAuthDisplay,
+    openidconnect::core::CoreGenderClaim,
+    openidconnect::core::CoreJweContentEncryptionAlgorithm,
+    openidconnect::core::CoreJsonWebKey,
+    openidconnect::core::CoreAuthPrompt,
+    openidconnect::StandardErrorResponse<openidconnect::core::CoreErrorResponseType>,
+    openidconnect::core::CoreTokenResponse,
+    openidconnect::core::CoreTokenIntrospectionResponse,
+    openidconnect::core::CoreRevocableToken,
+    openidconnect::core::CoreRevocationErrorResponse,
+    openidconnect::EndpointSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointMaybeSet,
+    openidconnect::EndpointMaybeSet,
+>;
+
 /// How an identity provider is used.
 #[derive(Clone)]
 pub struct SsoConfig {
@@ -168,31 +189,7 @@ impl SingleSignOn {
         Ok(metadata)
     }
 
-    fn client(
-        &self,
-        metadata: ProviderMetadataWithLogout,
-    ) -> Result<
-        openidconnect::Client<
-            openidconnect::EmptyAdditionalClaims,
-            openidconnect::core::CoreAuthDisplay,
-            openidconnect::core::CoreGenderClaim,
-            openidconnect::core::CoreJweContentEncryptionAlgorithm,
-            openidconnect::core::CoreJsonWebKey,
-            openidconnect::core::CoreAuthPrompt,
-            openidconnect::StandardErrorResponse<openidconnect::core::CoreErrorResponseType>,
-            openidconnect::core::CoreTokenResponse,
-            openidconnect::core::CoreTokenIntrospectionResponse,
-            openidconnect::core::CoreRevocableToken,
-            openidconnect::core::CoreRevocationErrorResponse,
-            openidconnect::EndpointSet,
-            openidconnect::EndpointNotSet,
-            openidconnect::EndpointNotSet,
-            openidconnect::EndpointNotSet,
-            openidconnect::EndpointMaybeSet,
-            openidconnect::EndpointMaybeSet,
-        >,
-        SsoError,
-    > {
+    fn client(&self, metadata: ProviderMetadataWithLogout) -> Result<Client, SsoError> {
         let redirect = RedirectUrl::new(self.callback_url()).map_err(|e| self.provider(e))?;
         Ok(CoreClient::from_provider_metadata(
             metadata,

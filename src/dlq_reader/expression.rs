@@ -141,6 +141,16 @@ impl Expression {
     }
 }
 
+impl Expression {
+    /// What the expression gives for `entry`, as JSON (a bulk transformation's new payload):
+    /// an error when it fails or gives a value JSON has no form for (bytes, a duration).
+    pub fn evaluate(&self, entry: &DlqEntry) -> Result<Json, String> {
+        let context = context(entry, None);
+        let value = self.program.execute(&context).map_err(|e| e.to_string())?;
+        value.json().map_err(|e| e.to_string())
+    }
+}
+
 /// The parser's first error, with its column.
 fn parse_error(errors: &cel::ParseErrors) -> ExpressionError {
     match errors.errors.first() {

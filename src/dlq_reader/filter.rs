@@ -62,6 +62,11 @@ pub struct Filter {
     /// Only dead letters in this scope: the console's grants of the caller who acted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub within: Option<Scope>,
+    /// Only DLQ records before these offsets, by partition (none of a partition not named):
+    /// a selection frozen when it was made, so that dead letters written later are not in it
+    /// (the console's requests that wait for approval).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<std::collections::BTreeMap<i32, i64>>,
 }
 
 /// What an error message must hold to match. JSON: `{"contains": "…"}` or
@@ -166,6 +171,13 @@ impl Filter {
             self.where_.as_ref().map(|w| w.source().to_string()),
         );
         add("within", self.within.as_ref().map(Scope::key));
+        add(
+            "before",
+            self.before.as_ref().map(|ends| {
+                let list: Vec<String> = ends.iter().map(|(p, o)| format!("{p}@{o}")).collect();
+                list.join(",")
+            }),
+        );
         parts.join("&")
     }
 
@@ -213,6 +225,14 @@ impl Filter {
         }
         if let Some(records) = &self.dlq_records {
             if !records.contains(&(entry.partition, entry.offset)) {
+                return false;
+            }
+        }
+        if let Some(ends) = &self.before {
+            if ends
+                .get(&entry.partition)
+                .is_none_or(|end| entry.offset >= *end)
+            {
                 return false;
             }
         }

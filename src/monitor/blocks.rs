@@ -65,6 +65,29 @@ pub struct SlackMessage {
 }
 
 impl SlackMessage {
+    /// A notice of `headline` (trusted text: `mrkdwn` as written) and `facts` (name, value
+    /// from outside: each value shown as code, so that Slack parses none of it), with a
+    /// button (label, URL) when given.
+    pub fn notice(headline: &str, facts: &[(&str, &str)], link: Option<(&str, &str)>) -> Self {
+        let fields: Vec<SlackBlockText> = facts
+            .iter()
+            .map(|(name, value)| md!("*{}*\n{}", name, cut(&code(value), 1900)))
+            .collect();
+        let mut blocks: Vec<SlackBlock> = vec![SlackSectionBlock::new()
+            .with_text(md!(cut(headline, 3000)))
+            .into()];
+        for chunk in fields.chunks(10) {
+            blocks.push(SlackSectionBlock::new().with_fields(chunk.to_vec()).into());
+        }
+        if let Some(b) = link.and_then(|(label, url)| button("open", label, url)) {
+            blocks.push(SlackActionsBlock::new(vec![b]).into());
+        }
+        SlackMessage {
+            text: plain(headline),
+            blocks,
+        }
+    }
+
     /// As slack-morphism's message content.
     pub fn content(&self) -> SlackMessageContent {
         SlackMessageContent::new()

@@ -17,7 +17,7 @@
 use chrono::{DateTime, SubsecRound, Utc};
 
 use super::ReplayReport;
-pub use crate::state::audit::{append, history, sha256_hex, Action, Audit, Edit, ReplayRun};
+pub use crate::state::audit::{append, history, sha256_hex, Action, Asked, Audit, Edit, ReplayRun};
 pub use crate::state::DEFAULT_AUDIT_TOPIC;
 
 /// Header: the id of the replay run that sent the record.
@@ -69,6 +69,9 @@ impl ReplayRun {
             reason: None,
             restores: None,
             edit: options.edit.clone(),
+            request: options.request.clone(),
+            asked: None,
+            transform: r.transform.clone(),
         }
     }
 }

@@ -77,6 +77,7 @@ mod options;
 mod readers;
 mod report;
 mod send;
+pub mod transform;
 pub use destination::Destination;
 pub use error::ReplayError;
 use in_flight::{Dealt, InFlight, WINDOW};
@@ -468,6 +469,7 @@ async fn send_all(
                 | Outcome::Undecodable { .. }
                 | Outcome::NotAnEnvelope { .. }
                 | Outcome::DestinationRefused { .. }
+                | Outcome::Untransformable { .. }
         );
         if unsent && !options.dry_run {
             if let Err(source) = kept.lose(entry.partition, entry.offset) {
@@ -500,6 +502,7 @@ async fn send_all(
     if !options.dry_run && !report.interrupted {
         kept.write_ends(reader).await?;
     }
+    report.transform = sender.transform_summary();
     Ok(report)
 }
 

@@ -37,6 +37,11 @@ pub struct ReplayOptions {
     /// Sends the edited payload instead of each dead letter's own (the console's edit then
     /// redrive, whose filter names one dead letter); the run's summary keeps both.
     pub edit: Option<audit::Edit>,
+    /// The console's request this replay carries out, once approved (in its summary).
+    pub request: Option<String>,
+    /// A bulk fix: each payload transformed before it is sent; one it fails on is passed over
+    /// unsent ([`super::transform`]).
+    pub transform: Option<super::transform::Transform>,
 }
 
 impl ReplayOptions {
@@ -55,6 +60,8 @@ impl ReplayOptions {
             operator: audit::operator_name(),
             state: crate::state::StateTopics::default(),
             edit: None,
+            request: None,
+            transform: None,
         }
     }
 
@@ -73,6 +80,9 @@ impl ReplayOptions {
         }
         // A hash of the filter and destination: the same replay resumes, another starts anew.
         let mut key = format!("{}|{:?}", self.filter.key(), to);
+        if let Some(transform) = &self.transform {
+            key.push_str(&format!("|transform:{}", transform.digest()));
+        }
         if let Some(edit) = &self.edit {
             key.push_str(&format!("|edit:{}", edit.edited_sha256));
         }

@@ -62,6 +62,14 @@ pub enum Outcome {
         /// Why not.
         why: String,
     },
+    /// The bulk transformation failed on its payload ([`super::transform`]): passed over
+    /// unsent, still outstanding.
+    Untransformable {
+        /// The record id.
+        id: String,
+        /// Why.
+        why: String,
+    },
     /// Not matched by the filter.
     FilteredOut,
 }
@@ -93,6 +101,11 @@ pub struct ReplayReport {
     pub already_resolved: u64,
     /// Dead letters whose destination was refused (passed over, not sent, still outstanding).
     pub not_here: u64,
+    /// Dead letters the bulk transformation failed on (passed over, not sent, still
+    /// outstanding).
+    pub untransformable: u64,
+    /// With a bulk transformation: what it did.
+    pub transform: Option<crate::state::audit::TransformSummary>,
     /// The first [`REPORT_SAMPLE`] refused, not-envelope, undecodable and lost dead letters.
     pub passed_over: Vec<Outcome>,
     /// Nothing was sent or committed.
@@ -126,6 +139,7 @@ impl ReplayReport {
             Outcome::Lost { .. } => self.lost += 1,
             Outcome::AlreadyResolved { .. } => self.already_resolved += 1,
             Outcome::DestinationRefused { .. } => self.not_here += 1,
+            Outcome::Untransformable { .. } => self.untransformable += 1,
         }
         let passed_over = !matches!(
             outcome,

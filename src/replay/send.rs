@@ -10,6 +10,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 
 use super::destination::RedriveTopics;
+use super::transform::{Tally, Transformed};
 use super::HEADER_REPLAY_COUNT;
 use super::{audit, groups_reading, Destination, Outcome, ReplayError, ReplayOptions};
 use crate::dlq::{Envelope, EnvelopeDecodeError};
@@ -28,6 +29,8 @@ pub(super) struct Sender<'a> {
     pause: Option<Duration>,
     /// When the next send may go.
     next_send: tokio::time::Instant,
+    /// With a bulk transformation: what it did so far.
+    tally: Option<Tally>,
 }
 
 impl<'a> Sender<'a> {
@@ -65,7 +68,17 @@ impl<'a> Sender<'a> {
                 .filter(|r| *r > 0)
                 .map(|r| Duration::from_secs_f64(1.0 / f64::from(r))),
             next_send: tokio::time::Instant::now(),
+            tally: options
+                .transform
+                .clone()
+                .filter(|_| options.edit.is_none())
+                .map(Tally::new),
         })
+    }
+
+    /// What the bulk transformation did, when there is one.
+    pub(super) fn transform_summary(&self) -> Option<super::transform::TransformSummary> {
+        self.tally.as_ref().map(Tally::summary)
     }
 
     /// With `--rate` (and not a dry run): when the next send may go.
@@ -104,6 +117,31 @@ impl<'a> Sender<'a> {
                     },
                     None,
                 ));
+            }
+        };
+        let payload = match self.tally.as_mut() {
+            None => payload,
+            Some(tally) => {
+                let result = tally.transform().apply(entry, payload.as_deref());
+                let before = payload.as_deref().unwrap_or_default();
+                match result {
+                    Ok(Transformed::Unchanged) => {
+                        tally.count(before, Some(before));
+                        payload
+                    }
+                    Ok(Transformed::Changed(after)) => {
+                        tally.count(before, Some(&after));
+                        Some(after)
+                    }
+                    Err(why) => {
+                        tally.count(before, None);
+                        tracing::warn!(event = "replay_untransformable", id = %envelope.id,
+                            dlq_partition = entry.partition, dlq_offset = entry.offset,
+                            error = %why, "passed over unsent: the transformation failed");
+                        let id = envelope.id.clone();
+                        return Ok((Outcome::Untransformable { id, why }, None));
+                    }
+                }
             }
         };
         let Some(to) = options.destination.topic_of(envelope) else {

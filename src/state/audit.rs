@@ -82,6 +82,46 @@ pub struct ReplayRun {
     /// An edit then redrive: the payload as it was and as it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit: Option<Edit>,
+    /// An approval or rejection: the request it decides; a redrive or discard carried out on
+    /// approval: the request it carries out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// A request: what it asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<Asked>,
+    /// A bulk fix: the transformation, and what it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<TransformSummary>,
+}
+
+/// What a bulk transformation did over a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformSummary {
+    /// The transformation as given (`{"merge_patch": …}` or `{"expression": …}`).
+    pub transform: serde_json::Value,
+    /// Dead letters whose payload it changed.
+    pub changed: u64,
+    /// Dead letters it left as they were (sent byte for byte).
+    pub unchanged: u64,
+    /// Dead letters it failed on: reported, not sent.
+    pub failed: u64,
+    /// SHA-256 (hex) over every payload it was given, in the order read (each as its length,
+    /// 8 bytes big-endian, then its bytes).
+    pub before_sha256: String,
+    /// The same over every payload it gave.
+    pub after_sha256: String,
+}
+
+/// What a request asks another operator to approve.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// `replay` (a redrive, to the run's `to`) or `discard`.
+    pub action: Action,
+    /// A redrive's rate, records per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u32>,
+    /// The dead letters its selection held when it was asked.
+    pub count: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -99,6 +139,13 @@ pub enum Action {
     Discard,
     /// Undid a discard: its dead letters are outstanding again.
     Restore,
+    /// Asked for a redrive or a discard that another operator must approve (`asked` says
+    /// which, `selection` holds the dead letters, frozen); changes nothing by itself.
+    Request,
+    /// Approved the request `request`, which was then carried out.
+    Approve,
+    /// Rejected the request `request`: nothing was done.
+    Reject,
 }
 
 impl Action {
@@ -108,6 +155,9 @@ impl Action {
             Action::Replay => "replay",
             Action::Discard => "discard",
             Action::Restore => "restore",
+            Action::Request => "request",
+            Action::Approve => "approve",
+            Action::Reject => "reject",
         }
     }
 }
@@ -188,6 +238,9 @@ impl ReplayRun {
             reason: None,
             restores: None,
             edit: None,
+            request: None,
+            asked: None,
+            transform: None,
         }
     }
 }

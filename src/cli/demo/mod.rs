@@ -340,12 +340,19 @@ async fn serve_console(
         ..kafka_dlq::console::ConsoleConfig::new(brokers, vec![dlq.to_string()])
     };
     say(out, &format!("\n== the DLQ console ==\nConsole: {url}\nSign in with the operator token {token}\nThe broker ({brokers}) and the console run until Ctrl-C."));
-    super::console::serve(config, access, None, listener, super::shutdown_signal())
-        .await
-        .map_err(|e| match e {
-            CliError::Runtime(e) => e,
-            CliError::Config(e) => e.into(),
-        })
+    super::console::serve(
+        config,
+        access,
+        None,
+        kafka_dlq::monitor::SlackTarget::Log,
+        listener,
+        super::shutdown_signal(),
+    )
+    .await
+    .map_err(|e| match e {
+        CliError::Runtime(e) => e,
+        CliError::Config(e) => e.into(),
+    })
 }
 
 fn say(out: &mut std::io::Stdout, text: &str) {

@@ -272,6 +272,7 @@ impl FilterArgs {
                 })
                 .transpose()?,
             within: None,
+            before: None,
         })
     }
 }

@@ -84,6 +84,11 @@ pub(super) fn outcome_line(outcome: &Outcome, verb: &str, max_replays: u32) -> O
             escaped(id),
             escaped(why)
         ),
+        Outcome::Untransformable { id, why } => format!(
+            "skipped {} (the transformation failed: {}; not sent, it stays outstanding)",
+            escaped(id),
+            escaped(why)
+        ),
         Outcome::Lost { id, why } => format!(
             "lost {} ({}; not sent, it stays outstanding)",
             escaped(id),

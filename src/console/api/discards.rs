@@ -58,23 +58,23 @@ pub(super) async fn discard(
     };
     // Counted as read: the ends read to bound what it discards, so later dead letters of the
     // same cause stay outstanding.
-    let mut count = 0u64;
-    let ends = match c
-        .watch
-        .scan(&filter, Some(&topic), false, |_, _| {
-            count += 1;
-            true
-        })
-        .await
-    {
-        Ok(ends) => ends,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                format!("cannot read the dead-letter topic: {e}"),
-            )
-        }
+    let frozen = match c.freeze(&caller, &topic, &filter).await {
+        Ok(frozen) => frozen,
+        Err(r) => return r,
     };
+    if c.waits(&frozen) {
+        let ask = super::requests::Ask {
+            action: Action::Discard,
+            dlq_topic: topic,
+            filter,
+            to: String::new(),
+            rate: None,
+            edit: None,
+            reason: Some(reason.chars().take(1000).collect()),
+        };
+        return c.ask_for(&caller, ask, frozen).await;
+    }
+    let (count, ends) = (frozen.count, frozen.ends);
     let mut run = ReplayRun::record(Action::Discard, &Console::operator(&caller), &topic);
     run.filter = filter.key();
     run.selection = Some(filter);

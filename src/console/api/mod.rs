@@ -16,6 +16,7 @@
 //! - [`dead_letters`]: the inbox, the list, one dead letter in full, the export;
 //! - [`redrive`]: starting, watching and steering redrives;
 //! - [`discards`]: discard and restore;
+//! - [`requests`]: requests that wait for a second operator, approved or rejected;
 //! - [`history`]: the audit.
 
 mod dead_letters;
@@ -23,6 +24,7 @@ mod discards;
 mod history;
 mod page;
 mod redrive;
+mod requests;
 mod selection;
 mod session;
 mod sign_on;
@@ -40,7 +42,7 @@ use serde_json::json;
 
 use super::access::{Access, Caller, Refusal, Role};
 use super::limits::{Limits, Permit};
-use super::redrives::Redrives;
+use super::redrives::{RedriveError, Redrives};
 use super::single_sign_on::SingleSignOn;
 use super::ConsoleConfig;
 use crate::dlq_reader::{Filter, Scope};
@@ -77,6 +79,9 @@ pub struct Console {
     redrives: Arc<Redrives>,
     limits: Arc<Limits>,
     sso: Option<Arc<SingleSignOn>>,
+    notifier: Option<Arc<crate::monitor::Notifier>>,
+    /// Held while a request is decided.
+    deciding: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Console {
@@ -90,7 +95,16 @@ impl Console {
             redrives,
             limits: Arc::new(Limits::default()),
             sso: None,
+            notifier: None,
+            deciding: Arc::new(tokio::sync::Mutex::new(())),
         }
+    }
+
+    /// The same console, posting requests for approval and their decisions with `notifier`
+    /// (without one they go to the log).
+    pub fn with_slack(mut self, notifier: crate::monitor::Notifier) -> Console {
+        self.notifier = Some(Arc::new(notifier));
+        self
     }
 
     /// The same console, signing people in with `sso` too.
@@ -140,6 +154,8 @@ impl Console {
             .route(&at("/api/redrives/{id}/{control}"), post(control_redrive))
             .route(&at("/api/discards"), post(discard))
             .route(&at("/api/discards/{run}/restore"), post(restore))
+            .route(&at("/api/requests"), get(requests::list))
+            .route(&at("/api/requests/{id}/{decision}"), post(requests::decide))
             .route(&at("/api/history"), get(history))
             // Innermost first: the role from the headers, then the body's limit, the time
             // limit around both, and every error as JSON.
@@ -253,6 +269,15 @@ async fn secure_headers(mut response: Response) -> Response {
 /// An error answer: `{"error": …}`.
 fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
     (status, Json(json!({ "error": message.to_string() }))).into_response()
+}
+
+/// A redrive that cannot start or be changed: 404 or 409.
+fn redrive_error(e: RedriveError) -> Response {
+    let status = match e {
+        RedriveError::Unknown => StatusCode::NOT_FOUND,
+        RedriveError::Busy(_) | RedriveError::Finished(_) => StatusCode::CONFLICT,
+    };
+    error(status, e)
 }
 
 fn refused(refusal: Refusal) -> Response {

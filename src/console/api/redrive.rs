@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::selection::Selection;
-use super::{error, Console};
+use super::{error, redrive_error, Console};
 use crate::console::access::Role;
 use crate::console::redrives::{Control, RedriveError, Request};
 use crate::replay::audit;
@@ -38,6 +38,9 @@ pub(super) struct RedriveBody {
     /// schema the original was written with (console `--schema-registry-url`).
     #[serde(default)]
     payload_json: Option<serde_json::Value>,
+    /// Why: kept with a request that waits for approval (and shown to the approver).
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,7 +128,7 @@ pub(super) async fn start_redrive(
     // A dry run, an edit's read of its dead letter and a scoped caller's check read the
     // cluster: bounded.
     let scoped = caller.permissions.scope(needs).is_some();
-    let permit = match body.dry_run || editing || scoped {
+    let permit = match body.dry_run || editing || scoped || c.may_need_approval(&caller) {
         false => None,
         true => match c.scan(&caller) {
             Ok(permit) => Some(permit),
@@ -239,11 +242,36 @@ pub(super) async fn start_redrive(
         dry_run: body.dry_run,
         edit,
         operator: Console::operator(&caller),
+        request: None,
     };
     if let Destination::Topic(to) = &request.destination {
         let options = c.redrives.options(&request);
         if let Err(e) = crate::replay::destination::check_named(&options, to).await {
             return error(StatusCode::BAD_REQUEST, format!("destination: {e}"));
+        }
+    }
+    // Large, or under a four-eyes grant: asked for, not done.
+    if !request.dry_run && c.may_need_approval(&caller) {
+        let frozen = match c.freeze(&caller, &request.dlq_topic, &request.filter).await {
+            Ok(frozen) => frozen,
+            Err(r) => return r,
+        };
+        if c.waits(&frozen) {
+            let to = match &request.destination {
+                Destination::Group => "group".to_string(),
+                Destination::Source => "source".to_string(),
+                Destination::Topic(t) => t.clone(),
+            };
+            let ask = super::requests::Ask {
+                action: crate::replay::audit::Action::Replay,
+                dlq_topic: request.dlq_topic,
+                filter: request.filter,
+                to,
+                rate: request.rate,
+                edit: request.edit,
+                reason: body.reason,
+            };
+            return c.ask_for(&caller, ask, frozen).await;
         }
     }
     // A dry run holds its permit until it ends; a redrive is one per DLT already.
@@ -252,14 +280,6 @@ pub(super) async fn start_redrive(
         Ok(id) => (StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response(),
         Err(e) => redrive_error(e),
     }
-}
-
-fn redrive_error(e: RedriveError) -> Response {
-    let status = match e {
-        RedriveError::Unknown => StatusCode::NOT_FOUND,
-        RedriveError::Busy(_) | RedriveError::Finished(_) => StatusCode::CONFLICT,
-    };
-    error(status, e)
 }
 
 pub(super) async fn redrives(State(c): State<Console>, headers: HeaderMap) -> Response {

@@ -98,7 +98,8 @@ function started(s) {
     if (params.get(k)) filter[k] = params.get(k);
   }
   for (const input of $("inbox-filter").elements) if (input.name && filter[input.name]) input.value = filter[input.name];
-  if (filter.fingerprint || filter.where) { openLetters(filter); } else { show("inbox"); }
+  if (params.get("request")) { show("requests"); }
+  else if (filter.fingerprint || filter.where) { openLetters(filter); } else { show("inbox"); }
 }
 
 function show(tab) {
@@ -107,6 +108,7 @@ function show(tab) {
   if (tab === "inbox") loadInbox();
   if (tab === "history") loadHistory();
   if (tab === "redrives") loadRedrives();
+  if (tab === "requests") loadRequests();
 }
 
 function inboxFilter() {
@@ -315,8 +317,49 @@ async function startRedrive(dryRun, body) {
   if (!body && rate > 0) request.rate = rate;
   let started;
   try { started = await api("POST", "api/redrives", request); } catch (e) { say(e.message, true); return; }
+  if (started.request) { asked(started.request); return; }
   say((dryRun ? "Dry run " : "Redrive ") + started.id + " started.");
   watchRedrive(started.id);
+}
+
+// A redrive or discard that waits for a second operator.
+function asked(r) {
+  say("A " + r.action + " of " + r.count + " dead letters waits for another operator's approval (request " + r.id + ").");
+}
+
+async function loadRequests() {
+  let data;
+  try { data = await api("GET", "api/requests"); } catch (e) { say(e.message, true); return; }
+  const body = $("requests-table").tBodies[0];
+  body.textContent = "";
+  const wanted = new URLSearchParams(location.search).get("request");
+  for (const r of data.requests) {
+    const tr = el("tr", undefined, "request " + r.state);
+    tr.dataset.id = r.id;
+    if (r.id === wanted) tr.classList.add("wanted");
+    tr.append(el("td", when(r.requested_at)), el("td", r.action + (r.edited ? " (edited)" : "")), el("td", r.requested_by), el("td", r.dlq_topic),
+      el("td", r.filter || "(none)", "filter"), el("td", r.destination || ""), el("td", r.count, "n"), el("td", r.reason || ""),
+      el("td", r.state + (r.decided_by ? " by " + r.decided_by : "") + (r.decision_reason ? ": " + r.decision_reason : "")));
+    const cell = el("td");
+    if (r.yours_to_decide) {
+      for (const [label, decision] of [["Approve", "approve"], ["Reject", "reject"]]) {
+        const b = el("button", label);
+        b.className = decision;
+        b.addEventListener("click", async () => {
+          const reason = $("decision-reason").value.trim();
+          try {
+            const d = await api("POST", "api/requests/" + encodeURIComponent(r.id) + "/" + decision, { reason });
+            const done = d.carried_out;
+            say("Request " + r.id + " " + d.state + (done && done.redrive ? ": redrive " + done.redrive + " started." : done && done.discarded !== undefined ? ": " + done.discarded + " dead letters discarded." : "."));
+            if (done && done.redrive) { show("letters"); watchRedrive(done.redrive); } else loadRequests();
+          } catch (e) { say(e.message, true); }
+        });
+        cell.append(b);
+      }
+    }
+    tr.append(cell);
+    body.append(tr);
+  }
 }
 
 function watchRedrive(id) {
@@ -368,6 +411,7 @@ async function discard() {
   if (!reason) { say("Say why they need no redrive: the reason goes into the audit.", true); return; }
   try {
     const r = await api("POST", "api/discards", { filter: selectionFilter(), reason });
+    if (r.request) { asked(r.request); return; }
     say("Discarded " + r.discarded + " dead letters (" + r.run + "); restore them from the history.");
     $("discard-reason").value = "";
     state.selection.clear();
