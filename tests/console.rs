@@ -1222,6 +1222,234 @@ async fn a_second_operator_approves_exactly_the_frozen_selection() {
     );
 }
 
+/// Bulk fix then redrive: a merge patch previewed in the page over every outstanding dead
+/// letter of a DLT (changed, unchanged and failed counted, the first ones before and after),
+/// then redriven: each changed payload is exactly the patched JSON, each unchanged one goes
+/// byte for byte as it was, the ones the patch fails on stay behind, and the audit's digests
+/// are those of the payloads before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_fix_is_previewed_then_redriven_with_exactly_the_patched_payloads() {
+    let brokers = brokers();
+    let source = unique("payments");
+    let dlq = format!("{source}-dlt");
+    let target = unique("payments-fixed");
+    create_topic(&brokers, &dlq, 1).await;
+    create_topic(&brokers, &target, 1).await;
+    // 40 to fix, 8 already right (odd spacing: sent as they are), 2 that are not JSON.
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    for i in 0..50 {
+        payloads.push(
+            match i % 25 {
+                0..20 => {
+                    format!(r#"{{"order":{i},"currency":"eur","amount":"1.50","legacy":true}}"#)
+                }
+                20..24 => format!(r#"{{ "order" : {i}, "currency" : "EUR" }}"#),
+                _ => format!("not json <{i}>"),
+            }
+            .into_bytes(),
+        );
+    }
+    let letters: Vec<Out> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let record =
+                kafka_dlq::Record::new(source.clone(), 0, i as i64).with_payload(p.clone());
+            let letter = kafka_dlq::dlq::Envelope::new(
+                &record,
+                kafka_dlq::DeadLetterKind::Permanent,
+                "currency must be upper case",
+                1,
+                "payments-api",
+            );
+            Out {
+                partition: 0,
+                key: None,
+                value: Some(letter.to_vec()),
+                headers: vec![],
+            }
+        })
+        .collect();
+    produce(&brokers, &dlq, letters).await;
+    let (_console, base) = console(&dlq, "", &[]).await;
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| {
+        row(rows, "permanent: currency").is_some_and(|r| r["count"] == 50)
+    })
+    .await;
+    let patch = json!({"currency": "EUR", "legacy": null});
+
+    // The preview, in the page.
+    let browser = browser::Browser::start().await;
+    browser.sign_in(&base, OPERATOR, "alice (operator)").await;
+    browser
+        .open(&format!(
+            "{base}/?dlq_topic={dlq}&where={}",
+            urlencode("kind == 'permanent'")
+        ))
+        .await;
+    browser.wait_count("#letters-table tbody tr", 50).await;
+    browser.type_into("#fix-text", &patch.to_string()).await;
+    browser.click("#fix-preview").await;
+    let counts = browser
+        .wait_text("#fix-counts", |t| t.contains("changed"))
+        .await;
+    assert!(
+        counts.contains("50 outstanding") && counts.contains("40 changed, 8 unchanged, 2 failed"),
+        "{counts}"
+    );
+    assert_eq!(browser.count("#fix-table tbody tr").await, 20);
+    assert!(
+        browser.count("#fix-table span.changed").await > 0,
+        "the changed lines are marked"
+    );
+    browser.quit().await;
+    // The same through the API: every outstanding one counted, the first shown.
+    let (status, p) = api
+        .post(
+            "/api/transforms/preview",
+            As::Bearer(VIEWER),
+            json!({ "filter": { "dlq_topic": dlq }, "transform": { "merge_patch": patch }, "limit": 50 }),
+        )
+        .await;
+    assert_eq!(status, 403, "a viewer without payloads sees none: {p}");
+    let (status, p) = api
+        .post(
+            "/api/transforms/preview",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlq }, "transform": { "merge_patch": patch }, "limit": 50 }),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    assert_eq!(
+        (
+            p["changed"].as_u64(),
+            p["unchanged"].as_u64(),
+            p["failed"].as_u64()
+        ),
+        (Some(40), Some(8), Some(2)),
+        "{p}"
+    );
+    let first = &p["records"][0];
+    assert_eq!(first["state"], "changed");
+    assert!(
+        first["before"].as_str().unwrap().contains("\"eur\""),
+        "{first}"
+    );
+    assert!(
+        first["after"].as_str().unwrap().contains("\"EUR\""),
+        "{first}"
+    );
+    assert!(
+        !first["after"].as_str().unwrap().contains("legacy"),
+        "{first}"
+    );
+    let failed = p["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["state"] == "failed")
+        .unwrap();
+    assert!(
+        failed["why"].as_str().unwrap().contains("not JSON"),
+        "{failed}"
+    );
+    // Nothing was sent by a preview.
+    assert!(read_all(&brokers, &target).is_empty());
+
+    // The redrive with the fix.
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlq }, "destination": { "topic": target }, "transform": { "merge_patch": patch } }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let done = api.redrive_end(v["id"].as_str().unwrap()).await;
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(
+        (done["sent"].as_u64(), done["failed"].as_u64()),
+        (Some(48), Some(2)),
+        "{done}"
+    );
+    let summary = &done["transform"];
+    assert_eq!(
+        (
+            summary["changed"].as_u64(),
+            summary["unchanged"].as_u64(),
+            summary["failed"].as_u64()
+        ),
+        (Some(40), Some(8), Some(2)),
+        "{done}"
+    );
+    // Byte-exact: the patched JSON, or the original bytes.
+    let sent = read_committed(&brokers, &target, 48);
+    let mut expected_after = openssl::sha::Sha256::new();
+    let mut expected_before = openssl::sha::Sha256::new();
+    let feed = |h: &mut openssl::sha::Sha256, b: &[u8]| {
+        h.update(&(b.len() as u64).to_be_bytes());
+        h.update(b);
+    };
+    let mut sent_iter = sent.iter();
+    for original in &payloads {
+        feed(&mut expected_before, original);
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(original) else {
+            continue;
+        };
+        let wanted = if value["currency"] == "EUR" && value.get("legacy").is_none() {
+            original.clone()
+        } else {
+            value["currency"] = json!("EUR");
+            value.as_object_mut().unwrap().remove("legacy");
+            serde_json::to_vec(&value).unwrap()
+        };
+        feed(&mut expected_after, &wanted);
+        let got = sent_iter.next().expect("a record for each one fixed");
+        assert_eq!(
+            rdkafka::Message::payload(got).unwrap(),
+            wanted.as_slice(),
+            "{}",
+            String::from_utf8_lossy(&wanted)
+        );
+    }
+    let hex = |h: openssl::sha::Sha256| {
+        h.finish()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    assert_eq!(summary["before_sha256"], hex(expected_before), "{summary}");
+    assert_eq!(summary["after_sha256"], hex(expected_after), "{summary}");
+    // The audit keeps the transformation and its digests; the two it failed on stay outstanding.
+    let (_, history) = api.get("/api/history", As::Bearer(VIEWER)).await;
+    let run = history["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "replay")
+        .unwrap();
+    assert_eq!(
+        run["transform"]["transform"],
+        json!({ "merge_patch": patch }),
+        "{run}"
+    );
+    assert_eq!(run["transform"]["after_sha256"], summary["after_sha256"]);
+    assert!(
+        eventually_async(WAIT, || async {
+            let (_, left) = api
+                .get(
+                    &format!("/api/dead-letters?dlq_topic={dlq}"),
+                    As::Bearer(VIEWER),
+                )
+                .await;
+            left["dead_letters"].as_array().map(Vec::len) == Some(2)
+        })
+        .await,
+        "the two the fix failed on are still outstanding"
+    );
+}
+
 /// Where the login app the provider sent the browser to lives.
 async fn idp_app(browser: &browser::Browser) -> String {
     let url = browser.url().await;

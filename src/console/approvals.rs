@@ -62,6 +62,7 @@ impl Requested {
             "rate": asked.and_then(|x| x.rate),
             "count": asked.map(|x| x.count),
             "edited": a.edit.is_some(),
+            "transform": asked.and_then(|x| x.transform.as_ref()),
             "reason": a.reason,
             "requested_by": a.operator,
             "requested_at": a.started,
@@ -143,6 +144,7 @@ mod tests {
             action: Action::Replay,
             rate: Some(50),
             count: 20_000,
+            transform: None,
         });
         let other = run(Action::Request, "q2", "console:alice", None);
         let runs = vec![

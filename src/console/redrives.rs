@@ -42,6 +42,8 @@ pub struct Request {
     pub operator: String,
     /// The approved request it carries out.
     pub request: Option<String>,
+    /// A bulk fix applied to each payload.
+    pub transform: Option<crate::replay::transform::Transform>,
 }
 
 /// Where a redrive is.
@@ -117,6 +119,9 @@ pub struct Progress {
     pub preview: Vec<Planned>,
     /// The audit run ids of its runs (a pause and a resume make two).
     pub runs: Vec<String>,
+    /// With a bulk transformation: what it did in the last run (changed, unchanged, failed,
+    /// and the digests of the payloads before and after).
+    pub transform: Option<crate::replay::transform::TransformSummary>,
 }
 
 struct Redrive {
@@ -220,6 +225,7 @@ impl Redrives {
                 problems: Vec::new(),
                 destinations: BTreeMap::new(),
                 preview: Vec::new(),
+                transform: None,
                 runs: Vec::new(),
             }),
             request,
@@ -340,6 +346,7 @@ impl Redrives {
             librdkafka: self.config.librdkafka.clone(),
             edit: r.edit.clone(),
             request: r.request.clone(),
+            transform: r.transform.clone(),
             ..ReplayOptions::new(&self.config.brokers, &r.dlq_topic)
         }
     }
@@ -382,6 +389,10 @@ impl Redrives {
                     return;
                 }
                 Ok(report) => {
+                    if report.transform.is_some() {
+                        redrive.progress.lock().expect("progress").transform =
+                            report.transform.clone();
+                    }
                     if let Some(run) = report.run {
                         redrive.progress.lock().expect("progress").runs.push(run);
                     }

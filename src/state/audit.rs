@@ -122,6 +122,9 @@ pub struct Asked {
     pub rate: Option<u32>,
     /// The dead letters its selection held when it was asked.
     pub count: u64,
+    /// A redrive's bulk transformation (`{"merge_patch": …}` or `{"expression": …}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<serde_json::Value>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -70,6 +70,7 @@ pub(super) async fn discard(
             to: String::new(),
             rate: None,
             edit: None,
+            transform: None,
             reason: Some(reason.chars().take(1000).collect()),
         };
         return c.ask_for(&caller, ask, frozen).await;

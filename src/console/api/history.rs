@@ -18,7 +18,7 @@ pub(super) fn history_json(r: &ReplayRun) -> serde_json::Value {
         "ended": r.ended, "scanned": r.scanned, "replayed": r.replayed, "refused": r.refused,
         "passed_over": r.passed_over, "interrupted": r.interrupted, "error": r.error,
         "reason": r.reason, "restores": r.restores, "edited": r.edit.is_some(),
-        "request": r.request, "asked": r.asked,
+        "request": r.request, "asked": r.asked, "transform": r.transform,
     })
 }
 

@@ -17,6 +17,7 @@
 //! - [`redrive`]: starting, watching and steering redrives;
 //! - [`discards`]: discard and restore;
 //! - [`requests`]: requests that wait for a second operator, approved or rejected;
+//! - [`transforms`]: the dry run of a bulk fix, before and after;
 //! - [`history`]: the audit.
 
 mod dead_letters;
@@ -28,6 +29,7 @@ mod requests;
 mod selection;
 mod session;
 mod sign_on;
+mod transforms;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,6 +157,7 @@ impl Console {
             .route(&at("/api/discards"), post(discard))
             .route(&at("/api/discards/{run}/restore"), post(restore))
             .route(&at("/api/requests"), get(requests::list))
+            .route(&at("/api/transforms/preview"), post(transforms::preview))
             .route(&at("/api/requests/{id}/{decision}"), post(requests::decide))
             .route(&at("/api/history"), get(history))
             // Innermost first: the role from the headers, then the body's limit, the time
@@ -180,6 +183,7 @@ fn least_role(method: &Method, route: &str) -> Option<Role> {
     match (method.as_str(), route) {
         (_, "/api/session") => None,
         ("POST", "/api/redrives") => Some(Role::Viewer),
+        ("POST", "/api/transforms/preview") => Some(Role::Viewer),
         ("GET", _) | ("HEAD", _) => Some(Role::Viewer),
         _ => Some(Role::Operator),
     }

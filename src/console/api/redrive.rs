@@ -13,6 +13,7 @@ use super::{error, redrive_error, Console};
 use crate::console::access::Role;
 use crate::console::redrives::{Control, RedriveError, Request};
 use crate::replay::audit;
+use crate::replay::transform::Transform;
 use crate::replay::Destination;
 
 /// `POST /api/redrives`.
@@ -41,6 +42,10 @@ pub(super) struct RedriveBody {
     /// Why: kept with a request that waits for approval (and shown to the approver).
     #[serde(default)]
     reason: Option<String>,
+    /// A bulk fix applied to each payload before it is sent: `{"merge_patch": …}` or
+    /// `{"expression": "…"}` (docs/console.md, "Bulk fix then redrive").
+    #[serde(default)]
+    transform: Option<Transform>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +63,12 @@ pub(super) async fn start_redrive(
 ) -> Response {
     let editing =
         body.payload.is_some() || body.payload_base64.is_some() || body.payload_json.is_some();
+    if editing && body.transform.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "transform: give an edited payload or a transformation, not both",
+        );
+    }
     // A dry run sends nothing: a viewer may ask what a redrive would do.
     let needs = match body.dry_run && !editing {
         true => Role::Viewer,
@@ -243,6 +254,7 @@ pub(super) async fn start_redrive(
         edit,
         operator: Console::operator(&caller),
         request: None,
+        transform: body.transform,
     };
     if let Destination::Topic(to) = &request.destination {
         let options = c.redrives.options(&request);
@@ -269,6 +281,7 @@ pub(super) async fn start_redrive(
                 to,
                 rate: request.rate,
                 edit: request.edit,
+                transform: request.transform,
                 reason: body.reason,
             };
             return c.ask_for(&caller, ask, frozen).await;

@@ -17,6 +17,7 @@ use crate::console::approvals::{self, NotYours, Requested};
 use crate::console::redrives::Request;
 use crate::dlq_reader::Filter;
 use crate::replay::audit::{Action, Asked, Edit, ReplayRun};
+use crate::replay::transform::Transform;
 use crate::replay::Destination;
 
 /// A redrive or discard as asked, before it is done or waits for approval.
@@ -30,6 +31,7 @@ pub(super) struct Ask {
     pub to: String,
     pub rate: Option<u32>,
     pub edit: Option<Edit>,
+    pub transform: Option<Transform>,
     pub reason: Option<String>,
 }
 
@@ -110,6 +112,9 @@ impl Console {
             action: ask.action,
             rate: ask.rate,
             count: frozen.count,
+            transform: ask
+                .transform
+                .map(|t| serde_json::to_value(t).expect("a transformation serializes")),
         });
         if let Err(r) = self.record(&run).await {
             return r;
@@ -388,6 +393,17 @@ async fn carry_out(c: &Console, r: &Requested) -> Result<serde_json::Value, Resp
                 edit: a.edit.clone(),
                 operator: a.operator.clone(),
                 request: Some(a.run.clone()),
+                transform: match a.asked.as_ref().and_then(|x| x.transform.clone()) {
+                    None => None,
+                    Some(t) => Some(serde_json::from_value(t).map_err(|e| {
+                        error(
+                            StatusCode::CONFLICT,
+                            format!(
+                                "this request's transformation no longer reads: {e}; ask again"
+                            ),
+                        )
+                    })?),
+                },
             };
             match c.redrives.start(request, None) {
                 Ok(id) => Ok(json!({ "redrive": id })),

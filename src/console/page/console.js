@@ -311,6 +311,52 @@ function destination() {
   return d === "topic" ? { topic: $("destination-topic").value } : d;
 }
 
+// The transformation the fix form holds, or null (said why) when it does not read.
+function fixTransform() {
+  const text = $("fix-text").value.trim();
+  if ($("fix-kind").value === "expression") return text ? { expression: text } : null;
+  try { return { merge_patch: JSON.parse(text) }; }
+  catch (e) { say("The merge patch is not JSON: " + e.message, true); return null; }
+}
+
+// Before and after, line by line: the lines that differ marked.
+function diffCells(before, after) {
+  const a = (before || "").split("\n"), b = (after === null || after === undefined ? before || "" : after).split("\n");
+  const cell = (lines, other) => {
+    const pre = el("pre", undefined, "diff");
+    lines.forEach((line, i) => pre.append(el("span", line + "\n", other[i] === line ? "same" : "changed")));
+    const td = el("td");
+    td.append(pre);
+    return td;
+  };
+  return [cell(a, b), cell(b, a)];
+}
+
+async function previewFix() {
+  const transform = fixTransform();
+  if (!transform) return;
+  let p;
+  try { p = await api("POST", "api/transforms/preview", { filter: selectionFilter(), transform }); } catch (e) { say(e.message, true); return; }
+  $("fix-counts").textContent = vis(p.count + " outstanding dead letters: " + p.changed + " changed, " + p.unchanged + " unchanged, " + p.failed + " failed (not sent) · read in " + p.elapsed_ms + " ms");
+  const body = $("fix-table").tBodies[0];
+  body.textContent = "";
+  for (const r of p.records) {
+    const tr = el("tr", undefined, "fix " + r.state);
+    tr.append(el("td", r.id), el("td", r.state + (r.why ? ": " + r.why : "")), ...diffCells(r.before, r.after));
+    body.append(tr);
+  }
+  $("fix-table").hidden = p.records.length === 0;
+}
+
+async function redriveFix() {
+  const transform = fixTransform();
+  if (!transform) return;
+  const request = { filter: selectionFilter(), destination: destination(), transform };
+  const rate = parseInt($("rate").value, 10);
+  if (rate > 0) request.rate = rate;
+  await startRedrive(false, request);
+}
+
 async function startRedrive(dryRun, body) {
   const request = body || { filter: selectionFilter(), destination: destination(), dry_run: dryRun };
   const rate = parseInt($("rate").value, 10);
@@ -376,7 +422,7 @@ function watchRedrive(id) {
     const bar = $("progress-bar");
     bar.max = Math.max(1, p.total);
     bar.value = Math.min(p.scanned, bar.max);
-    $("progress-counts").textContent = vis("read " + p.scanned + " of " + p.total + " · " + (p.dry_run ? "would send " : "sent ") + p.sent +
+    $("progress-counts").textContent = vis((p.transform ? "fix: " + p.transform.changed + " changed, " + p.transform.unchanged + " unchanged, " + p.transform.failed + " failed · " : "") + "read " + p.scanned + " of " + p.total + " · " + (p.dry_run ? "would send " : "sent ") + p.sent +
       " · refused " + p.refused + " · failed " + p.failed + (Object.keys(p.destinations).length ? " · to " + Object.entries(p.destinations).map(([t, n]) => t + ": " + n).join(", ") : "") +
       (p.rate ? " · at most " + p.rate + "/s" : ""));
     const problems = $("progress-problems");
@@ -496,6 +542,8 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("discard").addEventListener("click", discard);
   $("export").addEventListener("click", exportLines);
   $("edit-redrive").addEventListener("click", editRedrive);
+  $("fix-preview").addEventListener("click", previewFix);
+  $("fix-redrive").addEventListener("click", redriveFix);
   $("pause").addEventListener("click", () => control("pause"));
   $("resume").addEventListener("click", () => control("resume"));
   $("cancel").addEventListener("click", () => control("cancel"));
