@@ -1450,6 +1450,82 @@ async fn a_bulk_fix_is_previewed_then_redriven_with_exactly_the_patched_payloads
     );
 }
 
+/// Saved views: a viewer names the filter on the page, everyone sees it in the list (from the
+/// audit topic, so any replica does), its link opens the same dead letters, and whoever saved
+/// it or an operator deletes it; a view whose filter does not read is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_view_is_shared_and_opens_the_same_dead_letters() {
+    let dlt = dead_letters(&["perm-1", "perm-2", "always-1"]).await;
+    let (_console, base) = console(&dlt.dlq, "", &[]).await;
+    let api = Api::new(&base);
+    api.inbox_until("", |rows| row(rows, PERMANENT).is_some())
+        .await;
+    let expression = "kind == 'permanent' && payload.startsWith('perm-')";
+    let browser = browser::Browser::start().await;
+    browser.sign_in(&base, VIEWER, "victor (viewer)").await;
+    browser
+        .open(&format!(
+            "{base}/?dlq_topic={}&where={}",
+            dlt.dlq,
+            urlencode(expression)
+        ))
+        .await;
+    browser.wait_count("#letters-table tbody tr", 2).await;
+    browser.type_into("#view-name", "billing rejects").await;
+    browser.click("#view-save").await;
+    let said = browser
+        .wait_text("#message", |t| t.contains("Saved the view"))
+        .await;
+    assert!(said.contains("letters=1"), "{said}");
+    let (status, v) = api.get("/api/views", As::Bearer(OPERATOR)).await;
+    assert_eq!(status, 200, "{v}");
+    let view = v["views"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "billing rejects")
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    assert_eq!(view["saved_by"], "console:victor");
+    let link = format!("{base}/?{}&letters=1", view["query"].as_str().unwrap());
+    // Its link, opened afresh, shows the same dead letters.
+    browser.open(&link).await;
+    browser.wait_count("#letters-table tbody tr", 2).await;
+    let shown = browser
+        .run("return document.querySelector('#where').value;", json!([]))
+        .await;
+    assert_eq!(shown, expression);
+    browser.quit().await;
+    // A filter that does not read is not saved.
+    let (status, v) = api
+        .post(
+            "/api/views",
+            As::Bearer(VIEWER),
+            json!({ "name": "broken", "query": "where=kind%20%3D%3D" }),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("where"), "{v}");
+    // An operator deletes it; then it is gone for everyone.
+    let (status, v) = api
+        .send_delete("/api/views/billing%20rejects", As::Bearer(OPERATOR))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (_, v) = api.get("/api/views", As::Bearer(VIEWER)).await;
+    assert!(
+        v["views"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["name"] != "billing rejects"),
+        "{v}"
+    );
+    let (status, _) = api
+        .send_delete("/api/views/billing%20rejects", As::Bearer(OPERATOR))
+        .await;
+    assert_eq!(status, 404);
+}
+
 /// Where the login app the provider sent the browser to lives.
 async fn idp_app(browser: &browser::Browser) -> String {
     let url = browser.url().await;

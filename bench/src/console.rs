@@ -1,8 +1,9 @@
 //! The console at scale: `kafka-dlq console` started on a DLT of N dead letters (50 causes),
 //! the time until its inbox holds them all (built by streaming the DLT from the replay
 //! position), the time until 1,000 more written afterwards are in it too (read as they
-//! arrive, without building again), and the peak RSS of its process (the kernel's VmHWM), each
-//! over several starts.
+//! arrive, without building again), the time a bulk fix's preview takes over all of them (a
+//! merge patch applied to every payload, `POST /api/transforms/preview`), and the peak RSS of
+//! its process (the kernel's VmHWM, the preview included), each over several starts.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -56,8 +57,8 @@ pub async fn measure(
     kafka_dlq: &Path,
     options: &[String],
 ) -> anyhow::Result<()> {
-    println!("| dead letters | first inbox | 1,000 more in it | peak RSS |");
-    println!("|---:|---:|---:|---:|");
+    println!("| dead letters | first inbox | 1,000 more in it | fix preview over all | peak RSS |");
+    println!("|---:|---:|---:|---:|---:|");
     for &size in sizes {
         let run = chrono::Utc::now().format("%H%M%S").to_string();
         let source = format!("console-{size}-{run}");
@@ -74,18 +75,21 @@ pub async fn measure(
             },
         )
         .await?;
-        let (mut first, mut more, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut first, mut more, mut fix, mut rss) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut written = size;
         for _ in 0..runs {
             let figures = start(brokers, &dlq, &source, kafka_dlq, options, &mut written).await?;
             first.push(figures.0);
             more.push(figures.1);
-            rss.push(figures.2);
+            fix.push(figures.2);
+            rss.push(figures.3);
         }
         println!(
-            "| {size} | {} s | {} s | {} MB |",
+            "| {size} | {} s | {} s | {} s | {} MB |",
             spread(&first, 2),
             spread(&more, 2),
+            spread(&fix, 2),
             spread(&rss, 0)
         );
         topic::delete(brokers, &[dlq]).await?;
@@ -94,7 +98,8 @@ pub async fn measure(
 }
 
 /// One start of the console on `dlq` (holding `written` dead letters): seconds to the first
-/// complete inbox, seconds until 1,000 written afterwards are in it, peak RSS in MB.
+/// complete inbox, seconds until 1,000 written afterwards are in it, seconds a fix's preview
+/// over all of them takes, peak RSS in MB.
 async fn start(
     brokers: &str,
     dlq: &str,
@@ -102,7 +107,7 @@ async fn start(
     kafka_dlq: &Path,
     options: &[String],
     written: &mut u64,
-) -> anyhow::Result<(f64, f64, f64)> {
+) -> anyhow::Result<(f64, f64, f64, f64)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -116,6 +121,7 @@ async fn start(
             dlq,
             "--anonymous",
             "viewer",
+            "--show-payloads",
         ])
         .args([
             "--listen",
@@ -146,9 +152,49 @@ async fn start(
     *written += LATER;
     wait_for(port, *written, Duration::from_secs(120)).await?;
     let more = produced.elapsed().as_secs_f64();
+    let asked = Instant::now();
+    let preview = post(
+        port,
+        "/api/transforms/preview",
+        &serde_json::json!({
+            "filter": { "dlq_topic": dlq },
+            "transform": { "merge_patch": { "pad": null, "fixed": true } },
+        }),
+    )
+    .await?;
+    let fix = asked.elapsed().as_secs_f64();
+    if preview["changed"].as_u64() != Some(*written) {
+        bail!(
+            "the preview changed {} of {written}: {preview}",
+            preview["changed"]
+        );
+    }
     let rss = peak_rss_mb(pid)?;
     child.kill().await?;
-    Ok((first, more, rss))
+    Ok((first, more, fix, rss))
+}
+
+/// `POST path` with `body`, over a plain HTTP/1.1 connection: the JSON answer.
+async fn post(
+    port: u16,
+    path: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let text = String::from_utf8_lossy(&answer);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    Ok(serde_json::from_str(body)?)
 }
 
 /// Waits until the console on `port` says its inbox is current with `outstanding` dead letters.

@@ -17,7 +17,9 @@
 use chrono::{DateTime, SubsecRound, Utc};
 
 use super::ReplayReport;
-pub use crate::state::audit::{append, history, sha256_hex, Action, Asked, Audit, Edit, ReplayRun};
+pub use crate::state::audit::{
+    append, history, sha256_hex, Action, Asked, Audit, Edit, ReplayRun, SavedView,
+};
 pub use crate::state::DEFAULT_AUDIT_TOPIC;
 
 /// Header: the id of the replay run that sent the record.
@@ -72,6 +74,7 @@ impl ReplayRun {
             request: options.request.clone(),
             asked: None,
             transform: r.transform.clone(),
+            view: None,
         }
     }
 }

@@ -92,6 +92,19 @@ pub struct ReplayRun {
     /// A bulk fix: the transformation, and what it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transform: Option<TransformSummary>,
+    /// A saved view, or the one deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<SavedView>,
+}
+
+/// A named filter the console's people share: its name and the query string of the console's
+/// filter (`dlq_topic=…&kind=…&where=…`), which is also its link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedView {
+    /// Its name.
+    pub name: String,
+    /// The filter, as the page's query string.
+    pub query: String,
 }
 
 /// What a bulk transformation did over a run.
@@ -149,6 +162,10 @@ pub enum Action {
     Approve,
     /// Rejected the request `request`: nothing was done.
     Reject,
+    /// Saved a named filter (`view`) for everyone to open; changes no dead letter.
+    SaveView,
+    /// Deleted the saved view `view.name`.
+    DeleteView,
 }
 
 impl Action {
@@ -161,6 +178,8 @@ impl Action {
             Action::Request => "request",
             Action::Approve => "approve",
             Action::Reject => "reject",
+            Action::SaveView => "save_view",
+            Action::DeleteView => "delete_view",
         }
     }
 }
@@ -244,6 +263,7 @@ impl ReplayRun {
             request: None,
             asked: None,
             transform: None,
+            view: None,
         }
     }
 }

@@ -234,6 +234,11 @@ impl Api {
         (s, v)
     }
 
+    pub async fn send_delete(&self, path: &str, who: As<'_>) -> (u16, Value) {
+        let (s, v, _) = self.send(reqwest::Method::DELETE, path, who, None).await;
+        (s, v)
+    }
+
     /// Signs in with `token`: the session cookie and the CSRF token.
     pub async fn sign_in(&self, token: &str) -> (String, String) {
         let (status, v, headers) = self

@@ -18,6 +18,7 @@
 //! - [`discards`]: discard and restore;
 //! - [`requests`]: requests that wait for a second operator, approved or rejected;
 //! - [`transforms`]: the dry run of a bulk fix, before and after;
+//! - [`views`]: saved views, named filters shared by their links;
 //! - [`history`]: the audit.
 
 mod dead_letters;
@@ -30,6 +31,7 @@ mod selection;
 mod session;
 mod sign_on;
 mod transforms;
+mod views;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,6 +160,11 @@ impl Console {
             .route(&at("/api/discards/{run}/restore"), post(restore))
             .route(&at("/api/requests"), get(requests::list))
             .route(&at("/api/transforms/preview"), post(transforms::preview))
+            .route(&at("/api/views"), get(views::list).post(views::save))
+            .route(
+                &at("/api/views/{name}"),
+                axum::routing::delete(views::delete),
+            )
             .route(&at("/api/requests/{id}/{decision}"), post(requests::decide))
             .route(&at("/api/history"), get(history))
             // Innermost first: the role from the headers, then the body's limit, the time
@@ -184,6 +191,9 @@ fn least_role(method: &Method, route: &str) -> Option<Role> {
         (_, "/api/session") => None,
         ("POST", "/api/redrives") => Some(Role::Viewer),
         ("POST", "/api/transforms/preview") => Some(Role::Viewer),
+        // Saved views change no dead letter: a viewer may save one, and delete their own.
+        ("POST", "/api/views") => Some(Role::Viewer),
+        ("DELETE", r) if r.starts_with("/api/views/") => Some(Role::Viewer),
         ("GET", _) | ("HEAD", _) => Some(Role::Viewer),
         _ => Some(Role::Operator),
     }

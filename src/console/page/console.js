@@ -99,7 +99,7 @@ function started(s) {
   }
   for (const input of $("inbox-filter").elements) if (input.name && filter[input.name]) input.value = filter[input.name];
   if (params.get("request")) { show("requests"); }
-  else if (filter.fingerprint || filter.where) { openLetters(filter); } else { show("inbox"); }
+  else if (filter.fingerprint || filter.where || params.get("letters")) { openLetters(filter); } else { show("inbox"); }
 }
 
 function show(tab) {
@@ -166,7 +166,33 @@ async function openLetters(filter) {
   chosen.append(el("span", "Filter: "));
   for (const [k, v] of Object.entries(filter)) if (k !== "where") chosen.append(el("code", k + " = " + v));
   $("where").value = filter.where || "";
+  loadViews();
   await loadLetters();
+}
+
+// Saved views: each is a link, the filter in its query string.
+async function loadViews() {
+  let data;
+  try { data = await api("GET", "api/views"); } catch (e) { return; }
+  const select = $("views");
+  while (select.options.length > 1) select.remove(1);
+  for (const v of data.views) {
+    const o = el("option", v.name + " (" + v.saved_by + ")");
+    o.value = v.query;
+    select.append(o);
+  }
+}
+
+async function saveView(e) {
+  e.preventDefault();
+  const name = $("view-name").value.trim();
+  if (!name) { say("Name the view.", true); return; }
+  try {
+    const v = await api("POST", "api/views", { name, query: query(state.filter) });
+    $("view-name").value = "";
+    say("Saved the view " + v.name + ": " + location.origin + location.pathname + "?" + v.query + "&letters=1");
+    loadViews();
+  } catch (err) { say(err.message, true); }
 }
 
 // The expression narrows the letters shown and every action on them; an empty one is none.
@@ -543,6 +569,8 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("export").addEventListener("click", exportLines);
   $("edit-redrive").addEventListener("click", editRedrive);
   $("fix-preview").addEventListener("click", previewFix);
+  $("views-form").addEventListener("submit", saveView);
+  $("views").addEventListener("change", () => { if ($("views").value) location.search = "?" + $("views").value + "&letters=1"; });
   $("fix-redrive").addEventListener("click", redriveFix);
   $("pause").addEventListener("click", () => control("pause"));
   $("resume").addEventListener("click", () => control("resume"));
