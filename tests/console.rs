@@ -1526,6 +1526,114 @@ async fn a_saved_view_is_shared_and_opens_the_same_dead_letters() {
     assert_eq!(status, 404);
 }
 
+/// Replicas and restarts: two consoles with the same session key open each other's sessions,
+/// a session outlives the restart of the console that opened it, a sign-out on one replica is
+/// refused on the other too (it learns it from the audit topic), and a console with another
+/// key opens none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_survive_a_restart_and_work_on_every_replica() {
+    let dlt = dead_letters(&["perm-1"]).await;
+    let brokers = brokers();
+    let key = "a-session-key-for-this-test-0123456789";
+    let with_key = ["--session-key", key];
+    let (one, base_one) = console(&dlt.dlq, "", &with_key).await;
+    let (_two, base_two) = console(&dlt.dlq, "", &with_key).await;
+    let (one_api, two_api) = (Api::new(&base_one), Api::new(&base_two));
+    two_api.inbox_until("", |rows| !rows.is_empty()).await;
+    let (cookie, csrf) = one_api.sign_in(OPERATOR).await;
+    let (status, v) = two_api
+        .get("/api/session", As::Session(&cookie, None))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["name"].as_str(), v["csrf_token"].as_str()),
+        (Some("alice"), Some(csrf.as_str()))
+    );
+    // An action on the other replica, with the session's CSRF token.
+    let (status, v) = two_api
+        .post(
+            "/api/redrives",
+            As::Session(&cookie, Some(&csrf)),
+            json!({ "filter": { "dlq_topic": dlt.dlq }, "dry_run": true }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    // The first replica restarts: the session goes on.
+    drop(one);
+    let port = base_one.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    assert!(
+        eventually(WAIT, || std::net::TcpListener::bind(("127.0.0.1", port))
+            .is_ok())
+        .await,
+        "the first replica is gone"
+    );
+    let (_one_again, _) = console_at(port, &brokers, &dlt.dlq, "", &with_key).await;
+    let (status, v) = one_api
+        .get("/api/session", As::Session(&cookie, None))
+        .await;
+    assert_eq!(status, 200, "after a restart: {v}");
+    // Another key opens nothing.
+    let (_other, base_other) = console(
+        &dlt.dlq,
+        "",
+        &["--session-key", "another-key-of-at-least-32-characters"],
+    )
+    .await;
+    let (status, _) = Api::new(&base_other)
+        .get("/api/session", As::Session(&cookie, None))
+        .await;
+    assert_eq!(status, 401);
+    // Signed out on the second replica: refused there at once, and on the first once it read
+    // the audit topic.
+    let (status, _, _) = two_api
+        .send_with_headers(
+            reqwest::Method::DELETE,
+            "/api/session",
+            As::Session(&cookie, Some(&csrf)),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        two_api
+            .get("/api/inbox", As::Session(&cookie, None))
+            .await
+            .0,
+        401
+    );
+    assert!(
+        eventually_async(WAIT, || async {
+            one_api
+                .get("/api/inbox", As::Session(&cookie, None))
+                .await
+                .0
+                == 401
+        })
+        .await,
+        "the other replica refuses the signed-out session too"
+    );
+    let (status, _) = console_cli_check(&["--session-key", "short"]);
+    assert_eq!(status, 2);
+}
+
+/// `kafka-dlq console` with `extra` flags, checked only (it fails before connecting): its exit
+/// code and stderr.
+fn console_cli_check(extra: &[&str]) -> (i32, String) {
+    let mut args = vec![
+        "console",
+        "--brokers",
+        "127.0.0.1:9",
+        "--anonymous",
+        "viewer",
+    ];
+    args.extend_from_slice(extra);
+    let (code, _, err) = cli(&args);
+    assert!(
+        err.contains("session_key") && !err.contains("short"),
+        "{err}"
+    );
+    (code, err)
+}
+
 /// Where the login app the provider sent the browser to lives.
 async fn idp_app(browser: &browser::Browser) -> String {
     let url = browser.url().await;

@@ -217,6 +217,8 @@ pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
                 "oidc_ca_location",
                 "public_url",
                 "four_eyes_above",
+                "session_key",
+                "session_key_file",
             ],
             SCHEMA_REGISTRY,
             SLACK,

@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use kafka_dlq::console::access::{parse_tokens, Access, Role};
 use kafka_dlq::console::api::Console;
 use kafka_dlq::console::grants::{Grant, Subject};
+use kafka_dlq::console::sealed_session::SessionKey;
 use kafka_dlq::console::single_sign_on::{SingleSignOn, SsoConfig};
 use kafka_dlq::console::ConsoleConfig;
 use kafka_dlq::outstanding::watch::Watch;
@@ -67,6 +68,14 @@ pub struct ConsoleArgs {
         value_delimiter = ','
     )]
     grants: Vec<String>,
+    /// The key sessions are sealed with (at least 32 characters; secret: never logged): every
+    /// replica with the same key opens the same sessions, and they survive restarts. None: a
+    /// key of the process alone.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_SESSION_KEY", hide_env_values = true)]
+    session_key: Option<String>,
+    /// A file holding the session key.
+    #[arg(long, env = "KAFKA_DLQ_CONSOLE_SESSION_KEY_FILE")]
+    session_key_file: Option<PathBuf>,
     /// Single sign-on: the OpenID Connect issuer (`https://…`; `http://` on loopback only).
     #[arg(long, env = "KAFKA_DLQ_CONSOLE_OIDC_ISSUER")]
     oidc_issuer: Option<String>,
@@ -270,7 +279,20 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
         )
         .into());
     }
-    let access = Access::new(all, anonymous).with_grants(grants);
+    let mut access = Access::new(all, anonymous).with_grants(grants);
+    let session_key = match (&args.session_key, &args.session_key_file) {
+        (Some(v), _) if !v.trim().is_empty() => Some(v.clone()),
+        (_, Some(path)) => Some(kafka_dlq::config::read_secret_file(
+            "session_key_file",
+            path,
+        )?),
+        _ => None,
+    };
+    if let Some(secret) = session_key {
+        let key = SessionKey::from_secret(&secret)
+            .map_err(|e| ConfigError::new("session_key", "<redacted>", e))?;
+        access = access.with_session_key(key);
+    }
     if access.is_closed() && sso.is_none() {
         return Err(ConfigError::new(
             "operator_token",

@@ -10,10 +10,13 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 pub use super::grants::Role;
 use super::grants::{permissions, Grant, Permission, Permissions, Subject};
+use super::sealed_session::{Holder, Sealed, SessionKey};
 
 /// A caller known: what it may do and the name the audit records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,23 +88,19 @@ pub fn parse_tokens(list: &str, role: Role) -> Result<Vec<(String, String, Role)
 
 /// How long a session lasts.
 pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
-/// Sessions kept at most; the oldest goes first.
-const MAX_SESSIONS: usize = 10_000;
+/// The largest ID token a session cookie carries (a cookie holds about 4 KB): a larger one is
+/// left out, and the provider's sign-out then goes without its hint.
+const MAX_ID_TOKEN: usize = 2048;
 
-struct Session {
-    caller: Caller,
-    csrf: String,
-    expires: Instant,
-    /// The identity provider's ID token of a single sign-on (the hint its sign-out wants).
-    id_token: Option<String>,
-}
-
-/// The tokens, the anonymous role if any, the grants, and the sessions signed in.
+/// The tokens, the anonymous role if any, the grants, the key sessions are sealed with, and
+/// the sessions signed out before they ended.
 pub struct Access {
     tokens: Vec<(String, String, Role)>,
     anonymous: Option<Role>,
     grants: Vec<Grant>,
-    sessions: Mutex<HashMap<String, Session>>,
+    key: SessionKey,
+    /// Session ids signed out, with when each would have ended (forgotten then).
+    revoked: Mutex<HashMap<String, DateTime<Utc>>>,
 }
 
 /// Someone the identity provider vouched for, whom no grant names.
@@ -114,10 +113,10 @@ pub struct NoGrant {
     pub groups: String,
 }
 
-/// A new session: its id (the cookie) and CSRF token.
+/// A new session: its cookie and CSRF token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewSession {
-    /// The session cookie's value.
+    /// The session cookie's value (the session, sealed).
     pub id: String,
     /// The token actions must carry in `X-CSRF-Token`.
     pub csrf: String,
@@ -125,21 +124,43 @@ pub struct NewSession {
     pub caller: Caller,
 }
 
+/// A session that ended by signing out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedOut {
+    /// Its id.
+    pub id: String,
+    /// Whose it was.
+    pub name: String,
+    /// When it would have ended.
+    pub expires: DateTime<Utc>,
+    /// The identity provider's ID token, for its sign-out.
+    pub id_token: Option<String>,
+}
+
 impl Access {
     /// Access by `tokens` ([`parse_tokens`]); `anonymous` is the role of a caller without
-    /// credentials (`None`: refused).
+    /// credentials (`None`: refused). Sessions are sealed with a key of this process alone
+    /// until [`Access::with_session_key`] gives one.
     pub fn new(tokens: Vec<(String, String, Role)>, anonymous: Option<Role>) -> Access {
         Access {
             tokens,
             anonymous,
             grants: Vec::new(),
-            sessions: Mutex::new(HashMap::new()),
+            key: SessionKey::random(),
+            revoked: Mutex::new(HashMap::new()),
         }
     }
 
     /// The same access with `grants` ([`super::grants`]).
     pub fn with_grants(mut self, grants: Vec<Grant>) -> Access {
         self.grants = grants;
+        self
+    }
+
+    /// The same access sealing sessions with `key`: every replica with the same key opens
+    /// them, and they survive restarts.
+    pub fn with_session_key(mut self, key: SessionKey) -> Access {
+        self.key = key;
         self
     }
 
@@ -164,20 +185,32 @@ impl Access {
             }
         }
         let (name, role) = found?;
-        let mut held = permissions(&self.grants, &[Subject::Token(name.clone())]);
+        Some(self.token_caller(name, role))
+    }
+
+    fn token_caller(&self, name: &str, role: Role) -> Caller {
+        let mut held = permissions(&self.grants, &[Subject::Token(name.to_string())]);
         if held.0.is_empty() {
             held = Permissions(vec![Permission::everywhere(role, false)]);
         }
-        Some(Caller {
-            name: name.clone(),
+        Caller {
+            name: name.to_string(),
             permissions: held,
-        })
+        }
+    }
+
+    /// What the grants give `user` of `groups` (none: empty).
+    fn person(&self, user: &str, groups: &[String]) -> Permissions {
+        let mut names = vec![Subject::Everyone, Subject::User(user.to_string())];
+        names.extend(groups.iter().map(|g| Subject::Group(g.clone())));
+        permissions(&self.grants, &names)
     }
 
     /// Signs in with `token`: a session for its caller.
     pub fn sign_in(&self, token: &str) -> Option<NewSession> {
         let caller = self.by_token(token)?;
-        Some(self.open(caller, None))
+        let holder = Holder::Token(caller.name.clone());
+        Some(self.open(caller, holder, None))
     }
 
     /// Signs in `user` of `groups`, whom the identity provider vouched for with `id_token`: a
@@ -188,9 +221,7 @@ impl Access {
         groups: &[String],
         id_token: String,
     ) -> Result<NewSession, NoGrant> {
-        let mut names = vec![Subject::Everyone, Subject::User(user.to_string())];
-        names.extend(groups.iter().map(|g| Subject::Group(g.clone())));
-        let held = permissions(&self.grants, &names);
+        let held = self.person(user, groups);
         if held.0.is_empty() {
             return Err(NoGrant {
                 user: user.to_string(),
@@ -200,59 +231,100 @@ impl Access {
                 },
             });
         }
+        // Only the groups some grant names count, and only they go into the cookie.
+        let named: Vec<String> = groups
+            .iter()
+            .filter(|g| {
+                self.grants
+                    .iter()
+                    .any(|grant| grant.subject == Subject::Group((*g).clone()))
+            })
+            .cloned()
+            .collect();
         let caller = Caller {
             name: user.to_string(),
             permissions: held,
         };
-        Ok(self.open(caller, Some(id_token)))
-    }
-
-    fn open(&self, caller: Caller, id_token: Option<String>) -> NewSession {
-        let session = NewSession {
-            id: random_token(),
-            csrf: random_token(),
-            caller: caller.clone(),
+        let holder = Holder::Person {
+            name: user.to_string(),
+            groups: named,
         };
-        let mut sessions = self.sessions.lock().expect("sessions");
-        let now = Instant::now();
-        sessions.retain(|_, s| s.expires > now);
-        if sessions.len() >= MAX_SESSIONS {
-            if let Some(oldest) = sessions
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(k, _)| k.clone())
-            {
-                sessions.remove(&oldest);
-            }
+        let hint = Some(id_token).filter(|t| t.len() <= MAX_ID_TOKEN);
+        Ok(self.open(caller, holder, hint))
+    }
+
+    fn open(&self, caller: Caller, holder: Holder, id_token: Option<String>) -> NewSession {
+        let sealed = Sealed {
+            id: random_token(),
+            holder,
+            csrf: random_token(),
+            expires: Utc::now() + chrono::Duration::from_std(SESSION_LIFETIME).expect("12 hours"),
+            id_token,
+        };
+        NewSession {
+            id: sealed.seal(&self.key),
+            csrf: sealed.csrf,
+            caller,
         }
-        sessions.insert(
-            session.id.clone(),
-            Session {
-                caller,
-                csrf: session.csrf.clone(),
-                expires: now + SESSION_LIFETIME,
-                id_token,
-            },
-        );
-        session
     }
 
-    /// Ends the session `id`; the ID token it was opened with, if it came from single sign-on.
-    pub fn sign_out(&self, id: &str) -> Option<String> {
-        self.sessions
+    /// Ends the session of cookie `cookie` here (a replica learns of it from
+    /// [`Access::revoke`]): what it was, if it was one.
+    pub fn sign_out(&self, cookie: &str) -> Option<SignedOut> {
+        let sealed = Sealed::open(cookie, &self.key, Utc::now())?;
+        self.revoke(&sealed.id, sealed.expires);
+        let name = match &sealed.holder {
+            Holder::Token(name) => name.clone(),
+            Holder::Person { name, .. } => name.clone(),
+        };
+        Some(SignedOut {
+            id: sealed.id,
+            name,
+            expires: sealed.expires,
+            id_token: sealed.id_token,
+        })
+    }
+
+    /// Session `id`, which would have ended at `expires`, is signed out: refused from now on.
+    pub fn revoke(&self, id: &str, expires: DateTime<Utc>) {
+        let mut revoked = self.revoked.lock().expect("revoked");
+        let now = Utc::now();
+        revoked.retain(|_, until| *until > now);
+        if expires > now {
+            revoked.insert(id.to_string(), expires);
+        }
+    }
+
+    /// The session cookie `cookie`'s caller (as the grants in force say) and CSRF token,
+    /// while it lasts: not ended, not signed out, its token still listed and its person still
+    /// granted something.
+    pub fn session(&self, cookie: &str) -> Option<(Caller, String)> {
+        let sealed = Sealed::open(cookie, &self.key, Utc::now())?;
+        if self
+            .revoked
             .lock()
-            .expect("sessions")
-            .remove(id)
-            .and_then(|s| s.id_token)
-    }
-
-    /// The session `id`'s caller and CSRF token, while it lasts.
-    pub fn session(&self, id: &str) -> Option<(Caller, String)> {
-        let sessions = self.sessions.lock().expect("sessions");
-        sessions
-            .get(id)
-            .filter(|s| s.expires > Instant::now())
-            .map(|s| (s.caller.clone(), s.csrf.clone()))
+            .expect("revoked")
+            .contains_key(&sealed.id)
+        {
+            return None;
+        }
+        let caller = match &sealed.holder {
+            Holder::Token(name) => {
+                let (_, _, role) = self.tokens.iter().find(|(n, _, _)| n == name)?;
+                self.token_caller(name, *role)
+            }
+            Holder::Person { name, groups } => {
+                let held = self.person(name, groups);
+                if held.0.is_empty() {
+                    return None;
+                }
+                Caller {
+                    name: name.clone(),
+                    permissions: held,
+                }
+            }
+        };
+        Some((caller, sealed.csrf))
     }
 
     /// Who is calling and whether they may: `bearer` is the `Authorization: Bearer` token,
@@ -407,8 +479,12 @@ mod tests {
             .unwrap_err();
         assert!(nobody.to_string().contains("interns"), "{nobody}");
         // Signing out gives back the ID token the provider's sign-out wants.
-        assert_eq!(a.sign_out(&erin.id).as_deref(), Some("t"));
-        assert_eq!(a.sign_out(&a.sign_in(V).unwrap().id), None);
+        assert_eq!(a.sign_out(&erin.id).unwrap().id_token.as_deref(), Some("t"));
+        assert_eq!(
+            a.sign_out(&a.sign_in(V).unwrap().id).unwrap().id_token,
+            None
+        );
+        assert!(a.session(&erin.id).is_none(), "signed out");
     }
 
     #[test]

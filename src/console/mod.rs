@@ -18,6 +18,7 @@ pub mod grants;
 pub mod limits;
 pub mod payload;
 pub mod redrives;
+pub mod sealed_session;
 pub mod single_sign_on;
 
 use crate::kafka::ClientOptions;

@@ -166,6 +166,9 @@ pub enum Action {
     SaveView,
     /// Deleted the saved view `view.name`.
     DeleteView,
+    /// Ended the console session `request` (an id) before its end, `ended`: every replica
+    /// refuses it from then on.
+    SignOut,
 }
 
 impl Action {
@@ -180,6 +183,7 @@ impl Action {
             Action::Reject => "reject",
             Action::SaveView => "save_view",
             Action::DeleteView => "delete_view",
+            Action::SignOut => "sign_out",
         }
     }
 }

@@ -234,6 +234,15 @@ impl Api {
         (s, v)
     }
 
+    pub async fn send_with_headers(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        who: As<'_>,
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        self.send(method, path, who, None).await
+    }
+
     pub async fn send_delete(&self, path: &str, who: As<'_>) -> (u16, Value) {
         let (s, v, _) = self.send(reqwest::Method::DELETE, path, who, None).await;
         (s, v)

@@ -51,7 +51,7 @@ use super::single_sign_on::SingleSignOn;
 use super::ConsoleConfig;
 use crate::dlq_reader::{Filter, Scope};
 use crate::outstanding::watch::Watch;
-use crate::replay::audit::{self, ReplayRun};
+use crate::replay::audit::{self, Action, ReplayRun};
 use dead_letters::{dead_letter, dead_letters, export, inbox, status};
 use discards::{discard, restore};
 use history::history;
@@ -86,6 +86,9 @@ pub struct Console {
     notifier: Option<Arc<crate::monitor::Notifier>>,
     /// Held while a request is decided.
     deciding: Arc<tokio::sync::Mutex<()>>,
+    /// The audit runs whose sign-outs [`Access`] knows (their address: the watch replaces
+    /// them when it reads more).
+    sign_outs_seen: Arc<std::sync::Mutex<usize>>,
 }
 
 impl Console {
@@ -101,6 +104,7 @@ impl Console {
             sso: None,
             notifier: None,
             deciding: Arc::new(tokio::sync::Mutex::new(())),
+            sign_outs_seen: Arc::new(std::sync::Mutex::new(0)),
         }
     }
 
@@ -331,6 +335,7 @@ impl Console {
         method: &Method,
         needs: Role,
     ) -> Result<Caller, Response> {
+        self.learn_sign_outs();
         let csrf = headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
         self.access
             .check(
@@ -341,6 +346,22 @@ impl Console {
                 needs,
             )
             .map_err(refused)
+    }
+
+    /// Sessions signed out on any replica (the audit's `sign_out` runs) are refused here too.
+    pub(super) fn learn_sign_outs(&self) {
+        let runs = self.watch.runs();
+        let at = Arc::as_ptr(&runs) as usize;
+        let mut seen = self.sign_outs_seen.lock().expect("seen");
+        if *seen == at {
+            return;
+        }
+        for r in runs.iter().filter(|r| r.action == Action::SignOut) {
+            if let Some(id) = &r.request {
+                self.access.revoke(id, r.ended);
+            }
+        }
+        *seen = at;
     }
 
     /// Who the audit says acted: `console:<token name>`.

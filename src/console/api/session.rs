@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{cookie, error, session_cookie, Console, SESSION_COOKIE};
 use crate::console::access::Role;
+use crate::replay::audit::{Action, ReplayRun};
 
 #[derive(Deserialize)]
 pub(super) struct SignIn {
@@ -36,6 +37,7 @@ pub(super) async fn sign_in(
 }
 
 pub(super) async fn session(State(c): State<Console>, headers: HeaderMap) -> Response {
+    c.learn_sign_outs();
     if let Some((caller, csrf)) =
         cookie(&headers, SESSION_COOKIE).and_then(|id| c.access.session(&id))
     {
@@ -57,9 +59,21 @@ pub(super) async fn session(State(c): State<Console>, headers: HeaderMap) -> Res
 }
 
 pub(super) async fn sign_out(State(c): State<Console>, headers: HeaderMap) -> Response {
-    let id_token = cookie(&headers, SESSION_COOKIE).and_then(|id| c.access.sign_out(&id));
+    let ended = cookie(&headers, SESSION_COOKIE).and_then(|id| c.access.sign_out(&id));
+    if let Some(out) = &ended {
+        // Every replica refuses the cookie from now on: they read the audit topic.
+        let mut run = ReplayRun::record(Action::SignOut, &format!("console:{}", out.name), "");
+        run.request = Some(out.id.clone());
+        run.ended = out.expires;
+        if let Err(e) = c.record(&run).await {
+            tracing::warn!(
+                event = "console_sign_out_not_shared",
+                "{e:?}: this replica refuses the session; others until it ends"
+            );
+        }
+    }
     // Signed in with single sign-on: the provider's sign-out too, when it has one.
-    let logout_url = match (&c.sso, id_token) {
+    let logout_url = match (&c.sso, ended.and_then(|e| e.id_token)) {
         (Some(sso), Some(token)) => sso.sign_out_url(&token).await,
         _ => None,
     };
