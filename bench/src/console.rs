@@ -187,6 +187,11 @@ async fn post(
         body.len()
     );
     stream.write_all(request.as_bytes()).await?;
+    answer(stream).await
+}
+
+/// The JSON body of the answer `stream` carries (a `Connection: close` answer).
+async fn answer(mut stream: tokio::net::TcpStream) -> anyhow::Result<serde_json::Value> {
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await?;
     let text = String::from_utf8_lossy(&answer);
@@ -221,14 +226,7 @@ async fn status(port: u16) -> anyhow::Result<serde_json::Value> {
     stream
         .write_all(b"GET /api/status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await?;
-    let text = String::from_utf8_lossy(&answer);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
-    Ok(serde_json::from_str(body)?)
+    answer(stream).await
 }
 
 /// The peak resident set of process `pid` so far, MB (`VmHWM`).

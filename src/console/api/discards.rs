@@ -106,15 +106,9 @@ pub(super) async fn restore(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let runs = {
-        let _permit = match c.scan(&caller) {
-            Ok(permit) => permit,
-            Err(r) => return r,
-        };
-        match c.audit_runs().await {
-            Ok(runs) => runs,
-            Err(r) => return r,
-        }
+    let runs = match c.audit_runs_for(&caller).await {
+        Ok(runs) => runs,
+        Err(r) => return r,
     };
     let Some(discarded) = runs
         .iter()

@@ -37,11 +37,7 @@ pub(super) async fn history(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
-    let all = match c.audit_runs().await {
+    let all = match c.audit_runs_for(&caller).await {
         Ok(all) => all,
         Err(r) => return r,
     };

@@ -508,6 +508,13 @@ impl Console {
         }
     }
 
+    /// Every run on the audit topic, read afresh for `caller` within the read limits.
+    #[allow(clippy::result_large_err)] // the refusal is answered at once
+    async fn audit_runs_for(&self, caller: &Caller) -> Result<Vec<ReplayRun>, Response> {
+        let _permit = self.scan(caller)?;
+        self.audit_runs().await
+    }
+
     /// Every run on the audit topic, read afresh (an action just taken is in it).
     #[allow(clippy::result_large_err)] // the refusal is answered at once
     async fn audit_runs(&self) -> Result<Vec<ReplayRun>, Response> {

@@ -194,10 +194,10 @@ impl Console {
         });
     }
 
-    /// Every request, read afresh.
+    /// Every request, read afresh for `caller`.
     #[allow(clippy::result_large_err)] // the refusal is answered at once
-    async fn requests(&self) -> Result<Vec<Requested>, Response> {
-        Ok(approvals::requests(&self.audit_runs().await?))
+    async fn requests(&self, caller: &Caller) -> Result<Vec<Requested>, Response> {
+        Ok(approvals::requests(&self.audit_runs_for(caller).await?))
     }
 }
 
@@ -216,11 +216,7 @@ pub(super) async fn list(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
-    let all = match c.requests().await {
+    let all = match c.requests(&caller).await {
         Ok(all) => all,
         Err(r) => return r,
     };
@@ -283,11 +279,7 @@ pub(super) async fn decide(
         .filter(|r| !r.is_empty());
     // One decision at a time in this console: two clicks never carry a request out twice.
     let _deciding = c.deciding.lock().await;
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
-    let all = match c.requests().await {
+    let all = match c.requests(&caller).await {
         Ok(all) => all,
         Err(r) => return r,
     };

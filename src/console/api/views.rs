@@ -46,11 +46,7 @@ pub(super) async fn list(State(c): State<Console>, headers: HeaderMap) -> Respon
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
-    let runs = match c.audit_runs().await {
+    let runs = match c.audit_runs_for(&caller).await {
         Ok(runs) => runs,
         Err(r) => return r,
     };
@@ -133,15 +129,9 @@ pub(super) async fn delete(
         Ok(caller) => caller,
         Err(r) => return r,
     };
-    let runs = {
-        let _permit = match c.scan(&caller) {
-            Ok(permit) => permit,
-            Err(r) => return r,
-        };
-        match c.audit_runs().await {
-            Ok(runs) => runs,
-            Err(r) => return r,
-        }
+    let runs = match c.audit_runs_for(&caller).await {
+        Ok(runs) => runs,
+        Err(r) => return r,
     };
     let me = Console::operator(&caller);
     let Some((view, by)) = saved(&runs).into_iter().find(|(v, _)| v.name == name) else {
