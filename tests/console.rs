@@ -1097,7 +1097,7 @@ async fn a_second_operator_approves_exactly_the_frozen_selection() {
     );
 
     // More of the same cause arrive: not in the frozen selection.
-    let _late = dead_letter_as(&dlt.topic, "billing", &["perm-late"]).await;
+    let late = dead_letter_as(&dlt.topic, "billing", &["perm-late"]).await;
     let (_, all) = api
         .get(
             &format!(
@@ -1192,19 +1192,47 @@ async fn a_second_operator_approves_exactly_the_frozen_selection() {
         .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["state"], "rejected");
-    let (_, after) = api
-        .get(
-            &format!(
-                "/api/dead-letters?dlq_topic={}&kind=permanent&limit=1000",
-                dlt.dlq
-            ),
-            As::Bearer(VIEWER),
+    let outstanding_path = format!(
+        "/api/dead-letters?dlq_topic={}&kind=permanent&limit=1000",
+        dlt.dlq
+    );
+    assert!(
+        eventually_async(WAIT, || async {
+            let (_, after) = api.get(&outstanding_path, As::Bearer(VIEWER)).await;
+            after["dead_letters"].as_array().map(Vec::len) == Some(permanent_now - 4)
+        })
+        .await,
+        "only the redriven four left the outstanding ones, the rejected discard took none"
+    );
+    // An approved discard discards exactly its selection: the late group's permanent ones.
+    let (status, v) = api
+        .post(
+            "/api/discards",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq, "kind": "permanent", "group": late }, "reason": "replayed by hand" }),
         )
         .await;
-    assert_eq!(
-        after["dead_letters"].as_array().unwrap().len(),
-        permanent_now - 4,
-        "only the redriven four left the outstanding ones: {after}"
+    assert_eq!(status, 202, "{v}");
+    let late_count = v["request"]["count"].as_u64().unwrap();
+    assert!(late_count > 2, "{v}");
+    let asked = v["request"]["id"].as_str().unwrap().to_string();
+    let (status, v) = api
+        .post(
+            &format!("/api/requests/{asked}/approve"),
+            As::Bearer(BOB),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["carried_out"]["discarded"], late_count, "{v}");
+    assert!(
+        eventually_async(WAIT, || async {
+            let (_, after) = api.get(&outstanding_path, As::Bearer(VIEWER)).await;
+            after["dead_letters"].as_array().map(Vec::len)
+                == Some(permanent_now - 4 - late_count as usize)
+        })
+        .await,
+        "the approved discard took the late group's"
     );
     let (_, history) = api.get("/api/history", As::Bearer(VIEWER)).await;
     let actions: Vec<&str> = history["runs"]
@@ -1213,7 +1241,7 @@ async fn a_second_operator_approves_exactly_the_frozen_selection() {
         .iter()
         .map(|r| r["action"].as_str().unwrap())
         .collect();
-    for action in ["request", "approve", "reject", "replay"] {
+    for action in ["request", "approve", "reject", "replay", "discard"] {
         assert!(actions.contains(&action), "{action} in {history}");
     }
     assert!(

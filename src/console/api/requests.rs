@@ -311,7 +311,7 @@ pub(super) async fn decide(
     decided.filter = request.asked.filter.clone();
     let carried = match approve {
         false => json!(null),
-        true => match carry_out(&c, &request).await {
+        true => match carry_out(&c, &caller, &request).await {
             Ok(v) => v,
             Err(r) => return r,
         },
@@ -332,7 +332,11 @@ pub(super) async fn decide(
 /// Does what `r` asked, on exactly its frozen selection: the redrive started (its id), or the
 /// discard recorded (how many).
 #[allow(clippy::result_large_err)] // the refusal is answered at once
-async fn carry_out(c: &Console, r: &Requested) -> Result<serde_json::Value, Response> {
+async fn carry_out(
+    c: &Console,
+    caller: &Caller,
+    r: &Requested,
+) -> Result<serde_json::Value, Response> {
     let a = &r.asked;
     let Some(filter) = a.selection.clone() else {
         return Err(error(
@@ -342,20 +346,8 @@ async fn carry_out(c: &Console, r: &Requested) -> Result<serde_json::Value, Resp
     };
     match a.asked.as_ref().map(|x| x.action) {
         Some(Action::Discard) => {
-            let mut count = 0u64;
-            let ends = c
-                .watch
-                .scan(&filter, Some(&a.dlq_topic), false, |_, _| {
-                    count += 1;
-                    true
-                })
-                .await
-                .map_err(|e| {
-                    error(
-                        StatusCode::BAD_GATEWAY,
-                        format!("cannot read the dead-letter topic: {e}"),
-                    )
-                })?;
+            // Counted again: those resolved since it was asked are not discarded twice.
+            let Frozen { count, ends, .. } = c.freeze(caller, &a.dlq_topic, &filter).await?;
             let mut run = ReplayRun::record(Action::Discard, &a.operator, &a.dlq_topic);
             run.filter = filter.key();
             run.ends = filter
