@@ -86,9 +86,9 @@ pub struct Console {
     notifier: Option<Arc<crate::monitor::Notifier>>,
     /// Held while a request is decided.
     deciding: Arc<tokio::sync::Mutex<()>>,
-    /// The audit runs whose sign-outs [`Access`] knows (their address: the watch replaces
-    /// them when it reads more).
-    sign_outs_seen: Arc<std::sync::Mutex<usize>>,
+    /// The audit runs whose sign-outs [`Access`] knows: the watch replaces them when it reads
+    /// more (held, so that a new list is never taken for this one at its old address).
+    sign_outs_seen: Arc<std::sync::Mutex<Option<Arc<Vec<ReplayRun>>>>>,
 }
 
 impl Console {
@@ -104,7 +104,7 @@ impl Console {
             sso: None,
             notifier: None,
             deciding: Arc::new(tokio::sync::Mutex::new(())),
-            sign_outs_seen: Arc::new(std::sync::Mutex::new(0)),
+            sign_outs_seen: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 
@@ -351,9 +351,8 @@ impl Console {
     /// Sessions signed out on any replica (the audit's `sign_out` runs) are refused here too.
     pub(super) fn learn_sign_outs(&self) {
         let runs = self.watch.runs();
-        let at = Arc::as_ptr(&runs) as usize;
         let mut seen = self.sign_outs_seen.lock().expect("seen");
-        if *seen == at {
+        if seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &runs)) {
             return;
         }
         for r in runs.iter().filter(|r| r.action == Action::SignOut) {
@@ -361,7 +360,7 @@ impl Console {
                 self.access.revoke(id, r.ended);
             }
         }
-        *seen = at;
+        *seen = Some(runs);
     }
 
     /// Who the audit says acted: `console:<token name>`.
