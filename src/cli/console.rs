@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
+use kafka_dlq::config::secret_setting;
 use kafka_dlq::console::access::{parse_tokens, Access, Role};
 use kafka_dlq::console::api::Console;
 use kafka_dlq::console::grants::{Grant, Subject};
@@ -179,10 +180,8 @@ fn tokens(
     key: &str,
     role: Role,
 ) -> Result<Vec<(String, String, Role)>, ConfigError> {
-    let list = match (value, file) {
-        (Some(v), _) if !v.trim().is_empty() => v.clone(),
-        (_, Some(path)) => kafka_dlq::config::read_secret_file(&format!("{key}_file"), path)?,
-        _ => return Ok(Vec::new()),
+    let Some(list) = secret_setting(key, value.as_deref(), file.as_deref())? else {
+        return Ok(Vec::new());
     };
     parse_tokens(&list, role).map_err(|e| ConfigError::new(key, "<redacted>", e))
 }
@@ -280,14 +279,11 @@ pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
         .into());
     }
     let mut access = Access::new(all, anonymous).with_grants(grants);
-    let session_key = match (&args.session_key, &args.session_key_file) {
-        (Some(v), _) if !v.trim().is_empty() => Some(v.clone()),
-        (_, Some(path)) => Some(kafka_dlq::config::read_secret_file(
-            "session_key_file",
-            path,
-        )?),
-        _ => None,
-    };
+    let session_key = secret_setting(
+        "session_key",
+        args.session_key.as_deref(),
+        args.session_key_file.as_deref(),
+    )?;
     if let Some(secret) = session_key {
         let key = SessionKey::from_secret(&secret)
             .map_err(|e| ConfigError::new("session_key", "<redacted>", e))?;
@@ -387,14 +383,11 @@ fn single_sign_on(
         .clone()
         .filter(|c| !c.trim().is_empty())
         .ok_or_else(|| ConfigError::new("oidc_client_id", "", "is required with oidc_issuer"))?;
-    let client_secret = match (&args.oidc_client_secret, &args.oidc_client_secret_file) {
-        (Some(v), _) if !v.trim().is_empty() => Some(v.trim().to_string()),
-        (_, Some(path)) => Some(kafka_dlq::config::read_secret_file(
-            "oidc_client_secret_file",
-            path,
-        )?),
-        _ => None,
-    };
+    let client_secret = secret_setting(
+        "oidc_client_secret",
+        args.oidc_client_secret.as_deref().map(str::trim),
+        args.oidc_client_secret_file.as_deref(),
+    )?;
     let public_url = public_url
         .ok_or_else(|| {
             ConfigError::new(

@@ -135,12 +135,8 @@ fn secret(
     file: &Option<PathBuf>,
     key: &str,
 ) -> Result<Option<Secret>, ConfigError> {
-    match (value, file) {
-        (Some(v), _) if !v.trim().is_empty() => Ok(Some(Secret::new(v.trim()))),
-        (_, Some(path)) => kafka_dlq::config::read_secret_file(&format!("{key}_file"), path)
-            .map(|s| Some(Secret::new(s.trim()))),
-        _ => Ok(None),
-    }
+    let text = kafka_dlq::config::secret_setting(key, value.as_deref(), file.as_deref())?;
+    Ok(text.map(|s| Secret::new(s.trim())))
 }
 
 impl AlertArgs {

@@ -30,11 +30,11 @@ impl StateArgs {
     pub fn topics(&self) -> Result<StateTopics, ConfigError> {
         kafka_dlq::dlq::check_topic_name(&self.audit_topic)
             .map_err(|why| ConfigError::new("audit_topic", &self.audit_topic, why))?;
-        let text = match (&self.audit_key, &self.audit_key_file) {
-            (Some(key), _) if !key.trim().is_empty() => Some(key.clone()),
-            (_, Some(path)) => Some(kafka_dlq::config::read_secret_file("audit_key_file", path)?),
-            _ => None,
-        };
+        let text = kafka_dlq::config::secret_setting(
+            "audit_key",
+            self.audit_key.as_deref(),
+            self.audit_key_file.as_deref(),
+        )?;
         let key = text
             .map(|t| StateKey::new(&t))
             .transpose()

@@ -31,7 +31,7 @@ pub use consumption::{Consumption, ShareDlq};
 pub use file::{is_connection_setting, Commands, ConfigFile, FileSetting};
 pub use option_list::parse_kafka_options;
 pub use raw_options::refuse_raw_option;
-pub use secret_file::read_secret_file;
+pub use secret_file::{read_secret_file, secret_setting};
 pub use security::{check_options, merge_options, SaslMechanism, Security, SecurityProtocol};
 pub use settings::ConsumerConfig;
 #[cfg(feature = "cli")]

@@ -22,6 +22,20 @@ pub fn read_secret_file(key: &str, path: &Path) -> Result<String, ConfigError> {
     Ok(secret.to_string())
 }
 
+/// A secret setting `key` given as a value or in a file (`{key}_file`): the value when it is
+/// not blank, else the file's secret ([`read_secret_file`]), else none.
+pub fn secret_setting(
+    key: &str,
+    value: Option<&str>,
+    file: Option<&Path>,
+) -> Result<Option<String>, ConfigError> {
+    match (value, file) {
+        (Some(v), _) if !v.trim().is_empty() => Ok(Some(v.to_string())),
+        (_, Some(path)) => read_secret_file(&format!("{key}_file"), path).map(Some),
+        _ => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +69,17 @@ mod tests {
         let missing = read_secret_file("token_file", Path::new("/no/such/file")).unwrap_err();
         assert_eq!(missing.key, "token_file");
         assert!(missing.to_string().contains("/no/such/file"), "{missing}");
+    }
+
+    #[test]
+    fn a_secret_setting_is_its_value_then_its_file_then_none() {
+        let f = file("from-file\n");
+        let setting = |value| secret_setting("audit_key", value, Some(f.path()));
+        assert_eq!(setting(Some("given")).unwrap().as_deref(), Some("given"));
+        assert_eq!(setting(Some("  ")).unwrap().as_deref(), Some("from-file"));
+        assert_eq!(setting(None).unwrap().as_deref(), Some("from-file"));
+        assert_eq!(secret_setting("audit_key", None, None).unwrap(), None);
+        let missing = secret_setting("audit_key", None, Some(Path::new("/nonexistent/k")));
+        assert!(missing.unwrap_err().to_string().contains("audit_key_file"));
     }
 }
