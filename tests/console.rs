@@ -9,6 +9,7 @@ mod console;
 use common::*;
 use console::*;
 use serde_json::json;
+use std::time::Duration;
 
 const PERMANENT: &str = "permanent: rejected #";
 const EXHAUSTED: &str = "retries_exhausted: downstream down";
@@ -1641,6 +1642,263 @@ async fn sessions_survive_a_restart_and_work_on_every_replica() {
     );
     let (status, _) = console_cli_check(&["--session-key", "short"]);
     assert_eq!(status, 2);
+}
+
+/// Two replicas behind a load balancer and a redrive started through it: the replica that does
+/// not run it is killed and started again, then the one that runs it is stopped (SIGTERM, as a
+/// rolling restart does) and started again. The redrive moves to the other replica and
+/// finishes once — every dead letter sent exactly once — and its progress is answered
+/// throughout, by whichever replica the balancer picks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_survives_a_rolling_restart_of_two_replicas() {
+    let values: Vec<String> = (0..150).map(|i| format!("perm-{i}")).collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    let dlt = dead_letters(&refs).await;
+    let brokers = brokers();
+    let to = unique("rolled");
+    create_topic(&brokers, &to, 1).await;
+    let ports = [free_port(), free_port()];
+    let mut replicas = Vec::new();
+    for port in ports {
+        replicas.push(Some(console_at(port, &brokers, &dlt.dlq, "", &[]).await.0));
+    }
+    let proxy = proxy::Proxy::start(&ports).await;
+    let api = Api::per_request(&proxy.base);
+    assert!(
+        eventually_async(WAIT, || async {
+            api.try_get("/readyz", As::Nobody)
+                .await
+                .is_some_and(|(s, _)| s == 200)
+        })
+        .await,
+        "the balancer reaches a replica"
+    );
+    let total = values.len() as u64 + 1; // and the hostile record
+    api.inbox_until("", |rows| {
+        rows.iter().filter_map(|r| r["count"].as_u64()).sum::<u64>() == total
+    })
+    .await;
+    let (status, v) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq }, "destination": { "topic": to }, "rate": 8 }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    // Its progress, asked through the balancer ten times a second until it ends.
+    let watcher = {
+        let (api, path) = (Api::per_request(&proxy.base), format!("/api/redrives/{id}"));
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+            while tokio::time::Instant::now() < deadline {
+                let answer = api.try_get(&path, As::Bearer(VIEWER)).await;
+                let over = answer.as_ref().is_some_and(|(_, p)| {
+                    ["done", "cancelled", "failed"].contains(&p["state"].as_str().unwrap_or(""))
+                });
+                seen.push((tokio::time::Instant::now(), answer));
+                if over {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            seen
+        })
+    };
+    let pid_of = |replica: &Option<tokio::process::Child>| replica.as_ref().unwrap().id().unwrap();
+    let runner = |p: &serde_json::Value, pid: u32| {
+        p["runner"]
+            .as_str()
+            .is_some_and(|r| r.ends_with(&format!(":{pid}")))
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let running = loop {
+        let (_, p) = api
+            .get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+            .await;
+        let found = (0..2).find(|i| runner(&p, pid_of(&replicas[*i])));
+        if let Some(i) = found.filter(|_| p["sent"].as_u64().unwrap_or(0) >= 10) {
+            break i;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no replica runs the redrive: {p}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let other = 1 - running;
+    // The replica that does not run it dies and comes back.
+    drop(replicas[other].take());
+    assert!(
+        eventually(WAIT, || std::net::TcpListener::bind((
+            "127.0.0.1",
+            ports[other]
+        ))
+        .is_ok())
+        .await,
+        "the killed replica is gone"
+    );
+    replicas[other] = Some(
+        console_at(ports[other], &brokers, &dlt.dlq, "", &[])
+            .await
+            .0,
+    );
+    // The runner is stopped as a rolling restart stops it, and comes back.
+    let mut stopped = replicas[running].take().unwrap();
+    unsafe {
+        libc::kill(stopped.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let exit = tokio::time::timeout(WAIT, stopped.wait())
+        .await
+        .expect("the stopped replica exits")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    replicas[running] = Some(
+        console_at(ports[running], &brokers, &dlt.dlq, "", &[])
+            .await
+            .0,
+    );
+    let ended = api.redrive_end(&id).await;
+    assert_eq!(ended["state"], "done", "{ended}");
+    assert_eq!(ended["sent"], total, "{ended}");
+    assert!(ended["runs"].as_array().unwrap().len() >= 2, "{ended}");
+    // What arrived: each dead letter once.
+    let arrived = read_all(&brokers, &to);
+    let mut payloads: Vec<Vec<u8>> = arrived
+        .iter()
+        .map(|m| rdkafka::Message::payload(m).unwrap_or_default().to_vec())
+        .collect();
+    payloads.sort();
+    let before = payloads.len();
+    payloads.dedup();
+    assert_eq!(
+        (before, payloads.len() as u64),
+        (total as usize, total),
+        "each sent once"
+    );
+    for value in &values {
+        assert!(
+            payloads.contains(&value.as_bytes().to_vec()),
+            "{value} arrived"
+        );
+    }
+    // The progress, throughout: always there, never lost or stopped, and run by the other
+    // replica after the handover.
+    let seen = watcher.await.unwrap();
+    let answers: Vec<&(u16, serde_json::Value)> =
+        seen.iter().filter_map(|(_, a)| a.as_ref()).collect();
+    for (status, p) in &answers {
+        assert_eq!(*status, 200, "{p}");
+        assert!(
+            ["running", "done"].contains(&p["state"].as_str().unwrap()),
+            "{p}"
+        );
+    }
+    let mut last = seen[0].0;
+    for (at, answer) in &seen {
+        if answer.is_some() {
+            assert!(
+                at.duration_since(last) < Duration::from_secs(3),
+                "no answer for {:?}",
+                at.duration_since(last)
+            );
+            last = *at;
+        }
+    }
+    // Either replica may win the lease once it is released: the one killed before, or the
+    // one just stopped, started again.
+    let heirs = [pid_of(&replicas[0]), pid_of(&replicas[1])];
+    assert!(
+        answers
+            .iter()
+            .any(|(_, p)| heirs.iter().any(|pid| runner(p, *pid))),
+        "another replica took the redrive over"
+    );
+    assert_eq!(answers.last().unwrap().1["state"], "done");
+}
+
+/// The replica running a redrive is killed outright: its replay lock's session times out, the
+/// other replica takes the redrive over from the position in Kafka and finishes it. Every dead
+/// letter arrives; at most what was acknowledged after the last position written (a record or
+/// two at this rate) is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_moves_to_another_replica_when_its_runner_dies() {
+    let values: Vec<String> = (0..80).map(|i| format!("perm-{i}")).collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    let dlt = dead_letters(&refs).await;
+    let brokers = brokers();
+    let to = unique("orphaned");
+    create_topic(&brokers, &to, 1).await;
+    let mut replicas = Vec::new();
+    let mut apis = Vec::new();
+    for _ in 0..2 {
+        let (child, base) = console(&dlt.dlq, "", &[]).await;
+        replicas.push(Some(child));
+        apis.push(Api::new(&base));
+    }
+    let total = values.len() as u64 + 1;
+    apis[0]
+        .inbox_until("", |rows| {
+            rows.iter().filter_map(|r| r["count"].as_u64()).sum::<u64>() == total
+        })
+        .await;
+    let (status, v) = apis[0]
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlt.dlq }, "destination": { "topic": to }, "rate": 8 }),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let path = format!("/api/redrives/{}", v["id"].as_str().unwrap());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let running = loop {
+        let (_, p) = apis[1].get(&path, As::Bearer(VIEWER)).await;
+        let found = (0..2).find(|i| {
+            let pid = replicas[*i].as_ref().unwrap().id().unwrap();
+            p["runner"]
+                .as_str()
+                .is_some_and(|r| r.ends_with(&format!(":{pid}")))
+        });
+        if let Some(i) = found.filter(|_| p["sent"].as_u64().unwrap_or(0) >= 10) {
+            break i;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no replica runs it: {p}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let heir = 1 - running;
+    let mut killed = replicas[running].take().unwrap();
+    killed.kill().await.unwrap();
+    let ended = apis[heir]
+        .redrive_end(&path["/api/redrives/".len()..])
+        .await;
+    assert_eq!(ended["state"], "done", "{ended}");
+    // The killed replica's run never ended, so never reached the audit: the heir's did.
+    let runs = ended["runs"].as_array().unwrap().clone();
+    assert!(!runs.is_empty(), "{ended}");
+    let arrived = read_all(&brokers, &to);
+    let mut payloads: Vec<Vec<u8>> = arrived
+        .iter()
+        .map(|m| rdkafka::Message::payload(m).unwrap_or_default().to_vec())
+        .collect();
+    payloads.sort();
+    let sent = payloads.len();
+    payloads.dedup();
+    assert_eq!(payloads.len() as u64, total, "every dead letter arrived");
+    assert!(
+        sent - payloads.len() <= 2,
+        "{} sent twice",
+        sent - payloads.len()
+    );
+    // The heir's run is audited.
+    let (_, history) = apis[heir].get("/api/history", As::Bearer(VIEWER)).await;
+    let last = runs.last().unwrap().as_str().unwrap();
+    assert!(history.to_string().contains(last), "{history}");
 }
 
 /// `kafka-dlq console` with `extra` flags, checked only (it fails before connecting): its exit

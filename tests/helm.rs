@@ -149,6 +149,18 @@ fn a_required_value_left_out_is_named() {
         err.contains("console.operatorTokens.secretName is required"),
         "{err}"
     );
+    let (code, _, err) = helm(&[
+        "template",
+        "orders",
+        chart.to_str().unwrap(),
+        "--set",
+        "kafka.brokers=k:9092,sidecar.groupId=g,sidecar.topics={t},sidecar.targetUrl=http://t/,console.enabled=true,console.operatorTokens.secretName=s,console.replicas=2",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("console.replicas > 1 needs console.sessionKey.secretName"),
+        "{err}"
+    );
 }
 
 /// The value of `key` in the rendered ConfigMap `kafka-dlq.toml`, de-indented.
@@ -188,6 +200,7 @@ fn the_config_file_the_chart_renders_is_read_by_kafka_dlq_with_its_secrets_mount
         ("slack-token", "xoxb-0000-token\n"),
         ("operator-tokens", "alice:operator-token-0123456789\n"),
         ("viewer-tokens", "bob:viewer-token-0123456789ab\n"),
+        ("session-key", "a-session-key-of-at-least-32-characters\n"),
     ] {
         std::fs::write(secrets.join(file), content).unwrap();
     }

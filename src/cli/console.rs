@@ -480,6 +480,10 @@ pub async fn serve(
     if notifier.is_slack() {
         console = console.with_slack(notifier);
     }
+    let follower = {
+        let (console, stop) = (console.clone(), stop.clone());
+        tokio::spawn(async move { console.follow_redrives(stop).await })
+    };
     let routes = console.clone().router();
     let stopping = stop.clone();
     let result = kafka_dlq::server::serve_router(
@@ -495,6 +499,7 @@ pub async fn serve(
     stop.cancel();
     console.stop_redrives(Duration::from_secs(10)).await;
     let _ = watcher.await;
+    let _ = follower.await;
     result
         .context("the console's HTTP server failed")
         .map_err(CliError::Runtime)

@@ -6,7 +6,8 @@
 //!   inbox of them by cause, kept current;
 //! - [`payload`]: how a payload is shown; [`dead_letter`]: a dead letter in the API;
 //! - [`access`]: tokens, roles, sessions and CSRF; [`limits`]: how much reading at once;
-//! - [`redrives`]: the redrives running, with their progress, pause, resume and cancel;
+//! - [`redrives`]: the redrives running, with their progress, pause, resume and cancel,
+//!   shared by every replica through Kafka ([`redrive_record`]: the records and the lease);
 //! - [`approvals`]: requests that wait for a second operator;
 //! - [`api`]: the HTTP routes, the page included.
 
@@ -17,6 +18,7 @@ pub mod dead_letter;
 pub mod grants;
 pub mod limits;
 pub mod payload;
+pub mod redrive_record;
 pub mod redrives;
 pub mod sealed_session;
 pub mod single_sign_on;

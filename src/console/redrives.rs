@@ -1,144 +1,93 @@
-//! The console's redrives: each a [`crate::replay::replay`] run in a task, its progress kept
-//! for the page, with pause (the run stops after the sends in flight; its position is
-//! committed), resume (a new run from that position, under the same filter) and cancel. One
-//! redrive per DLT at a time; the replay lock keeps out `dlq replay` and other consoles with
-//! the same filter.
+//! The console's redrives: each a [`crate::replay::replay`] run, its progress kept for the
+//! page, with pause (the run stops after the sends in flight; its position is committed),
+//! resume (a run from that position, under the same filter) and cancel. One redrive per DLT
+//! at a time; the replay lock keeps out `dlq replay` and other consoles.
+//!
+//! **Shared by the replicas.** A redrive (not a dry run, which stays on the replica that runs
+//! it) lives in Kafka: its request and progress, and the control last asked for, are records
+//! of the positions topic ([`super::redrive_record`]) that every replica follows
+//! ([`Redrives::follow`]), so any replica shows it and any replica pauses, resumes or cancels
+//! it. Exactly one replica runs it: the one holding the DLT's replay lock (a consumer-group
+//! membership, [`crate::replay::ReplayLock`]), which writes the record once a second as its
+//! lease's heartbeat. A replica that stops releases it (its sends finished, its position
+//! committed, its record saying so) and another takes it within seconds; a replica that dies
+//! loses the lock when its group session times out (10 s) and another takes the redrive over
+//! once its record is [`super::redrive_record::LEASE`] old. Either way the next runner goes on
+//! from the replay position in the positions topic.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::redrive_record::{self, Asked, Shared, Step, Wanted};
+pub use super::redrive_record::{Planned, Progress, Request, State, PREVIEW};
 use super::ConsoleConfig;
 use crate::dlq_reader::Filter;
 use crate::outstanding::watch::Watch;
-use crate::replay::audit::Edit;
-use crate::replay::{Destination, Outcome, ReplayError, ReplayOptions};
+use crate::replay::{Destination, LockError, Outcome, ReplayError, ReplayLock, ReplayOptions};
+use crate::state::PositionStore;
 
 /// Redrives kept for the page at most; the oldest finished ones go first.
 const KEPT: usize = 100;
-/// What a dry run lists at most.
-pub const PREVIEW: usize = 200;
-
-/// What to redrive and how.
-#[derive(Debug, Clone)]
-pub struct Request {
-    /// The DLT.
-    pub dlq_topic: String,
-    /// Which dead letters.
-    pub filter: Filter,
-    /// Where they go.
-    pub destination: Destination,
-    /// At most this many per second.
-    pub rate: Option<u32>,
-    /// List what would go where; send nothing.
-    pub dry_run: bool,
-    /// One dead letter's payload, edited.
-    pub edit: Option<Edit>,
-    /// Who asked (`console:<name>` in the audit).
-    pub operator: String,
-    /// The approved request it carries out.
-    pub request: Option<String>,
-    /// A bulk fix applied to each payload.
-    pub transform: Option<crate::replay::transform::Transform>,
-}
-
-/// Where a redrive is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    /// Sending.
-    Running,
-    /// Stopped by the operator; resumes from its position.
-    Paused,
-    /// Every selected dead letter dealt with.
-    Done,
-    /// Stopped for good by the operator.
-    Cancelled,
-    /// Stopped by an error (`error` says which); its position stays before the record
-    /// concerned.
-    Failed,
-}
-
-/// One dead letter a dry run would send: where.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Planned {
-    /// The record id.
-    pub id: String,
-    /// The topic it would go to.
-    pub to: String,
-}
-
-/// A redrive's progress, as `GET /api/redrives/{id}` answers it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Progress {
-    /// Its id.
-    pub id: String,
-    /// Where it is.
-    pub state: State,
-    /// The DLT.
-    pub dlq_topic: String,
-    /// Its filter (`name=value&…`).
-    pub filter: String,
-    /// `group`, `source` or the topic.
-    pub destination: String,
-    /// Its rate, if any.
-    pub rate: Option<u32>,
-    /// A dry run.
-    pub dry_run: bool,
-    /// An edit then redrive.
-    pub edited: bool,
-    /// Who started it.
-    pub operator: String,
-    /// When.
-    pub started: DateTime<Utc>,
-    /// When it ended (done, cancelled, failed).
-    pub ended: Option<DateTime<Utc>>,
-    /// DLQ records left to read when it started.
-    pub total: u64,
-    /// DLQ records read.
-    pub scanned: u64,
-    /// Sent and acknowledged (a dry run: would be).
-    pub sent: u64,
-    /// Refused by the loop guard.
-    pub refused: u64,
-    /// Not sent again: an earlier action resolved them (discarded, or sent by another
-    /// replay).
-    pub already_resolved: u64,
-    /// Passed over unsent: not envelopes, undecodable, source record gone, destination
-    /// refused.
-    pub failed: u64,
-    /// Why it failed, or the first dead letters passed over, and why.
-    pub problems: Vec<String>,
-    /// How many go to each destination topic.
-    pub destinations: BTreeMap<String, u64>,
-    /// A dry run: the first [`PREVIEW`] dead letters it would send, and where.
-    pub preview: Vec<Planned>,
-    /// The audit run ids of its runs (a pause and a resume make two).
-    pub runs: Vec<String>,
-    /// With a bulk transformation: what it did in the last run (changed, unchanged, failed,
-    /// and the digests of the payloads before and after).
-    pub transform: Option<crate::replay::transform::TransformSummary>,
-}
+/// How often a replica reads what the others wrote.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 struct Redrive {
     request: Request,
     progress: Mutex<Progress>,
-    /// Cancels the run in progress (a pause or a cancel).
-    stop: Mutex<CancellationToken>,
-    /// Resume or cancel while paused.
-    wake: Notify,
+    /// What was asked last.
     wanted: Mutex<Wanted>,
+    /// While this replica runs it: stops the run.
+    running: Mutex<Option<CancellationToken>>,
+    /// This replica runs it and saw another replica's newer record: it stops without writing.
+    lost: AtomicBool,
+    /// When this replica tries to take it next.
+    next_try: Mutex<Option<tokio::time::Instant>>,
+    /// The latest control known, so that an older one read late changes nothing.
+    asked: Mutex<Option<Asked>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wanted {
-    Run,
-    Pause,
-    Cancel,
+impl Redrive {
+    fn new(request: Request, progress: Progress, wanted: Wanted) -> Arc<Redrive> {
+        Arc::new(Redrive {
+            request,
+            progress: Mutex::new(progress),
+            wanted: Mutex::new(wanted),
+            running: Mutex::new(None),
+            lost: AtomicBool::new(false),
+            next_try: Mutex::new(None),
+            asked: Mutex::new(None),
+        })
+    }
+
+    fn progress(&self) -> Progress {
+        self.progress.lock().expect("progress").clone()
+    }
+
+    fn wanted(&self) -> Wanted {
+        *self.wanted.lock().expect("wanted")
+    }
+
+    fn runs_here(&self) -> bool {
+        self.running.lock().expect("running").is_some()
+    }
+
+    /// Stops its run on this replica, if it has one.
+    fn interrupt(&self) {
+        if let Some(stop) = self.running.lock().expect("running").as_ref() {
+            stop.cancel();
+        }
+    }
+
+    fn shared(&self) -> Shared {
+        Shared {
+            request: self.request.clone(),
+            progress: self.progress(),
+        }
+    }
 }
 
 /// Why a redrive cannot start or be changed.
@@ -153,101 +102,125 @@ pub enum RedriveError {
     /// Not in a state that allows it: 409.
     #[error("the redrive is {0}")]
     Finished(&'static str),
+    /// A dry run has no pause or resume: 409.
+    #[error("a dry run cannot be paused or resumed; cancel it")]
+    DryRun,
+    /// The control could not be written to Kafka, so other replicas would not learn it: 503.
+    #[error("the control was not recorded in the positions topic, nothing changed: {0}")]
+    Unrecorded(String),
 }
 
-/// The redrives started since the console started (the latest [`KEPT`]).
+/// The redrives this replica knows: its dry runs, and every redrive the positions topic holds
+/// (the latest [`KEPT`] finished ones, and all that are not).
 pub struct Redrives {
     config: Arc<ConsoleConfig>,
     watch: Arc<Watch>,
     runs: Mutex<BTreeMap<String, Arc<Redrive>>>,
+    /// This replica, as records name their runner: `host:pid`.
+    me: String,
+    /// Writes this replica's records.
+    writer: tokio::sync::Mutex<PositionStore>,
+    /// The redrives have been read from Kafka once (or the read failed: `Some(error)`).
+    read: Mutex<Option<Option<String>>>,
+    /// The console is stopping: a run interrupted releases its redrive.
+    stopping: AtomicBool,
+    /// Wakes the follower for a read now.
+    wake: tokio::sync::Notify,
+    /// Reads of the positions topic the follower finished.
+    rounds: tokio::sync::watch::Sender<u64>,
 }
 
 impl Redrives {
-    /// None yet.
+    /// None yet; call [`Redrives::follow`] to learn those in Kafka.
     pub fn new(config: Arc<ConsoleConfig>, watch: Arc<Watch>) -> Arc<Redrives> {
+        let writer = PositionStore::new(&config.brokers, &config.librdkafka, &config.state);
         Arc::new(Redrives {
             config,
             watch,
             runs: Mutex::new(BTreeMap::new()),
+            me: format!(
+                "{}:{}",
+                crate::state::audit::host_name(),
+                std::process::id()
+            ),
+            writer: tokio::sync::Mutex::new(writer),
+            read: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            rounds: tokio::sync::watch::Sender::new(0),
         })
     }
 
+    /// Makes sure redrive `id` is known here if Kafka holds it: when it is not, waits (at most
+    /// 5 s) for a read of the positions topic that starts now. So a redrive started, or
+    /// moved, on another replica is answered for at once on this one.
+    pub async fn learn_of(&self, id: &str) {
+        if self.runs.lock().expect("runs").contains_key(id) {
+            return;
+        }
+        let mut rounds = self.rounds.subscribe();
+        let now = *rounds.borrow_and_update();
+        self.wake.notify_one();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            rounds.wait_for(|r| *r >= now + 2),
+        )
+        .await;
+    }
+
+    /// Whether the redrives in Kafka were read: an error saying why not yet (`/readyz`).
+    pub fn ready(&self) -> Result<(), String> {
+        match &*self.read.lock().expect("read") {
+            None => Err("the redrives are being read from the positions topic".into()),
+            Some(Some(e)) => Err(format!(
+                "cannot read the redrives from the positions topic: {e}"
+            )),
+            Some(None) => Ok(()),
+        }
+    }
+
     /// Starts `request` in a task, which holds `permit` (a dry run's read of the cluster,
-    /// [`crate::console::limits`]) until it ends; its id.
-    pub fn start(
+    /// [`crate::console::limits`]) until it ends; its id. A redrive's record is written to
+    /// Kafka before this returns (every replica answers for it from then on); then this
+    /// replica tries to run it.
+    pub async fn start(
         self: &Arc<Self>,
         request: Request,
         permit: Option<crate::console::limits::Permit>,
     ) -> Result<String, RedriveError> {
-        let mut runs = self.runs.lock().expect("runs");
-        if !request.dry_run {
-            if let Some((id, _)) = runs.iter().find(|(_, r)| {
-                !r.request.dry_run
-                    && r.request.dlq_topic == request.dlq_topic
-                    && matches!(
-                        r.progress.lock().expect("progress").state,
-                        State::Running | State::Paused
-                    )
-            }) {
-                return Err(RedriveError::Busy(id.clone()));
+        let (id, redrive) = {
+            let mut runs = self.runs.lock().expect("runs");
+            if !request.dry_run {
+                if let Some((id, _)) = runs.iter().find(|(_, r)| {
+                    !r.request.dry_run
+                        && r.request.dlq_topic == request.dlq_topic
+                        && matches!(r.progress().state, State::Running | State::Paused)
+                }) {
+                    return Err(RedriveError::Busy(id.clone()));
+                }
             }
-        }
-        let started = Utc::now();
-        let id = format!(
-            "{}-{:08x}",
-            started.format("%Y%m%dT%H%M%S%3fZ"),
-            fastrand::u32(..)
-        );
-        let destination = match &request.destination {
-            Destination::Group => "group".to_string(),
-            Destination::Source => "source".to_string(),
-            Destination::Topic(t) => t.clone(),
+            let started = Utc::now();
+            let id = format!(
+                "{}-{:08x}",
+                started.format("%Y%m%dT%H%M%S%3fZ"),
+                fastrand::u32(..)
+            );
+            let progress = Progress::new(&id, &request, started);
+            let redrive = Redrive::new(request, progress, Wanted::Run);
+            runs.insert(id.clone(), redrive.clone());
+            trim(&mut runs);
+            (id, redrive)
         };
-        let redrive = Arc::new(Redrive {
-            progress: Mutex::new(Progress {
-                id: id.clone(),
-                state: State::Running,
-                dlq_topic: request.dlq_topic.clone(),
-                filter: request.filter.key(),
-                destination,
-                rate: request.rate,
-                dry_run: request.dry_run,
-                edited: request.edit.is_some(),
-                operator: request.operator.clone(),
-                started,
-                ended: None,
-                total: 0,
-                scanned: 0,
-                sent: 0,
-                refused: 0,
-                already_resolved: 0,
-                failed: 0,
-                problems: Vec::new(),
-                destinations: BTreeMap::new(),
-                preview: Vec::new(),
-                transform: None,
-                runs: Vec::new(),
-            }),
-            request,
-            stop: Mutex::new(CancellationToken::new()),
-            wake: Notify::new(),
-            wanted: Mutex::new(Wanted::Run),
-        });
-        while runs.len() >= KEPT {
-            let finished = runs
-                .iter()
-                .find(|(_, r)| r.progress.lock().expect("progress").ended.is_some())
-                .map(|(id, _)| id.clone());
-            match finished {
-                Some(old) => runs.remove(&old),
-                None => break,
-            };
+        if !redrive.request.dry_run {
+            self.write(&redrive).await;
         }
-        runs.insert(id.clone(), redrive.clone());
         let this = self.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            this.drive(redrive).await
+            match redrive.request.dry_run {
+                true => this.dry_run(redrive).await,
+                false => this.run(redrive).await,
+            }
         });
         Ok(id)
     }
@@ -255,8 +228,7 @@ impl Redrives {
     /// The progress of redrive `id`.
     pub fn progress(&self, id: &str) -> Option<Progress> {
         let runs = self.runs.lock().expect("runs");
-        runs.get(id)
-            .map(|r| r.progress.lock().expect("progress").clone())
+        runs.get(id).map(|r| r.progress())
     }
 
     /// Whether redrive `id` is kept and `holds` its DLT and filter (who may see or steer it).
@@ -269,16 +241,20 @@ impl Redrives {
     /// Every redrive kept, the latest first.
     pub fn all(&self) -> Vec<Progress> {
         let runs = self.runs.lock().expect("runs");
-        let mut all: Vec<Progress> = runs
-            .values()
-            .map(|r| r.progress.lock().expect("progress").clone())
-            .collect();
+        let mut all: Vec<Progress> = runs.values().map(|r| r.progress()).collect();
         all.sort_by_key(|p| std::cmp::Reverse(p.started));
         all
     }
 
-    /// Pauses, resumes or cancels redrive `id`.
-    pub fn control(&self, id: &str, action: Control) -> Result<Progress, RedriveError> {
+    /// Pauses, resumes or cancels redrive `id`, as `by` asks: written to Kafka (every replica
+    /// acts on it from there), then carried out here when this replica runs the redrive, or
+    /// no replica does. A resumed redrive is tried here first.
+    pub async fn control(
+        self: &Arc<Self>,
+        id: &str,
+        action: Control,
+        by: &str,
+    ) -> Result<Progress, RedriveError> {
         let redrive = self
             .runs
             .lock()
@@ -286,48 +262,65 @@ impl Redrives {
             .get(id)
             .cloned()
             .ok_or(RedriveError::Unknown)?;
-        let state = redrive.progress.lock().expect("progress").state;
-        match (state, action) {
-            (State::Done, _) => return Err(RedriveError::Finished("done")),
-            (State::Cancelled, _) => return Err(RedriveError::Finished("cancelled")),
-            (State::Failed, _) => return Err(RedriveError::Finished("failed")),
-            // What is wanted is set before the run is stopped: the driver reads it after it
-            // stores each run's token, so a pause or cancel is never lost between two runs.
-            (_, Control::Pause) => {
-                *redrive.wanted.lock().expect("wanted") = Wanted::Pause;
-                redrive.stop.lock().expect("stop").cancel();
-            }
-            (_, Control::Resume) => {
-                *redrive.wanted.lock().expect("wanted") = Wanted::Run;
-                redrive.wake.notify_one();
-            }
-            (_, Control::Cancel) => {
-                *redrive.wanted.lock().expect("wanted") = Wanted::Cancel;
-                redrive.stop.lock().expect("stop").cancel();
-                redrive.wake.notify_one();
-            }
+        let p = redrive.progress();
+        match p.state {
+            State::Done => return Err(RedriveError::Finished("done")),
+            State::Cancelled => return Err(RedriveError::Finished("cancelled")),
+            State::Failed => return Err(RedriveError::Finished("failed")),
+            State::Running | State::Paused => {}
         }
-        let progress = redrive.progress.lock().expect("progress").clone();
-        Ok(progress)
+        let wanted = match action {
+            Control::Pause => Wanted::Pause,
+            Control::Resume => Wanted::Run,
+            Control::Cancel => Wanted::Cancel,
+        };
+        if p.dry_run {
+            if wanted != Wanted::Cancel {
+                return Err(RedriveError::DryRun);
+            }
+            *redrive.wanted.lock().expect("wanted") = wanted;
+            redrive.interrupt();
+            return Ok(redrive.progress());
+        }
+        let asked = Asked {
+            wanted,
+            by: by.to_string(),
+            at: Utc::now(),
+        };
+        let value = serde_json::to_vec(&asked).expect("a control serialises");
+        self.writer
+            .lock()
+            .await
+            .share(&redrive_record::asked_name(id), Some(&value))
+            .await
+            .map_err(|e| RedriveError::Unrecorded(e.to_string()))?;
+        redrive.ask(asked);
+        if redrive.runs_here() {
+            if wanted != Wanted::Run {
+                redrive.interrupt();
+            }
+        } else if wanted == Wanted::Run && p.state == State::Paused {
+            let this = self.clone();
+            let r = redrive.clone();
+            tokio::spawn(async move { this.run(r).await });
+        } else if let Step::Settle(state) = redrive_record::step(&p, wanted, Utc::now()) {
+            self.settle(&redrive, state).await;
+        }
+        Ok(redrive.progress())
     }
 
-    /// Stops every redrive (the console is shutting down) and waits, at most `within`, until
-    /// each has finished its sends in flight and committed its position; a redrive still
-    /// running then resends at most what was acknowledged since its last commit when run
-    /// again.
+    /// Stops every run on this replica (the console is shutting down) and waits, at most
+    /// `within`, until each has finished its sends in flight, committed its position and
+    /// released its redrive for another replica; a run still going then resends at most what
+    /// was acknowledged since its last commit when it goes on elsewhere.
     pub async fn stop_all(&self, within: std::time::Duration) {
+        self.stopping.store(true, Ordering::Release);
         let all: Vec<Arc<Redrive>> = self.runs.lock().expect("runs").values().cloned().collect();
         for redrive in &all {
-            *redrive.wanted.lock().expect("wanted") = Wanted::Cancel;
-            redrive.stop.lock().expect("stop").cancel();
-            redrive.wake.notify_one();
+            redrive.interrupt();
         }
         let deadline = tokio::time::Instant::now() + within;
-        while tokio::time::Instant::now() < deadline
-            && all
-                .iter()
-                .any(|r| r.progress.lock().expect("progress").ended.is_none())
-        {
+        while tokio::time::Instant::now() < deadline && all.iter().any(|r| r.runs_here()) {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
@@ -351,70 +344,310 @@ impl Redrives {
         }
     }
 
-    async fn drive(&self, redrive: Arc<Redrive>) {
-        let options = self.options(&redrive.request);
-        let mut first = true;
+    /// Follows the redrives in Kafka until `shutdown`: twice a second, reads what the other
+    /// replicas wrote, stops a run here that was asked to stop, settles a stop no runner
+    /// carries out, and takes over a redrive whose runner released it or went silent.
+    pub async fn follow(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut store = PositionStore::new(
+            &self.config.brokers,
+            &self.config.librdkafka,
+            &self.config.state,
+        );
+        let mut served_before = None;
         loop {
-            let stop = CancellationToken::new();
-            *redrive.stop.lock().expect("stop") = stop.clone();
-            // Paused (asked before this run started, or after the last one stopped) until
-            // resumed or cancelled.
-            while *redrive.wanted.lock().expect("wanted") == Wanted::Pause {
-                redrive.progress.lock().expect("progress").state = State::Paused;
-                redrive.wake.notified().await;
-            }
-            if *redrive.wanted.lock().expect("wanted") == Wanted::Cancel {
-                self.end(&redrive, State::Cancelled, None);
-                return;
-            }
-            redrive.progress.lock().expect("progress").state = State::Running;
-            let progress = &redrive.progress;
-            let result = crate::replay::replay(
-                &options,
-                |_, total, outcome| {
-                    let mut p = progress.lock().expect("progress");
-                    if first {
-                        p.total = total;
-                        first = false;
+            let read = store.catch_up().await;
+            if let Ok(changed) = read {
+                let served = self.served();
+                if changed || served_before.as_ref() != Some(&served) {
+                    for name in self.learn(store.table(), &served) {
+                        if let Err(e) = store.share(&name, None).await {
+                            tracing::warn!(event = "redrive_record_not_pruned", %name, error = %e);
+                        }
                     }
-                    count(&mut p, outcome);
-                },
-                &stop,
-            )
-            .await;
-            self.watch.poke();
-            match result {
-                Err(e) => {
-                    self.end(&redrive, State::Failed, Some(describe(&e)));
-                    return;
-                }
-                Ok(report) => {
-                    if report.transform.is_some() {
-                        redrive.progress.lock().expect("progress").transform =
-                            report.transform.clone();
-                    }
-                    if let Some(run) = report.run {
-                        redrive.progress.lock().expect("progress").runs.push(run);
-                    }
-                    if let Some(audit) = report.audit_error {
-                        redrive
-                            .progress
-                            .lock()
-                            .expect("progress")
-                            .problems
-                            .push(audit);
-                    }
-                    if !report.interrupted {
-                        self.end(&redrive, State::Done, None);
-                        return;
-                    }
+                    served_before = Some(served);
                 }
             }
-            // Interrupted: paused or cancelled, which the loop's start tells.
+            let error = read.err().map(|e| e.to_string());
+            if let Some(e) = &error {
+                tracing::warn!(event = "redrives_unread", error = %e,
+                    "cannot read the redrives from the positions topic");
+            }
+            *self.read.lock().expect("read") = Some(error);
+            self.rounds.send_modify(|r| *r += 1);
+            self.act().await;
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+            }
         }
     }
 
-    fn end(&self, redrive: &Redrive, state: State, error: Option<String>) {
+    /// The DLTs this console serves: another console on the same cluster (another team's,
+    /// with its own grants and destinations) keeps to its own.
+    fn served(&self) -> Vec<String> {
+        match self.config.dlq_topics.is_empty() {
+            false => self.config.dlq_topics.clone(),
+            true => self.watch.topics(),
+        }
+    }
+
+    /// Takes in the redrive records of `table` of the DLTs `served`; the names of the records
+    /// of ended redrives past the [`KEPT`] latest, which Kafka need keep no longer.
+    fn learn(&self, table: &crate::state::PositionTable, served: &[String]) -> Vec<String> {
+        let mut shared: BTreeMap<&str, Shared> = BTreeMap::new();
+        let mut asked: BTreeMap<&str, Asked> = BTreeMap::new();
+        for (name, value) in table.shared(redrive_record::PREFIX) {
+            let parsed = redrive_record::parse_name(name);
+            let ok = match parsed {
+                Some((id, true)) => serde_json::from_slice(value).map(|a| {
+                    asked.insert(id, a);
+                }),
+                Some((id, false)) => serde_json::from_slice(value).map(|s| {
+                    shared.insert(id, s);
+                }),
+                None => Ok(()),
+            };
+            if let Err(e) = ok {
+                tracing::warn!(event = "redrive_record_unreadable", %name, error = %e);
+            }
+        }
+        shared.retain(|_, record| served.contains(&record.request.dlq_topic));
+        let pruned = redrive_record::past_kept(&shared, &asked, KEPT);
+        let mut runs = self.runs.lock().expect("runs");
+        for (id, record) in shared {
+            let asked = asked.remove(id);
+            let wanted = asked.as_ref().map_or(Wanted::Run, |a| a.wanted);
+            let Some(redrive) = runs.get(id) else {
+                if !record.request.dry_run {
+                    let redrive = Redrive::new(record.request, record.progress, wanted);
+                    if let Some(a) = asked {
+                        redrive.ask(a);
+                    }
+                    runs.insert(id.to_string(), redrive);
+                }
+                continue;
+            };
+            if let Some(a) = asked {
+                redrive.ask(a);
+            }
+            let mut p = redrive.progress.lock().expect("progress");
+            if record.progress.updated <= p.updated {
+                continue;
+            }
+            if redrive.runs_here() {
+                // Another replica holds it now (this one lost its lock without noticing):
+                // stop, writing nothing more.
+                if record
+                    .progress
+                    .runner
+                    .as_ref()
+                    .is_some_and(|r| *r != self.me)
+                {
+                    drop(p);
+                    redrive.lost.store(true, Ordering::Release);
+                    redrive.interrupt();
+                }
+            } else {
+                *p = record.progress;
+            }
+        }
+        trim(&mut runs);
+        pruned
+    }
+
+    /// What this replica does about the redrives it does not run.
+    async fn act(self: &Arc<Self>) {
+        if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let all: Vec<Arc<Redrive>> = self.runs.lock().expect("runs").values().cloned().collect();
+        for redrive in all {
+            if redrive.runs_here() || redrive.request.dry_run {
+                continue;
+            }
+            let step = redrive_record::step(&redrive.progress(), redrive.wanted(), Utc::now());
+            if step != Step::TakeOver {
+                *redrive.next_try.lock().expect("next try") = None;
+            }
+            match step {
+                Step::Wait => {}
+                Step::Settle(state) => self.settle(&redrive, state).await,
+                Step::TakeOver => {
+                    // At a random moment: replicas that saw the release together and try at
+                    // once all find the lock taken (each sees the others as members), so
+                    // each tries, and tries again, a random while apart.
+                    let now = tokio::time::Instant::now();
+                    let apart = |least: u64| {
+                        std::time::Duration::from_millis(least + fastrand::u64(..3_000))
+                    };
+                    let due = {
+                        let mut next = redrive.next_try.lock().expect("next try");
+                        match *next {
+                            None => {
+                                *next = Some(now + apart(0));
+                                false
+                            }
+                            Some(at) if now >= at => {
+                                *next = Some(now + apart(2_000));
+                                true
+                            }
+                            Some(_) => false,
+                        }
+                    };
+                    if due {
+                        let this = self.clone();
+                        tokio::spawn(async move { this.run(redrive).await });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `redrive` here if this replica takes the DLT's replay lock, until it ends, is
+    /// paused or cancelled, or this replica stops (which releases it for another).
+    async fn run(self: Arc<Self>, redrive: Arc<Redrive>) {
+        let stop = CancellationToken::new();
+        {
+            let mut running = redrive.running.lock().expect("running");
+            if running.is_some() {
+                return;
+            }
+            *running = Some(stop.clone());
+        }
+        redrive.lost.store(false, Ordering::Release);
+        self.run_once(&redrive, &stop).await;
+        *redrive.running.lock().expect("running") = None;
+        self.watch.poke();
+    }
+
+    async fn run_once(self: &Arc<Self>, redrive: &Arc<Redrive>, stop: &CancellationToken) {
+        if let Destination::Topic(to) = &redrive.request.destination {
+            let allowed = &self.config.redrive_topics;
+            if !allowed.is_empty() && !allowed.contains(to) {
+                let why = format!("destination topic `{to}`: not one of the topics this console may redrive to (redrive_topics: {})", allowed.join(", "));
+                self.end(redrive, State::Failed, Some(why)).await;
+                return;
+            }
+        }
+        let (brokers, raw, topic) = (
+            self.config.brokers.clone(),
+            self.config.librdkafka.clone(),
+            redrive.request.dlq_topic.clone(),
+        );
+        let taken = tokio::task::spawn_blocking(move || ReplayLock::take(&brokers, &raw, &topic))
+            .await
+            .expect("lock task");
+        let lock = match taken {
+            Ok(lock) => lock,
+            Err(e) => {
+                // Another replay holds the DLT (`dlq replay`, or a runner whose session has not
+                // timed out yet): tried again in a few seconds, by any replica.
+                let why = match &e {
+                    LockError::Held { .. } => format!("waiting for the replay lock: {e}"),
+                    _ => e.to_string(),
+                };
+                // Kept here only: written, it could overwrite the record of the replica
+                // that holds the lock.
+                redrive.progress.lock().expect("progress").waiting = Some(why);
+                return;
+            }
+        };
+        let wanted = redrive.wanted();
+        if wanted != Wanted::Run {
+            let state = match wanted {
+                Wanted::Pause => State::Paused,
+                _ => State::Cancelled,
+            };
+            self.settle(redrive, state).await;
+            return;
+        }
+        {
+            let mut p = redrive.progress.lock().expect("progress");
+            p.state = State::Running;
+            p.runner = Some(self.me.clone());
+            p.waiting = None;
+            tracing::info!(event = "redrive_taken", id = %p.id, runner = %self.me,
+                scanned = p.scanned, sent = p.sent, "this replica runs the redrive");
+        }
+        self.write(redrive).await;
+        let beat = CancellationToken::new();
+        let heart = {
+            let (this, redrive, beat) = (self.clone(), redrive.clone(), beat.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = beat.cancelled() => return,
+                        _ = tokio::time::sleep(redrive_record::HEARTBEAT) => {}
+                    }
+                    this.write(&redrive).await;
+                }
+            })
+        };
+        let options = self.options(&redrive.request);
+        let result = crate::replay::replay_holding(&options, &lock, counter(redrive), stop).await;
+        beat.cancel();
+        let _ = heart.await;
+        self.watch.poke();
+        if redrive.lost.load(Ordering::Acquire) {
+            tracing::warn!(event = "redrive_lost", id = %redrive.progress().id,
+                "another replica runs this redrive now; this one stopped");
+            return;
+        }
+        let report = match result {
+            Err(e) => {
+                self.end(redrive, State::Failed, Some(describe(&e))).await;
+                return;
+            }
+            Ok(report) => report,
+        };
+        {
+            let mut p = redrive.progress.lock().expect("progress");
+            if report.transform.is_some() {
+                p.transform = report.transform.clone();
+            }
+            if let Some(run) = &report.run {
+                p.runs.push(run.clone());
+            }
+            if let Some(audit) = &report.audit_error {
+                p.problems.push(audit.clone());
+            }
+        }
+        if !report.interrupted {
+            self.end(redrive, State::Done, None).await;
+            return;
+        }
+        match redrive.wanted() {
+            Wanted::Pause => self.settle(redrive, State::Paused).await,
+            Wanted::Cancel => self.settle(redrive, State::Cancelled).await,
+            // This replica stops: another goes on from the position just committed. Written
+            // while the lock is held, so that the next runner's record comes after it.
+            Wanted::Run => {
+                {
+                    let mut p = redrive.progress.lock().expect("progress");
+                    p.runner = None;
+                    p.waiting = Some(format!("released by {} as it stopped", self.me));
+                }
+                self.write(redrive).await;
+            }
+        }
+        drop(lock);
+    }
+
+    /// A dry run: on this replica only; cancelled, not paused.
+    async fn dry_run(&self, redrive: Arc<Redrive>) {
+        let stop = CancellationToken::new();
+        *redrive.running.lock().expect("running") = Some(stop.clone());
+        let options = self.options(&redrive.request);
+        let result = crate::replay::replay(&options, counter(&redrive), &stop).await;
+        *redrive.running.lock().expect("running") = None;
+        let (state, error) = match result {
+            Err(e) => (State::Failed, Some(describe(&e))),
+            Ok(report) if report.interrupted => (State::Cancelled, None),
+            Ok(_) => (State::Done, None),
+        };
         let mut p = redrive.progress.lock().expect("progress");
         p.state = state;
         p.ended = Some(Utc::now());
@@ -424,8 +657,104 @@ impl Redrives {
         drop(p);
         self.watch.poke();
     }
+
+    /// Writes `redrive` as paused or cancelled: no replica runs it.
+    async fn settle(&self, redrive: &Redrive, state: State) {
+        match state {
+            State::Paused => {
+                let mut p = redrive.progress.lock().expect("progress");
+                p.state = State::Paused;
+                p.runner = None;
+                p.waiting = None;
+            }
+            _ => return self.end(redrive, state, None).await,
+        }
+        self.write(redrive).await;
+        self.watch.poke();
+    }
+
+    async fn end(&self, redrive: &Redrive, state: State, error: Option<String>) {
+        {
+            let mut p = redrive.progress.lock().expect("progress");
+            p.state = state;
+            p.ended = Some(Utc::now());
+            p.runner = None;
+            p.waiting = None;
+            if let Some(e) = error {
+                p.problems.insert(0, e);
+            }
+        }
+        self.write(redrive).await;
+        self.watch.poke();
+    }
+
+    /// Writes `redrive`'s record, stamped now; a failure is logged (the next write, a second
+    /// later while it runs, tries again).
+    async fn write(&self, redrive: &Redrive) {
+        redrive.progress.lock().expect("progress").updated = Utc::now();
+        let shared = redrive.shared();
+        if shared.progress.runner.is_none() {
+            tracing::info!(event = "redrive_written", id = %shared.progress.id,
+                state = ?shared.progress.state, scanned = shared.progress.scanned,
+                sent = shared.progress.sent, waiting = ?shared.progress.waiting);
+        }
+        let value = serde_json::to_vec(&shared).expect("a redrive record serialises");
+        let name = redrive_record::shared_name(&shared.progress.id);
+        let written = self.writer.lock().await.share(&name, Some(&value)).await;
+        if let Err(e) = written {
+            tracing::warn!(event = "redrive_record_not_written", id = %shared.progress.id,
+                error = %e, "other replicas do not see this redrive's latest progress");
+        }
+    }
 }
 
+impl Redrive {
+    /// Takes `asked` as what is wanted, unless a later control is known.
+    fn ask(&self, asked: Asked) {
+        let mut last = self.asked.lock().expect("asked");
+        if last.as_ref().is_some_and(|l| l.at >= asked.at) {
+            return;
+        }
+        *self.wanted.lock().expect("wanted") = asked.wanted;
+        let stops = asked.wanted != Wanted::Run;
+        *last = Some(asked);
+        drop(last);
+        if stops {
+            self.interrupt();
+        }
+    }
+}
+
+/// Keeps every redrive that has not ended, and the [`KEPT`] latest that have.
+fn trim(runs: &mut BTreeMap<String, Arc<Redrive>>) {
+    let mut ended: Vec<(DateTime<Utc>, String)> = runs
+        .iter()
+        .filter_map(|(id, r)| {
+            let p = r.progress();
+            p.ended.map(|_| (p.started, id.clone()))
+        })
+        .collect();
+    if ended.len() <= KEPT {
+        return;
+    }
+    ended.sort();
+    for (_, id) in &ended[..ended.len() - KEPT] {
+        runs.remove(id);
+    }
+}
+
+/// The progress callback of a run of `redrive`: counts each outcome into its progress.
+fn counter(redrive: &Redrive) -> impl FnMut(u64, u64, &Outcome) + '_ {
+    let mut first = redrive.progress().runs.is_empty() && redrive.progress().scanned == 0;
+    move |_, total, outcome| {
+        let mut p = redrive.progress.lock().expect("progress");
+        if first {
+            p.total = total;
+            first = false;
+        }
+        count(&mut p, outcome);
+    }
+}
 /// What the operator asks of a redrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {

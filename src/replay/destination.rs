@@ -8,8 +8,10 @@ use crate::dlq::Envelope;
 use crate::kafka::topics::{Topics, TopicsError};
 use crate::record::retry::redrive_topic;
 
-/// Where a replay sends each dead letter.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where a replay sends each dead letter. As JSON: `"group"`, `"source"` or
+/// `{"topic": "…"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Destination {
     /// To the redrive topic of the group that dead-lettered it (`<source>-redrive-<group>`,
     /// [`redrive_topic`]), which every kafka-dlq consumer of that group reads and no other

@@ -110,7 +110,10 @@ impl ReplayLock {
             .set("enable.auto.commit", "false")
             // A member joining makes the holder rejoin at its next heartbeat: keep that short,
             // so a second replay learns at once that the lock is held.
-            .set("heartbeat.interval.ms", "500");
+            .set("heartbeat.interval.ms", "500")
+            // A holder killed outright keeps its membership until this passes: the console's
+            // redrive lease moves to another replica only after it (redrive_record::LEASE).
+            .set("session.timeout.ms", "10000");
         librdkafka.apply(&mut config);
         let joined = Arc::new(AtomicBool::new(false));
         let consumer: BaseConsumer<Joined> =

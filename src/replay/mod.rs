@@ -95,6 +95,58 @@ pub const HEADER_REPLAY_COUNT: &str = "kafka_dlq-replay-count";
 /// the [module docs](self).
 pub async fn replay(
     options: &ReplayOptions,
+    progress: impl FnMut(u64, u64, &Outcome),
+    cancel: &CancellationToken,
+) -> Result<ReplayReport, ReplayError> {
+    let lock = match options.dry_run {
+        true => None,
+        false => {
+            let (brokers, raw, topic) = (
+                options.brokers.clone(),
+                options.librdkafka.clone(),
+                options.dlq_topic.clone(),
+            );
+            // A topic that does not exist: said at once, not as a group that never forms.
+            check_exists(options).await?;
+            Some(
+                tokio::task::spawn_blocking(move || ReplayLock::take(&brokers, &raw, &topic))
+                    .await
+                    .expect("lock task")?,
+            )
+        }
+    };
+    replay_under(options, lock.as_ref(), progress, cancel).await
+}
+
+/// [`replay`], by a caller that took the replay lock of `options.dlq_topic` already (the
+/// console, whose redrive record names the replica holding it only once it is held).
+pub async fn replay_holding(
+    options: &ReplayOptions,
+    lock: &ReplayLock,
+    progress: impl FnMut(u64, u64, &Outcome),
+    cancel: &CancellationToken,
+) -> Result<ReplayReport, ReplayError> {
+    replay_under(options, Some(lock), progress, cancel).await
+}
+
+async fn check_exists(options: &ReplayOptions) -> Result<(), ReplayError> {
+    let (brokers, raw, topic) = (
+        options.brokers.clone(),
+        options.librdkafka.clone(),
+        options.dlq_topic.clone(),
+    );
+    tokio::task::spawn_blocking(move || crate::dlq_reader::check_exists(&brokers, &raw, &topic))
+        .await
+        .expect("metadata task")
+        .map_err(|source| ReplayError::Read {
+            topic: options.dlq_topic.clone(),
+            source,
+        })
+}
+
+async fn replay_under(
+    options: &ReplayOptions,
+    _lock: Option<&ReplayLock>,
     mut progress: impl FnMut(u64, u64, &Outcome),
     cancel: &CancellationToken,
 ) -> Result<ReplayReport, ReplayError> {
@@ -111,29 +163,10 @@ pub async fn replay(
         options.librdkafka.clone(),
         options.dlq_topic.clone(),
     );
-    // A topic that does not exist: said at once, not as a group that never forms.
-    {
-        let (brokers, raw, topic) = (brokers.clone(), raw.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
-            crate::dlq_reader::check_exists(&brokers, &raw, &topic)
-        })
-        .await
-        .expect("metadata task")
-        .map_err(read_error)?;
-    }
+    check_exists(options).await?;
     if let Destination::Topic(to) = &options.destination {
         destination::check_named(options, to).await?;
     }
-    let _lock = if options.dry_run {
-        None
-    } else {
-        let (brokers, raw, topic) = (brokers.clone(), raw.clone(), topic.clone());
-        Some(
-            tokio::task::spawn_blocking(move || ReplayLock::take(&brokers, &raw, &topic))
-                .await
-                .expect("lock task")?,
-        )
-    };
     let template = options.dlq_template.clone();
     let mut reader = tokio::task::spawn_blocking(move || {
         DlqReader::open(&brokers, &raw, &topic).map(|r| r.with_template(template))

@@ -28,7 +28,9 @@ pub mod positions;
 pub mod seal;
 pub mod topics;
 
-pub use position_record::{GroupPositions, PositionKey, PositionRecord, PositionTable};
+pub use position_record::{
+    GroupPositions, PositionKey, PositionRecord, PositionTable, SHARED_PREFIX,
+};
 pub use positions::PositionStore;
 pub use seal::{StateKey, StateKeyTooShort, HEADER_SEAL};
 pub use topics::{RetentionFinding, StateTopicProblem};

@@ -150,9 +150,33 @@ pub struct GroupPositions {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PositionTable {
     groups: HashMap<(String, String), GroupPositions>,
+    /// The shared records ([`SHARED_PREFIX`]) by name, each's latest value.
+    shared: BTreeMap<String, Vec<u8>>,
 }
 
+/// What starts the key of a shared record: the consoles' own state kept beside the positions
+/// (a redrive's progress and the controls asked of it, [`crate::state::PositionStore::share`]).
+/// No position key starts so: a topic name is never empty.
+pub const SHARED_PREFIX: &str = "/";
+
 impl PositionTable {
+    /// Takes `value` as the latest of the shared record `name` (`None`: a tombstone, which
+    /// removes it); whether it changed anything.
+    pub fn apply_shared(&mut self, name: &str, value: Option<&[u8]>) -> bool {
+        match value {
+            Some(v) => self.shared.insert(name.to_string(), v.to_vec()).as_deref() != Some(v),
+            None => self.shared.remove(name).is_some(),
+        }
+    }
+
+    /// The shared records whose names start with `prefix`, in name order: (name, value).
+    pub fn shared<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a [u8])> {
+        self.shared
+            .range(prefix.to_string()..)
+            .take_while(move |(name, _)| name.starts_with(prefix))
+            .map(|(name, value)| (name.as_str(), value.as_slice()))
+    }
+
     /// Takes `record` as the latest of `key`; whether it changed anything.
     pub fn apply(&mut self, key: &PositionKey, record: &PositionRecord) -> bool {
         let entry = self
@@ -232,6 +256,25 @@ mod tests {
             migrated: false,
             honoured: Vec::new(),
         }
+    }
+
+    #[test]
+    fn shared_records_keep_their_latest_value_and_a_tombstone_removes_one() {
+        let mut table = PositionTable::default();
+        assert!(table.apply_shared("redrive/a", Some(b"1")));
+        assert!(table.apply_shared("redrive/a/wanted", Some(b"run")));
+        assert!(table.apply_shared("other/x", Some(b"2")));
+        assert!(!table.apply_shared("redrive/a", Some(b"1")));
+        assert!(table.apply_shared("redrive/a", Some(b"3")));
+        let under: Vec<(&str, &[u8])> = table.shared("redrive/").collect();
+        assert_eq!(
+            under,
+            vec![("redrive/a", &b"3"[..]), ("redrive/a/wanted", &b"run"[..])]
+        );
+        assert!(table.apply_shared("redrive/a", None));
+        assert_eq!(table.shared("redrive/").count(), 1);
+        // No position key is a shared record's.
+        assert_eq!(PositionKey::parse(b"/redrive/a"), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::position_record::{PositionKey, PositionRecord, PositionTable};
+use super::position_record::{PositionKey, PositionRecord, PositionTable, SHARED_PREFIX};
 use super::{seal, StateError, StateTopics};
 use crate::dlq_reader::position::Position;
 use crate::kafka::{ClientOptions, LogContext};
@@ -126,6 +126,22 @@ impl PositionStore {
         key: &PositionKey,
         record: &PositionRecord,
     ) -> Result<(), StateError> {
+        let value = serde_json::to_vec(record).expect("a position record serialises");
+        self.send(&key.to_string(), Some(&value)).await?;
+        self.table.apply(key, record);
+        Ok(())
+    }
+
+    /// Writes `value` as the shared record `name` (its key is [`SHARED_PREFIX`] then `name`;
+    /// `None` writes a tombstone, which Kafka's compaction then drops) and returns once the
+    /// broker acknowledged it; the store's table takes it too. Sealed like a position.
+    pub async fn share(&mut self, name: &str, value: Option<&[u8]>) -> Result<(), StateError> {
+        self.send(&format!("{SHARED_PREFIX}{name}"), value).await?;
+        self.table.apply_shared(name, value);
+        Ok(())
+    }
+
+    async fn send(&mut self, key_text: &str, value: Option<&[u8]>) -> Result<(), StateError> {
         let topic = self.topics.positions.clone();
         let write_error = |source| StateError::Write {
             topic: topic.clone(),
@@ -147,27 +163,24 @@ impl PositionStore {
             self.producer = Some(producer);
         }
         let producer = self.producer.as_ref().expect("created above");
-        let key_text = key.to_string();
-        let value = serde_json::to_vec(record).expect("a position record serialises");
         let mut headers = OwnedHeaders::new();
         if let Some(k) = &self.topics.key {
-            let seal = k.seal(key_text.as_bytes(), &value);
+            let seal = k.seal(key_text.as_bytes(), value.unwrap_or_default());
             headers = headers.insert(Header {
                 key: seal::HEADER_SEAL,
                 value: Some(seal.as_bytes()),
             });
         }
+        let mut record = FutureRecord::to(&topic)
+            .key(key_text.as_bytes())
+            .headers(headers);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
         producer
-            .send(
-                FutureRecord::to(&topic)
-                    .key(key_text.as_bytes())
-                    .payload(&value)
-                    .headers(headers),
-                Duration::from_secs(30),
-            )
+            .send(record, Duration::from_secs(30))
             .await
             .map_err(|(e, _)| write_error(e))?;
-        self.table.apply(key, record);
         Ok(())
     }
 
@@ -280,15 +293,26 @@ fn read_to_end(
             ends.remove(&partition);
         }
         let (record_key, value) = (message.key().unwrap_or_default(), message.payload());
-        let Some(value) = value else {
-            continue; // a tombstone: nothing kafka-dlq writes
-        };
         let sealed = message.headers().and_then(|h| {
             h.iter()
                 .filter(|h| h.key == seal::HEADER_SEAL)
                 .last()
                 .and_then(|h| h.value)
         });
+        let shared = record_key
+            .strip_prefix(SHARED_PREFIX.as_bytes())
+            .and_then(|name| std::str::from_utf8(name).ok());
+        if let Some(name) = shared {
+            if seal::trusted(key, record_key, value.unwrap_or_default(), sealed) {
+                changed |= table.apply_shared(name, value);
+            } else {
+                unverified += 1;
+            }
+            continue;
+        }
+        let Some(value) = value else {
+            continue; // a tombstone of a position: nothing kafka-dlq writes
+        };
         let parsed = PositionKey::parse(record_key)
             .zip(serde_json::from_slice::<PositionRecord>(value).ok());
         match parsed {

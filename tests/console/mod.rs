@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod identity_provider;
+pub mod proxy;
 
 use std::time::Duration;
 
@@ -187,6 +188,35 @@ impl Api {
                 .build()
                 .unwrap(),
         }
+    }
+
+    /// An API client that opens a connection per request: behind a load balancer, each goes
+    /// to the next replica.
+    pub fn per_request(base: &str) -> Api {
+        Api {
+            base: base.to_string(),
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// A GET that reports a failed connection instead of panicking: `None`.
+    pub async fn try_get(&self, path: &str, who: As<'_>) -> Option<(u16, Value)> {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let As::Bearer(token) = who {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let response = request.send().await.ok()?;
+        let status = response.status().as_u16();
+        let text = response.text().await.ok()?;
+        Some((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
     }
 
     async fn send(

@@ -127,6 +127,12 @@ impl Console {
         self.redrives.stop_all(within).await;
     }
 
+    /// Follows the redrives every replica keeps in Kafka until `shutdown`
+    /// ([`Redrives::follow`]): run it beside the server.
+    pub async fn follow_redrives(&self, shutdown: tokio_util::sync::CancellationToken) {
+        self.redrives.clone().follow(shutdown).await;
+    }
+
     /// The routes, under the configured path prefix.
     pub fn router(self) -> Router {
         let prefix = self.config.path_prefix.trim_end_matches('/').to_string();
@@ -293,7 +299,10 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
 fn redrive_error(e: RedriveError) -> Response {
     let status = match e {
         RedriveError::Unknown => StatusCode::NOT_FOUND,
-        RedriveError::Busy(_) | RedriveError::Finished(_) => StatusCode::CONFLICT,
+        RedriveError::Busy(_) | RedriveError::Finished(_) | RedriveError::DryRun => {
+            StatusCode::CONFLICT
+        }
+        RedriveError::Unrecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error(status, e)
 }

@@ -289,7 +289,7 @@ pub(super) async fn start_redrive(
     }
     // A dry run holds its permit until it ends; a redrive is one per DLT already.
     let permit = permit.filter(|_| request.dry_run);
-    match c.redrives.start(request, permit) {
+    match c.redrives.start(request, permit).await {
         Ok(id) => (StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response(),
         Err(e) => redrive_error(e),
     }
@@ -318,6 +318,7 @@ pub(super) async fn redrive(
         Ok(caller) => caller,
         Err(r) => return r,
     };
+    c.redrives.learn_of(&id).await;
     let seen = c.redrives.held_by(&id, |topic, filter| {
         c.holds(&caller, Role::Viewer, topic, Some(filter))
     });
@@ -337,6 +338,7 @@ pub(super) async fn control_redrive(
         Ok(caller) => caller,
         Err(r) => return r,
     };
+    c.redrives.learn_of(&id).await;
     if !c.redrives.held_by(&id, |topic, filter| {
         c.holds(&caller, Role::Operator, topic, Some(filter))
     }) {
@@ -348,7 +350,11 @@ pub(super) async fn control_redrive(
         "resume" => Control::Resume,
         _ => return error(StatusCode::NOT_FOUND, "no such page or API"),
     };
-    match c.redrives.control(&id, control) {
+    match c
+        .redrives
+        .control(&id, control, &Console::operator(&caller))
+        .await
+    {
         Ok(p) => Json(p).into_response(),
         Err(e) => redrive_error(e),
     }

@@ -389,7 +389,7 @@ async fn carry_out(
                     })?),
                 },
             };
-            match c.redrives.start(request, None) {
+            match c.redrives.start(request, None).await {
                 Ok(id) => Ok(json!({ "redrive": id })),
                 Err(e) => Err(super::redrive_error(e)),
             }

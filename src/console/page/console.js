@@ -450,7 +450,7 @@ function watchRedrive(id) {
     bar.value = Math.min(p.scanned, bar.max);
     $("progress-counts").textContent = vis((p.transform ? "fix: " + p.transform.changed + " changed, " + p.transform.unchanged + " unchanged, " + p.transform.failed + " failed · " : "") + "read " + p.scanned + " of " + p.total + " · " + (p.dry_run ? "would send " : "sent ") + p.sent +
       " · refused " + p.refused + " · failed " + p.failed + (Object.keys(p.destinations).length ? " · to " + Object.entries(p.destinations).map(([t, n]) => t + ": " + n).join(", ") : "") +
-      (p.rate ? " · at most " + p.rate + "/s" : ""));
+      (p.rate ? " · at most " + p.rate + "/s" : "") + (p.runner ? " · on " + p.runner : "") + (p.waiting ? " · " + p.waiting : ""));
     const problems = $("progress-problems");
     problems.textContent = "";
     for (const x of p.problems) problems.append(el("li", x));

@@ -96,6 +96,7 @@ they are mounted as.
 {{- if not .Values.console.operatorTokens.secretName }}{{ fail "console.operatorTokens.secretName is required: a Secret of NAME:TOKEN lines (a token nobody knows, never a default)" }}{{ end -}}
 {{- $_ := set $console "operator_token_file" (printf "%s/operator-tokens" $dir) -}}
 {{- if .Values.console.viewerTokens.secretName }}{{ $_ := set $console "viewer_token_file" (printf "%s/viewer-tokens" $dir) }}{{ end -}}
+{{- if .Values.console.sessionKey.secretName }}{{ $_ := set $console "session_key_file" (printf "%s/session-key" $dir) }}{{ end -}}
 {{- $_ := set $top "console" $console -}}
 {{- end -}}
 {{- with $k.librdkafka }}{{ $_ := set $top "librdkafka" . }}{{ end -}}
@@ -203,6 +204,11 @@ monitor or console. Each names only what that component needs.
 - secret:
     name: {{ $v.console.viewerTokens.secretName }}
     items: [{key: {{ $v.console.viewerTokens.key | quote }}, path: viewer-tokens}]
+{{- end }}
+{{- if $v.console.sessionKey.secretName }}
+- secret:
+    name: {{ $v.console.sessionKey.secretName }}
+    items: [{key: {{ $v.console.sessionKey.key | quote }}, path: session-key}]
 {{- end }}
 {{- end }}
 {{- end -}}
