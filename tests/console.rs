@@ -1708,26 +1708,8 @@ async fn a_redrive_survives_a_rolling_restart_of_two_replicas() {
         })
     };
     let pid_of = |replica: &Option<tokio::process::Child>| replica.as_ref().unwrap().id().unwrap();
-    let runner = |p: &serde_json::Value, pid: u32| {
-        p["runner"]
-            .as_str()
-            .is_some_and(|r| r.ends_with(&format!(":{pid}")))
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let running = loop {
-        let (_, p) = api
-            .get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
-            .await;
-        let found = (0..2).find(|i| runner(&p, pid_of(&replicas[*i])));
-        if let Some(i) = found.filter(|_| p["sent"].as_u64().unwrap_or(0) >= 10) {
-            break i;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no replica runs the redrive: {p}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let pids = [pid_of(&replicas[0]), pid_of(&replicas[1])];
+    let running = api.runner_of(&id, &pids).await;
     let other = 1 - running;
     // The replica that does not run it dies and comes back.
     drop(replicas[other].take());
@@ -1765,14 +1747,7 @@ async fn a_redrive_survives_a_rolling_restart_of_two_replicas() {
     assert_eq!(ended["sent"], total, "{ended}");
     assert!(ended["runs"].as_array().unwrap().len() >= 2, "{ended}");
     // What arrived: each dead letter once.
-    let arrived = read_all(&brokers, &to);
-    let mut payloads: Vec<Vec<u8>> = arrived
-        .iter()
-        .map(|m| rdkafka::Message::payload(m).unwrap_or_default().to_vec())
-        .collect();
-    payloads.sort();
-    let before = payloads.len();
-    payloads.dedup();
+    let (payloads, before) = distinct_payloads(&brokers, &to);
     assert_eq!(
         (before, payloads.len() as u64),
         (total as usize, total),
@@ -1813,7 +1788,7 @@ async fn a_redrive_survives_a_rolling_restart_of_two_replicas() {
     assert!(
         answers
             .iter()
-            .any(|(_, p)| heirs.iter().any(|pid| runner(p, *pid))),
+            .any(|(_, p)| heirs.iter().any(|pid| runs_on(p, *pid))),
         "another replica took the redrive over"
     );
     assert_eq!(answers.last().unwrap().1["state"], "done");
@@ -1853,24 +1828,13 @@ async fn a_redrive_moves_to_another_replica_when_its_runner_dies() {
         .await;
     assert_eq!(status, 202, "{v}");
     let path = format!("/api/redrives/{}", v["id"].as_str().unwrap());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let running = loop {
-        let (_, p) = apis[1].get(&path, As::Bearer(VIEWER)).await;
-        let found = (0..2).find(|i| {
-            let pid = replicas[*i].as_ref().unwrap().id().unwrap();
-            p["runner"]
-                .as_str()
-                .is_some_and(|r| r.ends_with(&format!(":{pid}")))
-        });
-        if let Some(i) = found.filter(|_| p["sent"].as_u64().unwrap_or(0) >= 10) {
-            break i;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no replica runs it: {p}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let pids: Vec<u32> = replicas
+        .iter()
+        .map(|r| r.as_ref().unwrap().id().unwrap())
+        .collect();
+    let running = apis[1]
+        .runner_of(&path["/api/redrives/".len()..], &pids)
+        .await;
     let heir = 1 - running;
     let mut killed = replicas[running].take().unwrap();
     killed.kill().await.unwrap();
@@ -1881,14 +1845,7 @@ async fn a_redrive_moves_to_another_replica_when_its_runner_dies() {
     // The killed replica's run never ended, so never reached the audit: the heir's did.
     let runs = ended["runs"].as_array().unwrap().clone();
     assert!(!runs.is_empty(), "{ended}");
-    let arrived = read_all(&brokers, &to);
-    let mut payloads: Vec<Vec<u8>> = arrived
-        .iter()
-        .map(|m| rdkafka::Message::payload(m).unwrap_or_default().to_vec())
-        .collect();
-    payloads.sort();
-    let sent = payloads.len();
-    payloads.dedup();
+    let (payloads, sent) = distinct_payloads(&brokers, &to);
     assert_eq!(payloads.len() as u64, total, "every dead letter arrived");
     assert!(
         sent - payloads.len() <= 2,

@@ -348,6 +348,25 @@ impl Api {
         assert!(reached, "redrive {id} never became {state}");
     }
 
+    /// Which of the replicas of processes `pids` runs redrive `id`, once it has sent 10.
+    pub async fn runner_of(&self, id: &str, pids: &[u32]) -> usize {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (_, p) = self
+                .get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+                .await;
+            let found = (0..pids.len()).find(|i| runs_on(&p, pids[*i]));
+            if let Some(i) = found.filter(|_| p["sent"].as_u64().unwrap_or(0) >= 10) {
+                return i;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no replica runs the redrive: {p}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Redrive `id`'s progress once it ended.
     pub async fn redrive_end(&self, id: &str) -> Value {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -366,6 +385,25 @@ impl Api {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// Whether redrive progress `p` names the replica of process `pid` as its runner.
+pub fn runs_on(p: &Value, pid: u32) -> bool {
+    p["runner"]
+        .as_str()
+        .is_some_and(|r| r.ends_with(&format!(":{pid}")))
+}
+
+/// The payloads on `topic`, sorted and each once, and how many records there were.
+pub fn distinct_payloads(brokers: &str, topic: &str) -> (Vec<Vec<u8>>, usize) {
+    let mut payloads: Vec<Vec<u8>> = read_all(brokers, topic)
+        .iter()
+        .map(|m| rdkafka::Message::payload(m).unwrap_or_default().to_vec())
+        .collect();
+    let records = payloads.len();
+    payloads.sort();
+    payloads.dedup();
+    (payloads, records)
 }
 
 /// The row of `fingerprint` (its start) in `rows`.
