@@ -353,18 +353,20 @@ impl Redrives {
             &self.config.librdkafka,
             &self.config.state,
         );
-        let mut served_before = None;
+        let mut learnt = None;
         loop {
             let read = store.catch_up().await;
-            if let Ok(changed) = read {
+            if read.is_ok() {
                 let served = self.served();
-                if changed || served_before.as_ref() != Some(&served) {
-                    for name in self.learn(store.table(), &served) {
+                let now = (store.table().shared_changes(), served);
+                if learnt.as_ref() != Some(&now) {
+                    let served = &now.1;
+                    for name in self.learn(store.table(), served) {
                         if let Err(e) = store.share(&name, None).await {
                             tracing::warn!(event = "redrive_record_not_pruned", %name, error = %e);
                         }
                     }
-                    served_before = Some(served);
+                    learnt = Some(now);
                 }
             }
             let error = read.err().map(|e| e.to_string());
@@ -523,14 +525,6 @@ impl Redrives {
     }
 
     async fn run_once(self: &Arc<Self>, redrive: &Arc<Redrive>, stop: &CancellationToken) {
-        if let Destination::Topic(to) = &redrive.request.destination {
-            let allowed = &self.config.redrive_topics;
-            if !allowed.is_empty() && !allowed.contains(to) {
-                let why = format!("destination topic `{to}`: not one of the topics this console may redrive to (redrive_topics: {})", allowed.join(", "));
-                self.end(redrive, State::Failed, Some(why)).await;
-                return;
-            }
-        }
         let (brokers, raw, topic) = (
             self.config.brokers.clone(),
             self.config.librdkafka.clone(),
@@ -562,6 +556,17 @@ impl Redrives {
             };
             self.settle(redrive, state).await;
             return;
+        }
+        // A record another replica wrote goes only where this console may send (checked with
+        // the lock held, so that a replica of other settings never ends a redrive another
+        // runs).
+        if let Destination::Topic(to) = &redrive.request.destination {
+            let allowed = &self.config.redrive_topics;
+            if !allowed.is_empty() && !allowed.contains(to) {
+                let why = format!("destination topic `{to}`: not one of the topics this console may redrive to (redrive_topics: {})", allowed.join(", "));
+                self.end(redrive, State::Failed, Some(why)).await;
+                return;
+            }
         }
         {
             let mut p = redrive.progress.lock().expect("progress");

@@ -152,6 +152,8 @@ pub struct PositionTable {
     groups: HashMap<(String, String), GroupPositions>,
     /// The shared records ([`SHARED_PREFIX`]) by name, each's latest value.
     shared: BTreeMap<String, Vec<u8>>,
+    /// How often a shared record changed.
+    shared_changes: u64,
 }
 
 /// What starts the key of a shared record: the consoles' own state kept beside the positions
@@ -163,10 +165,18 @@ impl PositionTable {
     /// Takes `value` as the latest of the shared record `name` (`None`: a tombstone, which
     /// removes it); whether it changed anything.
     pub fn apply_shared(&mut self, name: &str, value: Option<&[u8]>) -> bool {
-        match value {
+        let changed = match value {
             Some(v) => self.shared.insert(name.to_string(), v.to_vec()).as_deref() != Some(v),
             None => self.shared.remove(name).is_some(),
-        }
+        };
+        self.shared_changes += u64::from(changed);
+        changed
+    }
+
+    /// How many times a shared record changed so far: a reader of them compares it with the
+    /// count it last saw (a change of one is not a position moving).
+    pub fn shared_changes(&self) -> u64 {
+        self.shared_changes
     }
 
     /// The shared records whose names start with `prefix`, in name order: (name, value).
@@ -273,6 +283,7 @@ mod tests {
         );
         assert!(table.apply_shared("redrive/a", None));
         assert_eq!(table.shared("redrive/").count(), 1);
+        assert_eq!(table.shared_changes(), 5);
         // No position key is a shared record's.
         assert_eq!(PositionKey::parse(b"/redrive/a"), None);
     }

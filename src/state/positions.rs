@@ -77,7 +77,8 @@ impl PositionStore {
     }
 
     /// Reads what was written to the positions topic since the last call, up to its end now;
-    /// whether any position changed. A topic that does not exist yet holds nothing.
+    /// whether any position changed (a shared record changing is told by
+    /// [`PositionTable::shared_changes`]). A topic that does not exist yet holds nothing.
     pub async fn catch_up(&mut self) -> Result<bool, StateError> {
         let topic = self.topics.positions.clone();
         let reader = match &self.reader {
@@ -303,8 +304,10 @@ fn read_to_end(
             .strip_prefix(SHARED_PREFIX.as_bytes())
             .and_then(|name| std::str::from_utf8(name).ok());
         if let Some(name) = shared {
+            // Not a position: `changed` says whether a position moved (the inbox and the
+            // monitor count again when one did), and redrives beat every second.
             if seal::trusted(key, record_key, value.unwrap_or_default(), sealed) {
-                changed |= table.apply_shared(name, value);
+                table.apply_shared(name, value);
             } else {
                 unverified += 1;
             }
