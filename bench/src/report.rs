@@ -30,7 +30,7 @@ pub fn setup(args: &Args, scenarios: &[Scenario]) -> String {
         )
     }) {
         lines.push(format!(
-            "eos-*: kafka-dlq exactly_once (transactions of up to 1000 records or 100 ms, ended once committed); spring-tx-*: a KafkaTransactionManager on the container (a transaction per record), DefaultAfterRollbackProcessor(transactional DeadLetterPublishingRecoverer, the same back-off, commitRecovered), read_committed; both on the first {} records",
+            "eos-*: kafka-dlq exactly_once (transactions of 100 ms, ended once committed); spring-tx-*: a KafkaTransactionManager on the container (a transaction per record), DefaultAfterRollbackProcessor(transactional DeadLetterPublishingRecoverer, the same back-off, commitRecovered), read_committed; both on the first {} records",
             args.transactional_records.min(args.records)
         ));
     }

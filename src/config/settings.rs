@@ -307,11 +307,14 @@ settings! {
         /// Records of a partition one at a time (`ordering = "partition"`, `batch_size` 1);
         /// not with `consumption = "share"`. See `docs/exactly-once.md`.
         exactly_once: bool = false, env "KAFKA_DLQ_EXACTLY_ONCE", switch "true";
-        /// With `exactly_once`: a transaction commits once this many records settled in it.
-        transaction_records: usize = 1000, env "KAFKA_DLQ_TRANSACTION_RECORDS";
-        /// With `exactly_once`: a transaction commits at the latest this long after its first
-        /// record settled; the latency a `read_committed` reader sees on top of the
-        /// handler's. 1 ms to 60 s.
+        /// With `exactly_once`: the most records one transaction holds. Transactions are
+        /// sized by time (`transaction_interval_ms`, as Kafka Streams' `commit.interval.ms`);
+        /// this only bounds one at a rate beyond a million records a second.
+        transaction_records: usize = 100_000, env "KAFKA_DLQ_TRANSACTION_RECORDS";
+        /// With `exactly_once`: a transaction commits this long after its first record
+        /// settled; the latency a `read_committed` reader sees on top of the handler's. Each
+        /// commit costs a few round trips to the coordinator, so shorter means slower. 1 ms
+        /// to 60 s.
         transaction_interval: Duration = Duration::from_millis(100), ms "transaction_interval_ms" "transaction-interval-ms",
             env "KAFKA_DLQ_TRANSACTION_INTERVAL_MS";
     }

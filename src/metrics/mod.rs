@@ -309,7 +309,7 @@ impl Metrics {
         let transaction_records = histogram(
             "kafka_dlq_transaction_records",
             "Exactly once: records settled in each committed transaction.",
-            vec![1.0, 10.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0],
+            vec![1.0, 10.0, 100.0, 1_000.0, 10_000.0, 50_000.0, 100_000.0],
         );
         let transaction_commit_seconds = histogram(
             "kafka_dlq_transaction_commit_seconds",

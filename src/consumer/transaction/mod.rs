@@ -4,15 +4,16 @@
 //! A worker settles a record by [`Transaction::apply`]: its outputs (or its dead letter, or
 //! its retry record) are handed to the producer and its position noted, under one lock, so a
 //! commit takes a record's effect and its offset together or neither. [`Transaction::commit`]
-//! (every `transaction_records` records or `transaction_interval`, at revocation and at
-//! shutdown) sends the positions with the group's metadata (KIP-447: a member whose
-//! generation is over is refused) and commits.
+//! (`transaction_interval` after its first record — sized by time, as Kafka Streams does —
+//! or at `transaction_records`, at revocation and at shutdown) sends the positions with the
+//! group's metadata (KIP-447: a member whose generation is over is refused) and commits.
 //!
-//! **No lock across a broker call.** The lock is held only to hand writes over and to note
-//! what a commit decided; while a commit talks to the broker (librdkafka takes no writes
-//! then), a worker that settles a record waits for it off the runtime's other work (tokio's
-//! `block_in_place` on a multi-threaded runtime), so the rest of the process — the health
-//! probes, the poll loop — goes on.
+//! **No lock across a broker call, no worker waiting for a commit.** The lock is held only
+//! to hand writes over and to note what a commit decided. While a commit talks to the broker
+//! (librdkafka takes no writes then), records that settle are queued ([`queued`]) and handed
+//! to the next transaction as it begins; only when the queue is full does a worker wait, off
+//! the runtime's other work (tokio's `block_in_place` on a multi-threaded runtime), so the
+//! rest of the process — the health probes, the poll loop — goes on.
 //!
 //! **Aborts.** When a commit fails, the transaction aborts and every partition that had
 //! records in it starts again at its first one: the poll loop takes the rewinds
@@ -42,6 +43,7 @@
 mod committer;
 mod open;
 mod producer;
+mod queued;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
@@ -60,6 +62,7 @@ pub(crate) use committer::{commit_when_due, rewind, Seek};
 use open::Open;
 pub(crate) use open::TopicPartition;
 pub(crate) use producer::{GroupReader, Handed, KafkaProducer, TransactionalProducer, TxnError};
+use queued::{Owned, Queue, Queued};
 
 /// What a settled record leaves behind.
 pub(crate) enum Effect<'a> {
@@ -67,6 +70,20 @@ pub(crate) enum Effect<'a> {
     Handled(Vec<Output>),
     /// It exits its stage: its dead letter or retry record.
     Exit(&'a ExitWrite),
+}
+
+impl Effect<'_> {
+    /// Whether it writes nothing: handled, with no outputs.
+    fn writes_nothing(&self) -> bool {
+        matches!(self, Effect::Handled(outputs) if outputs.is_empty())
+    }
+
+    fn owned(self) -> Owned {
+        match self {
+            Effect::Handled(outputs) => Owned::Handled(outputs),
+            Effect::Exit(write) => Owned::Exit(write.clone()),
+        }
+    }
 }
 
 /// Whether [`Transaction::apply`] took a record.
@@ -152,8 +169,11 @@ struct State {
     exits: Vec<Counted>,
     /// Why the open transaction must abort (a write the producer did not take).
     doomed: Option<String>,
-    /// A commit is talking to the broker: no write may be handed over until it is done.
+    /// A commit is talking to the broker: no write may be handed over until it is done;
+    /// records that settle meanwhile wait in `queue`.
     committing: bool,
+    /// Records settled while a commit talks to the broker, for the next transaction.
+    queue: Queue,
     /// Partitions that rewind: their records are refused until the poll loop restarted them.
     /// Keyed by partition, the assignment whose records rewind: refused while it lasts (a
     /// later assignment of the partition started from the committed position).
@@ -174,6 +194,12 @@ struct State {
 }
 
 impl State {
+    /// Whether a record of `partition` settled in the assignment `revoked` is refused now:
+    /// the producer failed for good, the assignment ended, or the partition rewinds.
+    fn refuses(&self, partition: &TopicPartition, revoked: &CancellationToken) -> bool {
+        self.fatal.is_some() || revoked.is_cancelled() || self.rewinds_now(partition)
+    }
+
     /// Whether `partition`'s records are refused now: the assignment whose records rewind
     /// lasts (any record taken now is of that assignment).
     fn rewinds_now(&self, partition: &TopicPartition) -> bool {
@@ -190,6 +216,7 @@ impl State {
             exits: Vec::new(),
             doomed: None,
             committing: false,
+            queue: Queue::default(),
             rewinding: HashMap::new(),
             rewinds: Vec::new(),
             assignments: HashMap::new(),
@@ -290,8 +317,13 @@ impl Transaction {
     }
 
     /// `record`, taken from `partition`, settled with `effect`: hands its writes to the
-    /// producer and notes its position, together. Waits only while a commit talks to the
-    /// broker (librdkafka takes no writes then).
+    /// producer and notes its position, together. While a commit talks to the broker
+    /// (librdkafka takes no writes then) the record is queued for the next transaction
+    /// ([`queued`]) and the worker goes on; it waits for the commit only when the queue is
+    /// full or the record must go alone into a transaction of its own. A queued record whose
+    /// assignment ends, or whose partition rewinds, before the next transaction begins is
+    /// dropped there, with every later record of its partition: it is consumed again from
+    /// the committed position, as a record of an aborted transaction is.
     pub(crate) fn apply(
         &self,
         partition: &TopicPartition,
@@ -301,9 +333,28 @@ impl Transaction {
     ) -> Applied {
         let offset = record.delivered_offset();
         let key = (partition.clone(), offset);
-        let mut state = self.lock_between_commits();
-        if state.fatal.is_some() || revoked.is_cancelled() || state.rewinds_now(partition) {
+        let mut state = self.lock();
+        if state.refuses(partition, revoked) {
             return Applied::Refused;
+        }
+        if state.committing {
+            if !state.suspects.contains(&key) && state.queue.has_room() {
+                // Its record is kept only when what it writes needs it.
+                let keep = !effect.writes_nothing() || state.refused.contains_key(&key);
+                state.queue.push(Queued {
+                    partition: partition.clone(),
+                    offset,
+                    revoked: revoked.clone(),
+                    record: keep.then(|| Box::new(record.clone())),
+                    effect: effect.owned(),
+                });
+                return Applied::Taken;
+            }
+            drop(state);
+            state = self.lock_between_commits();
+            if state.refuses(partition, revoked) {
+                return Applied::Refused;
+            }
         }
         let suspect = state.suspects.remove(&key);
         if suspect && !state.open.is_empty() {
@@ -311,13 +362,60 @@ impl Transaction {
             drop(state);
             off_the_runtime(|| self.commit());
             state = self.lock_between_commits();
-            if state.fatal.is_some() || revoked.is_cancelled() || state.rewinds_now(partition) {
+            if state.refuses(partition, revoked) {
                 return Applied::Refused;
             }
         }
+        self.hand_over(&mut state, partition, offset, Some(record), revoked, effect);
+        let full = state.open.records() >= self.max_records;
+        drop(state);
+        if suspect {
+            // Its transaction of its own commits now: if the broker refuses its writes
+            // again, they are its own.
+            tracing::info!(event = "transaction_isolating", id = %record.id,
+                "committing the record alone: its writes were refused with others'");
+            off_the_runtime(|| self.commit());
+        } else if full {
+            self.full.notify_one();
+        }
+        Applied::Taken
+    }
+
+    /// Hands the writes of the record at `offset` of `partition`, settled with `effect`, to
+    /// the producer and notes its position in the open transaction. `record` is `None` only
+    /// for a queued record that writes nothing (see [`Queued::record`]).
+    fn hand_over(
+        &self,
+        state: &mut State,
+        partition: &TopicPartition,
+        offset: i64,
+        record: Option<&Record>,
+        revoked: &CancellationToken,
+        effect: Effect<'_>,
+    ) {
+        let key = (partition.clone(), offset);
         // Remembered until the record's transaction commits: one that aborts for another
         // record's sake brings it back, still refused.
         let refused = state.refused.get(&key).cloned();
+        let Some(record) = record else {
+            if refused.is_some() {
+                // Not kept, so it cannot be dead-lettered instead; the transaction aborts
+                // and the record is consumed again (a record is kept whenever it is
+                // refused when it settles, so this does not happen).
+                state.doomed.get_or_insert_with(|| {
+                    format!(
+                        "the record at {}-{} offset {offset} was refused while it waited for a commit",
+                        partition.0, partition.1
+                    )
+                });
+            }
+            state.open.add(partition, offset, Instant::now());
+            state
+                .assignments
+                .entry(partition.clone())
+                .or_insert_with(|| revoked.clone());
+            return;
+        };
         let p = state.producer.clone();
         let p = p.as_ref();
         let permanent = || Counted::DeadLetter {
@@ -398,21 +496,10 @@ impl Transaction {
             });
         }
         state.open.add(partition, offset, Instant::now());
-        if !state.assignments.contains_key(partition) {
-            state.assignments.insert(partition.clone(), revoked.clone());
-        }
-        let full = state.open.records() >= self.max_records;
-        drop(state);
-        if suspect {
-            // Its transaction of its own commits now: if the broker refuses its writes
-            // again, they are its own.
-            tracing::info!(event = "transaction_isolating", id = %record.id,
-                "committing the record alone: its writes were refused with others'");
-            off_the_runtime(|| self.commit());
-        } else if full {
-            self.full.notify_one();
-        }
-        Applied::Taken
+        state
+            .assignments
+            .entry(partition.clone())
+            .or_insert_with(|| revoked.clone());
     }
 
     /// Whether the open transaction should commit now.
@@ -500,9 +587,48 @@ impl Transaction {
             Err(TxnError::Abort(why)) => self.abort(&producer, why),
             Err(failed) => self.fail(failed),
         };
-        self.lock().committing = false;
+        let mut state = self.lock();
+        state.committing = false;
+        // Under the same lock: no record settles between the queued ones and the next.
+        self.hand_over_queued(&mut state);
+        drop(state);
         self.committed.notify_all();
         committed
+    }
+
+    /// Hands the records queued while the commit talked to the broker to the transaction
+    /// that began after it, in the order they settled; those whose assignment ended or whose
+    /// partition rewinds are dropped.
+    fn hand_over_queued(&self, state: &mut State) {
+        for queued in state.queue.take() {
+            let Queued {
+                partition,
+                offset,
+                revoked,
+                record,
+                effect,
+            } = queued;
+            if state.refuses(&partition, &revoked) {
+                continue;
+            }
+            // Not alone in its transaction: if its writes are refused with others' again,
+            // it is a suspect again, and goes alone when it comes again.
+            state.suspects.remove(&(partition.clone(), offset));
+            let record = record.as_deref();
+            match effect {
+                Owned::Handled(outputs) => {
+                    let effect = Effect::Handled(outputs);
+                    self.hand_over(state, &partition, offset, record, &revoked, effect);
+                }
+                Owned::Exit(write) => {
+                    let effect = Effect::Exit(&write);
+                    self.hand_over(state, &partition, offset, record, &revoked, effect);
+                }
+            }
+        }
+        if state.open.records() >= self.max_records {
+            self.full.notify_one();
+        }
     }
 
     /// Aborts the open transaction (of `producer`) for `why`, remembers what the broker
@@ -682,5 +808,286 @@ pub(crate) fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use chrono::{DateTime, Utc};
+    use futures_util::FutureExt;
+
+    use super::*;
+    use crate::record::retry::RetryStage;
+
+    /// What the fake producer was asked, in order.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Asked {
+        Begin,
+        Write(String),
+        Commit(Vec<(TopicPartition, i64)>),
+        Abort,
+    }
+
+    /// A producer whose commits wait for the test: each says it started on `entered` and
+    /// ends with what `outcome` sends.
+    struct Held {
+        asked: Arc<Mutex<Vec<Asked>>>,
+        entered: Mutex<mpsc::Sender<()>>,
+        outcome: Mutex<mpsc::Receiver<Result<(), TxnError>>>,
+    }
+
+    impl Held {
+        fn ask(&self, asked: Asked) {
+            self.asked.lock().unwrap().push(asked);
+        }
+
+        fn handed(topic: &str) -> Handed {
+            Handed {
+                topic: topic.to_string(),
+                answer: Ok(futures_util::future::ready(None).boxed()),
+            }
+        }
+    }
+
+    impl TransactionalProducer for Held {
+        fn start(&self) -> Result<(), TxnError> {
+            self.begin()
+        }
+
+        fn begin(&self) -> Result<(), TxnError> {
+            self.ask(Asked::Begin);
+            Ok(())
+        }
+
+        fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
+            Ok(outputs
+                .iter()
+                .map(|o| {
+                    let value = String::from_utf8_lossy(o.value.as_deref().unwrap_or_default());
+                    self.ask(Asked::Write(value.into_owned()));
+                    Self::handed(&o.topic)
+                })
+                .collect())
+        }
+
+        fn write_dead_letter(
+            &self,
+            record: &Record,
+            _: DeadLetterKind,
+            _: &str,
+            _: u32,
+            _: bool,
+        ) -> Handed {
+            self.ask(Asked::Write(format!("dead letter of {}", record.id)));
+            Self::handed("orders-dlt")
+        }
+
+        fn write_retry(&self, _: &Record, _: u32, _: DateTime<Utc>, _: RetryStage) -> Handed {
+            unreachable!("no retry tiers here")
+        }
+
+        fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), TxnError> {
+            self.ask(Asked::Commit(positions.to_vec()));
+            self.entered.lock().unwrap().send(()).unwrap();
+            self.outcome.lock().unwrap().recv().unwrap()
+        }
+
+        fn abort(&self) -> Result<(), TxnError> {
+            self.ask(Asked::Abort);
+            Ok(())
+        }
+    }
+
+    struct Fixture {
+        transaction: Arc<Transaction>,
+        asked: Arc<Mutex<Vec<Asked>>>,
+        entered: mpsc::Receiver<()>,
+        outcome: mpsc::Sender<Result<(), TxnError>>,
+    }
+
+    fn fixture() -> Fixture {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let (entered_tx, entered) = mpsc::channel();
+        let (outcome, outcome_rx) = mpsc::channel();
+        let producer = Held {
+            asked: asked.clone(),
+            entered: Mutex::new(entered_tx),
+            outcome: Mutex::new(outcome_rx),
+        };
+        let transaction = Arc::new(Transaction::new(
+            Box::new(producer),
+            Box::new(|| Err("no second producer here".to_string())),
+            1_000,
+            Duration::from_secs(1),
+            Metrics::new(),
+        ));
+        transaction.start().expect("started");
+        Fixture {
+            transaction,
+            asked,
+            entered,
+            outcome,
+        }
+    }
+
+    fn tp(partition: i32) -> TopicPartition {
+        ("orders".to_string(), partition)
+    }
+
+    fn record(partition: i32, offset: i64) -> Record {
+        Record::new("orders", partition, offset).with_id(format!("orders-{partition}-{offset}"))
+    }
+
+    fn output(value: &str) -> Effect<'static> {
+        Effect::Handled(vec![Output::new("orders-out", value)])
+    }
+
+    /// Applies on a thread of its own and returns its outcome, failing the test (instead of
+    /// hanging it) when `apply` waits for the held commit.
+    fn apply_beside(
+        transaction: &Arc<Transaction>,
+        partition: i32,
+        offset: i64,
+        revoked: &CancellationToken,
+        value: &'static str,
+    ) -> Applied {
+        let (transaction, revoked) = (transaction.clone(), revoked.clone());
+        let (done, applied) = mpsc::channel();
+        std::thread::spawn(move || {
+            let record = record(partition, offset);
+            let _ = done.send(transaction.apply(&tp(partition), &record, &revoked, output(value)));
+        });
+        applied
+            .recv_timeout(Duration::from_secs(30))
+            .expect("apply waited for the commit instead of queueing its record")
+    }
+
+    /// Starts a commit on a thread of its own and waits until it talks to the (held) broker.
+    fn commit_beside(f: &Fixture) -> std::thread::JoinHandle<Committed> {
+        let transaction = f.transaction.clone();
+        let commit = std::thread::spawn(move || transaction.commit());
+        f.entered.recv().expect("the commit started");
+        commit
+    }
+
+    #[test]
+    fn records_settled_during_a_commit_go_into_the_next_transaction_in_order() {
+        let f = fixture();
+        let assignment = CancellationToken::new();
+        let first = apply_beside(&f.transaction, 0, 0, &assignment, "a");
+        assert_eq!(first, Applied::Taken);
+        let commit = commit_beside(&f);
+        // The commit holds: these must not wait for it.
+        assert_eq!(
+            apply_beside(&f.transaction, 0, 1, &assignment, "b"),
+            Applied::Taken
+        );
+        assert_eq!(
+            apply_beside(&f.transaction, 1, 7, &assignment, "c"),
+            Applied::Taken
+        );
+        assert_eq!(
+            apply_beside(&f.transaction, 0, 2, &assignment, "d"),
+            Applied::Taken
+        );
+        assert!(
+            !f.asked.lock().unwrap().contains(&Asked::Write("b".into())),
+            "nothing is handed to the producer while it commits"
+        );
+        f.outcome.send(Ok(())).unwrap();
+        assert_eq!(commit.join().unwrap(), Committed::Records(1));
+        let second = commit_beside(&f);
+        f.outcome.send(Ok(())).unwrap();
+        assert_eq!(second.join().unwrap(), Committed::Records(3));
+        let asked = f.asked.lock().unwrap().clone();
+        let write = |v: &str| Asked::Write(v.to_string());
+        assert_eq!(
+            asked,
+            vec![
+                Asked::Begin,
+                write("a"),
+                Asked::Commit(vec![(tp(0), 1)]),
+                Asked::Begin,
+                write("b"),
+                write("c"),
+                write("d"),
+                Asked::Commit(vec![(tp(0), 3), (tp(1), 8)]),
+                Asked::Begin,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_queued_record_is_dropped_when_its_partition_rewinds_or_its_assignment_ends() {
+        let f = fixture();
+        let (kept, rewound, revoked) = (
+            CancellationToken::new(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        apply_beside(&f.transaction, 0, 5, &rewound, "in the aborted transaction");
+        let commit = commit_beside(&f);
+        assert_eq!(
+            apply_beside(&f.transaction, 0, 6, &rewound, "x"),
+            Applied::Taken
+        );
+        assert_eq!(
+            apply_beside(&f.transaction, 1, 3, &kept, "kept"),
+            Applied::Taken
+        );
+        assert_eq!(
+            apply_beside(&f.transaction, 2, 9, &revoked, "y"),
+            Applied::Taken
+        );
+        revoked.cancel();
+        f.outcome
+            .send(Err(TxnError::Abort("the coordinator refused".into())))
+            .unwrap();
+        assert!(matches!(commit.join().unwrap(), Committed::Aborted(_)));
+        let rewinds = f.transaction.take_rewinds().expect("not fatal");
+        let rewinds: Vec<_> = rewinds
+            .iter()
+            .map(|r| (r.partition.clone(), r.position))
+            .collect();
+        assert_eq!(rewinds, vec![(tp(0), 5)], "partition 0 starts again at 5");
+        let next = commit_beside(&f);
+        f.outcome.send(Ok(())).unwrap();
+        assert_eq!(next.join().unwrap(), Committed::Records(1));
+        let asked = f.asked.lock().unwrap().clone();
+        assert_eq!(
+            asked.last_chunk::<4>().unwrap(),
+            &[
+                Asked::Begin,
+                Asked::Write("kept".into()),
+                Asked::Commit(vec![(tp(1), 4)]),
+                Asked::Begin,
+            ],
+            "only the record of the partition that neither rewinds nor was revoked: {asked:?}"
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_settled_during_a_commit_keeps_its_record_for_the_next_transaction() {
+        let f = fixture();
+        let assignment = CancellationToken::new();
+        apply_beside(&f.transaction, 0, 0, &assignment, "a");
+        let commit = commit_beside(&f);
+        let write = ExitWrite::DeadLetter {
+            kind: DeadLetterKind::Permanent,
+            message: "malformed".into(),
+            attempts: 1,
+        };
+        let applied = f
+            .transaction
+            .apply(&tp(0), &record(0, 1), &assignment, Effect::Exit(&write));
+        assert_eq!(applied, Applied::Taken);
+        f.outcome.send(Ok(())).unwrap();
+        commit.join().unwrap();
+        assert!(f.asked.lock().unwrap().ends_with(&[
+            Asked::Begin,
+            Asked::Write("dead letter of orders-0-1".into())
+        ]));
     }
 }
