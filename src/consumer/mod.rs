@@ -26,7 +26,7 @@
 //!   later), and resumed once its worker has taken it down to half its share (or the inboxes
 //!   together to a quarter of theirs). An inbox always takes the record it is given, so no
 //!   partition starves. Each assignment resumes its partitions, since librdkafka keeps a
-//!   pause across revocation. See `inbox.rs` for why the inboxes never hold more than their
+//!   pause across revocation. See `poll/inbox.rs` for why the inboxes never hold more than their
 //!   half.
 //!
 //! One fetch in flight (at most 64 kB per partition, 2 MB in all), the records the workers
@@ -86,27 +86,20 @@
 //! on `/readyz` and counted (`undecodable`). A broker outage never ends [`Consumer::run`];
 //! only a fatal client error does (after the usual drain and commit).
 
-mod assignments;
-mod cluster;
-mod context;
-mod dispatch;
-mod dlq_topics;
-mod inbox;
+mod error;
 mod offsets;
-mod retry_topics;
+mod poll;
 mod settle;
 pub mod share;
 #[cfg(test)]
-mod simulated_trace;
-#[cfg(test)]
 mod simulation;
-mod spare_records;
-mod topic_retention;
+mod start;
 mod transaction;
-mod undecodable;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
 mod worker;
+
+pub use error::ConsumerError;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -114,117 +107,20 @@ use std::sync::Arc;
 
 use futures_util::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
-use rdkafka::error::KafkaError;
-use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConfigError, ConsumerConfig};
+use crate::config::ConsumerConfig;
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
-use assignments::{Assigned, Assignments};
-use context::{commit_stored, RebalanceContext};
+use poll::assignments::{Assigned, Assignments};
+use poll::context::{commit_stored, RebalanceContext};
 use worker::Shared;
 
 /// Records the poll loop moves into inboxes after a wake-up before it waits again.
 const DELIVERIES_PER_WAKE: usize = 256;
-
-/// Why the consumer could not start.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum ConsumerError {
-    /// A setting is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// librdkafka refused the consumer configuration.
-    #[error("could not create the Kafka consumer: {0}")]
-    CreateConsumer(#[source] KafkaError),
-    /// librdkafka refused the dead-letter producer configuration.
-    #[error("could not create the dead-letter producer: {0}")]
-    CreateProducer(#[source] KafkaError),
-    /// The Kafka client hit a fatal error (for example, fenced by a newer instance with the
-    /// same `group.instance.id`) and cannot go on.
-    #[error("fatal Kafka client error {code}: {reason}")]
-    Fatal {
-        /// librdkafka's error code.
-        code: rdkafka::types::RDKafkaErrorCode,
-        /// librdkafka's description.
-        reason: String,
-    },
-    /// A retry topic that no configured tier reads still holds records this group has not
-    /// consumed (a tier was dropped from `retry_topic_delays_ms`, or retry topics were turned
-    /// off, while records waited there): starting would leave them there for good.
-    #[error("retry topic {topic} still holds {records} record(s) that this group has not consumed, but retry_topic_delays_ms has no tier for it: put the tier back until its records are handled (or move them with `kafka-dlq dlq replay --dlq-topic {topic}`), then drop it")]
-    StrandedRetryRecords {
-        /// The retry topic.
-        topic: String,
-        /// Its records after the group's committed offsets.
-        records: i64,
-    },
-    /// A source topic was removed from `topics` while its retry topics or this group's
-    /// redrive topic of it still held records of this group: starting would leave them there
-    /// for good.
-    #[error("source topic {source_topic} is no longer in topics, but {topic} still holds {records} record(s) of this group: put {source_topic} back in topics until they are handled (or move them with `kafka-dlq dlq replay --dlq-topic {topic}`), then remove it")]
-    StrandedSourceRecords {
-        /// The source topic no longer configured.
-        source_topic: String,
-        /// Its retry or redrive topic holding the records.
-        topic: String,
-        /// This group's records there after its committed offsets.
-        records: i64,
-    },
-    /// A retry or redrive topic keeps its records for less than they may wait there
-    /// ([`crate::retry_tier::retention::needed`]): they would be deleted before they are due,
-    /// after their source offsets were committed.
-    #[error("{topic} keeps records for {retention_ms} ms (retention.ms), but its records wait up to {delay_ms} ms there: they would be deleted before they are handled; set its retention.ms to at least {needed_ms} (or -1), or shorten that tier's delay in retry_topic_delays_ms")]
-    RetentionTooShort {
-        /// The retry or redrive topic.
-        topic: String,
-        /// Its `retention.ms`.
-        retention_ms: i64,
-        /// How long its records wait (the tier's delay; 0 for a redrive topic).
-        delay_ms: u64,
-        /// The retention it needs at least.
-        needed_ms: i64,
-    },
-    /// A dead-letter topic does not exist and was not created (`create_dlq_topics` is off, or
-    /// creating it failed): the consumer did not start, so no record waits on a write that
-    /// cannot succeed.
-    #[error("the dead-letter topic {topic} does not exist: {why}")]
-    DlqTopicMissing {
-        /// The dead-letter topic.
-        topic: String,
-        /// Why it was not created.
-        why: String,
-    },
-    /// The cluster refused this member of a share group (`consumption = "share"`): a broker
-    /// before Kafka 4.2 or Redpanda (no share groups), share groups turned off, the id in use
-    /// by a consumer group, no connection at start.
-    #[error("could not join the share group {group}: {reason}")]
-    ShareGroup {
-        /// The share group.
-        group: String,
-        /// What the cluster or the client said.
-        reason: String,
-    },
-    /// Exactly once: the transactional producer could not start, or failed for good (fenced
-    /// by a newer producer of its id, a transaction it could not abort, a partition it could
-    /// not rewind). The records after the last committed transaction are consumed again by
-    /// whoever owns their partitions next.
-    #[error("exactly once: {0}")]
-    Transaction(String),
-    /// Subscribing to the topics failed.
-    #[error("could not subscribe to {topics:?}: {source}")]
-    Subscribe {
-        /// The topics.
-        topics: Vec<String>,
-        /// The cause.
-        #[source]
-        source: KafkaError,
-    },
-}
 
 /// The dead-letter producer of `config`'s group, counting its failed writes in `metrics`.
 fn dead_letter_publisher(
@@ -360,51 +256,18 @@ impl<H: BatchHandler> Consumer<H> {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
         tokio::pin!(shutdown);
         let config = self.config.consumer_client_config();
-        if !cluster::wait_until_admitted(&config, &self.shared.metrics, shutdown.as_mut()).await {
+        if !start::cluster::wait_until_admitted(&config, &self.shared.metrics, shutdown.as_mut())
+            .await
+        {
             self.shutdown(JoinSet::new()).await;
             return Ok(());
         }
-        // The source topics, then their retry topics (none without retry tiers) and this
-        // group's redrive topics.
-        let mut topics = self.config.topics.clone();
-        topics.extend(
-            retry_topics::follow_up_topics(&self.config)
-                .into_iter()
-                .map(|(topic, _)| topic),
-        );
-        match retry_topics::stranded(&self.config).await {
-            Some(retry_topics::Stranded {
-                topic,
-                records,
-                removed_source: None,
-            }) => return Err(ConsumerError::StrandedRetryRecords { topic, records }),
-            Some(retry_topics::Stranded {
-                topic,
-                records,
-                removed_source: Some(source),
-            }) => {
-                return Err(ConsumerError::StrandedSourceRecords {
-                    source_topic: source,
-                    topic,
-                    records,
-                })
-            }
-            None => {}
-        }
-        dlq_topics::ensure(&self.config).await?;
-        retry_topics::ensure(&self.config, &self.stop_workers).await;
-        topic_retention::check(&self.config).await?;
-        if let Some(transaction) = self.shared.transaction.clone() {
-            // Fences an earlier producer of the id, and opens the first transaction.
-            tokio::task::spawn_blocking(move || transaction.start())
-                .await
-                .expect("init_transactions does not panic")
-                .map_err(|e| {
-                    ConsumerError::Transaction(format!(
-                        "could not start the transactional producer: {e}"
-                    ))
-                })?;
-        }
+        let topics = start::prepare(
+            &self.config,
+            &self.stop_workers,
+            self.shared.transaction.clone(),
+        )
+        .await?;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.consumer
             .subscribe(&names)
@@ -432,7 +295,7 @@ impl<H: BatchHandler> Consumer<H> {
         let consumer = self.consumer.clone();
         let mut stream = consumer.stream();
         let pauser = self.consumer.clone();
-        let pause: dispatch::Pause = Box::new(move |topic, partition| {
+        let pause: poll::dispatch::Pause = Box::new(move |topic, partition| {
             let mut list = rdkafka::TopicPartitionList::with_capacity(1);
             list.add_partition(topic, partition);
             if let Err(error) = pauser.pause(&list) {
@@ -440,7 +303,7 @@ impl<H: BatchHandler> Consumer<H> {
                     "its inbox may grow past its share");
             }
         });
-        let mut dispatch = dispatch::Dispatch::new(
+        let mut dispatch = poll::dispatch::Dispatch::new(
             self.assignments.clone(),
             pause,
             self.config.id_header.clone(),
@@ -460,7 +323,7 @@ impl<H: BatchHandler> Consumer<H> {
                 }
                 _ = async { rewinds.as_ref().expect("checked").rewound.notified().await }, if rewinds.is_some() => {
                     let transaction = rewinds.as_ref().expect("checked");
-                    if let Err(why) = transaction::rewind(transaction, &seeker, &self.assignments).await {
+                    if let Err(why) = poll::rewind::rewind(transaction, &seeker, &self.assignments).await {
                         outcome = Err(ConsumerError::Transaction(why));
                         break;
                     }

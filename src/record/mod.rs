@@ -234,7 +234,7 @@ impl Record {
 
     /// Makes this record what [`Record::from_message`] makes of `message`, every field
     /// overwritten, copying into the buffers it holds already (a settled record reused, see
-    /// `consumer::spare_records`).
+    /// `consumer::poll::spare_records`).
     pub(crate) fn copy_from_message<M: Message>(&mut self, message: &M, id_header: Option<&str>)
     where
         M::Headers: RawHeaders,

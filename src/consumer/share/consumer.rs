@@ -11,7 +11,8 @@ use super::delivery_limit::DeliveryLimit;
 use super::kafka::{group_settings, KrafkaClient};
 use crate::config::{ConsumerConfig, Consumption, ShareDlq};
 use crate::consumer::settle::Caller;
-use crate::consumer::{dlq_topics, retry_topics, ConsumerError};
+use crate::consumer::start::{dlq_topics, retry_topics};
+use crate::consumer::ConsumerError;
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
@@ -72,8 +73,12 @@ impl<H: BatchHandler> ShareConsumer<H> {
         tokio::pin!(shutdown);
         let mut config = self.config;
         let client = config.consumer_client_config();
-        if !crate::consumer::cluster::wait_until_admitted(&client, &self.metrics, shutdown.as_mut())
-            .await
+        if !crate::consumer::start::cluster::wait_until_admitted(
+            &client,
+            &self.metrics,
+            shutdown.as_mut(),
+        )
+        .await
         {
             return Ok(());
         }
@@ -87,7 +92,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
         }
         let stop = CancellationToken::new();
         retry_topics::ensure(&config, &stop).await;
-        super::super::topic_retention::check(&config).await?;
+        crate::consumer::start::topic_retention::check(&config).await?;
         let redrive: Vec<String> = retry_topics::follow_up_topics(&config)
             .into_iter()
             .map(|(topic, _)| topic)

@@ -58,7 +58,7 @@ use crate::handler::Output;
 use crate::kafka::send::{is_too_large, refused_for_good};
 use crate::metrics::Metrics;
 use crate::record::Record;
-pub(crate) use committer::{commit_when_due, rewind, Seek};
+pub(crate) use committer::commit_when_due;
 use open::Open;
 pub(crate) use open::TopicPartition;
 pub(crate) use producer::{GroupReader, Handed, KafkaProducer, TransactionalProducer, TxnError};

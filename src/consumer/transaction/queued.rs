@@ -102,11 +102,6 @@ impl Queue {
         self.bytes = 0;
         std::mem::take(&mut self.queued)
     }
-
-    /// How many records wait.
-    pub(crate) fn len(&self) -> usize {
-        self.queued.len()
-    }
 }
 
 #[cfg(test)]
@@ -143,7 +138,7 @@ mod tests {
         queue.push(queued(1_000));
         queue.push(queued(1_000));
         assert!(queue.has_room());
-        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.take().len(), 2);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::consumer::context::RebalanceContext;
+use crate::consumer::poll::context::RebalanceContext;
 
 /// A topic and partition.
 pub(crate) type TopicPartition = (String, i32);
@@ -137,7 +137,7 @@ impl Client for KafkaClient {
 /// How long a rewind's seek may take.
 const SEEK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl crate::consumer::transaction::Seek for KafkaClient {
+impl crate::consumer::poll::rewind::Seek for KafkaClient {
     fn seek<'a>(
         &'a self,
         partition: &'a TopicPartition,

@@ -2,7 +2,7 @@
 //! stage, its metrics) and the one reader of the partition's inbox — the next record, the
 //! ones ready now, or a chunk or batch taken at once, each cancel-safe, and none taken once
 //! the worker is cancelled. The consumer's poll loop fills the inbox and keeps it within the
-//! partition's share of `max_buffered_bytes` (see `consumer::inbox`); once a record is
+//! partition's share of `max_buffered_bytes` (see `consumer::poll::inbox`); once a record is
 //! handed out it is the worker's.
 
 use std::sync::Arc;
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::client::Client;
-use crate::consumer::assignments::Assigned;
-use crate::consumer::inbox::Inbox;
+use crate::consumer::poll::assignments::Assigned;
+use crate::consumer::poll::inbox::Inbox;
+use crate::consumer::poll::spare_records::SpareRecords;
 use crate::consumer::settle::TopicHandles;
-use crate::consumer::spare_records::SpareRecords;
 use crate::metrics::Metrics;
 use crate::record::retry::Stage;
 use crate::record::Record;
@@ -222,7 +222,7 @@ impl Intake {
 
     /// Holds the partition's fetches paused until the returned guard drops (a retry record
     /// waiting until it is due): librdkafka fetches no records that would only wait. The
-    /// inbox's own pause and this hold never undo each other ([`crate::consumer::inbox`]).
+    /// inbox's own pause and this hold never undo each other ([`crate::consumer::poll::inbox`]).
     pub(super) fn hold_fetches(&self) -> FetchesHeld<'_> {
         self.inbox.hold(|| {
             let (topic, partition) = (&self.topic, self.partition);
@@ -234,7 +234,7 @@ impl Intake {
     }
 
     /// Gives `records` back once settled, for the poll loop to copy the next messages into
-    /// (see `consumer::spare_records`); their vector becomes the next take's (unless it has
+    /// (see `consumer::poll::spare_records`); their vector becomes the next take's (unless it has
     /// room for more than a chunk: a large batch's is freed).
     pub(super) fn give_back(&mut self, mut records: Vec<Record>) {
         self.spares.give_back(&mut records);
@@ -341,7 +341,7 @@ fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::consumer::inbox::{Budget, Inbox};
+    use crate::consumer::poll::inbox::{Budget, Inbox};
 
     fn record(offset: i64) -> Record {
         Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
@@ -455,7 +455,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_paused_partition_is_resumed_once_its_worker_has_taken_half_its_share() {
-        let size = crate::consumer::inbox::footprint(&record(0));
+        let size = crate::consumer::poll::inbox::footprint(&record(0));
         let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(size * 8))));
         let reader = Reader::default();
         for offset in 0..4 {
@@ -476,7 +476,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_chunk_stops_at_the_partitions_share() {
-        let size = crate::consumer::inbox::footprint(&record(0));
+        let size = crate::consumer::poll::inbox::footprint(&record(0));
         let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
         for offset in 0..10 {
             inbox.push(record(offset), size * 3, || {}, &mut Vec::new());

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use intake::Intake;
 
 use crate::config::{ConfigError, ConsumerConfig};
-use crate::consumer::assignments::Assigned;
+use crate::consumer::poll::assignments::Assigned;
 use crate::consumer::settle::{Caller, ExitWriter};
 use crate::consumer::transaction::Transaction;
 use crate::handler::BatchHandler;

@@ -46,7 +46,7 @@ fn share_members_lose_no_record_across_kills_stops_outages_and_slow_calls() {
 fn a_share_seed_replays_the_same_trace() {
     quiet();
     for seed in 0..20 {
-        crate::consumer::simulated_trace::assert_replays(&format!("share seed {seed}"), || {
+        crate::consumer::simulation::trace::assert_replays(&format!("share seed {seed}"), || {
             schedule::run(seed)
         });
     }

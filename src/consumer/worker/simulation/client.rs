@@ -72,7 +72,7 @@ impl Client for SimClient {
     }
 }
 
-impl crate::consumer::transaction::Seek for SimClient {
+impl crate::consumer::poll::rewind::Seek for SimClient {
     fn seek<'a>(
         &'a self,
         partition: &'a TopicPartition,

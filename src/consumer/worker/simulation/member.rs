@@ -19,8 +19,9 @@ use super::producer::SimProducer;
 use super::world::{WorldRef, SOURCE};
 use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
-use crate::consumer::assignments::{Assigned, Assignments};
-use crate::consumer::transaction::{commit_when_due, rewind, Transaction, TransactionalProducer};
+use crate::consumer::poll::assignments::{Assigned, Assignments};
+use crate::consumer::poll::rewind::rewind;
+use crate::consumer::transaction::{commit_when_due, Transaction, TransactionalProducer};
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
 

@@ -3,7 +3,7 @@
 //! time, the outage breaker, the dead-letter window and budget, revocation and re-assignment)
 //! runs against simulated partitions ([`world`]) on tokio's paused clock, with no broker.
 //! Each member's poll loop ([`poll_loop`]) moves what its librdkafka queues fetched into the
-//! partitions' real inboxes (`consumer::inbox`), which pause and resume the partitions as in
+//! partitions' real inboxes (`consumer::poll::inbox`), which pause and resume the partitions as in
 //! production, copying each source record into a settled record the workers gave back, as
 //! production does; the workers take their records from there.
 //!
@@ -130,7 +130,7 @@ fn a_seed_replays_the_same_trace() {
         (5, Variant::ExactlyOnce),
     ];
     for (seed, variant) in seeds.chain(others) {
-        crate::consumer::simulated_trace::assert_replays(
+        crate::consumer::simulation::trace::assert_replays(
             &format!("seed {seed} ({variant:?})"),
             || schedule::run(seed, variant),
         );

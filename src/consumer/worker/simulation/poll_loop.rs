@@ -1,5 +1,5 @@
 //! A member's poll loop: what librdkafka fetched (the world's queues) handed, one message at a
-//! time, to the consumer's real hand-off (`consumer::dispatch`), which copies it into a
+//! time, to the consumer's real hand-off (`consumer::poll::dispatch`), which copies it into a
 //! settled record the workers gave back, puts it in its partition's real inbox, pauses the
 //! partition (in the world) when the inbox says so, and wakes the workers; and the memory
 //! bound checked at every record.
@@ -13,9 +13,9 @@ use rdkafka::Timestamp;
 
 use super::super::client::TopicPartition;
 use super::world::{delivered, WorldRef};
-use crate::consumer::assignments::Assignments;
-use crate::consumer::dispatch::{Dispatch, Pause};
-use crate::consumer::inbox::footprint;
+use crate::consumer::poll::assignments::Assignments;
+use crate::consumer::poll::dispatch::{Dispatch, Pause};
+use crate::consumer::poll::inbox::footprint;
 use crate::record::Record;
 
 /// Runs member `member`'s poll loop until the runtime ends: each time librdkafka has fetched

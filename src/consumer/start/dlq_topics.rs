@@ -11,7 +11,7 @@ use crate::kafka::topics::{Topics, TopicsError};
 /// Creates the missing DLQ topics of `config`'s source topics, or says which one is missing.
 /// When the cluster cannot be asked (a broker down), logs it and returns `Ok`: the consumer
 /// starts, and its dead-letter writes wait and are retried as in any broker outage.
-pub(super) async fn ensure(config: &ConsumerConfig) -> Result<(), ConsumerError> {
+pub(in crate::consumer) async fn ensure(config: &ConsumerConfig) -> Result<(), ConsumerError> {
     let template = config.dlq_topic()?;
     let topics = match Topics::read(&config.producer_client_config()).await {
         Ok(topics) => topics,

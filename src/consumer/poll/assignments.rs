@@ -15,7 +15,7 @@ use super::spare_records::SpareRecords;
 use crate::metrics::Metrics;
 
 /// A topic and partition.
-pub(super) type PartitionKey = (String, i32);
+pub(in crate::consumer) type PartitionKey = (String, i32);
 
 /// An assigned partition: the token that stops its worker, the one that says it was revoked,
 /// and its inbox.
@@ -55,7 +55,7 @@ pub(crate) struct Assigned {
 }
 
 /// The inbox a partition's records go to now, with its share of the budget.
-pub(super) struct Destination {
+pub(in crate::consumer) struct Destination {
     pub inbox: Arc<Inbox>,
     pub share: usize,
 }
@@ -110,7 +110,7 @@ impl Assignments {
 
     /// How many rebalances have begun: a [`Destination`] looked up before the last one may be
     /// closed, and its share has changed.
-    pub(super) fn rebalances(&self) -> u64 {
+    pub(in crate::consumer) fn rebalances(&self) -> u64 {
         self.rebalances.load(Ordering::Relaxed)
     }
 
@@ -160,7 +160,7 @@ impl Assignments {
     }
 
     /// Ends every assignment (at shutdown).
-    pub(super) fn end_all(&self) {
+    pub(in crate::consumer) fn end_all(&self) {
         for (_, slot) in self.partitions.lock().expect("partitions lock").drain() {
             slot.end(&self.metrics);
         }
@@ -168,19 +168,23 @@ impl Assignments {
 
     /// The bytes every inbox holds now.
     #[cfg(test)]
-    pub(super) fn held_bytes(&self) -> usize {
+    pub(in crate::consumer) fn held_bytes(&self) -> usize {
         self.budget.held()
     }
 
     /// What `topic`/`partition`'s inbox holds now, in bytes; 0 when it is not assigned here.
     #[cfg(test)]
-    pub(super) fn inbox_bytes(&self, topic: &str, partition: i32) -> usize {
+    pub(in crate::consumer) fn inbox_bytes(&self, topic: &str, partition: i32) -> usize {
         self.destination(topic, partition)
             .map_or(0, |to| to.inbox.bytes())
     }
 
     /// Where `topic`/`partition`'s records go now; `None` when it is not assigned here.
-    pub(super) fn destination(&self, topic: &str, partition: i32) -> Option<Destination> {
+    pub(in crate::consumer) fn destination(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Destination> {
         let slots = self.partitions.lock().expect("partitions lock");
         let slot = slots.get(&(topic.to_string(), partition))?;
         Some(Destination {

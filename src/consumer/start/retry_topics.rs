@@ -12,7 +12,7 @@ use crate::kafka::topics::{Topics, TopicsError};
 
 /// The topics besides its sources that the consumer reads: each source's retry tiers' topics
 /// (none without retry tiers) and its redrive topic for this group, each with its source.
-pub(super) fn follow_up_topics(config: &ConsumerConfig) -> Vec<(String, &str)> {
+pub(in crate::consumer) fn follow_up_topics(config: &ConsumerConfig) -> Vec<(String, &str)> {
     let mut topics = Vec::new();
     for source in &config.topics {
         for topic in config.retry_topic_delays_ms.topics(source) {
@@ -44,7 +44,7 @@ const FIRST_ATTEMPT: Duration = Duration::from_secs(10);
 /// 60 s, until it succeeds or `cancel` fires; meanwhile records bound for a missing retry topic
 /// wait (their writes are retried), and the consumer picks a topic created later up at its next
 /// metadata refresh.
-pub(super) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) {
+pub(in crate::consumer) async fn ensure(config: &ConsumerConfig, cancel: &CancellationToken) {
     // The first attempt holds the start for at most FIRST_ATTEMPT: a cluster that answers
     // CreateTopics late (a controller election) does not hold the consumer up.
     let error = match tokio::time::timeout(FIRST_ATTEMPT, try_ensure(config)).await {
@@ -118,7 +118,7 @@ async fn shown(
 /// share a source's retry topics, and another group's records are its own to handle. Returns
 /// the first such topic and how many of this group's records it holds; `None` when there is
 /// none or the cluster could not be asked (logged: the consumer starts as before).
-pub(super) async fn stranded(config: &ConsumerConfig) -> Option<Stranded> {
+pub(in crate::consumer) async fn stranded(config: &ConsumerConfig) -> Option<Stranded> {
     let config = config.clone();
     let found = tokio::task::spawn_blocking(move || find_stranded(&config))
         .await
@@ -138,7 +138,7 @@ const READ_FOR: Duration = Duration::from_secs(30);
 
 /// A topic this group no longer reads that holds records of this group.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Stranded {
+pub(in crate::consumer) struct Stranded {
     /// The retry or redrive topic.
     pub topic: String,
     /// This group's records there.

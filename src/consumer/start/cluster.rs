@@ -21,7 +21,7 @@ const AGAIN: Duration = Duration::from_secs(10);
 /// `/readyz` ([`Metrics::not_ready`]), and the attempt is made again every 10 s; a cluster
 /// that does not answer at all is left to librdkafka, as a broker outage later would be.
 /// Returns false when `shutdown` completes first.
-pub(super) async fn wait_until_admitted(
+pub(in crate::consumer) async fn wait_until_admitted(
     config: &ClientConfig,
     metrics: &Metrics,
     mut shutdown: Pin<&mut impl Future<Output = ()>>,

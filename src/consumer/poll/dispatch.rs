@@ -23,10 +23,10 @@ struct Recent {
 
 /// Stops fetching a partition (topic, partition) whose inbox is full; a failure is the
 /// pauser's to report.
-pub(super) type Pause = Box<dyn Fn(&str, i32) + Send>;
+pub(in crate::consumer) type Pause = Box<dyn Fn(&str, i32) + Send>;
 
 /// Moves records into their partitions' inboxes; see the module docs.
-pub(super) struct Dispatch {
+pub(in crate::consumer) struct Dispatch {
     assignments: Arc<Assignments>,
     pause: Pause,
     /// The header whose value is a record's id (`id_header`).
@@ -47,7 +47,7 @@ impl Dispatch {
     /// A hand-off into the inboxes of `assignments`, pausing a partition with `pause`, reading
     /// each record's id from `id_header` (when set) and counting the inboxes' bytes in
     /// `buffered`.
-    pub(super) fn new(
+    pub(in crate::consumer) fn new(
         assignments: Arc<Assignments>,
         pause: Pause,
         id_header: Option<String>,
@@ -68,7 +68,7 @@ impl Dispatch {
     /// inbox decides so (it holds its share of the budget, see `inbox.rs`). A record of a
     /// partition no longer assigned here is dropped: its offset was not stored, so the new
     /// owner consumes it. The worker waiting for it, if any, is woken by [`Dispatch::wake`].
-    pub(super) fn deliver<M: Message>(&mut self, message: &M)
+    pub(in crate::consumer) fn deliver<M: Message>(&mut self, message: &M)
     where
         M::Headers: RawHeaders,
     {
@@ -110,7 +110,7 @@ impl Dispatch {
     /// Wakes the workers waiting for the records delivered since the last call, and takes the
     /// records they gave back meanwhile when none is left to copy into (once a burst, not a
     /// record: with records too large to keep, there never are any).
-    pub(super) fn wake(&mut self) {
+    pub(in crate::consumer) fn wake(&mut self) {
         self.wake.drain(..).for_each(Waker::wake);
         if self.spares.is_empty() {
             self.assignments.spares.take_all(&mut self.spares);

@@ -18,7 +18,7 @@ use crate::retry_tier::retention;
 /// (nothing waits for that: a cluster slow to answer `DescribeConfigs` holds no start). When
 /// the cluster cannot be asked (a broker down, no `DescribeConfigs` permission), logs it
 /// (`topic_retention_not_checked`) and returns `Ok`.
-pub(super) async fn check(config: &ConsumerConfig) -> Result<(), ConsumerError> {
+pub(in crate::consumer) async fn check(config: &ConsumerConfig) -> Result<(), ConsumerError> {
     let template = config.dlq_topic()?;
     let dlqs: Vec<String> = config
         .topics

@@ -2,13 +2,15 @@
 //! (`worker/simulation`) and the share members' (`share/simulation`). Which seeds a test runs
 //! (the environment variables), the runner that stops at the first broken guarantee and says
 //! how to replay it, what the schedules did in sum, and the deliberate handler panics kept
-//! out of the test output. One seed replays one schedule exactly (`simulated_trace` checks
+//! out of the test output. One seed replays one schedule exactly (`trace` checks
 //! it).
 //!
 //! - `KAFKA_DLQ_SIMULATION_SEED=S` runs seed S alone, in each test that draws schedules;
 //! - `KAFKA_DLQ_SIMULATION_SCHEDULES=N` (default 2,000) sets how many a test runs (some run a
 //!   fraction of them), from `KAFKA_DLQ_SIMULATION_FIRST_SEED` (default 0);
 //! - `KAFKA_DLQ_SIMULATION_TRACE=1` prints each schedule's log at debug level.
+
+pub(crate) mod trace;
 
 /// The marker every simulated handler panic's message contains.
 pub(crate) const SIMULATED_PANIC: &str = "simulated handler panic";

@@ -17,7 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 /// [`Assignments::assign`], then resumes their fetches (a pause of an earlier assignment
 /// outlives its revocation in librdkafka). On revocation (or loss) it ends them
 /// ([`Assignments::revoke`]) and commits the offsets stored so far.
-pub(super) struct RebalanceContext {
+pub(in crate::consumer) struct RebalanceContext {
     pub assignments: Arc<Assignments>,
     pub metrics: Metrics,
     /// Batches librdkafka could not decode, and the partitions stopped at them.
@@ -26,7 +26,7 @@ pub(super) struct RebalanceContext {
     /// refused connection's report.
     pub cluster: String,
     /// Exactly once: the transaction that commits before revoked partitions go.
-    pub transaction: Option<Arc<super::transaction::Transaction>>,
+    pub transaction: Option<Arc<crate::consumer::transaction::Transaction>>,
 }
 
 impl ClientContext for RebalanceContext {
@@ -121,7 +121,10 @@ impl ConsumerContext for RebalanceContext {
 }
 
 /// Commits the offsets stored so far, synchronously. "No offset to commit" is not an error.
-pub(super) fn commit_stored<C: Consumer<X>, X: ConsumerContext>(consumer: &C, when: &str) {
+pub(in crate::consumer) fn commit_stored<C: Consumer<X>, X: ConsumerContext>(
+    consumer: &C,
+    when: &str,
+) {
     match consumer.commit_consumer_state(CommitMode::Sync) {
         Ok(()) => tracing::info!(event = "offsets_committed", when),
         Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}

@@ -1,0 +1,20 @@
+//! The poll side of a consumer: what librdkafka's queue serves and where it goes before a
+//! worker takes it.
+//!
+//! | file | what |
+//! |---|---|
+//! | [`context`] | the librdkafka context: rebalances (revoke → commit, assign → inbox), errors, statistics |
+//! | [`assignments`] | the partitions assigned here: each one's inbox and the token that stops its worker |
+//! | [`dispatch`] | the poll loop's hand-off: each record copied into its partition's inbox |
+//! | [`inbox`] | a partition's inbox, its share of `max_buffered_bytes`, pausing and resuming the partition |
+//! | [`spare_records`] | settled records given back by the workers, reused for the next copies |
+//! | [`rewind`] | exactly once: an aborted transaction's partitions started again at their first records in it |
+//! | [`undecodable`] | record batches librdkafka cannot decode: which partition, which offset, why |
+
+pub(in crate::consumer) mod assignments;
+pub(in crate::consumer) mod context;
+pub(in crate::consumer) mod dispatch;
+pub(in crate::consumer) mod inbox;
+pub(in crate::consumer) mod rewind;
+pub(in crate::consumer) mod spare_records;
+pub(in crate::consumer) mod undecodable;
