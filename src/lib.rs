@@ -51,6 +51,7 @@
 //! | `broker-tests` | the tests that run Apache Kafka (`./scripts/test.sh`) |
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;

@@ -1,5 +1,7 @@
 //! The `kafka-dlq` binary; everything lives in the `cli` module and the library.
 
+#![warn(unreachable_pub)]
+
 mod cli;
 
 /// mimalloc rather than glibc's allocator: records are allocated on the thread that polls and

@@ -35,7 +35,7 @@ struct Needs {
 /// the effective settings, then `# configuration OK` or the error (exit code 2), and with
 /// `connect` what the cluster said (exit code 1 when it cannot be reached or a topic the
 /// command reads is not there).
-pub fn check(
+pub(super) fn check(
     command: &clap::Command,
     subcommand: &str,
     args: &[String],

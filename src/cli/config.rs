@@ -49,7 +49,7 @@ const NOT_SETTINGS: [&str; 4] = ["help", "version", "config", "demo_brokers"];
 
 /// The config file named on the command line (`--config FILE` / `--config=FILE`) or by
 /// `KAFKA_DLQ_CONFIG`.
-pub fn config_path(argv: &[OsString]) -> Option<PathBuf> {
+pub(super) fn config_path(argv: &[OsString]) -> Option<PathBuf> {
     let mut args = argv.iter().skip(1);
     while let Some(arg) = args.next() {
         let text = arg.to_string_lossy();
@@ -68,7 +68,7 @@ pub fn config_path(argv: &[OsString]) -> Option<PathBuf> {
 
 /// What a config file gave.
 #[derive(Debug, Default)]
-pub struct FileValues {
+pub(super) struct FileValues {
     /// The settings, by subcommand path (`run`, `monitor`, `dlq list`, …) and arg id.
     pub values: BTreeMap<String, BTreeMap<String, String>>,
     /// The `[librdkafka]` table.
@@ -77,7 +77,7 @@ pub struct FileValues {
 
 /// Hides every argument's value from the environment in `--help` (a variable may hold a
 /// secret), in `command` and its subcommands.
-pub fn hide_env_values(command: Command) -> Command {
+pub(super) fn hide_env_values(command: Command) -> Command {
     command
         .mut_args(|a| a.hide_env_values(true))
         .mut_subcommands(hide_env_values)
@@ -124,7 +124,7 @@ const STATE: &[&str] = &["audit_topic", "audit_key", "audit_key_file"];
 /// The settings of `kafka-dlq`'s commands that are not the consumer's
 /// (`ConsumerConfig::KEYS`), by the section of the config file that may hold them; top-level
 /// keys may be any of them. (The test below checks this table against the flags.)
-pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
+pub(super) const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
     (
         "run",
         &[
@@ -230,7 +230,7 @@ pub const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
 /// Top-level settings of the commands without a section: `log_format` of every command,
 /// `events`, `console` and `console_listen` of `kafka-dlq demo` (its `brokers` and `json` are
 /// other commands' too).
-pub const OTHER_SETTINGS: &[&str] = &["log_format", "events", "console", "console_listen"];
+pub(super) const OTHER_SETTINGS: &[&str] = &["log_format", "events", "console", "console_listen"];
 
 /// What the config file may hold beside the consumer's settings: every command's.
 const COMMANDS: Commands<'static> = Commands {
@@ -240,7 +240,10 @@ const COMMANDS: Commands<'static> = Commands {
 
 /// Reads `path` with the library's reader ([`ConfigFile::read`], which checks every key) and
 /// sets its values as the defaults of `command`'s arguments, hidden from `--help`.
-pub fn apply_file(command: Command, path: &Path) -> Result<(Command, FileValues), ConfigError> {
+pub(super) fn apply_file(
+    command: Command,
+    path: &Path,
+) -> Result<(Command, FileValues), ConfigError> {
     let file = ConfigFile::read(path, &COMMANDS)?;
     let leaves = leaf_commands(&command);
     // Which subcommand (path) gets which values: the top level's for every command that has
@@ -435,7 +438,7 @@ fn redact_options(options: &kafka_dlq::kafka::ClientOptions) -> String {
 
 /// Prints every setting of `matches` (a leaf subcommand's) with its effective value and where
 /// it came from; secrets redacted.
-pub fn print_effective(
+pub(super) fn print_effective(
     command: &Command,
     path: &str,
     matches: &ArgMatches,

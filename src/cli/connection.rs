@@ -10,7 +10,7 @@ use kafka_dlq::ConfigError;
 /// its Kafka clients. See docs/connecting.md.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Connection (TLS, SASL; see docs/connecting.md)")]
-pub struct ConnectionArgs {
+pub(super) struct ConnectionArgs {
     /// PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL.
     #[arg(long, env = "KAFKA_SECURITY_PROTOCOL", value_name = "PROTOCOL")]
     security_protocol: Option<String>,
@@ -94,14 +94,14 @@ impl ConnectionArgs {
 
     /// Takes the config file's `[librdkafka]` table: under the `--kafka-option`s, which win
     /// key by key.
-    pub fn set_file_options(&mut self, options: ClientOptions) {
+    pub(super) fn set_file_options(&mut self, options: ClientOptions) {
         self.file_options = options;
     }
 
     /// The client options of every Kafka client of the command: the named settings checked
     /// and turned into librdkafka properties, the file's `[librdkafka]` table and the
     /// `--kafka-option`s beside them (see [`kafka_dlq::config::merge_options`]).
-    pub fn client_options(&self) -> Result<ClientOptions, ConfigError> {
+    pub(super) fn client_options(&self) -> Result<ClientOptions, ConfigError> {
         let mut security = Security::default();
         for (key, value) in self.named() {
             if let Some(value) = value {
@@ -122,7 +122,10 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 /// Connects to `brokers` with `options` and authenticates, as a tool does before its work: a
 /// refusal (a wrong password, an untrusted CA, …) is a runtime error at once, one line
 /// naming the cluster and what was refused; a cluster that does not answer, after 15 s.
-pub async fn admitted(brokers: &str, options: &ClientOptions) -> Result<(), super::CliError> {
+pub(super) async fn admitted(
+    brokers: &str,
+    options: &ClientOptions,
+) -> Result<(), super::CliError> {
     let mut config = rdkafka::ClientConfig::new();
     config.set("bootstrap.servers", brokers);
     options.apply(&mut config);

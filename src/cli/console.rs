@@ -21,7 +21,7 @@ use super::CliError;
 
 /// Flags of `kafka-dlq console`.
 #[derive(Debug, Args)]
-pub struct ConsoleArgs {
+pub(super) struct ConsoleArgs {
     /// Bootstrap servers, comma-separated host:port.
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
@@ -160,7 +160,7 @@ pub struct ConsoleArgs {
 
 /// Who may use the console without a token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Anonymous {
+pub(super) enum Anonymous {
     /// Nobody.
     None,
     /// Anyone, as a viewer.
@@ -169,7 +169,7 @@ pub enum Anonymous {
 
 impl ConsoleArgs {
     /// Its connection settings.
-    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+    pub(super) fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
         &mut self.connection
     }
 }
@@ -187,7 +187,7 @@ fn tokens(
 }
 
 /// The settings checked, without connecting.
-pub struct Checked {
+pub(super) struct Checked {
     /// What the console reads.
     pub config: ConsoleConfig,
     access: Access,
@@ -197,7 +197,7 @@ pub struct Checked {
 }
 
 /// Checks every setting of `console`.
-pub fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
+pub(super) fn check(args: &ConsoleArgs) -> Result<Checked, CliError> {
     let brokers = args
         .brokers
         .clone()
@@ -425,7 +425,7 @@ fn single_sign_on(
 }
 
 /// Serves the console until SIGINT or SIGTERM.
-pub async fn run(args: ConsoleArgs) -> Result<(), CliError> {
+pub(super) async fn run(args: ConsoleArgs) -> Result<(), CliError> {
     let checked = check(&args)?;
     let listener = tokio::net::TcpListener::bind(checked.listen)
         .await
@@ -443,7 +443,7 @@ pub async fn run(args: ConsoleArgs) -> Result<(), CliError> {
 }
 
 /// Serves the console of `config` on `listener` until `shutdown`.
-pub async fn serve(
+pub(super) async fn serve(
     config: ConsoleConfig,
     access: Access,
     sso: Option<SsoConfig>,

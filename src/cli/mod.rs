@@ -22,7 +22,7 @@ use kafka_dlq::ConfigError;
 /// at-least-once commits.
 #[derive(Debug, Parser)]
 #[command(name = "kafka-dlq", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// A TOML configuration file; flags and environment variables override it.
     #[arg(long, env = "KAFKA_DLQ_CONFIG", global = true)]
     config: Option<std::path::PathBuf>,
@@ -101,7 +101,7 @@ enum ConfigCommand {
 
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code:
 /// 0 success, 1 runtime failure, 2 invalid configuration.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     // `--help` never shows a value from the environment: it may be a secret.
     let mut command = config::hide_env_values(Cli::command());
@@ -187,7 +187,7 @@ fn exit_code(result: Result<(), CliError>) -> ExitCode {
 
 /// Why a subcommand failed.
 #[derive(Debug)]
-pub enum CliError {
+pub(crate) enum CliError {
     /// Bad settings: exit code 2.
     Config(ConfigError),
     /// Anything else: exit code 1.
@@ -311,7 +311,7 @@ fn init_logging(
 /// A future that completes on SIGINT or SIGTERM. Both are caught from this call on (not
 /// from the future's first poll), so a signal during start-up stops the command cleanly
 /// instead of killing it.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());

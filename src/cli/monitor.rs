@@ -11,7 +11,7 @@ use super::CliError;
 
 /// Flags of `kafka-dlq monitor`.
 #[derive(Debug, Args)]
-pub struct MonitorArgs {
+pub(super) struct MonitorArgs {
     /// Bootstrap servers, comma-separated host:port.
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
@@ -26,14 +26,14 @@ pub struct MonitorArgs {
 
 impl MonitorArgs {
     /// Its connection settings.
-    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+    pub(super) fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
         &mut self.connection
     }
 }
 
 /// Where Slack messages go: an incoming webhook, or a bot token and a channel.
 #[derive(Debug, Args)]
-pub struct SlackArgs {
+pub(super) struct SlackArgs {
     /// Slack incoming webhook URL (secret: never logged).
     #[arg(long, env = "SLACK_WEBHOOK_URL", hide_env_values = true)]
     slack_webhook_url: Option<String>,
@@ -56,7 +56,7 @@ pub struct SlackArgs {
 
 impl SlackArgs {
     /// The target they name (the log when none).
-    pub fn target(&self) -> Result<SlackTarget, ConfigError> {
+    pub(super) fn target(&self) -> Result<SlackTarget, ConfigError> {
         let webhook = secret(
             &self.slack_webhook_url,
             &self.slack_webhook_url_file,
@@ -84,7 +84,7 @@ impl SlackArgs {
 
 /// Where and how alerts are sent.
 #[derive(Debug, Args)]
-pub struct AlertArgs {
+pub(super) struct AlertArgs {
     #[command(flatten)]
     slack: SlackArgs,
     /// How long new dead letters are gathered into one alert, in ms.
@@ -162,7 +162,7 @@ impl AlertArgs {
     }
 
     /// The monitor settings for `dlq_topics` on `brokers`, its clients with `librdkafka`.
-    pub fn monitor_config(
+    pub(super) fn monitor_config(
         &self,
         brokers: &str,
         dlq_topics: Vec<String>,
@@ -192,7 +192,7 @@ impl AlertArgs {
 }
 
 /// Checks every setting of `monitor` and builds it, without connecting.
-pub fn check(args: &MonitorArgs) -> Result<Monitor, CliError> {
+pub(super) fn check(args: &MonitorArgs) -> Result<Monitor, CliError> {
     let brokers = args
         .brokers
         .clone()
@@ -209,7 +209,7 @@ pub fn check(args: &MonitorArgs) -> Result<Monitor, CliError> {
 }
 
 /// Runs the monitor until SIGINT or SIGTERM.
-pub async fn run(args: MonitorArgs) -> Result<(), CliError> {
+pub(super) async fn run(args: MonitorArgs) -> Result<(), CliError> {
     check(&args)?
         .run(super::shutdown_signal())
         .await

@@ -14,7 +14,7 @@ use super::CliError;
 /// Flags of `kafka-dlq run`: the consumer's (the required ones here, the tuning ones in
 /// [`ConsumerFlags`], declared with the library's settings) and the sidecar's.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// Bootstrap servers, comma-separated host:port.
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
@@ -94,12 +94,12 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// Its connection settings.
-    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+    pub(super) fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
         &mut self.connection
     }
 
     /// Where spans are exported, when they are.
-    pub fn otlp_endpoint(&self) -> Option<&str> {
+    pub(super) fn otlp_endpoint(&self) -> Option<&str> {
         self.otlp_endpoint.as_deref()
     }
 
@@ -125,7 +125,7 @@ impl RunArgs {
 }
 
 /// Everything `run` needs, checked, before anything connects.
-pub struct Checked {
+pub(super) struct Checked {
     config: ConsumerConfig,
     target: Target,
     addr: std::net::SocketAddr,
@@ -134,12 +134,12 @@ pub struct Checked {
 
 impl Checked {
     /// The consumer's settings.
-    pub fn config(&self) -> &ConsumerConfig {
+    pub(super) fn config(&self) -> &ConsumerConfig {
         &self.config
     }
 
     /// The monitor it runs beside it, if it does.
-    pub fn monitor(&self) -> Option<&kafka_dlq::monitor::Monitor> {
+    pub(super) fn monitor(&self) -> Option<&kafka_dlq::monitor::Monitor> {
         self.monitor.as_ref()
     }
 }
@@ -151,7 +151,7 @@ enum Target {
 }
 
 /// Checks every setting of `run`.
-pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
+pub(super) fn check(args: &RunArgs) -> Result<Checked, CliError> {
     let config = args.consumer_config()?;
     let url = args
         .target_url
@@ -254,7 +254,7 @@ pub fn check(args: &RunArgs) -> Result<Checked, CliError> {
 }
 
 /// Runs the sidecar until SIGINT or SIGTERM.
-pub async fn run(args: RunArgs) -> Result<(), CliError> {
+pub(super) async fn run(args: RunArgs) -> Result<(), CliError> {
     // Caught from here on, so a signal during start-up is a clean stop too.
     let signal = super::shutdown_signal();
     let checked = check(&args)?;

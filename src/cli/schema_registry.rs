@@ -11,7 +11,7 @@ use kafka_dlq::ConfigError;
 
 /// How a record's value or key reaches the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Decode {
+pub(super) enum Decode {
     /// As its bytes.
     #[default]
     None,
@@ -22,7 +22,7 @@ pub enum Decode {
 /// Decoding and the registry it uses (`run`).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Schema Registry (see docs/schemas.md)")]
-pub struct SchemaRegistryArgs {
+pub(super) struct SchemaRegistryArgs {
     /// Decode each record's value before it goes to the target.
     #[arg(long, env = "KAFKA_DLQ_DECODE_VALUES", value_enum, default_value_t = Decode::None)]
     decode_values: Decode,
@@ -36,7 +36,7 @@ pub struct SchemaRegistryArgs {
 /// The schema registry (`run`, `console`).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Schema Registry (see docs/schemas.md)")]
-pub struct RegistryArgs {
+pub(super) struct RegistryArgs {
     /// The schema registry's URL (Confluent's REST API), with its path prefix if any.
     #[arg(long, env = "KAFKA_DLQ_SCHEMA_REGISTRY_URL", value_name = "URL")]
     schema_registry_url: Option<String>,
@@ -87,7 +87,7 @@ impl SchemaRegistryArgs {
     /// The codec and what it decodes (values, keys; with neither, the codec still encodes an
     /// exactly-once answer's outputs), or `None` without a registry. Decoding without a
     /// registry URL, or a registry setting that does not hold, is an error naming the setting.
-    pub fn decoding(&self) -> Result<Option<kafka_dlq::schema::Decoder>, ConfigError> {
+    pub(super) fn decoding(&self) -> Result<Option<kafka_dlq::schema::Decoder>, ConfigError> {
         let values = self.decode_values == Decode::SchemaRegistry;
         let keys = self.decode_keys == Decode::SchemaRegistry;
         let Some(codec) = self.registry.codec()? else {
@@ -111,7 +111,7 @@ impl SchemaRegistryArgs {
 impl RegistryArgs {
     /// The registry's codec, or `None` without `schema_registry_url`; a setting that does not
     /// hold is an error naming it.
-    pub fn codec(&self) -> Result<Option<Arc<Codec>>, ConfigError> {
+    pub(super) fn codec(&self) -> Result<Option<Arc<Codec>>, ConfigError> {
         let Some(url) = self.schema_registry_url.clone() else {
             return Ok(None);
         };

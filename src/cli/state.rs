@@ -10,7 +10,7 @@ use kafka_dlq::ConfigError;
 
 /// Flags of kafka-dlq's state.
 #[derive(Debug, Clone, Args)]
-pub struct StateArgs {
+pub(super) struct StateArgs {
     /// The audit topic: every replay, redrive, discard and restore is recorded there, kept for
     /// ever; replay positions are kept in `<audit topic>-positions` (compacted).
     #[arg(long, env = "KAFKA_DLQ_AUDIT_TOPIC", default_value = kafka_dlq::state::DEFAULT_AUDIT_TOPIC)]
@@ -27,7 +27,7 @@ pub struct StateArgs {
 
 impl StateArgs {
     /// The state topics, sealed with the key when one is given.
-    pub fn topics(&self) -> Result<StateTopics, ConfigError> {
+    pub(super) fn topics(&self) -> Result<StateTopics, ConfigError> {
         kafka_dlq::dlq::check_topic_name(&self.audit_topic)
             .map_err(|why| ConfigError::new("audit_topic", &self.audit_topic, why))?;
         let text = kafka_dlq::config::secret_setting(

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 /// The offsets of one partition's records that are taken and not yet passed by the stored
 /// position; see the module docs.
 #[derive(Debug, Default)]
-pub struct Offsets {
+pub(super) struct Offsets {
     /// Taken offsets from the first unsettled one on, in offset order, each with whether it
     /// is settled.
     open: VecDeque<(i64, bool)>,
@@ -27,7 +27,7 @@ impl Offsets {
     /// A record at `offset` was taken: no position passes it until it is settled. Offsets
     /// are taken in increasing order (a partition's records come in offset order); an offset
     /// not above the last one taken is ignored.
-    pub fn take(&mut self, offset: i64) {
+    pub(super) fn take(&mut self, offset: i64) {
         if self.open.back().is_some_and(|(last, _)| *last >= offset) {
             return;
         }
@@ -39,7 +39,7 @@ impl Offsets {
 
     /// The record at `offset` is settled (handled, or its dead letter acknowledged). An
     /// offset that was not taken, or is settled already, changes nothing.
-    pub fn settle(&mut self, offset: i64) {
+    pub(super) fn settle(&mut self, offset: i64) {
         let at = match self.open.front() {
             Some((first, _)) if *first == offset => 0,
             _ => match self.open.binary_search_by_key(&offset, |(o, _)| *o) {
@@ -57,7 +57,7 @@ impl Offsets {
 
     /// The position that may be stored now (the offset just past the longest prefix of
     /// settled records), if it moved since the last call; `None` when it did not.
-    pub fn take_position(&mut self) -> Option<i64> {
+    pub(super) fn take_position(&mut self) -> Option<i64> {
         std::mem::take(&mut self.moved)
             .then_some(self.position)
             .flatten()
@@ -65,7 +65,7 @@ impl Offsets {
 
     /// Records taken and not yet passed by the position: the unsettled ones and the settled
     /// ones after the first unsettled.
-    pub fn open(&self) -> usize {
+    pub(super) fn open(&self) -> usize {
         self.open.len()
     }
 }

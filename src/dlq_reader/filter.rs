@@ -85,11 +85,16 @@ pub enum ErrorText {
 mod regex_text {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(regex: &regex_lite::Regex, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(
+        regex: &regex_lite::Regex,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_str(regex.as_str())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<regex_lite::Regex, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<regex_lite::Regex, D::Error> {
         let pattern = String::deserialize(d)?;
         regex_lite::Regex::new(&pattern).map_err(serde::de::Error::custom)
     }

@@ -18,7 +18,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Why the first broker of `config` presents a certificate this client refuses, when it does:
 /// its CA is not trusted, it has expired, or it is for another host name. `None` when the
 /// handshake succeeds, fails for another reason, or cannot be made.
-pub fn diagnose(config: &ClientConfig) -> Option<Refusal> {
+pub(super) fn diagnose(config: &ClientConfig) -> Option<Refusal> {
     let broker = config.get("bootstrap.servers")?.split(',').next()?.trim();
     let (host, port) = broker.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');

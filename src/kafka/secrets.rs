@@ -61,7 +61,7 @@ pub fn redact_error(config: &ClientConfig, error: KafkaError) -> KafkaError {
 }
 
 /// `text` with every secret value of `config` replaced by [`REDACTED`].
-pub fn redact_text(config: &ClientConfig, text: &str) -> String {
+pub(super) fn redact_text(config: &ClientConfig, text: &str) -> String {
     let mut out = text.to_string();
     let mut secrets: Vec<&str> = config
         .config_map()

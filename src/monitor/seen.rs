@@ -8,17 +8,17 @@ use std::collections::HashSet;
 /// Fingerprints announced, in two generations: the current one fills up to [`Seen::HALF`],
 /// then becomes the previous one and the one before is dropped.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(super) struct Seen {
     current: HashSet<String>,
     previous: HashSet<String>,
 }
 
 impl Seen {
     /// How many distinct fingerprints a generation holds.
-    pub const HALF: usize = 5_000;
+    pub(super) const HALF: usize = 5_000;
 
     /// Notes `fingerprint`; `true` when it is new (in neither generation).
-    pub fn insert(&mut self, fingerprint: &str) -> bool {
+    pub(super) fn insert(&mut self, fingerprint: &str) -> bool {
         if self.current.contains(fingerprint) {
             return false;
         }
@@ -32,7 +32,7 @@ impl Seen {
 
     #[cfg(test)]
     /// How many fingerprints are remembered.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.current.len() + self.previous.len()
     }
 }

@@ -13,12 +13,12 @@ use rdkafka::{Offset, TopicPartitionList};
 const PREFIX: &str = "slack_thread_ts=";
 
 /// Commit metadata for `thread`.
-pub fn metadata(thread: Option<&str>) -> String {
+pub(super) fn metadata(thread: Option<&str>) -> String {
     thread.map(|ts| format!("{PREFIX}{ts}")).unwrap_or_default()
 }
 
 /// The thread `ts` in commit metadata written by [`metadata`]; `None` for any other.
-pub fn parse(metadata: &str) -> Option<String> {
+pub(super) fn parse(metadata: &str) -> Option<String> {
     metadata
         .strip_prefix(PREFIX)
         .filter(|ts| !ts.is_empty())
@@ -27,7 +27,7 @@ pub fn parse(metadata: &str) -> Option<String> {
 
 /// The positions the monitor's group committed on `topics` (the DLQ topics), and the thread
 /// their metadata names. Blocks on the broker (metadata and offset requests, 10 s each).
-pub fn restore<C: rdkafka::consumer::ConsumerContext>(
+pub(super) fn restore<C: rdkafka::consumer::ConsumerContext>(
     consumer: &impl Consumer<C>,
     topics: &[String],
 ) -> (Option<String>, BTreeMap<(String, i32), i64>) {
@@ -57,7 +57,7 @@ pub fn restore<C: rdkafka::consumer::ConsumerContext>(
 }
 
 /// `positions` as a list to commit, each with the metadata of `thread`.
-pub fn commit_list(
+pub(super) fn commit_list(
     positions: &BTreeMap<(String, i32), i64>,
     thread: Option<&str>,
 ) -> TopicPartitionList {

@@ -31,7 +31,7 @@ fn count(counts: &mut BTreeMap<String, u64>, key: String) {
 
 /// Dead letters seen since the last increase alert.
 #[derive(Debug, Default)]
-pub struct Window {
+pub(super) struct Window {
     new: u64,
     by_source_topic: BTreeMap<String, u64>,
     by_kind: BTreeMap<String, u64>,
@@ -48,13 +48,13 @@ pub struct Window {
 impl Window {
     #[cfg(test)]
     /// No dead letter gathered.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.new == 0
     }
 
     /// Adds one record read from `dlq_topic`; `seen` holds the fingerprints this monitor
     /// announced (bounded, see [`Seen`]), and learns the new ones.
-    pub fn add(
+    pub(super) fn add(
         &mut self,
         dlq_topic: &str,
         content: &DlqContent,
@@ -107,12 +107,12 @@ impl Window {
     }
 
     /// Whether an error never seen before is in the window.
-    pub fn has_new_fingerprint(&self) -> bool {
+    pub(super) fn has_new_fingerprint(&self) -> bool {
         !self.new_fingerprints.is_empty()
     }
 
     /// Empties the window into an alert.
-    pub fn take(&mut self, total: Option<u64>) -> Increase {
+    pub(super) fn take(&mut self, total: Option<u64>) -> Increase {
         let window = std::mem::take(self);
         let mut top_errors: Vec<ErrorGroup> = window
             .groups

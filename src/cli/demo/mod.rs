@@ -36,7 +36,7 @@ use slack::slack_stand_in;
 
 /// Flags of `kafka-dlq demo`.
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(super) struct DemoArgs {
     /// Run against this cluster instead of the embedded one. Only this flag does: neither
     /// `KAFKA_BROKERS` nor a config file's `brokers` moves the demo off the embedded broker,
     /// so it never creates topics on a cluster by surprise.
@@ -61,14 +61,14 @@ pub struct DemoArgs {
 
 impl DemoArgs {
     /// Its connection settings (for `--brokers`).
-    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+    pub(super) fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
         &mut self.connection
     }
 }
 
 /// What happened, counted.
 #[derive(Debug, Default, Serialize)]
-pub struct Report {
+pub(super) struct Report {
     /// Events produced.
     pub produced: u64,
     /// Distinct events stored by the service, by v1 and v2.
@@ -90,7 +90,7 @@ pub struct Report {
 }
 
 /// Runs the demo.
-pub async fn run(args: DemoArgs) -> Result<(), CliError> {
+pub(super) async fn run(args: DemoArgs) -> Result<(), CliError> {
     demo(args).await.map_err(CliError::Runtime)
 }
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 /// `envelope`'s payload decoded with `codec` as `dlq list / show` print it: `{"json",
 /// "schema"}`, `{"error"}` when it does not decode, `None` when it is not framed for a
 /// registry (or a tombstone).
-pub async fn decode(codec: &Codec, envelope: &Envelope) -> Option<Value> {
+pub(super) async fn decode(codec: &Codec, envelope: &Envelope) -> Option<Value> {
     Some(
         match kafka_dlq::schema::decode_payload(codec, envelope).await? {
             Ok(decoded) => json!({"json": decoded.json, "schema": decoded.schema_json()}),

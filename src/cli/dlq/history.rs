@@ -10,7 +10,7 @@ use crate::cli::CliError;
 
 /// Flags of `dlq history`.
 #[derive(Debug, Args)]
-pub struct HistoryArgs {
+pub(crate) struct HistoryArgs {
     #[command(flatten)]
     cluster: Cluster,
     /// Only the runs that read this dead-letter topic.

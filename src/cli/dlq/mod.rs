@@ -16,14 +16,14 @@ mod decoded;
 mod history;
 mod seal;
 pub(super) mod view;
-pub use history::HistoryArgs;
-pub use seal::SealArgs;
+pub(super) use history::HistoryArgs;
+pub(super) use seal::SealArgs;
 use view::entry_json;
-pub use view::{print_history, print_table};
+pub(super) use view::{print_history, print_table};
 
 /// `kafka-dlq dlq …`
 #[derive(Debug, Subcommand)]
-pub enum DlqCommand {
+pub(super) enum DlqCommand {
     /// List dead letters: a table, or one JSON object per line with --json.
     List(ListArgs),
     /// Show one dead letter in full.
@@ -40,7 +40,7 @@ pub enum DlqCommand {
 impl DlqCommand {
     /// The cluster the tool reads: its brokers, client options and dead-letter topic (none
     /// for `history`, which reads the audit topic).
-    pub fn cluster(
+    pub(super) fn cluster(
         &self,
     ) -> Result<(String, kafka_dlq::kafka::ClientOptions, Option<String>), ConfigError> {
         let (cluster, topic) = match self {
@@ -54,7 +54,7 @@ impl DlqCommand {
     }
 
     /// Where the command keeps kafka-dlq's state.
-    pub fn state(&self) -> Result<kafka_dlq::state::StateTopics, ConfigError> {
+    pub(super) fn state(&self) -> Result<kafka_dlq::state::StateTopics, ConfigError> {
         match self {
             DlqCommand::List(a) => a.source.state.topics(),
             DlqCommand::Show(a) => a.source.state.topics(),
@@ -65,7 +65,7 @@ impl DlqCommand {
     }
 
     /// The connection settings of the command.
-    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+    pub(super) fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
         match self {
             DlqCommand::List(a) => a.source.cluster.connection_mut(),
             DlqCommand::Show(a) => a.source.cluster.connection_mut(),
@@ -78,7 +78,7 @@ impl DlqCommand {
 
 /// The cluster the tools talk to.
 #[derive(Debug, Args)]
-pub struct Cluster {
+pub(super) struct Cluster {
     /// Bootstrap servers, comma-separated host:port.
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
@@ -99,14 +99,14 @@ impl Cluster {
     }
 
     /// Its connection settings.
-    pub fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
+    pub(super) fn connection_mut(&mut self) -> &mut super::connection::ConnectionArgs {
         &mut self.connection
     }
 }
 
 /// Where the DLQ is.
 #[derive(Debug, Args)]
-pub struct Source {
+pub(super) struct Source {
     #[command(flatten)]
     cluster: Cluster,
     /// The dead-letter topic.
@@ -139,7 +139,7 @@ impl Source {
 
 /// Which dead letters.
 #[derive(Debug, Args)]
-pub struct FilterArgs {
+pub(super) struct FilterArgs {
     /// Only dead letters from this source topic.
     #[arg(long)]
     source_topic: Option<String>,
@@ -279,7 +279,7 @@ impl FilterArgs {
 
 /// Flags of `dlq list`.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(super) struct ListArgs {
     #[command(flatten)]
     source: Source,
     #[command(flatten)]
@@ -302,7 +302,7 @@ pub struct ListArgs {
 
 /// Flags of `dlq show`.
 #[derive(Debug, Args)]
-pub struct ShowArgs {
+pub(super) struct ShowArgs {
     #[command(flatten)]
     source: Source,
     /// The record id (or `<dlq topic>-<partition>-<offset>` for a record that is not an envelope).
@@ -319,7 +319,7 @@ pub struct ShowArgs {
 
 /// Flags of `dlq replay`.
 #[derive(Debug, Args)]
-pub struct ReplayArgs {
+pub(super) struct ReplayArgs {
     #[command(flatten)]
     source: Source,
     #[command(flatten)]
@@ -351,7 +351,7 @@ pub struct ReplayArgs {
 }
 
 /// Runs a `dlq` subcommand.
-pub async fn run(command: DlqCommand) -> Result<(), CliError> {
+pub(super) async fn run(command: DlqCommand) -> Result<(), CliError> {
     let (brokers, options, _) = command.cluster()?;
     super::connection::admitted(&brokers, &options).await?;
     match command {

@@ -13,7 +13,7 @@ use crate::cli::CliError;
 
 /// Flags of `dlq seal`.
 #[derive(Debug, Args)]
-pub struct SealArgs {
+pub(crate) struct SealArgs {
     #[command(flatten)]
     cluster: Cluster,
     /// The state to seal, and the key (required).

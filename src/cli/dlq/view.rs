@@ -110,7 +110,7 @@ pub(super) fn outcome_line(outcome: &Outcome, verb: &str, max_replays: u32) -> O
 }
 
 /// Prints dead letters as a table for people.
-pub fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
+pub(crate) fn print_table(entries: &[DlqEntry], out: &mut impl Write) {
     print_header(out, false);
     for e in entries {
         print_row(e, None, out);
@@ -243,7 +243,7 @@ fn duration_text(seconds: u64) -> String {
 }
 
 /// The replay runs as a table.
-pub fn print_history(runs: &[kafka_dlq::replay::audit::ReplayRun], out: &mut impl Write) {
+pub(crate) fn print_history(runs: &[kafka_dlq::replay::audit::ReplayRun], out: &mut impl Write) {
     let _ = writeln!(
         out,
         "{:<24} {:<20} {:<24} {:<24} {:>9} {:>9} {:<12} FILTER",

@@ -35,7 +35,7 @@ pub(crate) struct DecodeFailure {
 impl DecodeFailure {
     /// The failure librdkafka's consumer error text `reason` describes, if it is one: a
     /// decompression or a CRC check that failed, at an offset.
-    pub fn of(reason: &str) -> Option<DecodeFailure> {
+    pub(crate) fn of(reason: &str) -> Option<DecodeFailure> {
         let lower = reason.to_ascii_lowercase();
         let kind = [
             "decompression",
@@ -121,7 +121,7 @@ struct State {
 impl Undecodable {
     /// Takes a consumer error event's text; a decode failure is placed (now, or at the next
     /// statistics) and reported. Says whether it was one.
-    pub fn error(&self, reason: &str, metrics: &Metrics) -> bool {
+    pub(crate) fn error(&self, reason: &str, metrics: &Metrics) -> bool {
         let Some(failure) = DecodeFailure::of(reason) else {
             return false;
         };
@@ -134,7 +134,7 @@ impl Undecodable {
 
     /// Takes librdkafka's statistics: the partitions' positions, against which pending
     /// failures are placed; a stuck partition that has moved on is ready again.
-    pub fn statistics(&self, statistics: &Statistics, metrics: &Metrics) {
+    pub(crate) fn statistics(&self, statistics: &Statistics, metrics: &Metrics) {
         let positions = statistics
             .topics
             .iter()

@@ -21,7 +21,7 @@ pub(crate) struct Acquired {
 
 impl Acquired {
     /// The delivery count (1 for the first delivery).
-    pub fn delivery(&self) -> u16 {
+    pub(crate) fn delivery(&self) -> u16 {
         self.record.delivery_count.unwrap_or(1)
     }
 }

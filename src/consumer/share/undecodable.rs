@@ -43,7 +43,7 @@ pub(crate) struct Failure {
 impl Failure {
     /// The failure krafka's `message` describes, if it is that line. Topic names hold no `:`,
     /// so the first `": "` ends the partition; the partition follows the topic's last `-`.
-    pub fn of(message: &str) -> Option<Failure> {
+    pub(crate) fn of(message: &str) -> Option<Failure> {
         let rest = message.strip_prefix(PREFIX)?;
         let (place, error) = rest.split_once(": ")?;
         let (topic, partition) = place.rsplit_once('-')?;

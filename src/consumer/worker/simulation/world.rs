@@ -44,14 +44,14 @@ pub(super) struct Partition {
 }
 
 impl Partition {
-    pub fn is_settled(&self, offset: i64) -> bool {
+    pub(super) fn is_settled(&self, offset: i64) -> bool {
         self.handled.contains(&offset)
             || self.exited.contains(&offset)
             || self.foreign.contains(&offset)
     }
 
     /// The first offset neither handled nor acknowledged where it exits.
-    pub fn first_unsettled(&mut self) -> i64 {
+    pub(super) fn first_unsettled(&mut self) -> i64 {
         while self.settled_below < self.log.len() as i64 && self.is_settled(self.settled_below) {
             self.settled_below += 1;
         }
@@ -141,7 +141,7 @@ pub(super) fn delivered(record: &Record) -> (TopicPartition, i64) {
 }
 
 impl World {
-    pub fn new(
+    pub(super) fn new(
         seed: u64,
         members: usize,
         queue_capacity: usize,
@@ -172,18 +172,18 @@ impl World {
         }
     }
 
-    pub fn now(&self) -> DateTime<Utc> {
+    pub(super) fn now(&self) -> DateTime<Utc> {
         epoch()
             + chrono::TimeDelta::from_std(tokio::time::Instant::now() - self.start)
                 .expect("simulated time fits")
     }
 
-    pub fn len(&self, tp: &TopicPartition) -> i64 {
+    pub(super) fn len(&self, tp: &TopicPartition) -> i64 {
         self.partitions.get(tp).map_or(0, |p| p.log.len() as i64)
     }
 
     /// A new record of the source topic's `partition` with `key`, whose calls follow `plan`.
-    pub fn produce(&mut self, partition: i32, key: Option<Vec<u8>>, plan: Plan) {
+    pub(super) fn produce(&mut self, partition: i32, key: Option<Vec<u8>>, plan: Plan) {
         let tp = (SOURCE.to_string(), partition);
         let offset = self.len(&tp);
         self.plans
@@ -201,12 +201,12 @@ impl World {
     /// Appends `record` (as written: a retry or redrive topic's record carries the original in
     /// its headers) to `tp`'s log at its end, setting where it was written, and lets every
     /// member fetch it.
-    pub fn append(&mut self, tp: &TopicPartition, record: Record) {
+    pub(super) fn append(&mut self, tp: &TopicPartition, record: Record) {
         self.append_written_by(tp, record, false);
     }
 
     /// Appends a retry record another group wrote, as [`World::append`] does.
-    pub fn append_foreign(&mut self, tp: &TopicPartition, record: Record) {
+    pub(super) fn append_foreign(&mut self, tp: &TopicPartition, record: Record) {
         self.append_written_by(tp, record, true);
     }
 
@@ -230,7 +230,7 @@ impl World {
     }
 
     /// Fills `member`'s queue of `tp` from the log while it is assigned and not paused.
-    pub fn fetch(&mut self, member: usize, tp: &TopicPartition) {
+    pub(super) fn fetch(&mut self, member: usize, tp: &TopicPartition) {
         let capacity = self.queue_capacity;
         let Some(partition) = self.partitions.get(tp) else {
             return;
@@ -257,7 +257,7 @@ impl World {
 
     /// Pauses `member`'s fetches of `tp`: what was fetched is dropped, and fetched again from
     /// the last record handed to the application once resumed.
-    pub fn pause(&mut self, member: usize, tp: &TopicPartition) {
+    pub(super) fn pause(&mut self, member: usize, tp: &TopicPartition) {
         let member = &mut self.members[member];
         member.paused.insert(tp.clone());
         if let Some(queue) = member.queues.get_mut(tp) {
@@ -267,7 +267,7 @@ impl World {
     }
 
     /// Resumes `member`'s fetches of `tp`.
-    pub fn resume(&mut self, member: usize, tp: &TopicPartition) {
+    pub(super) fn resume(&mut self, member: usize, tp: &TopicPartition) {
         self.members[member].paused.remove(tp);
         self.fetch(member, tp);
     }
@@ -275,7 +275,7 @@ impl World {
     /// `tp` assigned to `member`: fetched from the committed position (or the start); its
     /// stored position cleared; resumed, as the consumer's rebalance callback resumes what it
     /// is assigned (librdkafka keeps a pause across re-assignment).
-    pub fn assign(&mut self, member: usize, tp: &TopicPartition) {
+    pub(super) fn assign(&mut self, member: usize, tp: &TopicPartition) {
         let start = self.committed.get(tp).copied().unwrap_or(0);
         let m = &mut self.members[member];
         m.assigned.insert(tp.clone());
@@ -295,7 +295,7 @@ impl World {
 
     /// `member` fetches `tp` from `position` again (an aborted transaction's rewind): what
     /// was fetched is dropped. Fails when `tp` is not assigned to it.
-    pub fn seek(
+    pub(super) fn seek(
         &mut self,
         member: usize,
         tp: &TopicPartition,
@@ -314,7 +314,7 @@ impl World {
     }
 
     /// `tp` revoked from `member`: its stored position committed, its queue dropped.
-    pub fn revoke(&mut self, member: usize, tp: &TopicPartition) {
+    pub(super) fn revoke(&mut self, member: usize, tp: &TopicPartition) {
         self.commit_one(member, tp);
         let m = &mut self.members[member];
         m.assigned.remove(tp);
@@ -325,7 +325,7 @@ impl World {
     }
 
     /// Commits `member`'s stored positions (the auto-commit, or a commit on revocation).
-    pub fn commit(&mut self, member: usize) {
+    pub(super) fn commit(&mut self, member: usize) {
         let assigned: Vec<TopicPartition> = self.members[member].assigned.iter().cloned().collect();
         for tp in assigned {
             self.commit_one(member, &tp);
@@ -340,7 +340,7 @@ impl World {
     }
 
     /// The first offset of `tp` that is neither handled nor acknowledged where it exits.
-    pub fn first_unsettled(&mut self, tp: &TopicPartition) -> i64 {
+    pub(super) fn first_unsettled(&mut self, tp: &TopicPartition) -> i64 {
         self.partitions
             .get_mut(tp)
             .map_or(0, Partition::first_unsettled)
@@ -348,7 +348,7 @@ impl World {
 
     /// The guarantee: no stored or committed position passes a record that is neither handled
     /// nor acknowledged by its dead-letter or retry topic.
-    pub fn check_position(&mut self, tp: &TopicPartition, position: i64, what: &str) {
+    pub(super) fn check_position(&mut self, tp: &TopicPartition, position: i64, what: &str) {
         let first = self.first_unsettled(tp);
         if position > first {
             let violation = format!(
@@ -360,7 +360,7 @@ impl World {
     }
 
     /// A handler call returned success for `record`.
-    pub fn handled(&mut self, record: &Record) {
+    pub(super) fn handled(&mut self, record: &Record) {
         let (tp, offset) = delivered(record);
         self.partitions
             .entry(tp)
@@ -370,14 +370,14 @@ impl World {
     }
 
     /// `record`'s dead letter or retry record was acknowledged.
-    pub fn exited(&mut self, record: &Record) {
+    pub(super) fn exited(&mut self, record: &Record) {
         let (tp, offset) = delivered(record);
         self.partitions.entry(tp).or_default().exited.insert(offset);
     }
 
     /// Whether the handler calls go round without the simulated clock moving: a loop that
     /// would never let the schedule take its next step (found as a violation, once).
-    pub fn looping(&mut self) -> bool {
+    pub(super) fn looping(&mut self) -> bool {
         let now = tokio::time::Instant::now();
         if self.calls_at.0 != now {
             self.calls_at = (now, 0);
@@ -393,7 +393,7 @@ impl World {
 
     /// A handler call of `record` begins: counts it and checks the order of first calls (per
     /// partition; per key in key order). Returns the record's plan and which call this is.
-    pub fn called(&mut self, record: &Record) -> (Plan, u32) {
+    pub(super) fn called(&mut self, record: &Record) -> (Plan, u32) {
         let (tp, offset) = delivered(record);
         if let Some(group) = record
             .retry
@@ -450,11 +450,11 @@ impl World {
 pub(super) struct WorldRef(pub Arc<Mutex<World>>);
 
 impl WorldRef {
-    pub fn new(world: World) -> Self {
+    pub(super) fn new(world: World) -> Self {
         Self(Arc::new(Mutex::new(world)))
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, World> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, World> {
         self.0.lock().expect("world lock")
     }
 }
