@@ -86,7 +86,7 @@ pub mod stopped;
 pub mod telemetry;
 
 pub use config::{ConfigError, ConsumerConfig};
-pub use consumer::{Consumer, ConsumerError};
+pub use consumer::{Consumer, ConsumerError, TransactionError};
 pub use failure::{DeadLetterKind, FailureKind, HandlerError};
 pub use handler::{Handler, Output, Transactional, TransactionalHandler};
 pub use record::{Record, RecordHeader};

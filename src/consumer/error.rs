@@ -88,7 +88,7 @@ pub enum ConsumerError {
     /// not rewind). The records after the last committed transaction are consumed again by
     /// whoever owns their partitions next.
     #[error("exactly once: {0}")]
-    Transaction(String),
+    Transaction(#[from] TransactionError),
     /// Subscribing to the topics failed.
     #[error("could not subscribe to {topics:?}: {source}")]
     Subscribe {
@@ -97,5 +97,73 @@ pub enum ConsumerError {
         /// The cause.
         #[source]
         source: KafkaError,
+    },
+}
+
+/// Why exactly once kept the consumer from starting, or stopped it: the records after the
+/// last committed transaction are consumed again by whoever owns their partitions next.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TransactionError {
+    /// The transactional producer could not start: `init_transactions` failed (no
+    /// coordinator, not authorised for the transactional id, fenced by a newer producer).
+    #[error("could not start the transactional producer: {why}")]
+    Start {
+        /// What the producer said.
+        why: String,
+    },
+    /// The producer failed (`failed`: fenced, a commit whose outcome is unknown, an abort
+    /// that failed) and no new one could start (`why`).
+    #[error("{failed}; and no new transactional producer could start: {why}")]
+    NoProducer {
+        /// How the producer failed.
+        failed: String,
+        /// Why no new one could start.
+        why: String,
+    },
+    /// A record's own dead letter (or retry record) was refused `refusals` times by `to`
+    /// (the topic missing or not writable, even its reference too large): the consumer stops
+    /// rather than skip the record.
+    #[error("the dead letter (or retry record) of {topic}-{partition} offset {offset} was refused {refusals} times by {to}: {error}; the consumer stops rather than skip the record (create the topic, or grant this principal Write on it)")]
+    ExitRefused {
+        /// The record's topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// The offset it was delivered at.
+        offset: i64,
+        /// How often the write was refused.
+        refusals: u32,
+        /// The topic that refused it.
+        to: String,
+        /// The broker's last refusal.
+        #[source]
+        error: KafkaError,
+    },
+    /// A partition of an aborted transaction could not be sought back to its first record in
+    /// it: going on would skip its records.
+    #[error("could not rewind {topic}-{partition} to offset {position} after an aborted transaction: {error}")]
+    Rewind {
+        /// The partition's topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// Where it was to start again.
+        position: i64,
+        /// librdkafka's error.
+        #[source]
+        error: KafkaError,
+    },
+    /// After a transaction whose outcome is unknown, the group's committed offset of a
+    /// partition could not be read, so where it starts again is not known.
+    #[error("could not read the committed offset of {topic}-{partition} after a transaction whose outcome is unknown: {error}")]
+    CommittedUnknown {
+        /// The partition's topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// librdkafka's error.
+        #[source]
+        error: KafkaError,
     },
 }

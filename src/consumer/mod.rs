@@ -99,7 +99,7 @@ mod transaction;
 pub use share::ShareConsumer;
 mod worker;
 
-pub use error::ConsumerError;
+pub use error::{ConsumerError, TransactionError};
 
 use std::collections::HashMap;
 use std::future::Future;

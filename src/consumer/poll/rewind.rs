@@ -5,8 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use rdkafka::error::KafkaError;
+
 use super::assignments::Assignments;
 use crate::consumer::transaction::{Rewind, TopicPartition, Transaction};
+use crate::consumer::TransactionError;
 
 /// What a rewind asks of the consumer (librdkafka's, or the simulation's world).
 pub(in crate::consumer) trait Seek: Send + Sync {
@@ -15,7 +18,7 @@ pub(in crate::consumer) trait Seek: Send + Sync {
         &'a self,
         partition: &'a TopicPartition,
         position: i64,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<(), KafkaError>> + Send + 'a>>;
 
     /// Fetches `partition` again (its inbox may have paused it).
     fn resume_partition(&self, partition: &TopicPartition);
@@ -26,7 +29,7 @@ pub(in crate::consumer) trait Seek: Send + Sync {
     fn committed<'a>(
         &'a self,
         partition: &'a TopicPartition,
-    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, KafkaError>> + Send + 'a>>;
 }
 
 /// Restarts each partition of an aborted transaction at its first record in it (or, when the
@@ -40,7 +43,7 @@ pub(in crate::consumer) async fn rewind(
     transaction: &Arc<Transaction>,
     consumer: &dyn Seek,
     assignments: &Assignments,
-) -> Result<(), String> {
+) -> Result<(), TransactionError> {
     for Rewind {
         partition,
         position,
@@ -54,19 +57,22 @@ pub(in crate::consumer) async fn rewind(
                 false => position,
                 true => match consumer.committed(&partition).await {
                     Ok(committed) => committed.unwrap_or(position),
-                    Err(e) => {
-                        return Err(format!(
-                            "could not read the committed offset of {}-{} after a transaction whose outcome is unknown: {e}",
-                            partition.0, partition.1
-                        ))
+                    Err(error) => {
+                        return Err(TransactionError::CommittedUnknown {
+                            topic: partition.0,
+                            partition: partition.1,
+                            error,
+                        })
                     }
                 },
             };
-            if let Err(e) = consumer.seek(&partition, position).await {
-                return Err(format!(
-                    "could not rewind {}-{} to offset {position} after an aborted transaction: {e}",
-                    partition.0, partition.1
-                ));
+            if let Err(error) = consumer.seek(&partition, position).await {
+                return Err(TransactionError::Rewind {
+                    topic: partition.0,
+                    partition: partition.1,
+                    position,
+                    error,
+                });
             }
             assignments.rebalancing();
             assignments.assign(std::slice::from_ref(&partition));

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ConsumerConfig;
 use crate::consumer::transaction::Transaction;
-use crate::consumer::ConsumerError;
+use crate::consumer::{ConsumerError, TransactionError};
 
 /// Checks and prepares `config`'s topics, and starts the transactional producer (exactly
 /// once: fencing an earlier producer of its id); the topics to subscribe to. `stop` ends the
@@ -64,11 +64,7 @@ pub(in crate::consumer) async fn prepare(
         tokio::task::spawn_blocking(move || transaction.start())
             .await
             .expect("init_transactions does not panic")
-            .map_err(|e| {
-                ConsumerError::Transaction(format!(
-                    "could not start the transactional producer: {e}"
-                ))
-            })?;
+            .map_err(|e| TransactionError::Start { why: e.to_string() })?;
     }
     Ok(topics)
 }

@@ -53,6 +53,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::settle::ExitWrite;
+use crate::consumer::TransactionError;
 use crate::failure::DeadLetterKind;
 use crate::handler::Output;
 use crate::kafka::send::{is_too_large, refused_for_good};
@@ -61,7 +62,12 @@ use crate::record::Record;
 pub(crate) use committer::commit_when_due;
 use open::Open;
 pub(crate) use open::TopicPartition;
-pub(crate) use producer::{GroupReader, Handed, KafkaProducer, TransactionalProducer, TxnError};
+pub(crate) use producer::{
+    Cause, GroupReader, Handed, KafkaProducer, TransactionalProducer, TxnError,
+};
+// The simulation's producer and the tests answer with it.
+#[cfg(test)]
+pub(crate) use producer::OutputTooLarge;
 use queued::{Owned, Queue, Queued};
 
 /// What a settled record leaves behind.
@@ -103,10 +109,11 @@ pub(crate) enum Committed {
     Nothing,
     /// Committed, with this many records.
     Records(usize),
-    /// Aborted; its partitions rewind ([`Transaction::take_rewinds`]).
-    Aborted(String),
-    /// The producer cannot go on.
-    Fatal(String),
+    /// Aborted, or its producer replaced, for this; its partitions rewind
+    /// ([`Transaction::take_rewinds`]).
+    Aborted(TxnError),
+    /// The consumer cannot go on.
+    Fatal(TransactionError),
 }
 
 /// What the broker refused of a record for good, for when the record comes again.
@@ -168,7 +175,7 @@ struct State {
     /// What the open transaction's exits add to the metrics once it commits.
     exits: Vec<Counted>,
     /// Why the open transaction must abort (a write the producer did not take).
-    doomed: Option<String>,
+    doomed: Option<Cause>,
     /// A commit is talking to the broker: no write may be handed over until it is done;
     /// records that settle meanwhile wait in `queue`.
     committing: bool,
@@ -190,7 +197,7 @@ struct State {
     suspects: HashSet<(TopicPartition, i64)>,
     /// How often each record's own dead letter was refused for another reason than its size.
     exit_refusals: HashMap<(TopicPartition, i64), u32>,
-    fatal: Option<String>,
+    fatal: Option<TransactionError>,
 }
 
 impl State {
@@ -293,9 +300,9 @@ impl Transaction {
 
     /// Registers the producer with the transaction coordinator (fencing an earlier producer
     /// of its id) and opens the first transaction. Blocks.
-    pub(crate) fn start(&self) -> Result<(), String> {
+    pub(crate) fn start(&self) -> Result<(), TxnError> {
         let producer = self.lock().producer.clone();
-        producer.start().map_err(|e| e.to_string())
+        producer.start()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -402,12 +409,13 @@ impl Transaction {
                 // Not kept, so it cannot be dead-lettered instead; the transaction aborts
                 // and the record is consumed again (a record is kept whenever it is
                 // refused when it settles, so this does not happen).
-                state.doomed.get_or_insert_with(|| {
-                    format!(
-                        "the record at {}-{} offset {offset} was refused while it waited for a commit",
-                        partition.0, partition.1
-                    )
-                });
+                state
+                    .doomed
+                    .get_or_insert_with(|| Cause::RefusedWhileQueued {
+                        topic: partition.0.clone(),
+                        partition: partition.1,
+                        offset,
+                    });
             }
             state.open.add(partition, offset, Instant::now());
             state
@@ -449,7 +457,8 @@ impl Transaction {
             (_, Effect::Handled(outputs)) => match p.write_outputs(&outputs) {
                 Ok(handed) => (handed, None),
                 // The producer refused it before anything of it was written.
-                Err(why) => {
+                Err(too_large) => {
+                    let why = too_large.to_string();
                     let handed = dead_letter_instead(p, record, &why, 1, false);
                     instead = Some(why);
                     (handed, Some(permanent()))
@@ -482,9 +491,9 @@ impl Transaction {
         state.exits.extend(exit);
         for handed in handed {
             if let Err(error) = &handed.answer {
-                let topic = &handed.topic;
-                state.doomed.get_or_insert_with(|| {
-                    format!("the producer did not take a record for {topic}: {error}")
+                state.doomed.get_or_insert_with(|| Cause::NotTaken {
+                    topic: handed.topic.clone(),
+                    error: error.clone(),
                 });
             }
             state.pending.push(Pending {
@@ -578,9 +587,7 @@ impl Transaction {
                     Err(e) => {
                         drop(state);
                         // Nothing is open: a new producer, and nothing to rewind.
-                        self.fail(TxnError::Fatal(format!(
-                            "could not begin a transaction: {e}"
-                        )))
+                        self.fail(TxnError::Fatal(e.cause().clone()))
                     }
                 }
             }
@@ -633,11 +640,11 @@ impl Transaction {
 
     /// Aborts the open transaction (of `producer`) for `why`, remembers what the broker
     /// refused for good, and rewinds its partitions to their first records in it.
-    fn abort(&self, producer: &Arc<dyn TransactionalProducer>, why: String) -> Committed {
+    fn abort(&self, producer: &Arc<dyn TransactionalProducer>, why: Cause) -> Committed {
         if let Err(e) = producer.abort() {
-            return self.fail(TxnError::Fatal(format!(
-                "could not abort the transaction ({why}): {e}"
-            )));
+            tracing::error!(event = "transaction_abort_failed", error = %e, cause = %why,
+                "could not abort the transaction");
+            return self.fail(TxnError::Fatal(e.cause().clone()));
         }
         let mut state = self.lock();
         let mut refused: HashMap<(TopicPartition, i64), Refused> = HashMap::new();
@@ -677,26 +684,29 @@ impl Transaction {
             let tries = state.exit_refusals.entry(key.clone()).or_default();
             *tries += 1;
             if *tries >= MAX_REFUSALS {
-                let why = format!(
-                    "the dead letter (or retry record) of {}-{} offset {} was refused {MAX_REFUSALS} times by {topic}: {error}; the consumer stops rather than skip the record (create the topic, or grant this principal Write on it)",
-                    key.0 .0, key.0 .1, key.1
-                );
-                tracing::error!(event = "transaction_fatal", error = %why, "stopping the consumer");
-                state.fatal = Some(why.clone());
+                let ((record_topic, partition), offset) = key;
+                let fatal = TransactionError::ExitRefused {
+                    topic: record_topic,
+                    partition,
+                    offset,
+                    refusals: MAX_REFUSALS,
+                    to: topic,
+                    error,
+                };
+                tracing::error!(event = "transaction_fatal", error = %fatal, "stopping the consumer");
+                state.fatal = Some(fatal.clone());
                 self.rewound.notify_one();
-                return Committed::Fatal(why);
+                return Committed::Fatal(fatal);
             }
         }
         let partitions = self.rewind_open(&mut state, false);
         tracing::warn!(event = "transaction_aborted", error = %why, partitions,
             "the transaction's records are consumed again from their partitions' committed positions");
         match producer.begin() {
-            Ok(()) => Committed::Aborted(why),
+            Ok(()) => Committed::Aborted(TxnError::Abort(why)),
             Err(e) => {
                 drop(state);
-                self.fail(TxnError::Fatal(format!(
-                    "could not begin a transaction: {e}"
-                )))
+                self.fail(TxnError::Fatal(e.cause().clone()))
             }
         }
     }
@@ -752,21 +762,24 @@ impl Transaction {
                 let partitions = self.rewind_open(&mut state, true);
                 tracing::warn!(event = "transaction_producer_renewed", partitions,
                     "a new transactional producer took over; the failed transaction's partitions start again where the broker says they are committed");
-                Committed::Aborted(why)
+                Committed::Aborted(failed)
             }
             Err(e) => {
-                let why = format!("{why}; and no new transactional producer could start: {e}");
-                tracing::error!(event = "transaction_fatal", error = %why, "stopping the consumer");
-                state.fatal = Some(why.clone());
+                let fatal = TransactionError::NoProducer {
+                    failed: why,
+                    why: e,
+                };
+                tracing::error!(event = "transaction_fatal", error = %fatal, "stopping the consumer");
+                state.fatal = Some(fatal.clone());
                 self.rewound.notify_one();
-                Committed::Fatal(why)
+                Committed::Fatal(fatal)
             }
         }
     }
 
     /// The rewinds waiting for the poll loop, each partition and where it starts again; or
     /// why the producer cannot go on.
-    pub(crate) fn take_rewinds(&self) -> Result<Vec<Rewind>, String> {
+    pub(crate) fn take_rewinds(&self) -> Result<Vec<Rewind>, TransactionError> {
         let mut state = self.lock();
         match &state.fatal {
             Some(fatal) => Err(fatal.clone()),
@@ -819,6 +832,7 @@ mod tests {
     use futures_util::FutureExt;
 
     use super::*;
+    use crate::consumer::transaction::OutputTooLarge;
     use crate::record::retry::RetryStage;
 
     /// What the fake producer was asked, in order.
@@ -861,7 +875,7 @@ mod tests {
             Ok(())
         }
 
-        fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
+        fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, OutputTooLarge> {
             Ok(outputs
                 .iter()
                 .map(|o| {
@@ -997,10 +1011,10 @@ mod tests {
             "nothing is handed to the producer while it commits"
         );
         f.outcome.send(Ok(())).unwrap();
-        assert_eq!(commit.join().unwrap(), Committed::Records(1));
+        assert!(matches!(commit.join().unwrap(), Committed::Records(1)));
         let second = commit_beside(&f);
         f.outcome.send(Ok(())).unwrap();
-        assert_eq!(second.join().unwrap(), Committed::Records(3));
+        assert!(matches!(second.join().unwrap(), Committed::Records(3)));
         let asked = f.asked.lock().unwrap().clone();
         let write = |v: &str| Asked::Write(v.to_string());
         assert_eq!(
@@ -1043,7 +1057,7 @@ mod tests {
         );
         revoked.cancel();
         f.outcome
-            .send(Err(TxnError::Abort("the coordinator refused".into())))
+            .send(Err(TxnError::Abort(Cause::NoGroupMetadata)))
             .unwrap();
         assert!(matches!(commit.join().unwrap(), Committed::Aborted(_)));
         let rewinds = f.transaction.take_rewinds().expect("not fatal");
@@ -1054,7 +1068,7 @@ mod tests {
         assert_eq!(rewinds, vec![(tp(0), 5)], "partition 0 starts again at 5");
         let next = commit_beside(&f);
         f.outcome.send(Ok(())).unwrap();
-        assert_eq!(next.join().unwrap(), Committed::Records(1));
+        assert!(matches!(next.join().unwrap(), Committed::Records(1)));
         let asked = f.asked.lock().unwrap().clone();
         assert_eq!(
             asked.last_chunk::<4>().unwrap(),

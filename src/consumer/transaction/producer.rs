@@ -62,16 +62,81 @@ impl Handed {
 pub(crate) enum TxnError {
     /// The open transaction must abort (and may be tried again).
     #[error("{0}")]
-    Abort(String),
+    Abort(Cause),
     /// The producer cannot go on (fenced: its transaction timed out on the broker, which
     /// aborted it); a new one must take over.
     #[error("{0}")]
-    Fatal(String),
+    Fatal(Cause),
     /// A commit's outcome could not be learned (the broker's answers did not come): the
     /// transaction may have committed. The producer cannot go on, and nothing may rewind
     /// before the broker says what is committed.
     #[error("{0}")]
-    Unknown(String),
+    Unknown(Cause),
+}
+
+impl TxnError {
+    /// What the call ran into, whatever the transaction must do about it.
+    pub(crate) fn cause(&self) -> &Cause {
+        match self {
+            TxnError::Abort(cause) | TxnError::Fatal(cause) | TxnError::Unknown(cause) => cause,
+        }
+    }
+}
+
+/// What a failed transactional call ran into.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Cause {
+    /// librdkafka's answer to `call`.
+    #[error("{call} failed: {error}")]
+    Kafka {
+        /// The producer's call: `init_transactions`, `send_offsets_to_transaction`, …
+        call: &'static str,
+        #[source]
+        error: KafkaError,
+    },
+    /// The consumer had no group metadata to commit with (it is not in the group).
+    #[error("the consumer has no group metadata to commit with")]
+    NoGroupMetadata,
+    /// A write of the open transaction the producer did not take.
+    #[error("the producer did not take a record for {topic}: {error}")]
+    NotTaken {
+        /// The write's topic.
+        topic: String,
+        #[source]
+        error: KafkaError,
+    },
+    /// A record queued for the next transaction came back refused, and was not kept to be
+    /// dead-lettered instead (it is kept whenever it is refused when it settles).
+    #[error("the record at {topic}-{partition} offset {offset} was refused while it waited for a commit")]
+    RefusedWhileQueued {
+        /// Its topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// The offset it was delivered at.
+        offset: i64,
+    },
+    /// The commit was asked again `tries` times, each `secs` long, and never answered.
+    #[error("the commit's outcome is unknown after {tries} tries of {secs} s: {error}")]
+    Unanswered {
+        /// How often it was asked.
+        tries: u32,
+        /// How long each try waited.
+        secs: u64,
+        #[source]
+        error: KafkaError,
+    },
+}
+
+/// An output the producer refused at once, before anything of its record's outputs was
+/// handed over: larger than the producer takes.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("output to {topic} is too large for the producer: {error}")]
+pub(crate) struct OutputTooLarge {
+    /// The output's topic.
+    pub topic: String,
+    #[source]
+    pub error: KafkaError,
 }
 
 /// One transactional producer (one transactional id). Every call but the `write` ones waits
@@ -84,10 +149,10 @@ pub(crate) trait TransactionalProducer: Send + Sync {
     /// Begins the next transaction.
     fn begin(&self) -> Result<(), TxnError>;
 
-    /// Hands `outputs` over. `Err` (the reason) when the first is refused at once as too
-    /// large: nothing of them was handed over. A later refusal dooms the transaction instead
-    /// (its [`Handed::answer`] is the error).
-    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String>;
+    /// Hands `outputs` over. `Err` when the first is refused at once as too large: nothing of
+    /// them was handed over. A later refusal dooms the transaction instead (its
+    /// [`Handed::answer`] is the error).
+    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, OutputTooLarge>;
 
     /// Hands `record`'s dead letter over (`smallest`: as a reference, the payload left out).
     fn write_dead_letter(
@@ -148,15 +213,17 @@ impl TransactionalProducer for KafkaProducer {
     fn start(&self) -> Result<(), TxnError> {
         self.producer
             .init_transactions(TIMEOUT)
-            .and_then(|()| self.producer.begin_transaction())
-            .map_err(classify)
+            .map_err(|e| classify("init_transactions", e))?;
+        self.begin()
     }
 
     fn begin(&self) -> Result<(), TxnError> {
-        self.producer.begin_transaction().map_err(classify)
+        self.producer
+            .begin_transaction()
+            .map_err(|e| classify("begin_transaction", e))
     }
 
-    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
+    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, OutputTooLarge> {
         let mut handed = Vec::with_capacity(outputs.len());
         for output in outputs {
             let mut headers =
@@ -174,10 +241,10 @@ impl TransactionalProducer for KafkaProducer {
             let sent = self.producer.send_result(record).map_err(|(e, _)| e);
             match sent {
                 Err(error) if is_too_large(&error) && handed.is_empty() => {
-                    return Err(format!(
-                        "output to {} is too large for the producer: {error}",
-                        output.topic
-                    ))
+                    return Err(OutputTooLarge {
+                        topic: output.topic.clone(),
+                        error,
+                    })
                 }
                 sent => handed.push(Handed::from_sent(output.topic.clone(), sent)),
             }
@@ -213,23 +280,26 @@ impl TransactionalProducer for KafkaProducer {
     fn commit(&self, positions: &[(TopicPartition, i64)]) -> Result<(), TxnError> {
         let group = self.group.get().and_then(|read| read());
         let Some(group) = group else {
-            return Err(TxnError::Abort(
-                "the consumer has no group metadata".to_string(),
-            ));
+            return Err(TxnError::Abort(Cause::NoGroupMetadata));
         };
         send_and_commit(&self.producer, positions, &group)
     }
 
     fn abort(&self) -> Result<(), TxnError> {
-        self.producer.abort_transaction(TIMEOUT).map_err(classify)
+        self.producer
+            .abort_transaction(TIMEOUT)
+            .map_err(|e| classify("abort_transaction", e))
     }
 }
 
-/// What a transactional call's error means for the transaction.
-fn classify(e: KafkaError) -> TxnError {
-    match &e {
-        KafkaError::Transaction(t) if t.is_fatal() => TxnError::Fatal(e.to_string()),
-        _ => TxnError::Abort(e.to_string()),
+/// What the error of the transactional `call` means for the transaction: librdkafka says
+/// whether the producer can go on (`is_fatal`); anything else aborts.
+fn classify(call: &'static str, error: KafkaError) -> TxnError {
+    let fatal = matches!(&error, KafkaError::Transaction(t) if t.is_fatal());
+    let cause = Cause::Kafka { call, error };
+    match fatal {
+        true => TxnError::Fatal(cause),
+        false => TxnError::Abort(cause),
     }
 }
 
@@ -243,7 +313,12 @@ fn send_and_commit(
     for ((topic, partition), position) in positions {
         offsets
             .add_partition_offset(topic, *partition, Offset::Offset(*position))
-            .map_err(|e| TxnError::Abort(e.to_string()))?;
+            .map_err(|e| {
+                TxnError::Abort(Cause::Kafka {
+                    call: "send_offsets_to_transaction",
+                    error: e,
+                })
+            })?;
     }
     // Right after an abort the producer may still be getting its new epoch: the offsets
     // are sent again for a while rather than the transaction aborted again.
@@ -260,7 +335,7 @@ fn send_and_commit(
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(classify(e)),
+            Err(e) => return Err(classify("send_offsets_to_transaction", e)),
         }
     }
     // A commit that timed out is resumed by calling it again (librdkafka keeps it the
@@ -277,13 +352,13 @@ fn send_and_commit(
                     "the commit's answer did not come; asking again");
             }
             Err(KafkaError::Transaction(e)) if e.is_retriable() => {
-                return Err(TxnError::Unknown(format!(
-                    "the commit's outcome is unknown after {} tries of {} s: {e}",
-                    tries + 1,
-                    TIMEOUT.as_secs()
-                )))
+                return Err(TxnError::Unknown(Cause::Unanswered {
+                    tries: tries + 1,
+                    secs: TIMEOUT.as_secs(),
+                    error: KafkaError::Transaction(e),
+                }))
             }
-            Err(e) => return Err(classify(e)),
+            Err(e) => return Err(classify("commit_transaction", e)),
         }
     }
 }

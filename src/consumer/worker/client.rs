@@ -142,7 +142,7 @@ impl crate::consumer::poll::rewind::Seek for KafkaClient {
         &'a self,
         partition: &'a TopicPartition,
         position: i64,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<(), rdkafka::error::KafkaError>> + Send + 'a>> {
         let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
         Box::pin(async move {
             // Waits for librdkafka: off the async threads.
@@ -151,7 +151,6 @@ impl crate::consumer::poll::rewind::Seek for KafkaClient {
             })
             .await
             .expect("seek does not panic")
-            .map_err(|e| e.to_string())
         })
     }
 
@@ -165,7 +164,8 @@ impl crate::consumer::poll::rewind::Seek for KafkaClient {
     fn committed<'a>(
         &'a self,
         partition: &'a TopicPartition,
-    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, rdkafka::error::KafkaError>> + Send + 'a>>
+    {
         let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
         Box::pin(async move {
             // The consumer reads `read_committed` (exactly once requires it), so librdkafka
@@ -183,7 +183,6 @@ impl crate::consumer::poll::rewind::Seek for KafkaClient {
             })
             .await
             .expect("a committed offsets request does not panic")
-            .map_err(|e| e.to_string())
         })
     }
 }

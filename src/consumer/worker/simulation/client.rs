@@ -77,7 +77,9 @@ impl crate::consumer::poll::rewind::Seek for SimClient {
         &'a self,
         partition: &'a TopicPartition,
         position: i64,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), rdkafka::error::KafkaError>> + Send + 'a>,
+    > {
         let sought = self.world.lock().seek(self.member, partition, position);
         Box::pin(async move { sought })
     }
@@ -89,8 +91,13 @@ impl crate::consumer::poll::rewind::Seek for SimClient {
     fn committed<'a>(
         &'a self,
         partition: &'a TopicPartition,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<i64>, String>> + Send + 'a>>
-    {
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<Option<i64>, rdkafka::error::KafkaError>>
+                + Send
+                + 'a,
+        >,
+    > {
         let committed = self.world.lock().committed.get(partition).copied();
         Box::pin(async move { Ok(committed) })
     }

@@ -19,7 +19,7 @@ use super::super::client::TopicPartition;
 use super::coordinator::{Coordinator, Write};
 use super::plan::Outcome;
 use super::world::{delivered, World, WorldRef, GROUP};
-use crate::consumer::transaction::TxnError;
+use crate::consumer::transaction::{Cause, OutputTooLarge, TxnError};
 use crate::consumer::transaction::{Handed, TransactionalProducer};
 use crate::failure::DeadLetterKind;
 use crate::handler::Output;
@@ -86,9 +86,19 @@ fn coordinator(w: &mut World) -> &mut Coordinator {
         .expect("an exactly-once schedule has a coordinator")
 }
 
-fn fenced(id: u64) -> TxnError {
-    TxnError::Fatal(format!(
-        "producer {id} was fenced: its transaction timed out on the broker"
+/// The coordinator's answer `code` to `call`.
+fn answer(call: &'static str, code: RDKafkaErrorCode) -> Cause {
+    Cause::Kafka {
+        call,
+        error: KafkaError::Global(code),
+    }
+}
+
+/// The producer was fenced: its transaction timed out on the broker.
+fn fenced() -> TxnError {
+    TxnError::Fatal(answer(
+        "commit_transaction",
+        RDKafkaErrorCode::ProducerFenced,
     ))
 }
 
@@ -100,12 +110,12 @@ impl TransactionalProducer for SimProducer {
     fn begin(&self) -> Result<(), TxnError> {
         let mut w = self.world.lock();
         if coordinator(&mut w).fenced.contains(&self.id) {
-            return Err(fenced(self.id));
+            return Err(fenced());
         }
         Ok(())
     }
 
-    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, String> {
+    fn write_outputs(&self, outputs: &[Output]) -> Result<Vec<Handed>, OutputTooLarge> {
         let mut handed = Vec::new();
         for output in outputs {
             let of = String::from_utf8(output.value.clone().unwrap_or_default())
@@ -116,10 +126,10 @@ impl TransactionalProducer for SimProducer {
             // Half the time the producer refuses a record too large itself, before anything
             // is written; else the broker does, and the transaction cannot commit.
             if too_large && handed.is_empty() && self.world.lock().rng.bool() {
-                return Err(format!(
-                    "output to {} is too large for the producer",
-                    output.topic
-                ));
+                return Err(OutputTooLarge {
+                    topic: output.topic.clone(),
+                    error: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                });
             }
             let write = match (too_large, invalid, of) {
                 (true, _, _) | (_, _, None) => {
@@ -182,7 +192,7 @@ impl TransactionalProducer for SimProducer {
         let w = &mut *guard;
         let c = coordinator(w);
         if c.fenced.contains(&self.id) {
-            return Err(fenced(self.id));
+            return Err(fenced());
         }
         let writes = c.open.get(&self.id).map_or(0, |(_, writes)| writes.len());
         if writes > 0 && std::mem::take(&mut c.unknown_next) {
@@ -190,11 +200,16 @@ impl TransactionalProducer for SimProducer {
             // learns which (librdkafka's retries outlived the broker's transaction timeout).
             c.tally.unknowns += 1;
             let went_through = w.rng.bool();
-            let lost = TxnError::Unknown(format!(
-                "producer {}: the commit's answers were lost (it {} went through)",
-                self.id,
-                if went_through { "" } else { "never" }
-            ));
+            tracing::debug!(
+                producer = self.id,
+                went_through,
+                "the commit's answers are lost"
+            );
+            let lost = TxnError::Unknown(Cause::Unanswered {
+                tries: 1,
+                secs: 0,
+                error: KafkaError::Global(RDKafkaErrorCode::OperationTimedOut),
+            });
             drop(guard);
             if went_through {
                 let before = {
@@ -226,7 +241,7 @@ impl TransactionalProducer for SimProducer {
         let mut w = self.world.lock();
         let c = coordinator(&mut w);
         if c.fenced.contains(&self.id) {
-            return Err(fenced(self.id));
+            return Err(fenced());
         }
         c.tally.aborts += 1;
         if let Some((_, writes)) = c.open.get_mut(&self.id) {
@@ -251,27 +266,33 @@ impl SimProducer {
             // The broker aborted the transaction when it timed out.
             let (_, aborted) = c.open.remove(&self.id).unwrap_or_default();
             c.tally.aborted_writes += aborted.len() as u64;
-            return Err(fenced(self.id));
+            return Err(fenced());
         }
         if writes > 0 && std::mem::take(&mut c.abort_next) {
-            return Err(TxnError::Abort(
-                "the transaction coordinator is not available".into(),
-            ));
+            return Err(TxnError::Abort(answer(
+                "commit_transaction",
+                RDKafkaErrorCode::CoordinatorNotAvailable,
+            )));
         }
         let open = c.open.get(&self.id).map(|(_, writes)| writes);
-        if open.is_some_and(|writes| writes.iter().any(|w| matches!(w, Write::Refused(_)))) {
-            return Err(TxnError::Abort(
-                "a record in the transaction was refused".into(),
-            ));
+        let refused = open.and_then(|writes| {
+            writes.iter().find_map(|w| match w {
+                Write::Refused(code) => Some(*code),
+                _ => None,
+            })
+        });
+        if let Some(code) = refused {
+            return Err(TxnError::Abort(answer("commit_transaction", code)));
         }
         if let Some((tp, _)) = positions
             .iter()
             .find(|(tp, _)| c.lost.contains(&(self.member, tp.clone())))
         {
             c.tally.zombie_refusals += 1;
-            return Err(TxnError::Abort(format!(
-                "the group's generation moved on: {}-{} is another member's now",
-                tp.0, tp.1
+            tracing::debug!(topic = %tp.0, partition = tp.1, "the group's generation moved on");
+            return Err(TxnError::Abort(answer(
+                "send_offsets_to_transaction",
+                RDKafkaErrorCode::IllegalGeneration,
             )));
         }
         let (_, writes) = c

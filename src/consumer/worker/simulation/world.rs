@@ -300,10 +300,11 @@ impl World {
         member: usize,
         tp: &TopicPartition,
         position: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), rdkafka::error::KafkaError> {
         let m = &mut self.members[member];
         if !m.assigned.contains(tp) {
-            return Err(format!("{}-{} is not assigned", tp.0, tp.1));
+            let why = format!("{}-{} is not assigned", tp.0, tp.1);
+            return Err(rdkafka::error::KafkaError::Seek(why));
         }
         let queue = m.queues.entry(tp.clone()).or_default();
         queue.records.clear();
