@@ -110,6 +110,31 @@ pub enum RedriveError {
     Unrecorded(String),
 }
 
+/// Whether a replica has read the redrives in Kafka, as `/readyz` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Read on the last round: this replica answers for every redrive.
+    Read,
+    /// Not read yet (the console just started).
+    Reading,
+    /// The last read failed, for this reason.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readiness::Read => write!(f, "the redrives were read from the positions topic"),
+            Readiness::Reading => {
+                write!(f, "the redrives are being read from the positions topic")
+            }
+            Readiness::Unreadable(e) => {
+                write!(f, "cannot read the redrives from the positions topic: {e}")
+            }
+        }
+    }
+}
+
 /// The redrives this replica knows: its dry runs, and every redrive the positions topic holds
 /// (the latest [`KEPT`] finished ones, and all that are not).
 pub struct Redrives {
@@ -120,8 +145,8 @@ pub struct Redrives {
     me: String,
     /// Writes this replica's records.
     writer: tokio::sync::Mutex<PositionStore>,
-    /// The redrives have been read from Kafka once (or the read failed: `Some(error)`).
-    read: Mutex<Option<Option<String>>>,
+    /// Whether the redrives were read from Kafka on the last round.
+    read: Mutex<Readiness>,
     /// The console is stopping: a run interrupted releases its redrive.
     stopping: AtomicBool,
     /// Wakes the follower for a read now.
@@ -144,7 +169,7 @@ impl Redrives {
                 std::process::id()
             ),
             writer: tokio::sync::Mutex::new(writer),
-            read: Mutex::new(None),
+            read: Mutex::new(Readiness::Reading),
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             rounds: tokio::sync::watch::Sender::new(0),
@@ -168,15 +193,9 @@ impl Redrives {
         .await;
     }
 
-    /// Whether the redrives in Kafka were read: an error saying why not yet (`/readyz`).
-    pub fn ready(&self) -> Result<(), String> {
-        match &*self.read.lock().expect("read") {
-            None => Err("the redrives are being read from the positions topic".into()),
-            Some(Some(e)) => Err(format!(
-                "cannot read the redrives from the positions topic: {e}"
-            )),
-            Some(None) => Ok(()),
-        }
+    /// Whether the redrives in Kafka were read on the last round (`/readyz`).
+    pub fn readiness(&self) -> Readiness {
+        self.read.lock().expect("read").clone()
     }
 
     /// Starts `request` in a task, which holds `permit` (a dry run's read of the cluster,
@@ -369,12 +388,15 @@ impl Redrives {
                     learnt = Some(now);
                 }
             }
-            let error = read.err().map(|e| e.to_string());
-            if let Some(e) = &error {
-                tracing::warn!(event = "redrives_unread", error = %e,
-                    "cannot read the redrives from the positions topic");
-            }
-            *self.read.lock().expect("read") = Some(error);
+            let readiness = match read {
+                Ok(_) => Readiness::Read,
+                Err(e) => {
+                    tracing::warn!(event = "redrives_unread", error = %e,
+                        "cannot read the redrives from the positions topic");
+                    Readiness::Unreadable(e.to_string())
+                }
+            };
+            *self.read.lock().expect("read") = readiness;
             self.rounds.send_modify(|r| *r += 1);
             self.act().await;
             tokio::select! {

@@ -98,7 +98,10 @@ pub async fn replay(
     progress: impl FnMut(u64, u64, &Outcome),
     cancel: &CancellationToken,
 ) -> Result<ReplayReport, ReplayError> {
-    let lock = match options.dry_run {
+    // A topic that does not exist: said at once, not as a lock group that never forms.
+    check_exists(options).await?;
+    // Held until the replay ends (a dry run sends nothing and takes none).
+    let _lock = match options.dry_run {
         true => None,
         false => {
             let (brokers, raw, topic) = (
@@ -106,8 +109,6 @@ pub async fn replay(
                 options.librdkafka.clone(),
                 options.dlq_topic.clone(),
             );
-            // A topic that does not exist: said at once, not as a group that never forms.
-            check_exists(options).await?;
             Some(
                 tokio::task::spawn_blocking(move || ReplayLock::take(&brokers, &raw, &topic))
                     .await
@@ -115,18 +116,19 @@ pub async fn replay(
             )
         }
     };
-    replay_under(options, lock.as_ref(), progress, cancel).await
+    replay_under(options, progress, cancel).await
 }
 
 /// [`replay`], by a caller that took the replay lock of `options.dlq_topic` already (the
 /// console, whose redrive record names the replica holding it only once it is held).
 pub async fn replay_holding(
     options: &ReplayOptions,
-    lock: &ReplayLock,
+    _lock: &ReplayLock,
     progress: impl FnMut(u64, u64, &Outcome),
     cancel: &CancellationToken,
 ) -> Result<ReplayReport, ReplayError> {
-    replay_under(options, Some(lock), progress, cancel).await
+    check_exists(options).await?;
+    replay_under(options, progress, cancel).await
 }
 
 async fn check_exists(options: &ReplayOptions) -> Result<(), ReplayError> {
@@ -144,9 +146,10 @@ async fn check_exists(options: &ReplayOptions) -> Result<(), ReplayError> {
         })
 }
 
+/// The replay itself, once `options.dlq_topic` is known to exist and (unless a dry run) its
+/// replay lock is held.
 async fn replay_under(
     options: &ReplayOptions,
-    _lock: Option<&ReplayLock>,
     mut progress: impl FnMut(u64, u64, &Outcome),
     cancel: &CancellationToken,
 ) -> Result<ReplayReport, ReplayError> {
@@ -163,7 +166,6 @@ async fn replay_under(
         options.librdkafka.clone(),
         options.dlq_topic.clone(),
     );
-    check_exists(options).await?;
     if let Destination::Topic(to) = &options.destination {
         destination::check_named(options, to).await?;
     }

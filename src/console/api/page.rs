@@ -39,8 +39,13 @@ pub(super) async fn healthz() -> &'static str {
 }
 
 pub(super) async fn readyz(State(c): State<Console>) -> Response {
-    if let Err(why) = c.redrives.ready() {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")).into_response();
+    let redrives = c.redrives.readiness();
+    if redrives != crate::console::redrives::Readiness::Read {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {redrives}"),
+        )
+            .into_response();
     }
     let s = c.watch.status();
     match (&s.current_at, &s.error) {

@@ -994,18 +994,10 @@ mod tests {
         assert_eq!(first, Applied::Taken);
         let commit = commit_beside(&f);
         // The commit holds: these must not wait for it.
-        assert_eq!(
-            apply_beside(&f.transaction, 0, 1, &assignment, "b"),
-            Applied::Taken
-        );
-        assert_eq!(
-            apply_beside(&f.transaction, 1, 7, &assignment, "c"),
-            Applied::Taken
-        );
-        assert_eq!(
-            apply_beside(&f.transaction, 0, 2, &assignment, "d"),
-            Applied::Taken
-        );
+        for (partition, offset, value) in [(0, 1, "b"), (1, 7, "c"), (0, 2, "d")] {
+            let applied = apply_beside(&f.transaction, partition, offset, &assignment, value);
+            assert_eq!(applied, Applied::Taken);
+        }
         assert!(
             !f.asked.lock().unwrap().contains(&Asked::Write("b".into())),
             "nothing is handed to the producer while it commits"
@@ -1043,18 +1035,14 @@ mod tests {
         );
         apply_beside(&f.transaction, 0, 5, &rewound, "in the aborted transaction");
         let commit = commit_beside(&f);
-        assert_eq!(
-            apply_beside(&f.transaction, 0, 6, &rewound, "x"),
-            Applied::Taken
-        );
-        assert_eq!(
-            apply_beside(&f.transaction, 1, 3, &kept, "kept"),
-            Applied::Taken
-        );
-        assert_eq!(
-            apply_beside(&f.transaction, 2, 9, &revoked, "y"),
-            Applied::Taken
-        );
+        for (partition, offset, assignment, value) in [
+            (0, 6, &rewound, "x"),
+            (1, 3, &kept, "kept"),
+            (2, 9, &revoked, "y"),
+        ] {
+            let applied = apply_beside(&f.transaction, partition, offset, assignment, value);
+            assert_eq!(applied, Applied::Taken);
+        }
         revoked.cancel();
         f.outcome
             .send(Err(TxnError::Abort(Cause::NoGroupMetadata)))

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::TopicPartition;
 use crate::consumer::settle::ExitWrite;
 use crate::handler::Output;
-use crate::record::Record;
+use crate::record::{Record, RecordHeader};
 
 /// The most bytes (payloads, keys, headers and outputs, estimated) the queue holds; about a
 /// commit's worth of records at full speed with 1 KiB records.
@@ -59,22 +59,21 @@ fn output_bytes(output: &Output) -> usize {
     output.topic.len()
         + output.key.as_ref().map_or(0, Vec::len)
         + output.value.as_ref().map_or(0, Vec::len)
-        + output
-            .headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
-            .sum::<usize>()
+        + headers_bytes(&output.headers)
 }
 
 fn record_bytes(record: &Record) -> usize {
     record.id.len()
         + record.key.as_ref().map_or(0, Vec::len)
         + record.payload.as_ref().map_or(0, Vec::len)
-        + record
-            .headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
-            .sum::<usize>()
+        + headers_bytes(&record.headers)
+}
+
+fn headers_bytes(headers: &[RecordHeader]) -> usize {
+    headers
+        .iter()
+        .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+        .sum()
 }
 
 /// See the module docs.
