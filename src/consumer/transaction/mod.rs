@@ -404,11 +404,12 @@ impl Transaction {
         // Remembered until the record's transaction commits: one that aborts for another
         // record's sake brings it back, still refused.
         let refused = state.refused.get(&key).cloned();
-        let Some(record) = record else {
-            if refused.is_some() {
-                // Not kept, so it cannot be dead-lettered instead; the transaction aborts
-                // and the record is consumed again (a record is kept whenever it is
-                // refused when it settles, so this does not happen).
+        match record {
+            Some(record) => self.write(state, partition, offset, record, refused, effect),
+            // Not kept, so it cannot be dead-lettered instead; the transaction aborts and
+            // the record is consumed again (a record is kept whenever it is refused when it
+            // settles, so this does not happen).
+            None if refused.is_some() => {
                 state
                     .doomed
                     .get_or_insert_with(|| Cause::RefusedWhileQueued {
@@ -417,13 +418,26 @@ impl Transaction {
                         offset,
                     });
             }
-            state.open.add(partition, offset, Instant::now());
-            state
-                .assignments
-                .entry(partition.clone())
-                .or_insert_with(|| revoked.clone());
-            return;
-        };
+            None => {}
+        }
+        state.open.add(partition, offset, Instant::now());
+        state
+            .assignments
+            .entry(partition.clone())
+            .or_insert_with(|| revoked.clone());
+    }
+
+    /// Writes what `record` settled as (`effect`) into the open transaction, or its dead
+    /// letter instead when the broker refused it before (`refused`).
+    fn write(
+        &self,
+        state: &mut State,
+        partition: &TopicPartition,
+        offset: i64,
+        record: &Record,
+        refused: Option<Refused>,
+        effect: Effect<'_>,
+    ) {
         let p = state.producer.clone();
         let p = p.as_ref();
         let permanent = || Counted::DeadLetter {
@@ -504,11 +518,6 @@ impl Transaction {
                 handed,
             });
         }
-        state.open.add(partition, offset, Instant::now());
-        state
-            .assignments
-            .entry(partition.clone())
-            .or_insert_with(|| revoked.clone());
     }
 
     /// Whether the open transaction should commit now.
@@ -587,7 +596,7 @@ impl Transaction {
                     Err(e) => {
                         drop(state);
                         // Nothing is open: a new producer, and nothing to rewind.
-                        self.fail(TxnError::Fatal(e.cause().clone()))
+                        self.fail(e)
                     }
                 }
             }
@@ -644,7 +653,7 @@ impl Transaction {
         if let Err(e) = producer.abort() {
             tracing::error!(event = "transaction_abort_failed", error = %e, cause = %why,
                 "could not abort the transaction");
-            return self.fail(TxnError::Fatal(e.cause().clone()));
+            return self.fail(e);
         }
         let mut state = self.lock();
         let mut refused: HashMap<(TopicPartition, i64), Refused> = HashMap::new();
@@ -706,7 +715,7 @@ impl Transaction {
             Ok(()) => Committed::Aborted(TxnError::Abort(why)),
             Err(e) => {
                 drop(state);
-                self.fail(TxnError::Fatal(e.cause().clone()))
+                self.fail(e)
             }
         }
     }
@@ -968,10 +977,18 @@ mod tests {
         value: &'static str,
     ) -> Applied {
         let (transaction, revoked) = (transaction.clone(), revoked.clone());
+        beside(move || {
+            let record = record(partition, offset);
+            transaction.apply(&tp(partition), &record, &revoked, output(value))
+        })
+    }
+
+    /// Runs `apply` on a thread of its own, so that a test whose commit is held fails (rather
+    /// than hangs) when `apply` waits for the commit.
+    fn beside(apply: impl FnOnce() -> Applied + Send + 'static) -> Applied {
         let (done, applied) = mpsc::channel();
         std::thread::spawn(move || {
-            let record = record(partition, offset);
-            let _ = done.send(transaction.apply(&tp(partition), &record, &revoked, output(value)));
+            let _ = done.send(apply());
         });
         applied
             .recv_timeout(Duration::from_secs(30))
@@ -1076,14 +1093,15 @@ mod tests {
         let assignment = CancellationToken::new();
         apply_beside(&f.transaction, 0, 0, &assignment, "a");
         let commit = commit_beside(&f);
-        let write = ExitWrite::DeadLetter {
-            kind: DeadLetterKind::Permanent,
-            message: "malformed".into(),
-            attempts: 1,
-        };
-        let applied = f
-            .transaction
-            .apply(&tp(0), &record(0, 1), &assignment, Effect::Exit(&write));
+        let (transaction, revoked) = (f.transaction.clone(), assignment.clone());
+        let applied = beside(move || {
+            let write = ExitWrite::DeadLetter {
+                kind: DeadLetterKind::Permanent,
+                message: "malformed".into(),
+                attempts: 1,
+            };
+            transaction.apply(&tp(0), &record(0, 1), &revoked, Effect::Exit(&write))
+        });
         assert_eq!(applied, Applied::Taken);
         f.outcome.send(Ok(())).unwrap();
         commit.join().unwrap();

@@ -74,15 +74,6 @@ pub(crate) enum TxnError {
     Unknown(Cause),
 }
 
-impl TxnError {
-    /// What the call ran into, whatever the transaction must do about it.
-    pub(crate) fn cause(&self) -> &Cause {
-        match self {
-            TxnError::Abort(cause) | TxnError::Fatal(cause) | TxnError::Unknown(cause) => cause,
-        }
-    }
-}
-
 /// What a failed transactional call ran into.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Cause {
