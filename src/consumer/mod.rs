@@ -86,15 +86,15 @@
 //! on `/readyz` and counted (`undecodable`). A broker outage never ends [`Consumer::run`];
 //! only a fatal client error does (after the usual drain and commit).
 
+mod client;
 mod error;
-mod offsets;
 mod poll;
+mod progress;
 mod settle;
 pub mod share;
 #[cfg(test)]
 mod simulation;
 mod start;
-mod transaction;
 #[cfg(feature = "share")]
 pub use share::ShareConsumer;
 mod worker;
@@ -141,7 +141,7 @@ fn dead_letter_publisher(
 /// [module docs](self) for exactly what it does.
 pub struct Consumer<H: BatchHandler> {
     config: ConsumerConfig,
-    /// The Kafka consumer (its workers reach it through `shared.client`).
+    /// The Kafka consumer (its workers reach it through `shared.out.client`).
     consumer: Arc<StreamConsumer<RebalanceContext>>,
     shared: Arc<Shared<H>>,
     assignments: Arc<Assignments>,
@@ -185,20 +185,23 @@ impl<H: BatchHandler> Consumer<H> {
         ));
         let dlq = dead_letter_publisher(&config, &metrics)?;
         // The transactional producers commit as the member the consumer is then.
-        let group = transaction::GroupReader::default();
+        let group = progress::transaction::GroupReader::default();
         let transaction = config.exactly_once.then(|| {
             let (for_new, metrics_for_new, group_for_new) =
                 (config.clone(), metrics.clone(), group.clone());
-            Arc::new(transaction::Transaction::new(
-                Box::new(transaction::KafkaProducer::new(dlq.clone(), group.clone())),
+            Arc::new(progress::transaction::Transaction::new(
+                Box::new(progress::transaction::KafkaProducer::new(
+                    dlq.clone(),
+                    group.clone(),
+                )),
                 Box::new(move || {
                     let dead_letters = dead_letter_publisher(&for_new, &metrics_for_new)
                         .map_err(|e| e.to_string())?;
-                    Ok(Box::new(transaction::KafkaProducer::new(
+                    Ok(Box::new(progress::transaction::KafkaProducer::new(
                         dead_letters,
                         group_for_new.clone(),
                     ))
-                        as Box<dyn transaction::TransactionalProducer>)
+                        as Box<dyn progress::transaction::TransactionalProducer>)
                 }),
                 config.transaction_records,
                 config.transaction_interval,
@@ -226,8 +229,8 @@ impl<H: BatchHandler> Consumer<H> {
             &config,
             handler,
             metrics,
-            Arc::new(settle::KafkaExits::new(dlq, config.trace_records)),
-            Arc::new(worker::client::KafkaClient(consumer.clone())),
+            Arc::new(progress::writer::KafkaExits::new(dlq, config.trace_records)),
+            Arc::new(client::KafkaClient(consumer.clone())),
         )?;
         shared.transaction = transaction;
         Ok(Self {
@@ -247,7 +250,7 @@ impl<H: BatchHandler> Consumer<H> {
 
     /// The consumer's metrics and readiness, to serve or read while it runs.
     pub fn metrics(&self) -> Metrics {
-        self.shared.metrics.clone()
+        self.shared.out.metrics.clone()
     }
 
     /// Consumes until `shutdown` completes, then drains, commits and leaves the group. Returns
@@ -256,8 +259,12 @@ impl<H: BatchHandler> Consumer<H> {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ConsumerError> {
         tokio::pin!(shutdown);
         let config = self.config.consumer_client_config();
-        if !start::cluster::wait_until_admitted(&config, &self.shared.metrics, shutdown.as_mut())
-            .await
+        if !start::cluster::wait_until_admitted(
+            &config,
+            &self.shared.out.metrics,
+            shutdown.as_mut(),
+        )
+        .await
         {
             self.shutdown(JoinSet::new()).await;
             return Ok(());
@@ -280,13 +287,13 @@ impl<H: BatchHandler> Consumer<H> {
 
         let mut workers = JoinSet::new();
         if let Some(transaction) = &self.shared.transaction {
-            workers.spawn(transaction::commit_when_due(
+            workers.spawn(progress::transaction::commit_when_due(
                 transaction.clone(),
                 self.stop_workers.child_token(),
                 |t| async { tokio::task::spawn_blocking(move || t.commit()).await.ok() },
             ));
         }
-        let seeker = worker::client::KafkaClient(self.consumer.clone());
+        let seeker = client::KafkaClient(self.consumer.clone());
         let rewinds = self.shared.transaction.clone();
         let mut worker_names = HashMap::new();
         let mut outcome = Ok(());
@@ -307,7 +314,7 @@ impl<H: BatchHandler> Consumer<H> {
             self.assignments.clone(),
             pause,
             self.config.id_header.clone(),
-            self.shared.metrics.buffered_bytes.clone(),
+            self.shared.out.metrics.buffered_bytes.clone(),
         );
         loop {
             // The consumer's queue serves records (into their partitions' inboxes),
@@ -372,7 +379,7 @@ impl<H: BatchHandler> Consumer<H> {
                     let panic = crate::failure::panic_message(&e.into_panic());
                     tracing::error!(event = "worker_died", partition = %name, error = %panic,
                         "the partition is no longer consumed here; /healthz fails until the process restarts");
-                    self.shared.metrics.worker_died(&name, &panic);
+                    self.shared.out.metrics.worker_died(&name, &panic);
                 }
             }
         }

@@ -26,7 +26,7 @@ pub(in crate::consumer) struct RebalanceContext {
     /// refused connection's report.
     pub cluster: String,
     /// Exactly once: the transaction that commits before revoked partitions go.
-    pub transaction: Option<Arc<crate::consumer::transaction::Transaction>>,
+    pub transaction: Option<Arc<crate::consumer::progress::transaction::Transaction>>,
 }
 
 impl ClientContext for RebalanceContext {
@@ -90,7 +90,9 @@ impl ConsumerContext for RebalanceContext {
                     Some(transaction) => {
                         // The poll loop waits for it (the next owner must find it committed);
                         // the runtime's other tasks do not.
-                        crate::consumer::transaction::off_the_runtime(|| transaction.commit());
+                        crate::consumer::progress::transaction::off_the_runtime(|| {
+                            transaction.commit()
+                        });
                     }
                     None => commit_stored(consumer, "rebalance"),
                 }

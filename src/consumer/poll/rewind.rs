@@ -5,10 +5,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use rdkafka::consumer::{Consumer as _, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::Offset;
 
 use super::assignments::Assignments;
-use crate::consumer::transaction::{Rewind, TopicPartition, Transaction};
+use crate::consumer::client::{Client as _, KafkaClient};
+use crate::consumer::progress::transaction::{Rewind, TopicPartition, Transaction};
 use crate::consumer::TransactionError;
 
 /// What a rewind asks of the consumer (librdkafka's, or the simulation's world).
@@ -87,3 +90,59 @@ pub(in crate::consumer) async fn rewind(
     transaction.restarted();
     Ok(())
 }
+/// How long a rewind's seek may take.
+const SEEK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl<C: ConsumerContext + 'static> Seek for KafkaClient<C> {
+    fn seek<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+        position: i64,
+    ) -> Pin<Box<dyn Future<Output = Result<(), rdkafka::error::KafkaError>> + Send + 'a>> {
+        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
+        Box::pin(async move {
+            // Waits for librdkafka: off the async threads.
+            tokio::task::spawn_blocking(move || {
+                consumer.seek(&topic, p, Offset::Offset(position), SEEK_TIMEOUT)
+            })
+            .await
+            .expect("seek does not panic")
+        })
+    }
+
+    fn resume_partition(&self, partition: &TopicPartition) {
+        if let Err(error) = self.resume(std::slice::from_ref(partition)) {
+            tracing::warn!(event = "partition_resume_failed", topic = %partition.0,
+                partition = partition.1, %error, "the rewound partition may stay paused");
+        }
+    }
+
+    fn committed<'a>(
+        &'a self,
+        partition: &'a TopicPartition,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, rdkafka::error::KafkaError>> + Send + 'a>>
+    {
+        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
+        Box::pin(async move {
+            // The consumer reads `read_committed` (exactly once requires it), so librdkafka
+            // asks with RequireStable and waits out a transaction still open on the broker.
+            tokio::task::spawn_blocking(move || {
+                let mut tpl = rdkafka::TopicPartitionList::new();
+                tpl.add_partition(&topic, p);
+                let committed = consumer.committed_offsets(tpl, COMMITTED_TIMEOUT)?;
+                Ok::<_, rdkafka::error::KafkaError>(committed.elements().first().and_then(|e| {
+                    match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    }
+                }))
+            })
+            .await
+            .expect("a committed offsets request does not panic")
+        })
+    }
+}
+
+/// How long the broker may take to say a partition's committed offset after a transaction
+/// whose outcome is unknown: beyond the longest transaction timeout kafka-dlq sets.
+const COMMITTED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(960);

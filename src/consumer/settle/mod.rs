@@ -2,12 +2,12 @@
 //! the breaker's permit, the handler call with its panic guard, and the retries with backoff
 //! that follow a transient failure, until the record is handled or must exit. It decides and
 //! never writes: where an exiting record goes, and when progress is stored, are its caller's
-//! (the worker's `progress`, the share member's acknowledgement).
+//! (the partition's progress, `consumer::progress`; the share member's acknowledgement).
 //!
 //! | file | what |
 //! |---|---|
 //! | [`call`] | the breaker's permit and one handler call, its panic caught, its outcome told to the breaker |
-//! | [`exit`] | where a record goes when its calls end unhandled, what is written there, the writer behind a trait, and how the write's end is logged and counted |
+//! | [`exit`] | where a record goes when its calls end unhandled, and what is written there |
 //! | [`retries`] | a record's calls after its first: backoff, the downstream-down wait, and how they ended ([`Settled`]) |
 //! | [`metrics`] | the call metrics a worker counts locally and flushes, and the breaker's answered calls |
 //!
@@ -25,9 +25,7 @@ mod spans;
 use std::sync::Arc;
 
 pub(crate) use call::permit;
-pub(crate) use exit::{
-    exited, exited_in_transaction, Exit, ExitWrite, ExitWriter, KafkaExits, PendingExit,
-};
+pub(crate) use exit::{Exit, ExitWrite};
 pub(crate) use metrics::{TopicHandles, TopicMetrics};
 pub(crate) use retries::{Settled, Tried};
 pub(crate) use spans::{failed, record_span, Spans};

@@ -191,7 +191,7 @@ impl<H: BatchHandler> ShareConsumer<H> {
                     .then(|| crate::consumer::settle::Spans::new(&group)),
                 while_open: "no more records are acquired; those in hand wait, their locks renewed, one probing",
             },
-            exits: Arc::new(crate::consumer::settle::KafkaExits::new(
+            exits: Arc::new(crate::consumer::progress::writer::KafkaExits::new(
                 self.dlq,
                 config.trace_records,
             )),

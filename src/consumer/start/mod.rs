@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ConsumerConfig;
-use crate::consumer::transaction::Transaction;
+use crate::consumer::progress::transaction::Transaction;
 use crate::consumer::{ConsumerError, TransactionError};
 
 /// Checks and prepares `config`'s topics, and starts the transactional producer (exactly

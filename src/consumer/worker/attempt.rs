@@ -8,9 +8,9 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::dead_letters::Leaving;
-use super::progress::Progress;
 use super::Shared;
+use crate::consumer::progress::Leaving;
+use crate::consumer::progress::Progress;
 use crate::consumer::settle::{permit, record_span, Exit, Settled, TopicMetrics, Tried};
 use crate::failure::{narrow, FailureKind, HandlerError};
 use crate::handler::BatchHandler;
@@ -35,7 +35,7 @@ pub(super) async fn settle_record<H: BatchHandler>(
         if cancel.is_cancelled() {
             return Err(Stopped);
         }
-        settled.store(shared);
+        settled.store();
         metrics.flush();
         settled.catch_up(at).await;
     }
@@ -98,7 +98,7 @@ pub(super) async fn settle_failure<H: BatchHandler>(
     // goes straight to a pipelined dead-letter write, which waits only when the most writes
     // are in flight.
     if first.kind() != FailureKind::Permanent || !settled.writes_without_waiting() {
-        settled.store(shared);
+        settled.store();
         metrics.flush();
     }
     let span = span.unwrap_or_else(|| record_span(record, shared.caller.spans.as_ref()));
@@ -113,13 +113,10 @@ pub(super) async fn settle_failure<H: BatchHandler>(
         kind,
         message,
         attempts,
-    } = settled
-        .meanwhile(shared, calls)
-        .await
-        .inspect_err(|Stopped| {
-            tracing::info!(event = "record_abandoned", id = %record.id,
+    } = settled.meanwhile(calls).await.inspect_err(|Stopped| {
+        tracing::info!(event = "record_abandoned", id = %record.id,
             "stopped during backoff; the record will be consumed again");
-        })?
+    })?
     else {
         settled.settle(record);
         metrics
@@ -131,12 +128,12 @@ pub(super) async fn settle_failure<H: BatchHandler>(
         crate::consumer::settle::failed(&span, kind.as_str());
     }
     let leaving = Leaving {
-        exit: Exit::after(&shared.retry_tiers, record, kind, attempts),
+        exit: Exit::after(&shared.out.tiers, record, kind, attempts),
         message,
         fetched,
         span,
     };
-    if settled.exit(shared, record, leaving, cancel).await? {
+    if settled.exit(record, leaving, cancel).await? {
         metrics
             .settle_seconds
             .observe(fetched.elapsed().as_secs_f64());

@@ -10,8 +10,8 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{settle_failure, settle_record};
-use super::progress::Progress;
 use super::Shared;
+use crate::consumer::progress::Progress;
 use crate::consumer::settle::{permit, TopicMetrics};
 use crate::failure::{waits_for_downstream, HandlerError};
 use crate::handler::BatchHandler;
@@ -57,7 +57,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
             }
             Err(error) => {
                 // Waits or more calls follow: store and count the progress made so far first.
-                settled.store(shared);
+                settled.store();
                 metrics.flush();
                 // The batch's own retries are its halves': no backoff of its own to use up.
                 if waits_for_downstream(&error, caller.breaker.is_open()) {
@@ -72,6 +72,7 @@ pub(super) async fn settle_batch<H: BatchHandler>(
                     records = records.len(), error = %error,
                     "batch failed; retrying its halves to isolate the failing records");
                 shared
+                    .out
                     .metrics
                     .batch_splits
                     .with_label_values(&[records[0].topic.as_str()])

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::settle_record;
 use super::intake::Intake;
-use super::progress::Progress;
 use super::Shared;
+use crate::consumer::progress::{Progress, Way};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 
@@ -36,9 +36,9 @@ pub(super) async fn run<H: BatchHandler>(
     let mut progress = Progress::new(
         &input.topic,
         input.partition,
-        false,
+        Way::Inline,
         input.revoked.clone(),
-        None,
+        shared.out.clone(),
     );
     // Records waiting for an earlier record of their key.
     let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
@@ -57,7 +57,7 @@ pub(super) async fn run<H: BatchHandler>(
                 &mut metrics.local(&shared.caller.breaker),
                 &record,
                 at,
-                &mut Progress::detached(),
+                &mut Progress::detached(shared.out.clone()),
                 &cancel,
             )
             .await;
@@ -102,7 +102,7 @@ pub(super) async fn run<H: BatchHandler>(
                         waiting.remove(&key);
                     }
                 }
-                progress.store(&shared);
+                progress.store();
                 spent.push(record);
                 if spent.len() >= GIVEN_BACK_AT_ONCE {
                     input.give_back(std::mem::take(&mut spent));

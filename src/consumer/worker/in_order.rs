@@ -1,7 +1,7 @@
 //! In-order mode: a partition's records one at a time (or one batch at a time) in offset
 //! order; a retry topic's records one at a time, each once it is due. A record handler takes
 //! what is ready in chunks and stores the position once per chunk; its dead letters are
-//! written while the partition goes on ([`super::dead_letters`]).
+//! written while the partition goes on ([`crate::consumer::progress`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::attempt::settle_record;
 use super::bisect::settle_batch;
 use super::intake::Intake;
-use super::progress::Progress;
 use super::retry_wait::wait_until_due;
 use super::Shared;
+use crate::consumer::progress::{Progress, Way};
 use crate::handler::BatchHandler;
 
 /// Settles the records of one partition in offset order until `cancel` fires.
@@ -35,12 +35,19 @@ pub(super) async fn run<H: BatchHandler>(
     } else {
         (batch_size, shared.batch_linger)
     };
+    // A batch's dead letters are written before its position moves on; a record's while
+    // the partition goes on.
+    let way = match (&shared.transaction, batch_size) {
+        (Some(transaction), _) => Way::Transaction(transaction.clone()),
+        (None, 1) => Way::pipelined(),
+        (None, _) => Way::Inline,
+    };
     let mut settled = Progress::new(
         &input.topic,
         input.partition,
-        batch_size == 1,
+        way,
         input.revoked.clone(),
-        shared.transaction.clone(),
+        shared.out.clone(),
     );
     let mut metrics = input.metrics.local(&shared.caller.breaker);
     // A chunk of records, settled one by one, stays within the partition's share.
@@ -98,17 +105,17 @@ pub(super) async fn run<H: BatchHandler>(
         {
             break;
         }
-        settled.store(&shared);
+        settled.store();
         metrics.flush();
         input.give_back(records);
         // Until the next record comes, store the offsets of the dead letters as they are
         // acknowledged (an idle partition's last dead letters get committed too).
         if settled.writing() {
-            match settled.meanwhile(&shared, input.next(&cancel)).await {
+            match settled.meanwhile(input.next(&cancel)).await {
                 Some(record) => input.peeked = Some(record),
                 None => break,
             }
         }
     }
-    settled.finish(&shared).await;
+    settled.finish().await;
 }

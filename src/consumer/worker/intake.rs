@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::client::Client;
+use crate::consumer::client::Client;
 use crate::consumer::poll::assignments::Assigned;
 use crate::consumer::poll::inbox::Inbox;
 use crate::consumer::poll::spare_records::SpareRecords;
@@ -351,7 +351,7 @@ mod tests {
     #[derive(Default)]
     struct Resumes(std::sync::Mutex<Vec<(String, i32)>>);
 
-    impl crate::consumer::worker::client::Client for Resumes {
+    impl crate::consumer::client::Client for Resumes {
         fn store_position(&self, _: &str, _: i32, _: i64) -> Result<(), String> {
             Ok(())
         }

@@ -7,14 +7,11 @@
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
-//! | [`attempt`] | one record: its first call, the shared retries ([`crate::consumer::settle`]), its exit handed to [`progress`] |
-//! | [`dead_letters`] | dead-letter and retry-topic writes, pipelined while the partition goes on |
-//! | [`progress`] | the partition's offset ledger and dead letters in flight, and storing the position |
+//! | [`attempt`] | one record: its first call, the shared retries ([`crate::consumer::settle`]), its exit handed to the partition's progress ([`crate::consumer::progress`]) |
 //! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
-//! | [`client`] | what the worker asks of its Kafka consumer (a trait: the simulation's seam) |
 //!
 //! The worker's world is behind two small traits — what it asks of the consumer
-//! ([`client::Client`]) and where records that exit are written ([`crate::consumer::settle::ExitWriter`]) — and
+//! ([`crate::consumer::client::Client`]) and where records that exit are written ([`crate::consumer::progress::writer::ExitWriter`]) — and
 //! its records come from the partition's real inbox, so that `simulation` (tests only) runs
 //! the whole worker, with a simulated poll loop filling the inboxes, against simulated
 //! partitions on tokio's paused clock, with seeded schedules, and checks its guarantees after
@@ -23,11 +20,8 @@
 mod attempt;
 mod bisect;
 mod by_key;
-pub(super) mod client;
-pub(super) mod dead_letters;
 mod in_order;
 mod intake;
-mod progress;
 mod retry_wait;
 #[cfg(test)]
 mod simulation;
@@ -40,9 +34,12 @@ use tokio_util::sync::CancellationToken;
 use intake::Intake;
 
 use crate::config::{ConfigError, ConsumerConfig};
+use crate::consumer::client::Client;
 use crate::consumer::poll::assignments::Assigned;
-use crate::consumer::settle::{Caller, ExitWriter};
-use crate::consumer::transaction::Transaction;
+use crate::consumer::progress::transaction::Transaction;
+use crate::consumer::progress::writer::ExitWriter;
+use crate::consumer::progress::Out;
+use crate::consumer::settle::Caller;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
 
@@ -52,23 +49,17 @@ pub(super) struct Shared<H> {
     pub caller: Caller<H>,
     /// The consumer group: a retry record another group wrote is passed over.
     pub group: String,
-    /// Where records that exit are written: the dead-letter topic, the retry topics.
-    pub exits: Arc<dyn ExitWriter>,
-    /// The Kafka consumer, as the workers use it.
-    pub client: Arc<dyn client::Client>,
+    /// What the partitions' progress writes with: the exits' writer, the Kafka consumer as
+    /// the workers use it, the metrics, the retry tiers, the dead-letter budget.
+    pub out: Arc<Out>,
     /// Whether a retry partition without a committed offset is started at its first record
     /// (when `auto_offset_reset` is not `earliest`: a retry record must never be skipped).
     pub retry_from_beginning: bool,
-    pub metrics: Metrics,
     pub batch_size: usize,
     pub batch_linger: Duration,
     /// `Some(n)`: key-ordered mode with at most `n` records in flight per partition.
     pub key_ordered: Option<usize>,
-    /// The retry tiers (`retry_topic_delays_ms`); empty when off.
-    pub retry_tiers: crate::retry_tier::RetryTiers,
-    /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions.
-    pub dead_letter_budget: Arc<tokio::sync::Semaphore>,
-    /// Exactly once: the transaction settled records go into (see `consumer::transaction`).
+    /// Exactly once: the transaction settled records go into (see `consumer::progress::transaction`).
     pub transaction: Option<Arc<Transaction>>,
 }
 
@@ -81,7 +72,7 @@ impl<H> Shared<H> {
         handler: H,
         metrics: Metrics,
         exits: Arc<dyn ExitWriter>,
-        client: Arc<dyn client::Client>,
+        client: Arc<dyn Client>,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
             caller: Caller {
@@ -95,18 +86,17 @@ impl<H> Shared<H> {
                 while_open: "each partition waits with its next record, probing with one",
             },
             group: config.group_id.clone(),
-            exits,
-            client,
+            out: Arc::new(Out::new(
+                exits,
+                client,
+                metrics,
+                config.retry_topic_delays_ms.clone(),
+            )),
             retry_from_beginning: config.auto_offset_reset != "earliest",
-            metrics,
             batch_size: config.batch_size,
             batch_linger: config.batch_linger,
             key_ordered: (config.ordering == crate::config::Ordering::Key)
                 .then_some(config.max_in_flight),
-            retry_tiers: config.retry_topic_delays_ms.clone(),
-            dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(
-                dead_letters::DEAD_LETTER_BUDGET_KIB,
-            )),
             transaction: None,
         })
     }
@@ -120,12 +110,12 @@ pub(super) fn start<H: BatchHandler>(
     sources: &[String],
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let cancel = assigned.cancel.clone();
-    let tiers = &shared.retry_tiers;
+    let tiers = &shared.out.tiers;
     let stage = tiers.stage_of(&assigned.topic, sources, &shared.group);
     let input = Intake::new(
         assigned,
-        shared.client.clone(),
-        &shared.metrics,
+        shared.out.client.clone(),
+        &shared.out.metrics,
         stage,
         tiers.len(),
     );
@@ -159,7 +149,7 @@ async fn run_worker<H: BatchHandler>(
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
-                _ = shared.client.start_at_beginning_unless_committed(&input.topic, input.partition) => {}
+                _ = shared.out.client.start_at_beginning_unless_committed(&input.topic, input.partition) => {}
             }
         }
         return in_order::run(shared, input, cancel).await;

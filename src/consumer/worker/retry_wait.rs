@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::intake::Intake;
-use super::progress::Progress;
 use super::Shared;
+use crate::consumer::progress::Progress;
 use crate::handler::BatchHandler;
 use crate::metrics::GaugeGuard;
 use crate::record::Record;
@@ -50,8 +50,8 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
         return Ok(());
     };
     // A redrive topic's records are due at once: no wait whatever they say.
-    let delay = retry.tier.and_then(|tier| shared.retry_tiers.delay(tier));
-    let Some((wait, clamped)) = wait_for(retry.due, shared.client.now(), delay) else {
+    let delay = retry.tier.and_then(|tier| shared.out.tiers.delay(tier));
+    let Some((wait, clamped)) = wait_for(retry.due, shared.out.client.now(), delay) else {
         return Ok(());
     };
     if clamped {
@@ -60,18 +60,18 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
             due = %retry.due.to_rfc3339(), wait_ms = wait.as_millis() as u64,
             "the record's due time is further away than its tier's delay (writer clock ahead, or a foreign due time): waiting the delay only");
     }
-    progress.store(shared);
+    progress.store();
     tracing::info!(event = "retry_record_waiting", tier = retry.tier, retry_topic = %retry.topic,
         retry_partition = retry.partition, retry_offset = retry.offset, id = %record.id,
         due = %retry.due.to_rfc3339(), wait_ms = wait.as_millis() as u64,
         "the retry partition is paused until its next record is due");
-    let _waiting = GaugeGuard::inc(&shared.metrics.retry_partitions_waiting);
+    let _waiting = GaugeGuard::inc(&shared.out.metrics.retry_partitions_waiting);
     // Paused so that librdkafka does not fetch records that would only wait; fetched again
     // when the hold drops, whichever way the wait ends (unless the inbox holds its share).
     let _hold = intake.hold_fetches();
     let until = tokio::time::Instant::now() + wait;
     progress
-        .meanwhile(shared, async {
+        .meanwhile(async {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Err(Stopped),

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::broker::{PartitionRef, TOPIC};
 use crate::config::ShareDlq;
-use crate::consumer::settle::{ExitWrite, ExitWriter};
+use crate::consumer::progress::writer::ExitWriter;
+use crate::consumer::settle::ExitWrite;
 use crate::dlq::DeadLettered;
 use crate::failure::{DeadLetterKind, HandlerError};
 use crate::handler::BatchHandler;
@@ -149,7 +150,7 @@ impl ExitWriter for SimDeadLetters {
         record: &Record,
         write: &ExitWrite,
         cancel: CancellationToken,
-    ) -> crate::consumer::settle::PendingExit {
+    ) -> crate::consumer::progress::writer::PendingExit {
         let &ExitWrite::DeadLetter { kind, .. } = write else {
             unreachable!("a share group has no retry topics")
         };

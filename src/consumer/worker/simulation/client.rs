@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::super::client::{Client, TopicPartition};
 use super::world::WorldRef;
+use crate::consumer::client::{Client, TopicPartition};
 
 /// A member's consumer, as its workers see it.
 pub(super) struct SimClient {

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::client::TopicPartition;
+use crate::consumer::client::TopicPartition;
 use crate::record::Record;
 
 /// What a transaction wrote, for the record delivered at `of`.

@@ -59,7 +59,7 @@ fn a_worker_revoked_while_it_waits_for_the_dead_letter_budget_ends() {
         // One dead letter holds the whole budget while the dead-letter topic is down; the
         // other partition's waits for it.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(member.shared.dead_letter_budget.available_permits(), 0);
+        assert_eq!(member.shared.out.budget.available_permits(), 0);
         member.revoke(&world, 0, &t1);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(

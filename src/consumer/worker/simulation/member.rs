@@ -10,7 +10,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::super::client::TopicPartition;
 use super::super::Shared;
 use super::client::SimClient;
 use super::handler::SimHandler;
@@ -19,9 +18,11 @@ use super::producer::SimProducer;
 use super::world::{WorldRef, SOURCE};
 use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
+use crate::consumer::client::TopicPartition;
 use crate::consumer::poll::assignments::{Assigned, Assignments};
 use crate::consumer::poll::rewind::rewind;
-use crate::consumer::transaction::{commit_when_due, Transaction, TransactionalProducer};
+use crate::consumer::progress::transaction::{commit_when_due, Transaction, TransactionalProducer};
+use crate::consumer::progress::Out;
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
 
@@ -130,8 +131,12 @@ pub(super) fn member(
             metrics.clone(),
         ))
     });
+    let out = Out {
+        budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+        ..Out::clone(&shared.out)
+    };
     let shared = Arc::new(Shared {
-        dead_letter_budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+        out: Arc::new(out),
         transaction: transaction.clone(),
         ..shared
     });

@@ -11,8 +11,8 @@ use std::task::Poll;
 use rdkafka::message::{OwnedHeaders, OwnedMessage};
 use rdkafka::Timestamp;
 
-use super::super::client::TopicPartition;
 use super::world::{delivered, WorldRef};
+use crate::consumer::client::TopicPartition;
 use crate::consumer::poll::assignments::Assignments;
 use crate::consumer::poll::dispatch::{Dispatch, Pause};
 use crate::consumer::poll::inbox::footprint;

@@ -1,5 +1,5 @@
 //! Exactly once in the simulation: each member's transactional producer ([`SimProducer`],
-//! behind the real `consumer::transaction`), over the coordinator's state
+//! behind the real `consumer::progress::transaction`), over the coordinator's state
 //! ([`super::coordinator`]). A transaction's writes stay invisible until it commits; a commit
 //! is refused when the schedule says so (the coordinator unavailable), when a write in it
 //! failed (an output too large for the topic or invalid, a dead letter with its payload too
@@ -15,12 +15,12 @@ use futures_util::FutureExt;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::super::client::TopicPartition;
 use super::coordinator::{Coordinator, Write};
 use super::plan::Outcome;
 use super::world::{delivered, World, WorldRef, GROUP};
-use crate::consumer::transaction::{Cause, OutputTooLarge, TxnError};
-use crate::consumer::transaction::{Handed, TransactionalProducer};
+use crate::consumer::client::TopicPartition;
+use crate::consumer::progress::transaction::{Cause, OutputTooLarge, TxnError};
+use crate::consumer::progress::transaction::{Handed, TransactionalProducer};
 use crate::failure::DeadLetterKind;
 use crate::handler::Output;
 use crate::record::retry::RetryStage;

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::super::client::TopicPartition;
 use super::coordinator::Tally;
 use super::member::{member, settings, Mode, SimMember, Transactions};
 use super::plan::{Outcome, Plan, Wait};
 use super::replay::replay;
 use super::world::{World, WorldRef, GROUP, SOURCE};
 use crate::config::ConsumerConfig;
+use crate::consumer::client::TopicPartition;
 use crate::record::retry::redrive_topic;
 use crate::retry_tier::RetryTiers;
 
@@ -257,7 +257,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
             use prometheus::core::Collector;
             run.members
                 .iter()
-                .flat_map(|member| family(&member.shared.metrics).collect())
+                .flat_map(|member| family(&member.shared.out.metrics).collect())
                 .flat_map(|family| family.get_metric().to_vec())
                 .map(|metric| metric.get_counter().get_value() as u64)
                 .sum()
@@ -677,7 +677,7 @@ impl Run {
         let timed: f64 = self
             .members
             .iter()
-            .flat_map(|member| member.shared.metrics.handler_duration.collect())
+            .flat_map(|member| member.shared.out.metrics.handler_duration.collect())
             .flat_map(|family| family.get_metric().to_vec())
             .map(|metric| metric.get_histogram().get_sample_sum())
             .sum();

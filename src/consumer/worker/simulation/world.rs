@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::super::client::TopicPartition;
 use super::plan::Plan;
+use crate::consumer::client::TopicPartition;
 use crate::record::Record;
 
 /// The source topic every schedule reads.

@@ -9,10 +9,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::consumer::{Consumer as _, ConsumerContext, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
-
-use crate::consumer::poll::context::RebalanceContext;
 
 /// A topic and partition.
 pub(crate) type TopicPartition = (String, i32);
@@ -57,10 +55,10 @@ fn list(partitions: &[TopicPartition]) -> TopicPartitionList {
 /// [`Client::start_at_beginning_unless_committed`] may take.
 const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The real consumer, as its workers use it.
-pub(crate) struct KafkaClient(pub(crate) Arc<StreamConsumer<RebalanceContext>>);
+/// The real consumer, as its workers use it (and the poll loop's rewinds, `poll::rewind`).
+pub(crate) struct KafkaClient<C: ConsumerContext + 'static>(pub(crate) Arc<StreamConsumer<C>>);
 
-impl Client for KafkaClient {
+impl<C: ConsumerContext + 'static> Client for KafkaClient<C> {
     fn store_position(&self, topic: &str, partition: i32, position: i64) -> Result<(), String> {
         // rdkafka's store_offset takes the last handled offset and stores the one after it.
         self.0
@@ -134,71 +132,14 @@ impl Client for KafkaClient {
     }
 }
 
-/// How long a rewind's seek may take.
-const SEEK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl crate::consumer::poll::rewind::Seek for KafkaClient {
-    fn seek<'a>(
-        &'a self,
-        partition: &'a TopicPartition,
-        position: i64,
-    ) -> Pin<Box<dyn Future<Output = Result<(), rdkafka::error::KafkaError>> + Send + 'a>> {
-        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
-        Box::pin(async move {
-            // Waits for librdkafka: off the async threads.
-            tokio::task::spawn_blocking(move || {
-                consumer.seek(&topic, p, Offset::Offset(position), SEEK_TIMEOUT)
-            })
-            .await
-            .expect("seek does not panic")
-        })
-    }
-
-    fn resume_partition(&self, partition: &TopicPartition) {
-        if let Err(error) = self.resume(std::slice::from_ref(partition)) {
-            tracing::warn!(event = "partition_resume_failed", topic = %partition.0,
-                partition = partition.1, %error, "the rewound partition may stay paused");
-        }
-    }
-
-    fn committed<'a>(
-        &'a self,
-        partition: &'a TopicPartition,
-    ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, rdkafka::error::KafkaError>> + Send + 'a>>
-    {
-        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
-        Box::pin(async move {
-            // The consumer reads `read_committed` (exactly once requires it), so librdkafka
-            // asks with RequireStable and waits out a transaction still open on the broker.
-            tokio::task::spawn_blocking(move || {
-                let mut tpl = rdkafka::TopicPartitionList::new();
-                tpl.add_partition(&topic, p);
-                let committed = consumer.committed_offsets(tpl, COMMITTED_TIMEOUT)?;
-                Ok::<_, rdkafka::error::KafkaError>(committed.elements().first().and_then(|e| {
-                    match e.offset() {
-                        Offset::Offset(o) => Some(o),
-                        _ => None,
-                    }
-                }))
-            })
-            .await
-            .expect("a committed offsets request does not panic")
-        })
-    }
-}
-
-/// How long the broker may take to say a partition's committed offset after a transaction
-/// whose outcome is unknown: beyond the longest transaction timeout kafka-dlq sets.
-const COMMITTED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(960);
-
 /// Starts the retry or redrive partition `topic`/`partition` at its first record.
 ///
 /// librdkafka refuses a seek (`Erroneous state`) until the partition's fetcher has started,
 /// which happens after the assignment once its committed offset is known; a refused seek is
 /// tried again every 50 ms for up to [`SEEK_PATIENCE`]. Giving up early would let
 /// `auto.offset.reset = latest` skip the partition's retained retry records.
-async fn seek_to_beginning(
-    consumer: Arc<StreamConsumer<RebalanceContext>>,
+async fn seek_to_beginning<C: ConsumerContext + 'static>(
+    consumer: Arc<StreamConsumer<C>>,
     topic: &str,
     partition: i32,
 ) {

@@ -841,7 +841,7 @@ mod tests {
     use futures_util::FutureExt;
 
     use super::*;
-    use crate::consumer::transaction::OutputTooLarge;
+    use crate::consumer::progress::transaction::OutputTooLarge;
     use crate::record::retry::RetryStage;
 
     /// What the fake producer was asked, in order.

@@ -3,7 +3,6 @@
 //! stored past one that is not acknowledged yet.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -11,34 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
-use super::Shared;
-use crate::consumer::settle::{exited, Exit, ExitWrite, PendingExit};
-use crate::handler::BatchHandler;
+use super::writer::{exited, PendingExit};
+use super::{Leaving, Out};
+use crate::consumer::settle::ExitWrite;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
-
-/// A record leaving its stage unhandled, as [`super::progress::Progress::exit`] and
-/// [`DeadLetterWrites::start`] take it.
-pub(super) struct Leaving {
-    pub exit: Exit,
-    /// The last failure.
-    pub message: String,
-    /// When the record was taken from its inbox.
-    pub fetched: Instant,
-    /// The record's span: its write runs in it.
-    pub span: tracing::Span,
-}
-
-impl Leaving {
-    /// What is written for `record` leaving now (the clock of `shared`'s consumer: a retry
-    /// record's due time counts from the moment it is handed over).
-    pub(super) fn write_of<H>(&self, shared: &Shared<H>, record: &Record) -> ExitWrite {
-        let now = shared.client.now();
-        ExitWrite::new(record, self.exit, &self.message, &shared.retry_tiers, now)
-    }
-}
 
 /// At most this many dead-letter writes of one partition are in flight at once.
 const DEAD_LETTER_WRITES_IN_FLIGHT: usize = 32;
@@ -79,7 +57,7 @@ fn dead_letter_bytes(record: &Record) -> usize {
 /// yet; then it waits for the acknowledgement. These records are consumed again if the
 /// service stops before then. 1,000 made a fast partition wait for every acknowledgement
 /// (5,000 records are a few milliseconds of a no-op handler).
-pub(super) const DEAD_LETTER_WINDOW: i64 = 5_000;
+const DEAD_LETTER_WINDOW: i64 = 5_000;
 
 /// A dead-letter (or retry-topic) write in flight, and what is logged, counted and given back
 /// when it ends. The write is the writer's one boxed future, polled in the record's span.
@@ -116,7 +94,7 @@ impl InFlight {
 /// failed is retried, and one acknowledged is logged and counted, only once the worker goes
 /// on; no offset passes either meanwhile.
 #[derive(Default)]
-pub(super) struct DeadLetterWrites {
+pub(in crate::consumer) struct DeadLetterWrites {
     in_flight: VecDeque<InFlight>,
     /// Offsets of the writes acknowledged since [`DeadLetterWrites::take_acknowledged`]. A
     /// write given up (revoked or stopping) is never among them, so no position passes it.
@@ -128,9 +106,9 @@ impl DeadLetterWrites {
     /// waits first while the most are in flight or the consumer's budget is spent.
     /// [`Stopped`] when `cancel` fires while it waits for the budget (other partitions'
     /// writes may hold it for as long as the dead-letter topic is down).
-    pub(super) async fn start<H: BatchHandler>(
+    pub(super) async fn start(
         &mut self,
-        shared: &Arc<Shared<H>>,
+        out: &Out,
         record: &Record,
         leaving: Leaving,
         cancel: &CancellationToken,
@@ -140,7 +118,7 @@ impl DeadLetterWrites {
         }
         let bytes = dead_letter_bytes(record);
         let kib = (bytes / 1024 + 1).min(DEAD_LETTER_BUDGET_KIB) as u32;
-        let budget = &shared.dead_letter_budget;
+        let budget = &out.budget;
         let permit = loop {
             if let Ok(permit) = budget.clone().try_acquire_many_owned(kib) {
                 break permit;
@@ -159,18 +137,18 @@ impl DeadLetterWrites {
                 }
             }
         };
-        shared.metrics.dead_letter_bytes_in_flight.add(bytes as i64);
+        out.metrics.dead_letter_bytes_in_flight.add(bytes as i64);
         let hold = BudgetHold {
             _permit: permit,
             bytes: bytes as i64,
-            gauge: shared.metrics.dead_letter_bytes_in_flight.clone(),
+            gauge: out.metrics.dead_letter_bytes_in_flight.clone(),
         };
         // Handed to the producer now, so that dead letters keep the partition's order.
-        let write = leaving.write_of(shared, record);
+        let write = leaving.write_of(out, record);
         // In the record's span: a traced write's `send` span is its child.
         let pending = leaving
             .span
-            .in_scope(|| (shared.exits).write(record, &write, cancel.clone()))
+            .in_scope(|| out.exits.write(record, &write, cancel.clone()))
             .instrument(leaving.span);
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),
@@ -178,7 +156,7 @@ impl DeadLetterWrites {
             write,
             topic: record.topic.clone(),
             fetched: leaving.fetched,
-            metrics: shared.metrics.clone(),
+            metrics: out.metrics.clone(),
             _hold: hold,
         });
         Ok(())
