@@ -3,25 +3,26 @@
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use serde_json::json;
 
+use super::error::ApiError;
 use super::selection::{ListQuery, Selection};
-use super::{error, refused, Console, MAX_EXPORT, MAX_LIMIT};
+use super::{Console, MAX_EXPORT, MAX_LIMIT};
 use crate::console::access::{Caller, Refusal, Role};
 use crate::console::dead_letter;
 use crate::dlq_reader::DlqEntry;
 use crate::outstanding::inbox::{InboxFilter, InboxRow};
 use crate::replay::audit::ReplayRun;
 
-pub(super) async fn status(State(c): State<Console>, headers: HeaderMap) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+pub(super) async fn status(
+    State(c): State<Console>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
     let mut status = c.watch.status();
     if caller.permissions.scope(Role::Viewer).is_some() {
         // Counted from what the caller sees.
@@ -31,7 +32,7 @@ pub(super) async fn status(State(c): State<Console>, headers: HeaderMap) -> Resp
         status.outstanding = rows.iter().map(|r| r.count).sum();
         status.causes = rows.len();
     }
-    Json(status).into_response()
+    Ok(Json(status).into_response())
 }
 
 /// Whether an inbox row is the caller's to see.
@@ -44,22 +45,15 @@ pub(super) async fn inbox(
     State(c): State<Console>,
     headers: HeaderMap,
     Query(filter): Query<InboxFilter>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    match c.watch.inbox(&filter) {
-        Ok(mut rows) => {
-            rows.retain(|r| sees(&caller, r));
-            let mut status = c.watch.status();
-            if caller.permissions.scope(Role::Viewer).is_some() {
-                status.dlq_topics = c.topics(&caller);
-            }
-            Json(json!({ "status": status, "rows": rows })).into_response()
-        }
-        Err(why) => error(StatusCode::BAD_REQUEST, why),
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
+    let mut rows = c.watch.inbox(&filter).map_err(ApiError::BadRequest)?;
+    rows.retain(|r| sees(&caller, r));
+    let mut status = c.watch.status();
+    if caller.permissions.scope(Role::Viewer).is_some() {
+        status.dlq_topics = c.topics(&caller);
     }
+    Ok(Json(json!({ "status": status, "rows": rows })).into_response())
 }
 
 /// Whether the query asks for every dead letter (`state=all`) rather than the outstanding
@@ -76,79 +70,52 @@ pub(super) async fn dead_letters(
     State(c): State<Console>,
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let all = match all_states(&q) {
-        Ok(all) => all,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
+    let all = all_states(&q).map_err(ApiError::BadRequest)?;
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
-    let selection: Selection = match q.selection.selection() {
-        Ok(s) => s,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    let mut filter = match selection.filter() {
-        Ok(f) => f,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+    let _permit = c.scan(&caller)?;
+    let selection: Selection = q.selection.selection().map_err(ApiError::BadRequest)?;
+    let mut filter = selection.filter().map_err(ApiError::BadRequest)?;
     filter.within = caller.permissions.scope(Role::Viewer);
     if let Some(t) = &selection.dlq_topic {
         if !c.is_topic(&caller, t) {
-            return error(
-                StatusCode::NOT_FOUND,
-                format!("`{t}` is not a dead-letter topic this console shows"),
-            );
+            return Err(ApiError::NotFound(format!(
+                "`{t}` is not a dead-letter topic this console shows"
+            )));
         }
     }
-    match c
+    let found = c
         .watch
         .list(&filter, selection.dlq_topic.as_deref(), all, limit)
         .await
-    {
-        Ok(found) => {
-            let items: Vec<_> = found
-                .iter()
-                .map(|(e, r)| {
-                    let payloads = c.payloads(&caller, &e.topic, group(e));
-                    dead_letter::to_json(e, r.as_ref(), payloads, false)
-                })
-                .collect();
-            Json(json!({ "dead_letters": items, "limit": limit, "more": items.len() >= limit }))
-                .into_response()
-        }
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            format!("cannot read the dead-letter topic: {e}"),
-        ),
-    }
+        .map_err(|e| ApiError::Upstream(format!("cannot read the dead-letter topic: {e}")))?;
+    let items: Vec<_> = found
+        .iter()
+        .map(|(e, r)| {
+            let payloads = c.payloads(&caller, &e.topic, group(e));
+            dead_letter::to_json(e, r.as_ref(), payloads, false)
+        })
+        .collect();
+    let more = items.len() >= limit;
+    Ok(Json(json!({ "dead_letters": items, "limit": limit, "more": more })).into_response())
 }
 
 pub(super) async fn dead_letter(
     State(c): State<Console>,
     headers: HeaderMap,
     Path((topic, partition, offset)): Path<(String, String, String)>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
     let (Ok(partition), Ok(offset)) = (partition.parse::<i32>(), offset.parse::<i64>()) else {
-        return error(StatusCode::BAD_REQUEST, "partition and offset are numbers");
+        return Err(ApiError::BadRequest(
+            "partition and offset are numbers".into(),
+        ));
     };
     if !c.is_topic(&caller, &topic) || partition < 0 || offset < 0 {
-        return error(StatusCode::NOT_FOUND, "no such dead letter");
+        return Err(ApiError::NotFound("no such dead letter".into()));
     }
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
+    let _permit = c.scan(&caller)?;
     match c.watch.fetch(&topic, partition, offset).await {
         Ok(Some((entry, _)))
             if !caller
@@ -156,7 +123,7 @@ pub(super) async fn dead_letter(
                 .may(Role::Viewer, &entry.topic, group(&entry)) =>
         {
             // Not told apart from a dead letter that is not there.
-            error(StatusCode::NOT_FOUND, "no such dead letter")
+            Err(ApiError::NotFound("no such dead letter".into()))
         }
         Ok(Some((entry, resolution))) => {
             let payloads = c.payloads(&caller, &entry.topic, group(&entry));
@@ -174,13 +141,12 @@ pub(super) async fn dead_letter(
                     && c.holds(&caller, Role::Viewer, &r.dlq_topic, r.selection.as_ref()))
                 .map(super::history::history_json)
                 .collect::<Vec<_>>());
-            Json(v).into_response()
+            Ok(Json(v).into_response())
         }
-        Ok(None) => error(StatusCode::NOT_FOUND, "no such dead letter"),
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            format!("cannot read the dead-letter topic: {e}"),
-        ),
+        Ok(None) => Err(ApiError::NotFound("no such dead letter".into())),
+        Err(e) => Err(ApiError::Upstream(format!(
+            "cannot read the dead-letter topic: {e}"
+        ))),
     }
 }
 
@@ -201,33 +167,18 @@ pub(super) async fn export(
     State(c): State<Console>,
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
     let within = c.payload_scope(&caller);
     if within.as_ref().is_some_and(|s| s.areas.is_empty()) {
-        return refused(Refusal::Forbidden("viewer"));
+        return Err(Refusal::Forbidden("viewer").into());
     }
-    let all = match all_states(&q) {
-        Ok(all) => all,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    let selection: Selection = match q.selection.selection() {
-        Ok(s) => s,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    let mut filter = match selection.filter() {
-        Ok(f) => f,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+    let all = all_states(&q).map_err(ApiError::BadRequest)?;
+    let selection: Selection = q.selection.selection().map_err(ApiError::BadRequest)?;
+    let mut filter = selection.filter().map_err(ApiError::BadRequest)?;
     // An export holds payloads: only where the caller sees them.
     filter.within = within;
-    let permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
+    let permit = c.scan(&caller)?;
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
     let watch = c.watch.clone();
     let topic = selection.dlq_topic.clone();
@@ -286,12 +237,12 @@ pub(super) async fn export(
         "attachment; filename=\"dead-letters-{}.jsonl\"",
         Utc::now().format("%Y%m%dT%H%M%SZ")
     );
-    (
+    Ok((
         [
             (header::CONTENT_TYPE, "application/x-ndjson".to_string()),
             (header::CONTENT_DISPOSITION, name),
         ],
         Body::from_stream(stream),
     )
-        .into_response()
+        .into_response())
 }

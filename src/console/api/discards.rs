@@ -1,14 +1,15 @@
 //! Discarding dead letters with a reason, and restoring a discard.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::error::ApiError;
 use super::selection::Selection;
-use super::{error, Console};
+use super::Console;
 use crate::console::access::Role;
 use crate::replay::audit::{Action, ReplayRun};
 
@@ -25,43 +26,24 @@ pub(super) async fn discard(
     headers: HeaderMap,
     method: Method,
     Json(body): Json<DiscardBody>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Operator) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Operator)?;
     let reason = body.reason.trim();
     if reason.is_empty() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "reason: say why these dead letters need no redrive",
-        );
+        return Err(ApiError::BadRequest(
+            "reason: say why these dead letters need no redrive".into(),
+        ));
     }
-    let topic = match body.filter.topic(&c, &caller) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let filter = match body.filter.filter() {
-        Ok(f) => f,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+    let topic = body.filter.topic(&c, &caller)?;
+    let filter = body.filter.filter().map_err(ApiError::BadRequest)?;
     if filter.is_empty() {
-        return error(StatusCode::BAD_REQUEST, "filter: a discard needs at least one field (or records); to discard everything, say so with newer_than or older_than");
+        return Err(ApiError::BadRequest("filter: a discard needs at least one field (or records); to discard everything, say so with newer_than or older_than".into()));
     }
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
-    let filter = match c.within(&caller, Role::Operator, &topic, filter).await {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
+    let _permit = c.scan(&caller)?;
+    let filter = c.within(&caller, Role::Operator, &topic, filter).await?;
     // Counted as read: the ends read to bound what it discards, so later dead letters of the
     // same cause stay outstanding.
-    let frozen = match c.freeze(&caller, &topic, &filter).await {
-        Ok(frozen) => frozen,
-        Err(r) => return r,
-    };
+    let frozen = c.freeze(&caller, &topic, &filter).await?;
     if c.waits(&frozen) {
         let ask = super::requests::Ask {
             action: Action::Discard,
@@ -83,10 +65,8 @@ pub(super) async fn discard(
     run.reason = Some(reason.chars().take(1000).collect());
     run.scanned = count;
     run.passed_over = count;
-    match c.record(&run).await {
-        Ok(()) => Json(json!({ "run": run.run, "discarded": count })).into_response(),
-        Err(r) => r,
-    }
+    c.record(&run).await?;
+    Ok(Json(json!({ "run": run.run, "discarded": count })).into_response())
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -101,20 +81,14 @@ pub(super) async fn restore(
     method: Method,
     Path(run_id): Path<String>,
     body: Option<Json<RestoreBody>>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Operator) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let runs = match c.audit_runs_for(&caller).await {
-        Ok(runs) => runs,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Operator)?;
+    let runs = c.audit_runs_for(&caller).await?;
     let Some(discarded) = runs
         .iter()
         .find(|r| r.run == run_id && r.action == Action::Discard)
     else {
-        return error(StatusCode::NOT_FOUND, "no discard with this run id");
+        return Err(ApiError::NotFound("no discard with this run id".into()));
     };
     if !c.holds(
         &caller,
@@ -122,13 +96,15 @@ pub(super) async fn restore(
         &discarded.dlq_topic,
         discarded.selection.as_ref(),
     ) {
-        return error(StatusCode::NOT_FOUND, "no discard with this run id");
+        return Err(ApiError::NotFound("no discard with this run id".into()));
     }
     if runs
         .iter()
         .any(|r| r.action == Action::Restore && r.restores.as_deref() == Some(run_id.as_str()))
     {
-        return error(StatusCode::CONFLICT, "this discard was restored already");
+        return Err(ApiError::Conflict(
+            "this discard was restored already".into(),
+        ));
     }
     let mut run = ReplayRun::record(
         Action::Restore,
@@ -140,8 +116,6 @@ pub(super) async fn restore(
     run.reason = body
         .and_then(|Json(b)| b.reason)
         .map(|r| r.chars().take(1000).collect());
-    match c.record(&run).await {
-        Ok(()) => Json(json!({ "run": run.run })).into_response(),
-        Err(r) => r,
-    }
+    c.record(&run).await?;
+    Ok(Json(json!({ "run": run.run })).into_response())
 }

@@ -2,11 +2,11 @@
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method};
-use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::error::ApiError;
 use super::Console;
 use crate::console::access::Role;
 use crate::replay::audit::ReplayRun;
@@ -32,15 +32,9 @@ pub(super) async fn history(
     State(c): State<Console>,
     headers: HeaderMap,
     Query(q): Query<HistoryQuery>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let all = match c.audit_runs_for(&caller).await {
-        Ok(all) => all,
-        Err(r) => return r,
-    };
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
+    let all = c.audit_runs_for(&caller).await?;
     let topics = c.watch.topics();
     let runs: Vec<_> = all
         .iter()
@@ -50,5 +44,5 @@ pub(super) async fn history(
         .filter(|r| q.dlq_topic.as_ref().is_none_or(|t| *t == r.dlq_topic))
         .map(history_json)
         .collect();
-    Json(json!({ "runs": runs })).into_response()
+    Ok(Json(json!({ "runs": runs })))
 }

@@ -8,8 +8,10 @@
 //! larger than [`MAX_BODY`] is refused (413); a request that takes longer than
 //! [`REQUEST_TIMEOUT`] is answered 503 (its body read included); reads of the cluster are
 //! bounded per caller and in all ([`crate::console::limits`], 429); and every error, whoever
-//! produced it, is `{"error": …}` ([`json_errors`]).
+//! produced it, is `{"error": …}` ([`json_errors`]). A handler says why it refuses or fails
+//! as an [`error::ApiError`], which picks the status.
 //!
+//! - [`error`]: why a request is refused or failed, and its answer;
 //! - [`page`]: the page, its assets, the probes and the metrics;
 //! - [`session`]: signing in and out;
 //! - [`selection`]: which dead letters a request means (a filter, or ticked ones);
@@ -23,6 +25,7 @@
 
 mod dead_letters;
 mod discards;
+mod error;
 mod history;
 mod page;
 mod redrive;
@@ -41,12 +44,11 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::json;
+use axum::Router;
 
 use super::access::{Access, Caller, Refusal, Role};
 use super::limits::{Limits, Permit};
-use super::redrives::{RedriveError, Redrives};
+use super::redrives::Redrives;
 use super::single_sign_on::SingleSignOn;
 use super::ConsoleConfig;
 use crate::dlq_reader::{Filter, Scope};
@@ -54,6 +56,7 @@ use crate::outstanding::watch::Watch;
 use crate::replay::audit::{self, Action, ReplayRun};
 use dead_letters::{dead_letter, dead_letters, export, inbox, status};
 use discards::{discard, restore};
+use error::{error, ApiError};
 use history::history;
 use page::{healthz, index, metrics, not_found, readyz, script, style};
 use redrive::{control_redrive, redrive, redrives, start_redrive};
@@ -221,7 +224,7 @@ async fn authenticate(State(c): State<Console>, request: Request, next: Next) ->
     };
     match c.caller(request.headers(), request.method(), needs) {
         Ok(_) => next.run(request).await,
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -230,13 +233,11 @@ async fn authenticate(State(c): State<Console>, request: Request, next: Next) ->
 async fn within_time(request: Request, next: Next) -> Response {
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
+        Err(_) => ApiError::Unavailable(format!(
                 "no answer within {} s (a body sent too slowly, or the cluster did not answer); an action may have been done: look at the history",
                 REQUEST_TIMEOUT.as_secs()
-            ),
-        ),
+            ))
+        .into_response(),
     }
 }
 
@@ -290,31 +291,6 @@ async fn secure_headers(mut response: Response) -> Response {
     response
 }
 
-/// An error answer: `{"error": …}`.
-fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    (status, Json(json!({ "error": message.to_string() }))).into_response()
-}
-
-/// A redrive that cannot start or be changed: 404 or 409.
-fn redrive_error(e: RedriveError) -> Response {
-    let status = match e {
-        RedriveError::Unknown => StatusCode::NOT_FOUND,
-        RedriveError::Busy(_) | RedriveError::Finished(_) | RedriveError::DryRun => {
-            StatusCode::CONFLICT
-        }
-        RedriveError::Unrecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error(status, e)
-}
-
-fn refused(refusal: Refusal) -> Response {
-    let status = match refusal {
-        Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Refusal::Forbidden(_) | Refusal::Csrf | Refusal::OutOfScope(_) => StatusCode::FORBIDDEN,
-    };
-    error(status, refusal)
-}
-
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
@@ -337,13 +313,12 @@ fn bearer(headers: &HeaderMap) -> Option<String> {
 impl Console {
     /// Who calls, if they may (else the answer that refuses them): `needs` the role; an
     /// action (`method` not GET) from a session needs its CSRF token.
-    #[allow(clippy::result_large_err)] // the refusal is answered at once: its size costs nothing
     fn caller(
         &self,
         headers: &HeaderMap,
         method: &Method,
         needs: Role,
-    ) -> Result<Caller, Response> {
+    ) -> Result<Caller, ApiError> {
         self.learn_sign_outs();
         let csrf = headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
         self.access
@@ -354,7 +329,7 @@ impl Console {
                 method != Method::GET,
                 needs,
             )
-            .map_err(refused)
+            .map_err(ApiError::Refused)
     }
 
     /// Sessions signed out on any replica (the audit's `sign_out` runs) are refused here too.
@@ -379,14 +354,8 @@ impl Console {
 
     /// A read of the cluster for `caller`, if one may start now ([`crate::console::limits`]);
     /// else the 429 that says why.
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
-    fn scan(&self, caller: &Caller) -> Result<Permit, Response> {
-        self.limits.start(&caller.name).map_err(|busy| {
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, busy);
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            r
-        })
+    fn scan(&self, caller: &Caller) -> Result<Permit, ApiError> {
+        Ok(self.limits.start(&caller.name)?)
     }
 
     /// Whether `caller` sees the payload of a dead letter on `dlq_topic` from `group`.
@@ -455,14 +424,13 @@ impl Console {
     /// `filter` kept within where `caller` holds `needs`, for an action on `dlq_topic`: the
     /// filter with the caller's scope added, or the 403 that says how many dead letters it
     /// selects outside it (then nothing is done: an action is refused as a whole).
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
     async fn within(
         &self,
         caller: &Caller,
         needs: Role,
         dlq_topic: &str,
         mut filter: Filter,
-    ) -> Result<Filter, Response> {
+    ) -> Result<Filter, ApiError> {
         let Some(scope) = caller.permissions.scope(needs) else {
             return Ok(filter);
         };
@@ -479,13 +447,12 @@ impl Console {
                 })
                 .await;
             if let Err(e) = read {
-                return Err(error(
-                    StatusCode::BAD_GATEWAY,
-                    format!("cannot read the dead-letter topic: {e}"),
-                ));
+                return Err(ApiError::Upstream(format!(
+                    "cannot read the dead-letter topic: {e}"
+                )));
             }
             if outside > 0 {
-                return Err(refused(Refusal::OutOfScope(format!(
+                return Err(ApiError::Refused(Refusal::OutOfScope(format!(
                     "the selection holds {outside} dead letter(s) on `{dlq_topic}` outside your grants as {}: narrow it (a group your grants name), nothing was done",
                     needs.as_str()
                 ))));
@@ -497,35 +464,29 @@ impl Console {
 
     /// Appends `run` to the audit topic and has the inbox look again; the answer when the
     /// audit topic refuses it (then nothing was done).
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
-    async fn record(&self, run: &ReplayRun) -> Result<(), Response> {
+    async fn record(&self, run: &ReplayRun) -> Result<(), ApiError> {
         let c = &self.config;
         match audit::append(&c.brokers, &c.librdkafka, &c.state, run).await {
             Ok(()) => {
                 self.watch.poke();
                 Ok(())
             }
-            Err(e) => Err(error(
-                StatusCode::BAD_GATEWAY,
-                format!(
-                    "cannot write the {} to the audit topic `{}`: {e}; nothing was done",
-                    run.action.as_str(),
-                    c.state.audit
-                ),
-            )),
+            Err(e) => Err(ApiError::Upstream(format!(
+                "cannot write the {} to the audit topic `{}`: {e}; nothing was done",
+                run.action.as_str(),
+                c.state.audit
+            ))),
         }
     }
 
     /// Every run on the audit topic, read afresh for `caller` within the read limits.
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
-    async fn audit_runs_for(&self, caller: &Caller) -> Result<Vec<ReplayRun>, Response> {
+    async fn audit_runs_for(&self, caller: &Caller) -> Result<Vec<ReplayRun>, ApiError> {
         let _permit = self.scan(caller)?;
         self.audit_runs().await
     }
 
     /// Every run on the audit topic, read afresh (an action just taken is in it).
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
-    async fn audit_runs(&self) -> Result<Vec<ReplayRun>, Response> {
+    async fn audit_runs(&self) -> Result<Vec<ReplayRun>, ApiError> {
         let c = &self.config;
         let (brokers, options, state) = (c.brokers.clone(), c.librdkafka.clone(), c.state.clone());
         tokio::task::spawn_blocking(move || audit::history(&brokers, &options, &state, None))
@@ -533,10 +494,10 @@ impl Console {
             .expect("history task")
             .map(|audit| audit.runs)
             .map_err(|e| {
-                error(
-                    StatusCode::BAD_GATEWAY,
-                    format!("cannot read the audit topic `{}`: {e}", c.state.audit),
-                )
+                ApiError::Upstream(format!(
+                    "cannot read the audit topic `{}`: {e}",
+                    c.state.audit
+                ))
             })
     }
 
@@ -570,4 +531,109 @@ fn session_cookie(c: &Console, id: &str, headers: &HeaderMap) -> String {
         super::access::SESSION_LIFETIME.as_secs(),
         c.secure_suffix(Some(headers))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use serde_json::{json, Value};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    const OPERATOR: &str = "operator-token-0123456789";
+    const VIEWER: &str = "viewer-token-0123456789";
+
+    /// The console's routes over a broker no one listens on: every request here is answered
+    /// before the cluster would be asked.
+    fn router() -> Router {
+        let config = Arc::new(ConsoleConfig::new("127.0.0.1:9", vec!["orders-dlt".into()]));
+        let tokens = vec![
+            ("ops".to_string(), OPERATOR.to_string(), Role::Operator),
+            ("support".to_string(), VIEWER.to_string(), Role::Viewer),
+        ];
+        let access = Arc::new(Access::new(tokens, None));
+        let watch = Watch::new(Arc::new(config.source()));
+        Console::new(config, access, watch).router()
+    }
+
+    /// `method path` with `token` and a JSON `body`: the status and the JSON answered.
+    async fn ask(method: &str, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(Body::from(body.to_string())).unwrap();
+        let response = router().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&body).expect("every answer is JSON"),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_caller_without_a_token_is_refused_with_401_as_json() {
+        let (status, body) = ask("GET", "/api/dead-letters", None, json!(null)).await;
+        assert_eq!(status, 401);
+        assert!(
+            body["error"].as_str().unwrap().contains("sign in"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_viewer_may_not_discard() {
+        let discard = json!({ "filter": { "dlq_topic": "orders-dlt" }, "reason": "fixed" });
+        let (status, body) = ask("POST", "/api/discards", Some(VIEWER), discard).await;
+        assert_eq!(status, 403);
+        assert!(body["error"].as_str().unwrap().contains("viewer"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_discard_without_a_reason_names_the_field() {
+        let discard = json!({ "filter": { "dlq_topic": "orders-dlt" }, "reason": " " });
+        let (status, body) = ask("POST", "/api/discards", Some(OPERATOR), discard).await;
+        assert_eq!(status, 400);
+        assert!(
+            body["error"].as_str().unwrap().starts_with("reason:"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_field_is_a_bad_request_as_json() {
+        let discard = json!({ "reason": "fixed", "everything": true });
+        let (status, body) = ask("POST", "/api/discards", Some(OPERATOR), discard).await;
+        assert_eq!(status, 400);
+        assert!(
+            body["error"].as_str().unwrap().contains("everything"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_topic_the_console_does_not_show_is_not_found() {
+        let redrive = json!({ "filter": { "dlq_topic": "payments-dlt" }, "rate": 5 });
+        let (status, body) = ask("POST", "/api/redrives", Some(OPERATOR), redrive).await;
+        assert_eq!(status, 404);
+        assert!(
+            body["error"].as_str().unwrap().contains("payments-dlt"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_redrive_is_not_found() {
+        let (status, body) =
+            ask("POST", "/api/redrives/r-1/pause", Some(OPERATOR), json!({})).await;
+        assert_eq!(status, 404);
+        assert_eq!(body, json!({ "error": "no redrive with this id" }));
+    }
 }

@@ -5,7 +5,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 
-use super::{error, Console};
+use super::error::error;
+use super::Console;
 use crate::console::redrives::State as RedriveState;
 
 const INDEX: &str = include_str!("../page/index.html");

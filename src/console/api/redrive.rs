@@ -8,8 +8,9 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::error::ApiError;
 use super::selection::Selection;
-use super::{error, redrive_error, Console};
+use super::Console;
 use crate::console::access::Role;
 use crate::console::redrives::{Control, RedriveError, Request};
 use crate::replay::audit;
@@ -60,50 +61,36 @@ pub(super) async fn start_redrive(
     headers: HeaderMap,
     method: Method,
     Json(body): Json<RedriveBody>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let editing =
         body.payload.is_some() || body.payload_base64.is_some() || body.payload_json.is_some();
     if editing && body.transform.is_some() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "transform: give an edited payload or a transformation, not both",
-        );
+        return Err(ApiError::BadRequest(
+            "transform: give an edited payload or a transformation, not both".into(),
+        ));
     }
     // A dry run sends nothing: a viewer may ask what a redrive would do.
     let needs = match body.dry_run && !editing {
         true => Role::Viewer,
         false => Role::Operator,
     };
-    let caller = match c.caller(&headers, &method, needs) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let dlq_topic = match body.filter.topic(&c, &caller) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let filter = match body.filter.filter() {
-        Ok(f) => f,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+    let caller = c.caller(&headers, &method, needs)?;
+    let dlq_topic = body.filter.topic(&c, &caller)?;
+    let filter = body.filter.filter().map_err(ApiError::BadRequest)?;
     let destination = match body.destination {
         None => Destination::Group,
         Some(DestinationBody::Named(n)) if n == "group" => Destination::Group,
         Some(DestinationBody::Named(n)) if n == "source" => Destination::Source,
         Some(DestinationBody::Named(n)) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "destination `{n}`: expected \"group\", \"source\" or {{\"topic\": \"…\"}}"
-                ),
-            )
+            return Err(ApiError::BadRequest(format!(
+                "destination `{n}`: expected \"group\", \"source\" or {{\"topic\": \"…\"}}"
+            )))
         }
         Some(DestinationBody::Topic { topic }) => {
             if let Err(why) = crate::dlq::check_topic_name(&topic) {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("destination topic `{topic}`: {why}"),
-                );
+                return Err(ApiError::BadRequest(format!(
+                    "destination topic `{topic}`: {why}"
+                )));
             }
             let refused = crate::replay::destination::refusal(
                 &topic,
@@ -112,44 +99,33 @@ pub(super) async fn start_redrive(
                 &c.config.state,
             );
             if let Some(why) = refused {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("destination topic `{topic}`: {why}"),
-                );
+                return Err(ApiError::BadRequest(format!(
+                    "destination topic `{topic}`: {why}"
+                )));
             }
             let allowed = &c.config.redrive_topics;
             if !allowed.is_empty() && !allowed.contains(&topic) {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!(
+                return Err(ApiError::BadRequest(format!(
                         "destination topic `{topic}`: not one of the topics this console may redrive to (redrive_topics: {})",
                         allowed.join(", ")
-                    ),
-                );
+                    )));
             }
             Destination::Topic(topic)
         }
     };
     if body.rate == Some(0) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "rate: at least 1 record per second (leave it out for no limit)",
-        );
+        return Err(ApiError::BadRequest(
+            "rate: at least 1 record per second (leave it out for no limit)".into(),
+        ));
     }
     // A dry run, an edit's read of its dead letter and a scoped caller's check read the
     // cluster: bounded.
     let scoped = caller.permissions.scope(needs).is_some();
     let permit = match body.dry_run || editing || scoped || c.may_need_approval(&caller) {
         false => None,
-        true => match c.scan(&caller) {
-            Ok(permit) => Some(permit),
-            Err(r) => return r,
-        },
+        true => Some(c.scan(&caller)?),
     };
-    let filter = match c.within(&caller, needs, &dlq_topic, filter).await {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
+    let filter = c.within(&caller, needs, &dlq_topic, filter).await?;
     let edit = match editing {
         false => None,
         true => {
@@ -160,10 +136,9 @@ pub(super) async fn start_redrive(
                 .filter(|r| r.len() == 1)
                 .map(|r| r[0]);
             let Some(at) = one else {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "an edited payload goes with exactly one dead letter in filter.records",
-                );
+                return Err(ApiError::BadRequest(
+                    "an edited payload goes with exactly one dead letter in filter.records".into(),
+                ));
             };
             let (original, record_headers) =
                 match c.watch.fetch(&dlq_topic, at.partition, at.offset).await {
@@ -174,70 +149,59 @@ pub(super) async fn start_redrive(
                     {
                         Some((Ok(payload), Ok(headers))) => (payload, headers),
                         Some((Ok(_), Err(why))) => {
-                            return error(
-                                StatusCode::BAD_REQUEST,
-                                format!("payload: the dead letter's headers do not decode: {why}"),
-                            )
+                            return Err(ApiError::BadRequest(format!(
+                                "payload: the dead letter's headers do not decode: {why}"
+                            )))
                         }
                         Some((Err(why), _)) => {
-                            return error(
-                                StatusCode::BAD_REQUEST,
-                                format!(
-                                    "payload: the dead letter's payload does not decode: {why}"
-                                ),
-                            )
+                            return Err(ApiError::BadRequest(format!(
+                                "payload: the dead letter's payload does not decode: {why}"
+                            )))
                         }
-                        None => return error(
-                            StatusCode::BAD_REQUEST,
-                            "payload: the record is not a dead letter; there is nothing to edit",
-                        ),
+                        None => return Err(ApiError::BadRequest(
+                            "payload: the record is not a dead letter; there is nothing to edit"
+                                .into(),
+                        )),
                     },
-                    Ok(None) => return error(StatusCode::NOT_FOUND, "no such dead letter"),
+                    Ok(None) => return Err(ApiError::NotFound("no such dead letter".into())),
                     Err(e) => {
-                        return error(
-                            StatusCode::BAD_GATEWAY,
-                            format!("cannot read the dead letter: {e}"),
-                        )
+                        return Err(ApiError::Upstream(format!(
+                            "cannot read the dead letter: {e}"
+                        )))
                     }
                 };
             let sent = match &body.payload_json {
                 Some(json) => {
                     if body.payload.is_some() || body.payload_base64.is_some() {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            "payload_json: give one of payload, payload_base64 and payload_json",
-                        );
+                        return Err(ApiError::BadRequest(
+                            "payload_json: give one of payload, payload_base64 and payload_json"
+                                .into(),
+                        ));
                     }
                     let Some(codec) = &c.config.schemas else {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            "payload_json: this console decodes no schema registry payloads (--schema-registry-url)",
-                        );
+                        return Err(ApiError::BadRequest("payload_json: this console decodes no schema registry payloads (--schema-registry-url)".into()));
                     };
                     let Some(original) = original.as_deref() else {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            "payload_json: a tombstone has nothing to edit",
-                        );
+                        return Err(ApiError::BadRequest(
+                            "payload_json: a tombstone has nothing to edit".into(),
+                        ));
                     };
                     match codec.reencode(original, &record_headers, json).await {
                         Ok(bytes) => bytes,
                         Err(crate::schema::EncodeError::Refused(why)) => {
-                            return error(StatusCode::BAD_REQUEST, format!("payload_json: {why}"))
+                            return Err(ApiError::BadRequest(format!("payload_json: {why}")))
                         }
                         Err(crate::schema::EncodeError::Unavailable(e)) => {
-                            return error(StatusCode::BAD_GATEWAY, format!("payload_json: {e}"))
+                            return Err(ApiError::Upstream(format!("payload_json: {e}")))
                         }
                     }
                 }
-                None => match crate::console::payload::edited(
+                None => crate::console::payload::edited(
                     original.as_deref(),
                     body.payload.as_deref(),
                     body.payload_base64.as_deref(),
-                ) {
-                    Ok(bytes) => bytes,
-                    Err(why) => return error(StatusCode::BAD_REQUEST, why),
-                },
+                )
+                .map_err(ApiError::BadRequest)?,
             };
             Some(audit::Edit::new(
                 original.as_deref().unwrap_or_default(),
@@ -259,15 +223,14 @@ pub(super) async fn start_redrive(
     if let Destination::Topic(to) = &request.destination {
         let options = c.redrives.options(&request);
         if let Err(e) = crate::replay::destination::check_named(&options, to).await {
-            return error(StatusCode::BAD_REQUEST, format!("destination: {e}"));
+            return Err(ApiError::BadRequest(format!("destination: {e}")));
         }
     }
     // Large, or under a four-eyes grant: asked for, not done.
     if !request.dry_run && c.may_need_approval(&caller) {
-        let frozen = match c.freeze(&caller, &request.dlq_topic, &request.filter).await {
-            Ok(frozen) => frozen,
-            Err(r) => return r,
-        };
+        let frozen = c
+            .freeze(&caller, &request.dlq_topic, &request.filter)
+            .await?;
         if c.waits(&frozen) {
             let to = match &request.destination {
                 Destination::Group => "group".to_string(),
@@ -289,42 +252,37 @@ pub(super) async fn start_redrive(
     }
     // A dry run holds its permit until it ends; a redrive is one per DLT already.
     let permit = permit.filter(|_| request.dry_run);
-    match c.redrives.start(request, permit).await {
-        Ok(id) => (StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response(),
-        Err(e) => redrive_error(e),
-    }
+    let id = c.redrives.start(request, permit).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response())
 }
 
-pub(super) async fn redrives(State(c): State<Console>, headers: HeaderMap) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+pub(super) async fn redrives(
+    State(c): State<Console>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
     let mut all = c.redrives.all();
     all.retain(|p| {
         c.redrives.held_by(&p.id, |topic, filter| {
             c.holds(&caller, Role::Viewer, topic, Some(filter))
         })
     });
-    Json(json!({ "redrives": all })).into_response()
+    Ok(Json(json!({ "redrives": all })).into_response())
 }
 
 pub(super) async fn redrive(
     State(c): State<Console>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
     c.redrives.learn_of(&id).await;
     let seen = c.redrives.held_by(&id, |topic, filter| {
         c.holds(&caller, Role::Viewer, topic, Some(filter))
     });
     match c.redrives.progress(&id).filter(|_| seen) {
-        Some(p) => Json(p).into_response(),
-        None => redrive_error(RedriveError::Unknown),
+        Some(p) => Ok(Json(p).into_response()),
+        None => Err(RedriveError::Unknown.into()),
     }
 }
 
@@ -333,29 +291,23 @@ pub(super) async fn control_redrive(
     headers: HeaderMap,
     method: Method,
     Path((id, control)): Path<(String, String)>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Operator) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Operator)?;
     c.redrives.learn_of(&id).await;
     if !c.redrives.held_by(&id, |topic, filter| {
         c.holds(&caller, Role::Operator, topic, Some(filter))
     }) {
-        return redrive_error(RedriveError::Unknown);
+        return Err(RedriveError::Unknown.into());
     }
     let control = match control.as_str() {
         "cancel" => Control::Cancel,
         "pause" => Control::Pause,
         "resume" => Control::Resume,
-        _ => return error(StatusCode::NOT_FOUND, "no such page or API"),
+        _ => return Err(ApiError::NotFound("no such page or API".into())),
     };
-    match c
+    let p = c
         .redrives
         .control(&id, control, &Console::operator(&caller))
-        .await
-    {
-        Ok(p) => Json(p).into_response(),
-        Err(e) => redrive_error(e),
-    }
+        .await?;
+    Ok(Json(p).into_response())
 }

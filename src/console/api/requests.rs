@@ -11,9 +11,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{error, Console};
+use super::error::ApiError;
+use super::Console;
 use crate::console::access::{Caller, Role};
-use crate::console::approvals::{self, NotYours, Requested};
+use crate::console::approvals::{self, Requested};
 use crate::console::redrives::Request;
 use crate::dlq_reader::Filter;
 use crate::replay::audit::{Action, Asked, Edit, ReplayRun};
@@ -50,13 +51,12 @@ impl Console {
     }
 
     /// Reads the outstanding dead letters `filter` selects on `dlq_topic` once.
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
     pub(super) async fn freeze(
         &self,
         caller: &Caller,
         dlq_topic: &str,
         filter: &Filter,
-    ) -> Result<Frozen, Response> {
+    ) -> Result<Frozen, ApiError> {
         let direct = caller.permissions.direct_scope();
         let (mut count, mut outside_direct) = (0u64, 0u64);
         let ends = self
@@ -73,12 +73,7 @@ impl Console {
                 true
             })
             .await
-            .map_err(|e| {
-                error(
-                    StatusCode::BAD_GATEWAY,
-                    format!("cannot read the dead-letter topic: {e}"),
-                )
-            })?;
+            .map_err(|e| ApiError::Upstream(format!("cannot read the dead-letter topic: {e}")))?;
         Ok(Frozen {
             count,
             ends,
@@ -97,7 +92,12 @@ impl Console {
 
     /// Records `ask` as a request on the audit topic, its selection frozen at `frozen`'s
     /// ends, tells Slack, and answers 202 with the request.
-    pub(super) async fn ask_for(&self, caller: &Caller, ask: Ask, frozen: Frozen) -> Response {
+    pub(super) async fn ask_for(
+        &self,
+        caller: &Caller,
+        ask: Ask,
+        frozen: Frozen,
+    ) -> Result<Response, ApiError> {
         let mut filter = ask.filter;
         filter.before = Some(frozen.ends.into_iter().collect());
         let mut run =
@@ -116,19 +116,14 @@ impl Console {
                 .transform
                 .map(|t| serde_json::to_value(t).expect("a transformation serializes")),
         });
-        if let Err(r) = self.record(&run).await {
-            return r;
-        }
+        self.record(&run).await?;
         let requested = Requested {
             asked: run,
             decision: None,
         };
         self.tell(&requested);
-        (
-            StatusCode::ACCEPTED,
-            Json(json!({ "request": requested.to_json() })),
-        )
-            .into_response()
+        let answer = Json(json!({ "request": requested.to_json() }));
+        Ok((StatusCode::ACCEPTED, answer).into_response())
     }
 
     /// Posts `r` as it is now to Slack (or the log), without waiting.
@@ -195,8 +190,7 @@ impl Console {
     }
 
     /// Every request, read afresh for `caller`.
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
-    async fn requests(&self, caller: &Caller) -> Result<Vec<Requested>, Response> {
+    async fn requests(&self, caller: &Caller) -> Result<Vec<Requested>, ApiError> {
         Ok(approvals::requests(&self.audit_runs_for(caller).await?))
     }
 }
@@ -211,15 +205,9 @@ pub(super) async fn list(
     State(c): State<Console>,
     headers: HeaderMap,
     Query(q): Query<RequestsQuery>,
-) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let all = match c.requests(&caller).await {
-        Ok(all) => all,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
+    let all = c.requests(&caller).await?;
     let me = Console::operator(&caller);
     let shown: Vec<_> = all
         .iter()
@@ -248,7 +236,7 @@ pub(super) async fn list(
             v
         })
         .collect();
-    Json(json!({ "requests": shown })).into_response()
+    Ok(Json(json!({ "requests": shown })).into_response())
 }
 
 #[derive(Deserialize, Default)]
@@ -263,15 +251,12 @@ pub(super) async fn decide(
     method: Method,
     Path((id, decision)): Path<(String, String)>,
     body: Option<Json<DecisionBody>>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Operator) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Operator)?;
     let approve = match decision.as_str() {
         "approve" => true,
         "reject" => false,
-        _ => return error(StatusCode::NOT_FOUND, "no such page or API"),
+        _ => return Err(ApiError::NotFound("no such page or API".into())),
     };
     let reason = body
         .and_then(|Json(b)| b.reason)
@@ -279,10 +264,7 @@ pub(super) async fn decide(
         .filter(|r| !r.is_empty());
     // One decision at a time in this console: two clicks never carry a request out twice.
     let _deciding = c.deciding.lock().await;
-    let all = match c.requests(&caller).await {
-        Ok(all) => all,
-        Err(r) => return r,
-    };
+    let all = c.requests(&caller).await?;
     let Some(request) = all.into_iter().find(|r| r.asked.run == id).filter(|r| {
         c.holds(
             &caller,
@@ -291,16 +273,10 @@ pub(super) async fn decide(
             r.asked.selection.as_ref(),
         )
     }) else {
-        return error(StatusCode::NOT_FOUND, "no request with this id");
+        return Err(ApiError::NotFound("no request with this id".into()));
     };
     let me = Console::operator(&caller);
-    if let Err(why) = approvals::may_decide(&request, &me) {
-        let status = match why {
-            NotYours::OwnRequest(_) => StatusCode::FORBIDDEN,
-            NotYours::Decided(_) => StatusCode::CONFLICT,
-        };
-        return error(status, why);
-    }
+    approvals::may_decide(&request, &me)?;
     let action = match approve {
         true => Action::Approve,
         false => Action::Reject,
@@ -311,14 +287,9 @@ pub(super) async fn decide(
     decided.filter = request.asked.filter.clone();
     let carried = match approve {
         false => json!(null),
-        true => match carry_out(&c, &caller, &request).await {
-            Ok(v) => v,
-            Err(r) => return r,
-        },
+        true => carry_out(&c, &caller, &request).await?,
     };
-    if let Err(r) = c.record(&decided).await {
-        return r;
-    }
+    c.record(&decided).await?;
     let decided = Requested {
         asked: request.asked,
         decision: Some(decided),
@@ -326,22 +297,20 @@ pub(super) async fn decide(
     c.tell(&decided);
     let mut v = decided.to_json();
     v["carried_out"] = carried;
-    Json(v).into_response()
+    Ok(Json(v).into_response())
 }
 
 /// Does what `r` asked, on exactly its frozen selection: the redrive started (its id), or the
 /// discard recorded (how many).
-#[allow(clippy::result_large_err)] // the refusal is answered at once
 async fn carry_out(
     c: &Console,
     caller: &Caller,
     r: &Requested,
-) -> Result<serde_json::Value, Response> {
+) -> Result<serde_json::Value, ApiError> {
     let a = &r.asked;
     let Some(filter) = a.selection.clone() else {
-        return Err(error(
-            StatusCode::CONFLICT,
-            "this request holds no selection; ask again",
+        return Err(ApiError::Conflict(
+            "this request holds no selection; ask again".into(),
         ));
     };
     match a.asked.as_ref().map(|x| x.action) {
@@ -380,19 +349,14 @@ async fn carry_out(
                 transform: match a.asked.as_ref().and_then(|x| x.transform.clone()) {
                     None => None,
                     Some(t) => Some(serde_json::from_value(t).map_err(|e| {
-                        error(
-                            StatusCode::CONFLICT,
-                            format!(
-                                "this request's transformation no longer reads: {e}; ask again"
-                            ),
-                        )
+                        ApiError::Conflict(format!(
+                            "this request's transformation no longer reads: {e}; ask again"
+                        ))
                     })?),
                 },
             };
-            match c.redrives.start(request, None).await {
-                Ok(id) => Ok(json!({ "redrive": id })),
-                Err(e) => Err(super::redrive_error(e)),
-            }
+            let id = c.redrives.start(request, None).await?;
+            Ok(json!({ "redrive": id }))
         }
     }
 }

@@ -3,12 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use axum::http::StatusCode;
-use axum::response::Response;
 use chrono::Utc;
 use serde::Deserialize;
 
-use super::{error, Console};
+use super::error::ApiError;
+use super::Console;
 use crate::console::access::Caller;
 use crate::dlq_reader::{ErrorText, Expression, Filter};
 use crate::failure::DeadLetterKind;
@@ -103,19 +102,16 @@ impl Selection {
     }
 
     /// The DLT an action is on: the one named, or the only one `caller` sees.
-    #[allow(clippy::result_large_err)] // the refusal is answered at once
-    pub(super) fn topic(&self, c: &Console, caller: &Caller) -> Result<String, Response> {
+    pub(super) fn topic(&self, c: &Console, caller: &Caller) -> Result<String, ApiError> {
         match &self.dlq_topic {
             Some(t) if c.is_topic(caller, t) => Ok(t.clone()),
-            Some(t) => Err(error(
-                StatusCode::NOT_FOUND,
-                format!("`{t}` is not a dead-letter topic this console shows"),
-            )),
+            Some(t) => Err(ApiError::NotFound(format!(
+                "`{t}` is not a dead-letter topic this console shows"
+            ))),
             None => match c.topics(caller).as_slice() {
                 [one] => Ok(one.clone()),
-                _ => Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "name the dlq_topic: this console shows several",
+                _ => Err(ApiError::BadRequest(
+                    "name the dlq_topic: this console shows several".into(),
                 )),
             },
         }

@@ -8,7 +8,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{cookie, error, session_cookie, Console, SESSION_COOKIE};
+use super::error::error;
+use super::{cookie, session_cookie, Console, SESSION_COOKIE};
 use crate::console::access::Role;
 use crate::replay::audit::{Action, ReplayRun};
 
@@ -68,7 +69,7 @@ pub(super) async fn sign_out(State(c): State<Console>, headers: HeaderMap) -> Re
         if let Err(e) = c.record(&run).await {
             tracing::warn!(
                 event = "console_sign_out_not_shared",
-                "{e:?}: this replica refuses the session; others until it ends"
+                error = %e, "this replica refuses the session; others until it ends"
             );
         }
     }

@@ -8,7 +8,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{cookie, error, session_cookie, Console};
+use super::error::error;
+use super::{cookie, session_cookie, Console};
 use crate::console::single_sign_on::PENDING_LIFETIME;
 
 /// The cookie that binds a sign-in's `state` to the browser that started it.

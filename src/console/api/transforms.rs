@@ -5,14 +5,15 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::error::ApiError;
 use super::selection::Selection;
-use super::{error, refused, Console};
+use super::Console;
 use crate::console::access::{Refusal, Role};
 use crate::replay::transform::{Transform, Transformed};
 
@@ -37,29 +38,17 @@ pub(super) async fn preview(
     headers: HeaderMap,
     method: Method,
     Json(body): Json<PreviewBody>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Viewer)?;
     // It shows payloads: only where the caller sees them.
     let within = c.payload_scope(&caller);
     if within.as_ref().is_some_and(|s| s.areas.is_empty()) {
-        return refused(Refusal::Forbidden("viewer"));
+        return Err(Refusal::Forbidden("viewer").into());
     }
-    let topic = match body.filter.topic(&c, &caller) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let mut filter = match body.filter.filter() {
-        Ok(f) => f,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+    let topic = body.filter.topic(&c, &caller)?;
+    let mut filter = body.filter.filter().map_err(ApiError::BadRequest)?;
     filter.within = within;
-    let _permit = match c.scan(&caller) {
-        Ok(permit) => permit,
-        Err(r) => return r,
-    };
+    let _permit = c.scan(&caller)?;
     let shown = body.limit.unwrap_or(SHOWN).clamp(1, MAX_SHOWN);
     let started = Instant::now();
     let (mut count, mut changed, mut unchanged, mut failed) = (0u64, 0u64, 0u64, 0u64);
@@ -106,12 +95,11 @@ pub(super) async fn preview(
         })
         .await;
     if let Err(e) = read {
-        return error(
-            StatusCode::BAD_GATEWAY,
-            format!("cannot read the dead-letter topic: {e}"),
-        );
+        return Err(ApiError::Upstream(format!(
+            "cannot read the dead-letter topic: {e}"
+        )));
     }
-    Json(json!({
+    Ok(Json(json!({
         "dlq_topic": topic,
         "count": count,
         "changed": changed,
@@ -120,7 +108,7 @@ pub(super) async fn preview(
         "records": records,
         "elapsed_ms": started.elapsed().as_millis() as u64,
     }))
-    .into_response()
+    .into_response())
 }
 
 /// A payload as the preview shows it: indented JSON when it is JSON, else its text (cut).

@@ -3,14 +3,15 @@
 //! same ones.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::error::ApiError;
 use super::selection::SelectionQuery;
-use super::{error, Console};
+use super::Console;
 use crate::console::access::Role;
 use crate::replay::audit::{Action, ReplayRun, SavedView};
 
@@ -41,22 +42,19 @@ fn topic_of(query: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-pub(super) async fn list(State(c): State<Console>, headers: HeaderMap) -> Response {
-    let caller = match c.caller(&headers, &Method::GET, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let runs = match c.audit_runs_for(&caller).await {
-        Ok(runs) => runs,
-        Err(r) => return r,
-    };
+pub(super) async fn list(
+    State(c): State<Console>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &Method::GET, Role::Viewer)?;
+    let runs = c.audit_runs_for(&caller).await?;
     let views: Vec<_> = saved(&runs)
         .into_iter()
         // A view of a DLT the caller does not see is not theirs to open.
         .filter(|(v, _)| topic_of(&v.query).is_none_or(|t| c.is_topic(&caller, &t)))
         .map(|(v, r)| json!({ "name": v.name, "query": v.query, "saved_by": r.operator, "saved_at": r.started }))
         .collect();
-    Json(json!({ "views": views })).into_response()
+    Ok(Json(json!({ "views": views })).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -71,24 +69,19 @@ pub(super) async fn save(
     headers: HeaderMap,
     method: Method,
     Json(body): Json<ViewBody>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Viewer)?;
     let name = body.name.trim();
     if name.is_empty() || name.chars().count() > NAME || name.chars().any(char::is_control) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("name: 1 to {NAME} characters, none of them control characters"),
-        );
+        return Err(ApiError::BadRequest(format!(
+            "name: 1 to {NAME} characters, none of them control characters"
+        )));
     }
     let query = body.query.trim().trim_start_matches('?');
     if query.len() > QUERY {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("query: at most {QUERY} bytes"),
-        );
+        return Err(ApiError::BadRequest(format!(
+            "query: at most {QUERY} bytes"
+        )));
     }
     // The query must be a filter the console reads, as its links are.
     let parsed: Result<SelectionQuery, _> = serde_urlencoded_query(query);
@@ -97,15 +90,11 @@ pub(super) async fn save(
             .and_then(|s| s.filter().map(|_| s.dlq_topic))
             .map_err(|e| format!("query: {e}"))
     });
-    let topic = match checked {
-        Ok(topic) => topic,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
+    let topic = checked.map_err(ApiError::BadRequest)?;
     if let Some(t) = topic.filter(|t| !c.is_topic(&caller, t)) {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("`{t}` is not a dead-letter topic this console shows"),
-        );
+        return Err(ApiError::NotFound(format!(
+            "`{t}` is not a dead-letter topic this console shows"
+        )));
     }
     let mut run = ReplayRun::record(Action::SaveView, &Console::operator(&caller), "");
     run.view = Some(SavedView {
@@ -113,10 +102,8 @@ pub(super) async fn save(
         query: query.to_string(),
     });
     run.filter = query.to_string();
-    if let Err(r) = c.record(&run).await {
-        return r;
-    }
-    Json(json!({ "name": name, "query": query })).into_response()
+    c.record(&run).await?;
+    Ok(Json(json!({ "name": name, "query": query })).into_response())
 }
 
 pub(super) async fn delete(
@@ -124,36 +111,25 @@ pub(super) async fn delete(
     headers: HeaderMap,
     method: Method,
     Path(name): Path<String>,
-) -> Response {
-    let caller = match c.caller(&headers, &method, Role::Viewer) {
-        Ok(caller) => caller,
-        Err(r) => return r,
-    };
-    let runs = match c.audit_runs_for(&caller).await {
-        Ok(runs) => runs,
-        Err(r) => return r,
-    };
+) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, &method, Role::Viewer)?;
+    let runs = c.audit_runs_for(&caller).await?;
     let me = Console::operator(&caller);
     let Some((view, by)) = saved(&runs).into_iter().find(|(v, _)| v.name == name) else {
-        return error(StatusCode::NOT_FOUND, "no saved view of this name");
+        return Err(ApiError::NotFound("no saved view of this name".into()));
     };
     // Whoever saved it, or an operator.
     if by.operator != me && caller.role() < Role::Operator {
-        return error(
-            StatusCode::FORBIDDEN,
-            format!(
-                "`{}` saved this view: they or an operator may delete it",
-                by.operator
-            ),
-        );
+        return Err(ApiError::NotTheirs(format!(
+            "`{}` saved this view: they or an operator may delete it",
+            by.operator
+        )));
     }
     let mut run = ReplayRun::record(Action::DeleteView, &me, "");
     run.filter = view.query.clone();
     run.view = Some(view);
-    if let Err(r) = c.record(&run).await {
-        return r;
-    }
-    Json(json!({ "deleted": name })).into_response()
+    c.record(&run).await?;
+    Ok(Json(json!({ "deleted": name })).into_response())
 }
 
 /// A query string as [`SelectionQuery`], or why not.
