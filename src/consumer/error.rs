@@ -138,7 +138,7 @@ pub enum TransactionError {
         to: String,
         /// The broker's last refusal.
         #[source]
-        error: KafkaError,
+        error: Box<KafkaError>,
     },
     /// A partition of an aborted transaction could not be sought back to its first record in
     /// it: going on would skip its records.
@@ -152,7 +152,7 @@ pub enum TransactionError {
         position: i64,
         /// librdkafka's error.
         #[source]
-        error: KafkaError,
+        error: Box<KafkaError>,
     },
     /// After a transaction whose outcome is unknown, the group's committed offset of a
     /// partition could not be read, so where it starts again is not known.
@@ -164,6 +164,6 @@ pub enum TransactionError {
         partition: i32,
         /// librdkafka's error.
         #[source]
-        error: KafkaError,
+        error: Box<KafkaError>,
     },
 }

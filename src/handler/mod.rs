@@ -79,15 +79,10 @@ pub trait BatchHandler: Send + Sync + 'static {
 }
 
 impl<H: Handler> BatchHandler for H {
-    fn handle_batch(
-        &self,
-        records: &[Record],
-    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
-        async move {
-            for record in records {
-                self.handle(record).await?;
-            }
-            Ok(())
+    async fn handle_batch(&self, records: &[Record]) -> Result<(), HandlerError> {
+        for record in records {
+            self.handle(record).await?;
         }
+        Ok(())
     }
 }

@@ -64,7 +64,7 @@ pub(in crate::consumer) async fn rewind(
                         return Err(TransactionError::CommittedUnknown {
                             topic: partition.0,
                             partition: partition.1,
-                            error,
+                            error: Box::new(error),
                         })
                     }
                 },
@@ -74,7 +74,7 @@ pub(in crate::consumer) async fn rewind(
                     topic: partition.0,
                     partition: partition.1,
                     position,
-                    error,
+                    error: Box::new(error),
                 });
             }
             assignments.rebalancing();

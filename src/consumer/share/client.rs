@@ -47,5 +47,7 @@ pub(crate) trait ShareClient: Send + Sync + 'static {
     fn lock_duration(&self) -> Option<Duration>;
 
     /// How many partitions the group assigned this member (shared with the other members).
+    // Read by the share consumer alone (feature `share`); the simulation builds without it.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
     fn assigned_partitions(&self) -> usize;
 }

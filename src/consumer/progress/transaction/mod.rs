@@ -700,7 +700,7 @@ impl Transaction {
                     offset,
                     refusals: MAX_REFUSALS,
                     to: topic,
-                    error,
+                    error: Box::new(error),
                 };
                 tracing::error!(event = "transaction_fatal", error = %fatal, "stopping the consumer");
                 state.fatal = Some(fatal.clone());
