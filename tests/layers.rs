@@ -367,6 +367,46 @@ fn no_files_of_one_folder_import_each_other_round_in_a_circle() {
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
 }
 
+/// Folders that decide and never do, and what they must never import: the consumer's
+/// settle step says how a record's calls ended and where it goes; writing it, and storing
+/// positions, are the progress's (ARCHITECTURE.md, "Pure logic decides; the worker does").
+const NEVER: &[(&str, &[&str])] = &[(
+    "consumer/settle",
+    &[
+        "consumer/progress",
+        "consumer/worker",
+        "consumer/poll",
+        "consumer/client.rs",
+        "dlq",
+        "retry_tier/write.rs",
+        "kafka",
+    ],
+)];
+
+#[test]
+fn the_settle_step_decides_and_never_writes() {
+    let root = src();
+    let mut found = Vec::new();
+    for (from, to) in edges() {
+        let (from, to) = (
+            from.strip_prefix(&root).unwrap().to_path_buf(),
+            to.strip_prefix(&root).unwrap().to_path_buf(),
+        );
+        for (folder, never) in NEVER {
+            if from.starts_with(folder) {
+                if let Some(n) = never.iter().find(|n| to.starts_with(n)) {
+                    found.push(format!("{} imports {} ({n})", from.display(), to.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "imports a deciding folder must not make:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_checker_sees_imports_through_braces_and_super() {
     let code = code(

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::consumer::client::{Client, TopicPartition};
-use crate::consumer::settle::{Exit, ExitWrite};
+use crate::consumer::settle::Exit;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use crate::retry_tier::RetryTiers;
@@ -35,7 +35,7 @@ use crate::stopped::Stopped;
 use ledger::Offsets;
 use pipelined::DeadLetterWrites;
 use transaction::{Applied, Effect, Transaction};
-use writer::{exited, exited_in_transaction, ExitWriter};
+use writer::{exited, exited_in_transaction, ExitWrite, ExitWriter};
 
 /// What a partition's progress writes with and reports to, shared by every partition of a
 /// consumer.

@@ -10,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
+use super::writer::ExitWrite;
 use super::writer::{exited, PendingExit};
 use super::{Leaving, Out};
-use crate::consumer::settle::ExitWrite;
 use crate::metrics::Metrics;
 use crate::record::Record;
 use crate::retry_tier::RetryWritten;

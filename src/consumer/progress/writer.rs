@@ -1,25 +1,79 @@
-//! The seam a leaving record's write goes through ([`ExitWriter`]; [`KafkaExits`] the real
-//! one), shared by group workers and share members, and how a write that ended is logged
-//! and counted ([`exited`]).
+//! What is written for a record leaving its stage ([`ExitWrite::new`], from the decision
+//! `settle` made, [`Exit`]), the seam the write goes through ([`ExitWriter`]; [`KafkaExits`]
+//! the real one, each write in a PRODUCER `send` span when traced), shared by group workers
+//! and share members, and how a write that ended is logged and counted ([`exited`]).
 
 use std::future::Future;
 use std::pin::Pin;
 
+use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::consumer::settle::{ExitWrite, Spans};
+use crate::consumer::settle::Exit;
 use crate::dlq::DeadLetterPublisher;
 use crate::failure::DeadLetterKind;
 use crate::metrics::Metrics;
+use crate::record::retry::RetryStage;
 use crate::record::Record;
-use crate::retry_tier::{RetryWriter, RetryWritten};
+use crate::retry_tier::{RetryTiers, RetryWriter, RetryWritten};
 use crate::stopped::Stopped;
 
 /// A write of a record to where it exits, handed to the producer: resolves once the broker
 /// acknowledged it, or with [`Stopped`] when `cancel` fired between two tries.
 pub(crate) type PendingExit = Pin<Box<dyn Future<Output = Result<RetryWritten, Stopped>> + Send>>;
+
+/// What an [`ExitWriter`] writes for a record.
+#[derive(Debug, Clone)]
+pub(crate) enum ExitWrite {
+    /// Its dead letter, after `attempts` handler calls in all its stages, `message` the last
+    /// failure.
+    DeadLetter {
+        kind: DeadLetterKind,
+        message: String,
+        attempts: u32,
+    },
+    /// The record to retry tier `tier`'s topic, due at `due`, having left the stage `left`.
+    Retry {
+        tier: u32,
+        due: DateTime<Utc>,
+        left: RetryStage,
+    },
+}
+
+impl ExitWrite {
+    /// What is written for `record` leaving its stage for `exit` at `now`, `message` its last
+    /// failure: a retry record is due its tier's delay after `now`.
+    pub(crate) fn new(
+        record: &Record,
+        exit: Exit,
+        message: &str,
+        tiers: &RetryTiers,
+        now: DateTime<Utc>,
+    ) -> Self {
+        match exit {
+            Exit::DeadLetter { kind, attempts } => ExitWrite::DeadLetter {
+                kind,
+                message: message.to_string(),
+                attempts,
+            },
+            Exit::RetryTier { tier, attempts } => ExitWrite::Retry {
+                tier,
+                due: now + tiers.delay(tier).unwrap_or_default(),
+                left: RetryStage {
+                    topic: record
+                        .retry
+                        .as_ref()
+                        .map_or_else(|| record.topic.clone(), |r| r.topic.clone()),
+                    attempts,
+                    error: message.to_string(),
+                    at: now,
+                },
+            },
+        }
+    }
+}
 
 /// Where records that exit their stage are written: the dead-letter topic and the retry
 /// topics. A trait so that the worker runs against simulated writes in tests (acknowledged
@@ -36,7 +90,7 @@ pub(crate) trait ExitWriter: Send + Sync + 'static {
 pub(crate) struct KafkaExits {
     dead_letters: DeadLetterPublisher,
     retries: RetryWriter,
-    /// Whether each write runs in a PRODUCER `send` span ([`Spans::send`]).
+    /// Whether each write runs in a PRODUCER `send` span ([`send_span`]).
     traced: bool,
 }
 
@@ -89,7 +143,7 @@ impl ExitWriter for KafkaExits {
         };
         // A child of the current span, the record's `process` span; the dead letter is built
         // in it, and so carries its trace context.
-        let send = Spans::send(&topic);
+        let send = send_span(&topic);
         let pending = send.in_scope(|| self.untraced(record, write, cancel));
         Box::pin(
             async move {
@@ -179,4 +233,21 @@ pub(crate) fn exited(
             Err(Stopped)
         }
     }
+}
+
+/// The PRODUCER span `send {topic}` of a write to `topic` (a dead-letter or retry topic),
+/// a child of the current span (the record's process span).
+fn send_span(topic: &str) -> tracing::Span {
+    tracing::info_span!(
+        "send",
+        otel.name = %format_args!("send {topic}"),
+        otel.kind = "producer",
+        otel.status_code = tracing::field::Empty,
+        messaging.system = "kafka",
+        messaging.operation.name = "send",
+        messaging.operation.type = "send",
+        messaging.destination.name = %topic,
+        messaging.destination.partition.id = tracing::field::Empty,
+        messaging.kafka.offset = tracing::field::Empty,
+    )
 }

@@ -1,11 +1,8 @@
 //! Where a record goes when its calls in its stage (its source topic or a retry topic) end
-//! unhandled: [`Exit::after`] decides, [`ExitWrite::new`] says what is written. Writing it is
-//! the partition's progress's (`consumer::progress::writer`).
-
-use chrono::{DateTime, Utc};
+//! unhandled: [`Exit::after`] decides. What is written there, and writing it, are the
+//! partition's progress's (`consumer::progress::writer`).
 
 use crate::failure::DeadLetterKind;
-use crate::record::retry::RetryStage;
 use crate::record::Record;
 use crate::retry_tier::RetryTiers;
 
@@ -35,57 +32,6 @@ impl Exit {
             _ => Exit::DeadLetter {
                 kind,
                 attempts: retry.map_or(0, |r| r.attempts).saturating_add(attempts),
-            },
-        }
-    }
-}
-
-/// What the writer of leaving records (`consumer::progress::writer::ExitWriter`) writes for a record.
-#[derive(Debug, Clone)]
-pub(crate) enum ExitWrite {
-    /// Its dead letter, after `attempts` handler calls in all its stages, `message` the last
-    /// failure.
-    DeadLetter {
-        kind: DeadLetterKind,
-        message: String,
-        attempts: u32,
-    },
-    /// The record to retry tier `tier`'s topic, due at `due`, having left the stage `left`.
-    Retry {
-        tier: u32,
-        due: DateTime<Utc>,
-        left: RetryStage,
-    },
-}
-
-impl ExitWrite {
-    /// What is written for `record` leaving its stage for `exit` at `now`, `message` its last
-    /// failure: a retry record is due its tier's delay after `now`.
-    pub(crate) fn new(
-        record: &Record,
-        exit: Exit,
-        message: &str,
-        tiers: &RetryTiers,
-        now: DateTime<Utc>,
-    ) -> Self {
-        match exit {
-            Exit::DeadLetter { kind, attempts } => ExitWrite::DeadLetter {
-                kind,
-                message: message.to_string(),
-                attempts,
-            },
-            Exit::RetryTier { tier, attempts } => ExitWrite::Retry {
-                tier,
-                due: now + tiers.delay(tier).unwrap_or_default(),
-                left: RetryStage {
-                    topic: record
-                        .retry
-                        .as_ref()
-                        .map_or_else(|| record.topic.clone(), |r| r.topic.clone()),
-                    attempts,
-                    error: message.to_string(),
-                    at: now,
-                },
             },
         }
     }

@@ -7,7 +7,7 @@
 //! | file | what |
 //! |---|---|
 //! | [`call`] | the breaker's permit and one handler call, its panic caught, its outcome told to the breaker |
-//! | [`exit`] | where a record goes when its calls end unhandled, and what is written there |
+//! | [`exit`] | where a record goes when its calls end unhandled |
 //! | [`retries`] | a record's calls after its first: backoff, the downstream-down wait, and how they ended ([`Settled`]) |
 //! | [`metrics`] | the call metrics a worker counts locally and flushes, and the breaker's answered calls |
 //!
@@ -25,7 +25,7 @@ mod spans;
 use std::sync::Arc;
 
 pub(crate) use call::permit;
-pub(crate) use exit::{Exit, ExitWrite};
+pub(crate) use exit::Exit;
 pub(crate) use metrics::{TopicHandles, TopicMetrics};
 pub(crate) use retries::{Settled, Tried};
 pub(crate) use spans::{failed, record_span, Spans};

@@ -110,23 +110,6 @@ impl Spans {
             records = records.len(),
         )
     }
-
-    /// The PRODUCER span `send {topic}` of a write to `topic` (a dead-letter or retry topic),
-    /// a child of the current span (the record's process span).
-    pub(crate) fn send(topic: &str) -> tracing::Span {
-        tracing::info_span!(
-            "send",
-            otel.name = %format_args!("send {topic}"),
-            otel.kind = "producer",
-            otel.status_code = tracing::field::Empty,
-            messaging.system = "kafka",
-            messaging.operation.name = "send",
-            messaging.operation.type = "send",
-            messaging.destination.name = %topic,
-            messaging.destination.partition.id = tracing::field::Empty,
-            messaging.kafka.offset = tracing::field::Empty,
-        )
-    }
 }
 
 /// Marks `span` failed with `error_type` (a low-cardinality class: the failure kind).

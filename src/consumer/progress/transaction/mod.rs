@@ -52,7 +52,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::settle::ExitWrite;
+use crate::consumer::progress::writer::ExitWrite;
 use crate::consumer::TransactionError;
 use crate::failure::DeadLetterKind;
 use crate::handler::Output;

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use tokio_util::sync::CancellationToken;
 
 use super::TopicPartition;
-use crate::consumer::settle::ExitWrite;
+use crate::consumer::progress::writer::ExitWrite;
 use crate::handler::Output;
 use crate::record::{Record, RecordHeader};
 

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::broker::{PartitionRef, TOPIC};
 use crate::config::ShareDlq;
+use crate::consumer::progress::writer::ExitWrite;
 use crate::consumer::progress::writer::ExitWriter;
-use crate::consumer::settle::ExitWrite;
 use crate::dlq::DeadLettered;
 use crate::failure::{DeadLetterKind, HandlerError};
 use crate::handler::BatchHandler;

@@ -11,8 +11,8 @@ use chrono::DateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::world::{World, WorldRef, GROUP, OTHER_GROUP, SOURCE};
+use crate::consumer::progress::writer::ExitWrite;
 use crate::consumer::progress::writer::{ExitWriter, PendingExit};
-use crate::consumer::settle::ExitWrite;
 use crate::dlq::DeadLettered;
 use crate::dlq::Envelope;
 use crate::record::Record;
