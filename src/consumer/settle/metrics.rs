@@ -82,7 +82,8 @@ impl TopicMetrics<'_> {
         self.breaker.record_at(permit, outcome, who, ended)
     }
 
-    fn flush_answered(&mut self) {
+    /// Tells the breaker of the answered calls counted so far.
+    pub(crate) fn flush_answered(&mut self) {
         if let Some((calls, at)) = self.answered.take() {
             self.breaker.record_answered(calls, at);
         }

@@ -6,18 +6,36 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use std::future::Future;
+use std::pin::Pin;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::settle_record;
 use super::intake::Intake;
 use super::Shared;
 use crate::consumer::progress::{Progress, Way};
+use crate::consumer::settle::{TopicHandles, TopicMetrics};
 use crate::handler::BatchHandler;
 use crate::record::Record;
 
 /// Settled records are given back to the poll loop in bunches of this many (one lock of the
 /// spares each).
 const GIVEN_BACK_AT_ONCE: usize = 32;
+
+/// The counts of the calls that ended are added to the shared metrics at most this long after
+/// (a flush per call cost more than the call's own bookkeeping).
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// What one record's own call uses, kept for the next record's call once it ends: its local
+/// metrics (made once, flushed every [`FLUSH_EVERY`]) and its detached progress.
+struct Slot<'a> {
+    metrics: TopicMetrics<'a>,
+    progress: Progress,
+}
+
+/// A record's call running: the record, whether it settled, and its slot back.
+type Running<'a> = Pin<Box<dyn Future<Output = (Record, bool, Slot<'a>)> + Send + 'a>>;
 
 /// Key-ordered mode: records with the same key one after another, in offset order; records of
 /// different keys concurrently, at most `max_in_flight` at once. Each record goes through the
@@ -43,28 +61,18 @@ pub(super) async fn run<H: BatchHandler>(
     // Records waiting for an earlier record of their key.
     let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
     let mut busy: HashSet<Key> = HashSet::new();
-    type Running = std::pin::Pin<Box<dyn std::future::Future<Output = (Record, bool)> + Send>>;
-    let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
-    let metrics = input.metrics.clone();
+    let mut running: FuturesUnordered<Running<'_>> = FuturesUnordered::new();
+    // The slots of calls that ended, for the next calls; their counts not yet flushed since
+    // `flush` was last reset.
+    let mut slots: Vec<Slot<'_>> = Vec::new();
+    let mut unflushed = false;
+    let flush = tokio::time::sleep(FLUSH_EVERY);
+    tokio::pin!(flush);
     // Settled records, given back to the poll loop a few at a time.
     let mut spent = Vec::new();
 
-    let start = |record: Record, at: Instant, running: &mut FuturesUnordered<Running>| {
-        let (shared, metrics, cancel) = (shared.clone(), metrics.clone(), cancel.clone());
-        running.push(Box::pin(async move {
-            let result = settle_record(
-                &shared,
-                &mut metrics.local(&shared.caller.breaker),
-                &record,
-                at,
-                &mut Progress::detached(shared.out.clone()),
-                &cancel,
-            )
-            .await;
-            (record, result.is_ok())
-        }));
-    };
-
+    let (shared, cancel) = (&shared, &cancel);
+    let handles = input.metrics.clone();
     // Once `cancel` fires (or a record is abandoned), nothing more is taken or started, and
     // the handler calls in flight run to their end: a dropped call would leave its work half
     // done and, as a probe, the breaker waiting for it forever.
@@ -83,32 +91,50 @@ pub(super) async fn run<H: BatchHandler>(
             // this loop). `take` is cancel-safe: a take dropped here loses nothing.
             biased;
             done = running.next(), if !running.is_empty() => {
-                let Some((record, settled)) = done else { continue };
-                let key = record.key.clone();
-                busy.remove(&key);
-                if !settled {
-                    // Stopped (revoked or stopping): it stays unsettled in `progress`, so
-                    // no stored offset passes it.
-                    stopping = true;
-                    continue;
-                }
-                progress.settle(&record);
-                if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
-                    if let Some((at, next)) = queue.pop_front() {
-                        busy.insert(key.clone());
-                        start(next, at, &mut running);
+                // Every call that has ended by now, then one store for them all: calls end
+                // in bunches (their timers fire together), and a store is a call into
+                // librdkafka.
+                let mut done = done;
+                while let Some((record, settled, mut ended)) = done {
+                    // The breaker learns of the answered call at once, as it did of a
+                    // failed one; the counts wait for `flush`. The next call is its own.
+                    ended.metrics.flush_answered();
+                    ended.metrics.follows = None;
+                    slots.push(ended);
+                    unflushed = true;
+                    let key = record.key.clone();
+                    busy.remove(&key);
+                    if !settled {
+                        // Stopped (revoked or stopping): it stays unsettled in `progress`,
+                        // so no stored offset passes it.
+                        stopping = true;
+                    } else {
+                        progress.settle(&record);
+                        if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
+                            if let Some((at, next)) = queue.pop_front() {
+                                busy.insert(key.clone());
+                                let slot = slot(&mut slots, shared, &handles);
+                                start(shared, cancel, next, at, slot, &mut running);
+                            }
+                            if queue.is_empty() {
+                                waiting.remove(&key);
+                            }
+                        }
+                        spent.push(record);
+                        if spent.len() >= GIVEN_BACK_AT_ONCE {
+                            input.give_back(std::mem::take(&mut spent));
+                        }
                     }
-                    if queue.is_empty() {
-                        waiting.remove(&key);
-                    }
+                    done = running.next().now_or_never().flatten();
                 }
                 progress.store();
-                spent.push(record);
-                if spent.len() >= GIVEN_BACK_AT_ONCE {
-                    input.give_back(std::mem::take(&mut spent));
-                }
             }
             _ = cancel.cancelled(), if !stopping => stopping = true,
+            _ = &mut flush, if unflushed => {
+                slots.iter_mut().for_each(|s| s.metrics.flush());
+                unflushed = false;
+                flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_EVERY);
+            }
             taken = input.take(free, Duration::ZERO, &cancel), if room => {
                 let Some((records, at)) = taken else {
                     stopping = true;
@@ -120,7 +146,8 @@ pub(super) async fn run<H: BatchHandler>(
                         waiting.entry(record.key.clone()).or_default().push_back((at, record));
                     } else {
                         busy.insert(record.key.clone());
-                        start(record, at, &mut running);
+                        let slot = slot(&mut slots, shared, &handles);
+                        start(shared, cancel, record, at, slot, &mut running);
                     }
                 }
             }
@@ -128,4 +155,39 @@ pub(super) async fn run<H: BatchHandler>(
     }
     // Records still waiting for their key were never started: their offsets are not stored,
     // so they are consumed again.
+}
+
+/// Starts `record`'s call (taken from its inbox at `at`) in `slot`, among those `running`.
+fn start<'a, H: BatchHandler>(
+    shared: &'a Arc<Shared<H>>,
+    cancel: &'a CancellationToken,
+    record: Record,
+    at: Instant,
+    mut slot: Slot<'a>,
+    running: &mut FuturesUnordered<Running<'a>>,
+) {
+    running.push(Box::pin(async move {
+        let result = settle_record(
+            shared,
+            &mut slot.metrics,
+            &record,
+            at,
+            &mut slot.progress,
+            cancel,
+        )
+        .await;
+        (record, result.is_ok(), slot)
+    }));
+}
+
+/// A slot for the next call: one a call left, or a new one counting into `handles`.
+fn slot<'a, H>(
+    slots: &mut Vec<Slot<'a>>,
+    shared: &'a Arc<Shared<H>>,
+    handles: &TopicHandles,
+) -> Slot<'a> {
+    slots.pop().unwrap_or_else(|| Slot {
+        metrics: handles.local(&shared.caller.breaker),
+        progress: Progress::detached(shared.out.clone()),
+    })
 }
