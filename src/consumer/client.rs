@@ -43,6 +43,38 @@ pub(crate) trait Client: Send + Sync + 'static {
     }
 }
 
+/// A consumer for unit tests that records the positions stored and the partitions resumed.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct RecordingClient {
+    /// Every position stored, in order.
+    pub stored: std::sync::Mutex<Vec<i64>>,
+    /// Every partition asked to resume, in order.
+    pub resumed: std::sync::Mutex<Vec<TopicPartition>>,
+}
+
+#[cfg(test)]
+impl Client for RecordingClient {
+    fn store_position(&self, _: &str, _: i32, position: i64) -> Result<(), String> {
+        self.stored.lock().unwrap().push(position);
+        Ok(())
+    }
+    fn pause(&self, _: &[TopicPartition]) -> Result<(), String> {
+        Ok(())
+    }
+    fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String> {
+        self.resumed.lock().unwrap().extend_from_slice(partitions);
+        Ok(())
+    }
+    fn start_at_beginning_unless_committed(
+        &self,
+        _: &str,
+        _: i32,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async {})
+    }
+}
+
 fn list(partitions: &[TopicPartition]) -> TopicPartitionList {
     let mut list = TopicPartitionList::with_capacity(partitions.len());
     for (topic, partition) in partitions {

@@ -318,33 +318,10 @@ mod tests {
 
     use super::writer::PendingExit;
     use super::*;
+    use crate::consumer::client::RecordingClient;
     use crate::dlq::DeadLettered;
     use crate::failure::DeadLetterKind;
     use crate::retry_tier::RetryWritten;
-
-    /// The consumer as the progress sees it: the positions stored, in order.
-    #[derive(Default)]
-    struct Positions(Mutex<Vec<i64>>);
-
-    impl Client for Positions {
-        fn store_position(&self, _: &str, _: i32, position: i64) -> Result<(), String> {
-            self.0.lock().unwrap().push(position);
-            Ok(())
-        }
-        fn pause(&self, _: &[TopicPartition]) -> Result<(), String> {
-            Ok(())
-        }
-        fn resume(&self, _: &[TopicPartition]) -> Result<(), String> {
-            Ok(())
-        }
-        fn start_at_beginning_unless_committed(
-            &self,
-            _: &str,
-            _: i32,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-            Box::pin(async {})
-        }
-    }
 
     /// Dead-letter writes the test acknowledges, one by one, by sending on their channel.
     #[derive(Default)]
@@ -367,14 +344,14 @@ mod tests {
     }
 
     struct Fixture {
-        positions: Arc<Positions>,
+        positions: Arc<RecordingClient>,
         writes: Arc<HeldWrites>,
         out: Arc<Out>,
     }
 
     fn fixture() -> Fixture {
         let (positions, writes) = (
-            Arc::new(Positions::default()),
+            Arc::new(RecordingClient::default()),
             Arc::new(HeldWrites::default()),
         );
         let out = Out::new(
@@ -392,7 +369,7 @@ mod tests {
 
     impl Fixture {
         fn stored(&self) -> Vec<i64> {
-            std::mem::take(&mut *self.positions.0.lock().unwrap())
+            std::mem::take(&mut *self.positions.stored.lock().unwrap())
         }
 
         /// Acknowledges the oldest write not acknowledged yet.

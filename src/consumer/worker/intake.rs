@@ -341,41 +341,18 @@ fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consumer::client::RecordingClient;
     use crate::consumer::poll::inbox::{Budget, Inbox};
 
     fn record(offset: i64) -> Record {
         Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
     }
 
-    /// A consumer that records the partitions it was asked to resume.
-    #[derive(Default)]
-    struct Resumes(std::sync::Mutex<Vec<(String, i32)>>);
-
-    impl crate::consumer::client::Client for Resumes {
-        fn store_position(&self, _: &str, _: i32, _: i64) -> Result<(), String> {
-            Ok(())
-        }
-        fn pause(&self, _: &[(String, i32)]) -> Result<(), String> {
-            Ok(())
-        }
-        fn resume(&self, partitions: &[(String, i32)]) -> Result<(), String> {
-            self.0.lock().unwrap().extend_from_slice(partitions);
-            Ok(())
-        }
-        fn start_at_beginning_unless_committed(
-            &self,
-            _: &str,
-            _: i32,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-            Box::pin(async {})
-        }
-    }
-
     /// A partition's intake in these tests: the consumer that records resumes and the
     /// metrics it counts in.
     #[derive(Default)]
     struct Reader {
-        client: Arc<Resumes>,
+        client: Arc<RecordingClient>,
         metrics: Metrics,
     }
 
@@ -466,11 +443,14 @@ mod tests {
         let cancel = CancellationToken::new();
         records.next(&cancel).await.unwrap();
         assert!(
-            reader.client.0.lock().unwrap().is_empty(),
+            reader.client.resumed.lock().unwrap().is_empty(),
             "3 of 4 shares left"
         );
         records.next(&cancel).await.unwrap();
-        assert_eq!(*reader.client.0.lock().unwrap(), [("t".to_string(), 3)]);
+        assert_eq!(
+            *reader.client.resumed.lock().unwrap(),
+            [("t".to_string(), 3)]
+        );
         assert_eq!(reader.metrics.buffered_bytes.get(), 2 * size as i64);
     }
 
