@@ -2,13 +2,13 @@
 //! of different keys concurrently, at most `max_in_flight` at once.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use std::future::Future;
-use std::pin::Pin;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::settle_record;
@@ -135,7 +135,7 @@ pub(super) async fn run<H: BatchHandler>(
                 unflushed = false;
                 flush.as_mut().reset(tokio::time::Instant::now() + FLUSH_EVERY);
             }
-            taken = input.take(free, Duration::ZERO, &cancel), if room => {
+            taken = input.take(free, Duration::ZERO, cancel), if room => {
                 let Some((records, at)) = taken else {
                     stopping = true;
                     continue;
