@@ -205,8 +205,12 @@ function applyWhere(e) {
 }
 
 async function loadLetters() {
+  // A list asked for an earlier filter (a redrive's end reloads it) may answer after the one
+  // the operator asked for since: only the list of the filter shown now is drawn.
+  const asked = state.filter;
   let data;
-  try { data = await api("GET", "api/dead-letters?" + query(Object.assign({ limit: 200 }, state.filter))); } catch (e) { say(e.message, true); return; }
+  try { data = await api("GET", "api/dead-letters?" + query(Object.assign({ limit: 200 }, asked))); } catch (e) { say(e.message, true); return; }
+  if (state.filter !== asked) return;
   const body = $("letters-table").tBodies[0];
   body.textContent = "";
   for (const d of data.dead_letters) {
