@@ -89,6 +89,7 @@
 mod client;
 mod error;
 mod poll;
+mod poll_loop;
 mod progress;
 mod settle;
 pub mod share;
@@ -101,26 +102,21 @@ mod worker;
 
 pub use error::{ConsumerError, TransactionError};
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures_util::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ConsumerConfig;
 use crate::dlq::DeadLetterPublisher;
 use crate::handler::BatchHandler;
 use crate::metrics::Metrics;
-use poll::assignments::{Assigned, Assignments};
+use poll::assignments::Assignments;
 use poll::context::{commit_stored, RebalanceContext};
+use poll_loop::PollLoop;
 use worker::Shared;
-
-/// Records the poll loop moves into inboxes after a wake-up before it waits again.
-const DELIVERIES_PER_WAKE: usize = 256;
 
 /// The dead-letter producer of `config`'s group, counting its failed writes in `metrics`.
 fn dead_letter_publisher(
@@ -145,8 +141,8 @@ pub struct Consumer<H: BatchHandler> {
     consumer: Arc<StreamConsumer<RebalanceContext>>,
     shared: Arc<Shared<H>>,
     assignments: Arc<Assignments>,
-    /// Partitions assigned by the rebalance callback, waiting for their worker.
-    assigned: mpsc::UnboundedReceiver<Assigned>,
+    /// What starts the workers and serves the queue.
+    poll_loop: PollLoop<H>,
     /// Parent of every worker's token.
     stop_workers: CancellationToken,
 }
@@ -212,11 +208,13 @@ impl<H: BatchHandler> Consumer<H> {
             crate::kafka::create(
                 &config.consumer_client_config(),
                 RebalanceContext {
-                    assignments: assignments.clone(),
+                    rebalancing: poll::rebalance::Rebalancing {
+                        assignments: assignments.clone(),
+                        transaction: transaction.clone(),
+                    },
                     metrics: metrics.clone(),
                     undecodable: Default::default(),
                     cluster: crate::kafka::cluster_of(&config.consumer_client_config()),
-                    transaction: transaction.clone(),
                 },
             )
             .map_err(ConsumerError::CreateConsumer)?,
@@ -233,12 +231,20 @@ impl<H: BatchHandler> Consumer<H> {
             Arc::new(client::KafkaClient(consumer.clone())),
         )?;
         shared.transaction = transaction;
+        let shared = Arc::new(shared);
+        let poll_loop = PollLoop::new(
+            shared.clone(),
+            assignments.clone(),
+            assigned,
+            config.topics.clone(),
+            None,
+        );
         Ok(Self {
-            shared: Arc::new(shared),
+            shared,
             config,
             consumer,
             assignments,
-            assigned,
+            poll_loop,
             stop_workers,
         })
     }
@@ -266,7 +272,7 @@ impl<H: BatchHandler> Consumer<H> {
         )
         .await
         {
-            self.shutdown(JoinSet::new()).await;
+            self.shutdown().await;
             return Ok(());
         }
         let topics = start::prepare(
@@ -285,22 +291,16 @@ impl<H: BatchHandler> Consumer<H> {
         tracing::info!(event = "consumer_started", topics = ?topics,
             group = %self.config.group_id);
 
-        let mut workers = JoinSet::new();
         if let Some(transaction) = &self.shared.transaction {
-            workers.spawn(progress::transaction::commit_when_due(
+            self.poll_loop.spawn(progress::transaction::commit_when_due(
                 transaction.clone(),
                 self.stop_workers.child_token(),
                 |t| async { tokio::task::spawn_blocking(move || t.commit()).await.ok() },
             ));
         }
         let seeker = client::KafkaClient(self.consumer.clone());
-        let rewinds = self.shared.transaction.clone();
-        let mut worker_names = HashMap::new();
-        let mut outcome = Ok(());
-        // One message stream for the loop's life (each `recv` would register and unregister
-        // a waker), and the inbox the last record went to.
         let consumer = self.consumer.clone();
-        let mut stream = consumer.stream();
+        let mut fetcher = poll::fetcher::KafkaFetcher::new(&consumer);
         let pauser = self.consumer.clone();
         let pause: poll::dispatch::Pause = Box::new(move |topic, partition| {
             let mut list = rdkafka::TopicPartitionList::with_capacity(1);
@@ -316,80 +316,18 @@ impl<H: BatchHandler> Consumer<H> {
             self.config.id_header.clone(),
             self.shared.out.metrics.buffered_bytes.clone(),
         );
-        loop {
-            // The consumer's queue serves records (into their partitions' inboxes),
-            // rebalances, errors and statistics.
-            let polled = tokio::select! {
-                biased;
-                _ = &mut shutdown => break,
-                Some(assigned) = self.assigned.recv() => {
-                    let name = format!("{}-{}", assigned.topic, assigned.partition);
-                    let worker = worker::start(&self.shared, assigned, &self.config.topics);
-                    worker_names.insert(workers.spawn(worker).id(), name);
-                    continue;
-                }
-                _ = async { rewinds.as_ref().expect("checked").rewound.notified().await }, if rewinds.is_some() => {
-                    let transaction = rewinds.as_ref().expect("checked");
-                    if let Err(why) = poll::rewind::rewind(transaction, &seeker, &self.assignments).await {
-                        outcome = Err(ConsumerError::Transaction(why));
-                        break;
-                    }
-                    continue;
-                }
-                Some(polled) = stream.next() => polled,
-            };
-            match polled {
-                Ok(message) => {
-                    dispatch.deliver(&message);
-                    drop(message);
-                    // Whatever else is ready, before the workers are woken: one wake-up for
-                    // many records.
-                    for _ in 0..DELIVERIES_PER_WAKE {
-                        match stream.next().now_or_never() {
-                            Some(Some(Ok(message))) => dispatch.deliver(&message),
-                            Some(Some(Err(error))) => {
-                                crate::kafka::warn_gated("poll_failed", &error, "polling on");
-                                break;
-                            }
-                            _ => break,
-                        }
-                    }
-                    dispatch.wake();
-                }
-                Err(error) => {
-                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
-                        tracing::error!(event = "consumer_fatal_error", error = %code, %reason,
-                            "the Kafka client cannot go on; stopping");
-                        outcome = Err(ConsumerError::Fatal { code, reason });
-                        break;
-                    }
-                    // A partition's error (a batch it cannot decode, an offset out of range)
-                    // is that partition's: the others go on at once. The context has placed
-                    // and reported it already (`undecodable`).
-                    crate::kafka::warn_gated("poll_failed", &error, "polling on");
-                }
-            }
-            while let Some(done) = workers.try_join_next_with_id() {
-                let (id, error) = match done {
-                    Ok((id, ())) => (id, None),
-                    Err(e) => (e.id(), Some(e)),
-                };
-                let name = worker_names.remove(&id).unwrap_or_default();
-                if let Some(e) = error.filter(|e| e.is_panic()) {
-                    let panic = crate::failure::panic_message(&e.into_panic());
-                    tracing::error!(event = "worker_died", partition = %name, error = %panic,
-                        "the partition is no longer consumed here; /healthz fails until the process restarts");
-                    self.shared.out.metrics.worker_died(&name, &panic);
-                }
-            }
-        }
-        drop((dispatch, stream));
+        let outcome = self
+            .poll_loop
+            .run(&mut fetcher, &mut dispatch, &seeker, shutdown.as_mut())
+            .await;
+        drop((dispatch, fetcher));
         drop(consumer);
-        self.shutdown(workers).await;
+        self.shutdown().await;
         outcome
     }
 
-    async fn shutdown(self, mut workers: JoinSet<()>) {
+    async fn shutdown(self) {
+        let mut workers = self.poll_loop.into_workers();
         tracing::info!(event = "shutdown_started", workers = workers.len());
         self.stop_workers.cancel();
         let deadline = self.config.shutdown_timeout;
@@ -415,7 +353,6 @@ impl<H: BatchHandler> Consumer<H> {
         }
         self.consumer.unsubscribe();
         self.assignments.end_all();
-        drop(self.assigned);
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
         let (shared, consumer) = (self.shared, self.consumer);

@@ -1,9 +1,8 @@
-//! The consumer's librdkafka context: rebalance callbacks (forwarded to `assignments.rs`),
+//! The consumer's librdkafka context: rebalance callbacks (decided in `rebalance.rs`),
 //! errors, statistics and logs.
 
-use std::sync::Arc;
-
-use super::assignments::{Assignments, PartitionKey};
+use super::assignments::PartitionKey;
+use super::rebalance::Rebalancing;
 use super::undecodable::Undecodable;
 use crate::metrics::Metrics;
 use rdkafka::client::ClientContext;
@@ -13,20 +12,19 @@ use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 
-/// The consumer's librdkafka context. On assignment it hands the partitions to
-/// [`Assignments::assign`], then resumes their fetches (a pause of an earlier assignment
-/// outlives its revocation in librdkafka). On revocation (or loss) it ends them
-/// ([`Assignments::revoke`]) and commits the offsets stored so far.
+/// The consumer's librdkafka context. A rebalance's partitions go to its decisions
+/// (`rebalance.rs`: revoked ones end, then the commit; assigned ones get inboxes); after an
+/// assignment it resumes their fetches (a pause of an earlier assignment outlives its
+/// revocation in librdkafka).
 pub(in crate::consumer) struct RebalanceContext {
-    pub assignments: Arc<Assignments>,
+    /// What a rebalance does to the partitions here.
+    pub rebalancing: Rebalancing,
     pub metrics: Metrics,
     /// Batches librdkafka could not decode, and the partitions stopped at them.
     pub undecodable: Undecodable,
     /// Where and how the consumer connects (`<brokers> (SASL_SSL, SCRAM-SHA-512)`), for a
     /// refused connection's report.
     pub cluster: String,
-    /// Exactly once: the transaction that commits before revoked partitions go.
-    pub transaction: Option<Arc<crate::consumer::progress::transaction::Transaction>>,
 }
 
 impl ClientContext for RebalanceContext {
@@ -69,39 +67,17 @@ impl ClientContext for RebalanceContext {
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        self.assignments.rebalancing();
         let keys = |tpl: &rdkafka::TopicPartitionList| -> Vec<PartitionKey> {
             tpl.elements()
                 .iter()
                 .map(|e| (e.topic().to_string(), e.partition()))
                 .collect()
         };
-        let named = |keys: &[PartitionKey]| -> Vec<String> {
-            keys.iter().map(|(t, p)| format!("{t}-{p}")).collect()
-        };
         match rebalance {
-            Rebalance::Revoke(tpl) => {
-                let revoked = keys(tpl);
-                self.assignments.revoke(&revoked);
-                tracing::info!(event = "partitions_revoked", partitions = ?named(&revoked));
-                match &self.transaction {
-                    // The revoked workers' records are refused from now on: the commit takes
-                    // what settled before (or aborts, and the next owner starts before it).
-                    Some(transaction) => {
-                        // The poll loop waits for it (the next owner must find it committed);
-                        // the runtime's other tasks do not.
-                        crate::consumer::progress::transaction::off_the_runtime(|| {
-                            transaction.commit()
-                        });
-                    }
-                    None => commit_stored(consumer, "rebalance"),
-                }
-            }
-            Rebalance::Assign(tpl) => {
-                let assigned = keys(tpl);
-                tracing::info!(event = "partitions_assigned", partitions = ?named(&assigned));
-                self.assignments.assign(&assigned);
-            }
+            Rebalance::Revoke(tpl) => self
+                .rebalancing
+                .revoke(&keys(tpl), || commit_stored(consumer, "rebalance")),
+            Rebalance::Assign(tpl) => self.rebalancing.assign(&keys(tpl)),
             Rebalance::Error(e) => {
                 tracing::warn!(event = "rebalance_failed", error = %e);
             }

@@ -3,7 +3,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | [`context`] | the librdkafka context: rebalances (revoke → commit, assign → inbox), errors, statistics |
+//! | [`fetcher`] | what the poll loop asks of librdkafka's queue (the simulation answers from its world) |
+//! | [`context`] | the librdkafka context: rebalances, errors, statistics |
+//! | [`rebalance`] | what a rebalance decides: revoked partitions end, then the commit; assigned ones get inboxes |
 //! | [`assignments`] | the partitions assigned here: each one's inbox and the token that stops its worker |
 //! | [`dispatch`] | the poll loop's hand-off: each record copied into its partition's inbox |
 //! | [`inbox`] | a partition's inbox, its share of `max_buffered_bytes`, pausing and resuming the partition |
@@ -14,7 +16,9 @@
 pub(in crate::consumer) mod assignments;
 pub(in crate::consumer) mod context;
 pub(in crate::consumer) mod dispatch;
+pub(in crate::consumer) mod fetcher;
 pub(in crate::consumer) mod inbox;
+pub(in crate::consumer) mod rebalance;
 pub(in crate::consumer) mod rewind;
 pub(in crate::consumer) mod spare_records;
 pub(in crate::consumer) mod undecodable;

@@ -54,12 +54,17 @@ fn a_worker_revoked_while_it_waits_for_the_dead_letter_budget_ends() {
         produce(&world, 0, &[Outcome::Permanent]);
         produce(&world, 1, &[Outcome::Permanent]);
         let (t0, t1) = ((SOURCE.to_string(), 0), (SOURCE.to_string(), 1));
-        let _w0 = member.assign(&world, 0, &t0);
-        let w1 = member.assign(&world, 0, &t1);
+        member.assign(&world, 0, &t0);
+        member.assign(&world, 0, &t1);
         // One dead letter holds the whole budget while the dead-letter topic is down; the
         // other partition's waits for it.
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(member.shared.out.budget.available_permits(), 0);
+        let started = member.started.lock().expect("started lock").clone();
+        let (_, w1) = started
+            .into_iter()
+            .find(|(tp, _)| *tp == t1)
+            .expect("the poll loop started t-1's worker");
         member.revoke(&world, 0, &t1);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(
@@ -76,12 +81,12 @@ fn a_partition_in_backoff_gives_its_acknowledged_dead_letters_budget_back() {
         // t-0: a dead letter (acknowledged within 300 ms), then a record in a minute's backoff.
         produce(&world, 0, &[Outcome::Permanent, Outcome::Transient(2)]);
         let t0 = (SOURCE.to_string(), 0);
-        let _w0 = member.assign(&world, 0, &t0);
+        member.assign(&world, 0, &t0);
         tokio::time::sleep(Duration::from_millis(10)).await;
         // t-1's dead letter needs the budget t-0's acknowledged write held.
         produce(&world, 1, &[Outcome::Permanent]);
         let t1 = (SOURCE.to_string(), 1);
-        let _w1 = member.assign(&world, 0, &t1);
+        member.assign(&world, 0, &t1);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let w = world.lock();
         assert!(

@@ -1,26 +1,27 @@
 //! A simulated member: its worker settings (one breaker, one dead-letter budget, its consumer,
-//! writes and handler over the shared world), its real [`Assignments`] and poll-loop hand-off,
-//! and its rebalances: what the rebalance callback and the consumer's loop do, with the world
-//! as librdkafka.
+//! writes and handler over the shared world), its real [`Assignments`], its real poll loop
+//! over the world's queues, and its rebalances: the rebalance callback's real decisions, with
+//! the world as librdkafka.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::super::Shared;
 use super::client::SimClient;
+use super::fetcher::SimFetcher;
 use super::handler::SimHandler;
-use super::poll_loop::poll_loop;
 use super::producer::SimProducer;
 use super::world::{WorldRef, SOURCE};
 use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
 use crate::consumer::client::TopicPartition;
-use crate::consumer::poll::assignments::{Assigned, Assignments};
-use crate::consumer::poll::rewind::rewind;
+use crate::consumer::poll::assignments::Assignments;
+use crate::consumer::poll::dispatch::Dispatch;
+use crate::consumer::poll::rebalance::Rebalancing;
+use crate::consumer::poll_loop::{PollLoop, Started};
 use crate::consumer::progress::transaction::{commit_when_due, Transaction, TransactionalProducer};
 use crate::consumer::progress::Out;
 use crate::metrics::Metrics;
@@ -38,15 +39,12 @@ pub(super) enum Mode {
 pub(super) struct SimMember {
     pub shared: Arc<Shared<SimHandler>>,
     pub assignments: Arc<Assignments>,
-    /// Where `assignments` sends newly assigned partitions.
-    assigned: Arc<Mutex<mpsc::UnboundedReceiver<Assigned>>>,
-    /// Exactly once: the workers its poll loop started again after an aborted transaction,
-    /// for the schedule to take over.
-    pub restarted: Restarted,
+    /// The rebalance callback's decisions.
+    rebalancing: Rebalancing,
+    /// Each worker its poll loop started (for an assignment, or again after an aborted
+    /// transaction), in order, for the schedule to take over.
+    pub started: Started,
 }
-
-/// Workers a poll loop started again, each with its partition.
-pub(super) type Restarted = Arc<Mutex<Vec<(TopicPartition, JoinHandle<()>)>>>;
 
 /// Exactly once: how many records, or how long, a member's transactions take at most.
 #[derive(Debug, Clone, Copy)]
@@ -84,11 +82,12 @@ pub(super) fn settings(mode: Mode, tiers: &RetryTiers) -> ConsumerConfig {
 
 /// Member `member`'s workers, set up from `config` as the consumer sets them up, over the
 /// world: its consumer, writes and handler, `budget_kib` of dead-letter budget; its
-/// partitions, and its poll loop, started (it runs until the runtime ends).
+/// partitions, and its real poll loop, started (it runs until the runtime ends; a rewind that
+/// fails stops it, a violation).
 ///
 /// With `transactions` (exactly once) its workers settle into a transaction of a
 /// [`SimProducer`], committed when due by the real committer, and its poll loop rewinds the
-/// partitions of aborted ones with the real rewind.
+/// partitions of aborted ones.
 pub(super) fn member(
     world: &WorldRef,
     member: usize,
@@ -105,7 +104,6 @@ pub(super) fn member(
         CancellationToken::new(),
         inbox_budget,
     ));
-    tokio::spawn(poll_loop(world.clone(), member, assignments.clone()));
     let handler = SimHandler {
         world: world.clone(),
     };
@@ -140,87 +138,70 @@ pub(super) fn member(
         transaction: transaction.clone(),
         ..shared
     });
-    let sim = SimMember {
-        shared,
-        assignments,
-        assigned: Arc::new(Mutex::new(assigned)),
-        restarted: Arc::default(),
-    };
-    if let Some(transaction) = transaction {
-        tokio::spawn(commit_when_due(
+    let started = Started::default();
+    let mut poll_loop = PollLoop::new(
+        shared.clone(),
+        assignments.clone(),
+        assigned,
+        vec![SOURCE.to_string()],
+        Some(started.clone()),
+    );
+    if let Some(transaction) = &transaction {
+        poll_loop.spawn(commit_when_due(
             transaction.clone(),
             CancellationToken::new(),
             |t| async move { Some(t.commit()) },
         ));
-        tokio::spawn(sim.rewinds(world.clone(), member, transaction));
     }
-    sim
+    let mut fetcher = SimFetcher {
+        world: world.clone(),
+        member,
+        assignments: assignments.clone(),
+    };
+    let buffered = prometheus::IntGauge::new("buffered", "the inboxes' bytes").expect("a gauge");
+    let pause = SimFetcher::pause(world, member);
+    let mut dispatch = Dispatch::new(assignments.clone(), pause, None, buffered);
+    let seek = SimClient {
+        world: world.clone(),
+        member,
+    };
+    let stopped = world.clone();
+    tokio::spawn(async move {
+        let never = std::pin::pin!(std::future::pending::<()>());
+        if let Err(why) = poll_loop
+            .run(&mut fetcher, &mut dispatch, &seek, never)
+            .await
+        {
+            let violation = format!("member {member} stopped: {why}");
+            stopped.lock().violations.push(violation);
+        }
+    });
+    SimMember {
+        shared,
+        rebalancing: Rebalancing {
+            assignments: assignments.clone(),
+            transaction,
+        },
+        assignments,
+        started,
+    }
 }
 
 impl SimMember {
-    /// `tp` assigned to this member (`member`): the rebalance callback's assignment, librdkafka
-    /// fetching it from its committed position, and the consumer's loop starting its worker.
-    pub(super) fn assign(
-        &self,
-        world: &WorldRef,
-        member: usize,
-        tp: &TopicPartition,
-    ) -> JoinHandle<()> {
-        self.assignments.rebalancing();
-        self.assignments.assign(std::slice::from_ref(tp));
+    /// `tp` assigned to this member (`member`): the rebalance callback's decisions, then
+    /// librdkafka fetching it from its committed position (resumed). Its poll loop starts
+    /// the worker.
+    pub(super) fn assign(&self, world: &WorldRef, member: usize, tp: &TopicPartition) {
+        self.rebalancing.assign(std::slice::from_ref(tp));
         world.lock().assign(member, tp);
-        let assigned = self
-            .assigned
-            .lock()
-            .expect("assigned lock")
-            .try_recv()
-            .expect("the assignment sent its partition");
-        let sources = [SOURCE.to_string()];
-        tokio::spawn(super::super::start(&self.shared, assigned, &sources))
     }
 
-    /// `tp` revoked from this member (`member`): the rebalance callback ends its assignment
-    /// and commits the positions stored so far (exactly once: the open transaction).
+    /// `tp` revoked from this member (`member`): the rebalance callback's decisions (its
+    /// assignment ends, then the member's stored positions are committed, or exactly once the
+    /// open transaction), then librdkafka drops what it fetched.
     pub(super) fn revoke(&self, world: &WorldRef, member: usize, tp: &TopicPartition) {
-        self.assignments.rebalancing();
-        self.assignments.revoke(std::slice::from_ref(tp));
-        if let Some(transaction) = &self.shared.transaction {
-            transaction.commit();
-        }
+        self.rebalancing
+            .revoke(std::slice::from_ref(tp), || world.lock().commit(member));
         world.lock().revoke(member, tp);
-    }
-
-    /// The poll loop's part in exactly once: each time a transaction aborted, the real
-    /// rewind of its partitions, and their new workers started.
-    fn rewinds(
-        &self,
-        world: WorldRef,
-        member: usize,
-        transaction: Arc<Transaction>,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (shared, assignments) = (self.shared.clone(), self.assignments.clone());
-        let (assigned, restarted) = (self.assigned.clone(), self.restarted.clone());
-        async move {
-            let seek = SimClient {
-                world: world.clone(),
-                member,
-            };
-            let sources = [SOURCE.to_string()];
-            loop {
-                transaction.rewound.notified().await;
-                if let Err(why) = rewind(&transaction, &seek, &assignments).await {
-                    world
-                        .lock()
-                        .violations
-                        .push(format!("member {member} stopped: {why}"));
-                    return;
-                }
-                while let Ok(new) = assigned.lock().expect("assigned lock").try_recv() {
-                    let tp = (new.topic.clone(), new.partition);
-                    let handle = tokio::spawn(super::super::start(&shared, new, &sources));
-                    restarted.lock().expect("restarted lock").push((tp, handle));
-                }
-            }
-        }
     }
 }

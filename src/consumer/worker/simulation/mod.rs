@@ -2,10 +2,14 @@
 //! batches with bisection and partial responses, retry partitions waiting for their due
 //! time, the outage breaker, the dead-letter window and budget, revocation and re-assignment)
 //! runs against simulated partitions ([`world`]) on tokio's paused clock, with no broker.
-//! Each member's poll loop ([`poll_loop`]) moves what its librdkafka queues fetched into the
-//! partitions' real inboxes (`consumer::poll::inbox`), which pause and resume the partitions as in
-//! production, copying each source record into a settled record the workers gave back, as
-//! production does; the workers take their records from there.
+//! Each member runs the consumer's real poll loop (`consumer::poll_loop`) over its queues in
+//! the world ([`fetcher`]): it moves what librdkafka fetched into the partitions' real inboxes
+//! (`consumer::poll::inbox`), which pause and resume the partitions as in production, copying
+//! each source record into a settled record the workers gave back; it starts each assigned
+//! partition's worker and, exactly once, rewinds the partitions of an aborted transaction.
+//! Rebalances go through the rebalance callback's real decisions (`consumer::poll::rebalance`):
+//! the revoked assignment ends, then the member's stored positions (or its transaction) are
+//! committed.
 //!
 //! Each schedule ([`schedule`]) is drawn from one seed: the mode and its settings, the retry
 //! tiers, the size of the fetch queues, the inboxes' budget (from less than one record, so
@@ -52,10 +56,10 @@
 mod client;
 mod coordinator;
 mod dead_letter_budget;
+mod fetcher;
 mod handler;
 mod member;
 mod plan;
-mod poll_loop;
 mod producer;
 mod replay;
 mod schedule;

@@ -4,10 +4,10 @@
 //! partition assigned, the outages over, and the records must all settle and be committed;
 //! then shutdown, which must end in time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
+use tokio::task::AbortHandle;
 
 use super::coordinator::Tally;
 use super::member::{member, settings, Mode, SimMember, Transactions};
@@ -79,7 +79,7 @@ const STALL_AFTER: Duration = Duration::from_secs(1);
 struct Stopping {
     member: usize,
     tp: TopicPartition,
-    handle: JoinHandle<()>,
+    handle: AbortHandle,
     since: tokio::time::Instant,
 }
 
@@ -108,8 +108,10 @@ struct Run {
     rng: fastrand::Rng,
     world: WorldRef,
     members: Vec<SimMember>,
-    /// Each member's workers, by partition.
-    workers: Vec<BTreeMap<TopicPartition, JoinHandle<()>>>,
+    /// What each member owns.
+    owned: Vec<BTreeSet<TopicPartition>>,
+    /// The worker of each partition a member owns, once its poll loop started it.
+    workers: Vec<BTreeMap<TopicPartition, AbortHandle>>,
     stopping: Vec<Stopping>,
     partitions: Vec<TopicPartition>,
     sources: Vec<String>,
@@ -120,9 +122,9 @@ struct Run {
     mode: Mode,
     /// With [`Variant::ExactlyOnce`]: the faults of the transactions.
     faults: Option<fastrand::Rng>,
-    /// Members working on a partition the group gave another (their worker's handle): they
-    /// do not know until their revocation callback runs ([`Run::wake`]).
-    zombies: Vec<(usize, TopicPartition, JoinHandle<()>)>,
+    /// Members working on a partition the group gave another (their worker, once started):
+    /// they do not know until their revocation callback runs ([`Run::wake`]).
+    zombies: Vec<(usize, TopicPartition, Option<AbortHandle>)>,
 }
 
 /// Runs the schedule of `seed` with `variant`; `Err` names the first broken guarantee.
@@ -204,6 +206,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         rng,
         world,
         members,
+        owned: (0..MEMBERS).map(|_| BTreeSet::new()).collect(),
         workers: (0..MEMBERS).map(|_| BTreeMap::new()).collect(),
         stopping: Vec::new(),
         partitions,
@@ -333,13 +336,13 @@ impl Run {
     }
 
     fn owner(&self, tp: &TopicPartition) -> Option<usize> {
-        (0..MEMBERS).find(|m| self.workers[*m].contains_key(tp))
+        (0..MEMBERS).find(|m| self.owned[*m].contains(tp))
     }
 
-    /// The rebalance callback's assignment and the consumer loop's start of the worker. A
+    /// The rebalance callback's assignment (the member's poll loop starts the worker). A
     /// zombie of the partition learns first that it lost it.
     fn assign(&mut self, member: usize, tp: &TopicPartition) {
-        self.adopt_restarted();
+        self.adopt_started();
         if self.owner(tp).is_some() {
             return;
         }
@@ -351,33 +354,43 @@ impl Run {
             self.wake(at);
         }
         tracing::debug!(event = "simulated_assign", member, topic = %tp.0, partition = tp.1);
-        let handle = self.members[member].assign(&self.world, member, tp);
-        self.workers[member].insert(tp.clone(), handle);
+        self.members[member].assign(&self.world, member, tp);
+        self.owned[member].insert(tp.clone());
     }
 
     /// The rebalance callback's revocation: the worker cancelled, the stored positions
     /// committed, the partition unassigned.
     fn revoke(&mut self, tp: &TopicPartition) {
-        self.adopt_restarted();
+        self.adopt_started();
         let Some(member) = self.owner(tp) else { return };
-        let handle = self.workers[member].remove(tp).expect("owned");
+        self.owned[member].remove(tp);
+        let handle = self.workers[member].remove(tp);
         tracing::debug!(event = "simulated_revoke", member, topic = %tp.0, partition = tp.1);
         self.members[member].revoke(&self.world, member, tp);
-        self.stopping.push(Stopping {
-            member,
-            tp: tp.clone(),
-            handle,
-            since: tokio::time::Instant::now(),
-        });
+        self.stop(member, tp.clone(), handle);
+    }
+
+    /// `handle`, the worker of `tp` on `member`, must end from now on (one not started yet
+    /// is taken over as stopping when it starts).
+    fn stop(&mut self, member: usize, tp: TopicPartition, handle: Option<AbortHandle>) {
+        if let Some(handle) = handle {
+            self.stopping.push(Stopping {
+                member,
+                tp,
+                handle,
+                since: tokio::time::Instant::now(),
+            });
+        }
     }
 
     /// A member loses `tp` without knowing (stopped past its session, say): the group gives
     /// it to the other member, which starts at the committed position, while this one's
     /// worker goes on and its transaction holds the partition's records.
     fn lose(&mut self, tp: &TopicPartition) {
-        self.adopt_restarted();
+        self.adopt_started();
         let Some(member) = self.owner(tp) else { return };
-        let handle = self.workers[member].remove(tp).expect("owned");
+        self.owned[member].remove(tp);
+        let handle = self.workers[member].remove(tp);
         tracing::debug!(event = "simulated_lose", member, topic = %tp.0, partition = tp.1);
         let mut world = self.world.lock();
         let coordinator = world.exactly_once.as_mut().expect("exactly once");
@@ -390,45 +403,32 @@ impl Run {
     /// Zombie `at` learns it lost its partition: its revocation callback runs (the commit of
     /// its transaction is refused when it holds the partition's records: an abort).
     fn wake(&mut self, at: usize) {
-        self.adopt_restarted();
+        self.adopt_started();
         let (member, tp, handle) = self.zombies.remove(at);
         tracing::debug!(event = "simulated_wake", member, topic = %tp.0, partition = tp.1);
         self.members[member].revoke(&self.world, member, &tp);
-        self.stopping.push(Stopping {
-            member,
-            tp,
-            handle,
-            since: tokio::time::Instant::now(),
-        });
+        self.stop(member, tp, handle);
     }
 
-    /// Takes over the workers the members' poll loops started again after an aborted
-    /// transaction: each replaces its partition's worker (which ends), or stops at once when
-    /// the partition has gone meanwhile. Called before every change of who owns what, so a
-    /// restarted worker never replaces one assigned after it.
-    fn adopt_restarted(&mut self) {
+    /// Takes over the workers the members' poll loops started, in the order they started:
+    /// the worker of a partition the member owns (or a zombie's) replaces the one it had, if
+    /// any (a rewind's fresh worker; the old one ends); one of a partition gone meanwhile
+    /// must end at once. Called before every change of who owns what.
+    fn adopt_started(&mut self) {
         for member in 0..MEMBERS {
-            let restarted = std::mem::take(
-                &mut *self.members[member]
-                    .restarted
-                    .lock()
-                    .expect("restarted lock"),
-            );
-            for (tp, handle) in restarted {
-                let now = tokio::time::Instant::now();
+            let started =
+                std::mem::take(&mut *self.members[member].started.lock().expect("started lock"));
+            for (tp, handle) in started {
+                tracing::debug!(event = "simulated_worker_started", member, topic = %tp.0, partition = tp.1);
                 let zombie = self.zombies.iter_mut().find(|z| z.0 == member && z.1 == tp);
-                let old = match (self.workers[member].get_mut(&tp), zombie) {
-                    (Some(current), _) => std::mem::replace(current, handle),
-                    (None, Some(zombie)) => std::mem::replace(&mut zombie.2, handle),
-                    (None, None) => handle,
+                let old = if self.owned[member].contains(&tp) {
+                    self.workers[member].insert(tp.clone(), handle)
+                } else if let Some(zombie) = zombie {
+                    zombie.2.replace(handle)
+                } else {
+                    Some(handle)
                 };
-                tracing::debug!(event = "simulated_restart_adopted", member, topic = %tp.0, partition = tp.1);
-                self.stopping.push(Stopping {
-                    member,
-                    tp,
-                    handle: old,
-                    since: now,
-                });
+                self.stop(member, tp, old);
             }
         }
     }
@@ -464,7 +464,7 @@ impl Run {
     }
 
     async fn step(&mut self) {
-        self.adopt_restarted();
+        self.adopt_started();
         let pick = self.rng.usize(0..self.partitions.len());
         let tp = self.partitions[pick].clone();
         match self.rng.u8(0..100) {
@@ -520,7 +520,7 @@ impl Run {
     /// revoked workers ending in time, every owned partition fetched unless a retry wait
     /// holds it now.
     fn check(&mut self) -> Result<(), String> {
-        self.adopt_restarted();
+        self.adopt_started();
         let now = tokio::time::Instant::now();
         if let Some(violation) = self.world.lock().violations.first() {
             return Err(format!("{violation}; {}", self.context()));
