@@ -83,6 +83,10 @@ pub(in crate::consumer) enum Way {
     /// Exactly once: a settled record goes into the transaction with its effect (its
     /// outputs, or its exit's write), which commits its position; nothing is stored here.
     Transaction(Arc<Transaction>),
+    /// A key-ordered record's own call: a leaving record's write is awaited, as inline, but
+    /// no ledger is kept and no position stored (its partition's worker keeps the
+    /// partition's, over the calls of every key).
+    Detached,
 }
 
 impl Way {
@@ -147,17 +151,22 @@ impl Progress {
         }
     }
 
-    /// A key-ordered record's own call: its exit is written inline, and it stores nothing
-    /// (nothing is taken into its ledger; the partition's worker keeps the partition's).
-    pub(in crate::consumer) fn detached(out: Arc<Out>) -> Self {
-        Self::new("", -1, Way::Inline, CancellationToken::new(), out)
+    /// A key-ordered record's own call on `topic`/`partition`: [`Way::Detached`].
+    pub(in crate::consumer) fn detached(topic: &str, partition: i32, out: Arc<Out>) -> Self {
+        Self::new(
+            topic,
+            partition,
+            Way::Detached,
+            CancellationToken::new(),
+            out,
+        )
     }
 
     /// `record` was taken from the partition's queue. Keyed by the offset it was delivered at
     /// ([`Record::delivered_offset`]: a retry record's offset in its retry topic), which is the
     /// one the partition commits, so no caller can pass the wrong one.
     pub(in crate::consumer) fn take(&mut self, record: &Record) {
-        if !matches!(self.way, Way::Transaction(_)) {
+        if matches!(self.way, Way::Inline | Way::Pipelined(_)) {
             self.ledger.take(record.delivered_offset());
         }
     }
@@ -172,6 +181,7 @@ impl Progress {
                 transaction.apply(&self.partition, record, &self.revoked, effect);
             }
             Way::Inline | Way::Pipelined(_) => self.ledger.settle(record.delivered_offset()),
+            Way::Detached => {}
         }
     }
 
@@ -234,7 +244,7 @@ impl Progress {
                 writes.start(&self.out, record, leaving, cancel).await?;
                 Ok(false)
             }
-            Way::Inline => {
+            Way::Inline | Way::Detached => {
                 let out = &self.out;
                 let write = leaving.write_of(out, record);
                 let written = leaving
@@ -243,7 +253,9 @@ impl Progress {
                     .instrument(leaving.span)
                     .await;
                 exited(&out.metrics, &record.topic, &write, written)?;
-                self.ledger.settle(record.delivered_offset());
+                if matches!(self.way, Way::Inline) {
+                    self.ledger.settle(record.delivered_offset());
+                }
                 Ok(true)
             }
         }
@@ -463,7 +475,7 @@ mod tests {
     #[tokio::test]
     async fn a_detached_progress_writes_inline_and_stores_nothing() {
         let f = fixture();
-        let mut progress = Progress::detached(f.out.clone());
+        let mut progress = Progress::detached("orders", 0, f.out.clone());
         let record = Record::new("orders", 0, 5);
         let stop = CancellationToken::new();
         let mut exit = Box::pin(progress.exit(&record, leaving(), &stop));
@@ -473,7 +485,9 @@ mod tests {
         );
         f.acknowledge();
         assert_eq!(exit.await, Ok(true));
-        progress.settle(&Record::new("orders", 0, 6));
+        let next = Record::new("orders", 0, 6);
+        progress.take(&next);
+        progress.settle(&next);
         progress.store();
         assert!(
             f.stored().is_empty(),

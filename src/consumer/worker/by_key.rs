@@ -73,6 +73,7 @@ pub(super) async fn run<H: BatchHandler>(
 
     let (shared, cancel) = (&shared, &cancel);
     let handles = input.metrics.clone();
+    let (topic, partition) = (input.topic.clone(), input.partition);
     // Once `cancel` fires (or a record is abandoned), nothing more is taken or started, and
     // the handler calls in flight run to their end: a dropped call would leave its work half
     // done and, as a probe, the breaker waiting for it forever.
@@ -113,7 +114,7 @@ pub(super) async fn run<H: BatchHandler>(
                         if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
                             if let Some((at, next)) = queue.pop_front() {
                                 busy.insert(key.clone());
-                                let slot = slot(&mut slots, shared, &handles);
+                                let slot = slot(&mut slots, shared, &handles, (&topic, partition));
                                 start(shared, cancel, next, at, slot, &mut running);
                             }
                             if queue.is_empty() {
@@ -146,7 +147,7 @@ pub(super) async fn run<H: BatchHandler>(
                         waiting.entry(record.key.clone()).or_default().push_back((at, record));
                     } else {
                         busy.insert(record.key.clone());
-                        let slot = slot(&mut slots, shared, &handles);
+                        let slot = slot(&mut slots, shared, &handles, (&topic, partition));
                         start(shared, cancel, record, at, slot, &mut running);
                     }
                 }
@@ -180,14 +181,16 @@ fn start<'a, H: BatchHandler>(
     }));
 }
 
-/// A slot for the next call: one a call left, or a new one counting into `handles`.
+/// A slot for the next call on `topic`/`partition`: one a call left, or a new one counting
+/// into `handles`.
 fn slot<'a, H>(
     slots: &mut Vec<Slot<'a>>,
     shared: &'a Arc<Shared<H>>,
     handles: &TopicHandles,
+    (topic, partition): (&str, i32),
 ) -> Slot<'a> {
     slots.pop().unwrap_or_else(|| Slot {
         metrics: handles.local(&shared.caller.breaker),
-        progress: Progress::detached(shared.out.clone()),
+        progress: Progress::detached(topic, partition, shared.out.clone()),
     })
 }
