@@ -13,8 +13,9 @@ use super::super::Shared;
 use super::client::SimClient;
 use super::fetcher::SimFetcher;
 use super::handler::SimHandler;
+use super::plan::{Outcome, Plan, Wait};
 use super::producer::SimProducer;
-use super::world::{WorldRef, SOURCE};
+use super::world::{World, WorldRef, SOURCE};
 use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
 use crate::consumer::client::TopicPartition;
@@ -203,5 +204,53 @@ impl SimMember {
         self.rebalancing
             .revoke(std::slice::from_ref(tp), || world.lock().commit(member));
         world.lock().revoke(member, tp);
+    }
+}
+
+/// A schedule of one member settling in `mode`, with `budget_kib` of dead-letter budget, on
+/// the paused clock: `body` runs it.
+pub(super) fn one_member(
+    mode: Mode,
+    budget_kib: usize,
+    backoff: std::time::Duration,
+    body: impl AsyncFnOnce(WorldRef, SimMember),
+) {
+    crate::consumer::simulation::quiet();
+    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let world = WorldRef::new(World::new(
+            0,
+            1,
+            64,
+            16 << 20,
+            matches!(mode, Mode::ByKey { .. }),
+        ));
+        // A backoff that never grows, without jitter, 3 retries.
+        let config = crate::config::ConsumerConfig {
+            backoff_initial: backoff,
+            backoff_max: backoff,
+            backoff_jitter: 0.0,
+            max_retries: 3,
+            ..settings(mode, &Default::default())
+        };
+        let member = member(&world, 0, &config, budget_kib, None);
+        body(world, member).await;
+    });
+}
+
+/// Records of `partition` without a key, each settling to its outcome at once.
+pub(super) fn produce(world: &WorldRef, partition: i32, outcomes: &[Outcome]) {
+    let mut w = world.lock();
+    for outcome in outcomes {
+        let plan = Plan {
+            wait: Wait::None,
+            outcome: *outcome,
+        };
+        w.produce(partition, None, plan);
     }
 }

@@ -58,6 +58,7 @@ mod coordinator;
 mod dead_letter_budget;
 mod fetcher;
 mod handler;
+mod key_order_counts;
 mod member;
 mod plan;
 mod producer;
