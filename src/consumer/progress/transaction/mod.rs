@@ -574,10 +574,12 @@ impl Transaction {
                 let mut state = self.lock();
                 state.open.end();
                 state.assignments.clear();
-                for pending in std::mem::take(&mut state.pending) {
+                // Drained, not taken: the next transaction's writes reuse its room.
+                let s = &mut *state;
+                for pending in s.pending.drain(..) {
                     let key = (pending.partition, pending.offset);
-                    state.refused.remove(&key);
-                    state.exit_refusals.remove(&key);
+                    s.refused.remove(&key);
+                    s.exit_refusals.remove(&key);
                 }
                 for exit in state.exits.drain(..) {
                     self.count(exit);
@@ -616,7 +618,8 @@ impl Transaction {
     /// that began after it, in the order they settled; those whose assignment ended or whose
     /// partition rewinds are dropped.
     fn hand_over_queued(&self, state: &mut State) {
-        for queued in state.queue.take() {
+        let mut taken = state.queue.take();
+        for queued in taken.drain(..) {
             let Queued {
                 partition,
                 offset,
@@ -642,6 +645,7 @@ impl Transaction {
                 }
             }
         }
+        state.queue.reuse(taken);
         if state.open.records() >= self.max_records {
             self.full.notify_one();
         }

@@ -294,6 +294,21 @@ fn classify(call: &'static str, error: KafkaError) -> TxnError {
     }
 }
 
+/// Waits, in short steps, until the producer has no write in flight (its polling thread
+/// serves their acknowledgements), for at most [`TIMEOUT`].
+///
+/// rust-rdkafka's `commit_transaction` flushes first, and its flush, finding a write still
+/// in flight, polls the producer's queue for up to 100 ms: a queue the producer's own
+/// polling thread serves, so that poll sees nothing come and waits the whole 100 ms. A
+/// transaction with dead letters in it took 100 ms more to commit for that alone. Once the
+/// writes are acknowledged here, that flush finds nothing to wait for.
+fn delivered(producer: &FutureProducer<crate::kafka::LogContext>) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// Sends `positions` as the member of `group` and commits, on `producer`; what went wrong.
 fn send_and_commit(
     producer: &FutureProducer<crate::kafka::LogContext>,
@@ -329,6 +344,7 @@ fn send_and_commit(
             Err(e) => return Err(classify("send_offsets_to_transaction", e)),
         }
     }
+    delivered(producer);
     // A commit that timed out is resumed by calling it again (librdkafka keeps it the
     // current call, and refuses an abort meanwhile). Its answers lost for longer than the
     // broker keeps a transaction open, its outcome is unknown: the broker may have written
