@@ -1939,6 +1939,40 @@ async fn an_operator_redrives_and_discards_in_a_real_browser() {
     browser.click("#where-apply").await;
     browser.wait_count("#letters-table tr.dead-letter", 3).await;
 
+    // A list asked for the filter shown before (a redrive's end reloads it) that answers after
+    // the operator opened another is not drawn: this cause's list is held back 1.5 s, the
+    // other cause's opened meanwhile, and that one stays.
+    browser
+        .run(
+            "const cause = arguments[0]; window.__exhausted = state.filter; window.__late = false; \
+             const real = window.fetch; window.__realFetch = real; \
+             window.fetch = (url, options) => { const answer = real(url, options); \
+               const asked = new URL(url, location.href); \
+               if (!asked.pathname.endsWith('api/dead-letters') || asked.searchParams.get('fingerprint') !== cause) return answer; \
+               return answer.then(r => new Promise(ok => setTimeout(() => { ok(r); setTimeout(() => { window.__late = true; }, 300); }, 1500))); }; \
+             loadLetters(); \
+             openLetters(Object.assign({}, state.filter, { fingerprint: arguments[1] }));",
+            json!([EXHAUSTED, PERMANENT]),
+        )
+        .await;
+    browser.wait_count("#letters-table tr.dead-letter", 2).await;
+    while browser.run("return window.__late;", json!([])).await != json!(true) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let shown = browser.text("#letters-table tbody").await;
+    assert!(
+        browser.count("#letters-table tr.dead-letter").await == 2
+            && !shown.contains("downstream down"),
+        "the earlier filter's late answer replaced the list shown: {shown}"
+    );
+    browser
+        .run(
+            "window.fetch = window.__realFetch; openLetters(window.__exhausted);",
+            json!([]),
+        )
+        .await;
+    browser.wait_count("#letters-table tr.dead-letter", 3).await;
+
     browser.click("#letters-table tr.dead-letter").await;
     browser
         .wait_text("#detail-fields", |t| {
