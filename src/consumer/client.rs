@@ -1,6 +1,6 @@
 //! What a partition's worker asks of its Kafka consumer: storing a position for the next
 //! commit, pausing and resuming fetches, where a retry partition starts, and the wall clock. A trait so that
-//! the whole worker runs against simulated partitions in tests (`worker/simulation`), with no
+//! the whole worker runs against simulated partitions in tests (`consumer/simulation/group`), with no
 //! broker; the real consumer implements it with librdkafka's calls.
 
 use std::future::Future;

@@ -1,5 +1,5 @@
 //! Tests only: the kernel both seeded simulations run on — the group workers'
-//! (`worker/simulation`) and the share members' (`share/simulation`). Which seeds a test runs
+//! (`group`, the members of a consumer group) and the share members' (`share/simulation`). Which seeds a test runs
 //! (the environment variables), the runner that stops at the first broken guarantee and says
 //! how to replay it, what the schedules did in sum, and the deliberate handler panics kept
 //! out of the test output. One seed replays one schedule exactly (`trace` checks
@@ -10,6 +10,7 @@
 //!   fraction of them), from `KAFKA_DLQ_SIMULATION_FIRST_SEED` (default 0);
 //! - `KAFKA_DLQ_SIMULATION_TRACE=1` prints each schedule's log at debug level.
 
+mod group;
 pub(crate) mod trace;
 
 /// The marker every simulated handler panic's message contains.

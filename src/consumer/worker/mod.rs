@@ -23,8 +23,6 @@ mod by_key;
 mod in_order;
 mod intake;
 mod retry_wait;
-#[cfg(test)]
-mod simulation;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The transactional producer as the transaction uses it: begin, hand writes over, commit
 //! with the group's offsets, abort. A trait so that the seeded simulation runs the real
 //! [`Transaction`](super::Transaction) against a simulated coordinator
-//! (`worker/simulation/coordinator.rs`); [`KafkaProducer`] is librdkafka's.
+//! (`consumer/simulation/group/coordinator.rs`); [`KafkaProducer`] is librdkafka's.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

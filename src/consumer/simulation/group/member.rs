@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::super::Shared;
+use crate::consumer::worker::Shared;
 use super::client::SimClient;
 use super::fetcher::SimFetcher;
 use super::handler::SimHandler;
