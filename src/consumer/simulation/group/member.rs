@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::worker::Shared;
 use super::client::SimClient;
 use super::fetcher::SimFetcher;
 use super::handler::SimHandler;
@@ -25,6 +24,7 @@ use crate::consumer::poll::rebalance::Rebalancing;
 use crate::consumer::poll_loop::{PollLoop, Started};
 use crate::consumer::progress::transaction::{commit_when_due, Transaction, TransactionalProducer};
 use crate::consumer::progress::Out;
+use crate::consumer::worker::Shared;
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
 
