@@ -352,9 +352,11 @@ impl Api {
     pub async fn runner_of(&self, id: &str, pids: &[u32]) -> usize {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let (_, p) = self
-                .get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
-                .await;
+            // Through a balancer, a request may meet a replica as it stops: asked again.
+            let p = self
+                .try_get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+                .await
+                .map_or(Value::Null, |(_, p)| p);
             let found = (0..pids.len()).find(|i| runs_on(&p, pids[*i]));
             if let Some(i) = found.filter(|_| p["sent"].as_u64().unwrap_or(0) >= 10) {
                 return i;
@@ -370,17 +372,23 @@ impl Api {
     /// Redrive `id`'s progress once it ended.
     pub async fn redrive_end(&self, id: &str) -> Value {
         let deadline = tokio::time::Instant::now() + WAIT;
+        let mut last = Value::Null;
         loop {
-            let (status, p) = self
-                .get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
+            // Through a balancer, a request may meet a replica as it stops (the connection
+            // closes unanswered): asked again; every answer must be the progress.
+            let answer = self
+                .try_get(&format!("/api/redrives/{id}"), As::Bearer(VIEWER))
                 .await;
-            assert_eq!(status, 200, "{p}");
-            if ["done", "cancelled", "failed"].contains(&p["state"].as_str().unwrap()) {
-                return p;
+            if let Some((status, p)) = answer {
+                assert_eq!(status, 200, "{p}");
+                if ["done", "cancelled", "failed"].contains(&p["state"].as_str().unwrap()) {
+                    return p;
+                }
+                last = p;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the redrive never ended: {p}"
+                "the redrive never ended: {last}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
