@@ -176,8 +176,9 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
 /// stored in the consumer and committed outside the transaction, before it): seeds 0 and 11
 /// catch it (a position stored past a record not yet handled; an effect committed twice).
 /// Once the simulation ran the real poll loop (#51), two bugs planted there: the hand-off's
-/// cached inbox kept across a rebalance (seed 0 of every variant: a first call out of order),
-/// and a rewind that did not count as a rebalance, so the loop fed the rewound partition's
+/// cached inbox kept across a rebalance (seed 0 of the plain, other-group and exactly-once
+/// variants, seed 3 of the redrive one: a first call out of order), and a rewind that did
+/// not count as a rebalance, so the loop fed the rewound partition's
 /// records into the inbox its fresh one replaced (seeds 0 and 11 of exactly once: a first call
 /// out of order). Two it cannot catch, for what one thread cannot model: the revocation
 /// committing before the revoked assignment ends (no worker runs between the two here), and
