@@ -40,9 +40,18 @@ impl Offsets {
     /// The record at `offset` is settled (handled, or its dead letter acknowledged). An
     /// offset that was not taken, or is settled already, changes nothing.
     pub(super) fn settle(&mut self, offset: i64) {
-        let at = match self.open.front() {
-            Some((first, _)) if *first == offset => 0,
-            _ => match self.open.binary_search_by_key(&offset, |(o, _)| *o) {
+        // Offsets are mostly consecutive, so an offset's distance from the first open one
+        // is nearly always its place: a search per record cost more than the rest of the
+        // ledger behind a dead letter in flight, where thousands of settled records wait.
+        let Some(&(first, _)) = self.open.front() else {
+            return;
+        };
+        let guess = offset
+            .checked_sub(first)
+            .and_then(|d| usize::try_from(d).ok());
+        let at = match guess.filter(|&g| self.open.get(g).is_some_and(|(o, _)| *o == offset)) {
+            Some(at) => at,
+            None => match self.open.binary_search_by_key(&offset, |(o, _)| *o) {
                 Ok(at) => at,
                 Err(_) => return,
             },
