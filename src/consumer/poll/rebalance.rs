@@ -28,8 +28,9 @@ impl Rebalancing {
         self.assignments.revoke(revoked);
         tracing::info!(event = "partitions_revoked", partitions = ?named(revoked));
         match &self.transaction {
-            // The commit takes what settled before (or aborts, and the next owner starts
-            // before it). The poll loop waits for it; the runtime's other tasks do not.
+            // The revoked workers' records are refused from now on: the commit takes what
+            // settled before (or aborts, and the next owner starts before it). The poll loop
+            // waits for it; the runtime's other tasks do not.
             Some(transaction) => {
                 off_the_runtime(|| transaction.commit());
             }

@@ -109,8 +109,13 @@ impl Queue {
     /// dead letters, in one of the benchmark's profiles). Its capacity stays within what
     /// [`MAX_QUEUED_BYTES`] lets the queue hold.
     pub(crate) fn reuse(&mut self, mut drained: VecDeque<Queued>) {
+        // Called under the commit's lock right after `take`: nothing was queued since.
+        debug_assert!(
+            self.queued.is_empty(),
+            "records queued between take and reuse"
+        );
         drained.clear();
-        if self.queued.is_empty() && self.queued.capacity() < drained.capacity() {
+        if self.queued.capacity() < drained.capacity() {
             self.queued = drained;
         }
     }

@@ -361,13 +361,21 @@ impl Run {
     /// The rebalance callback's revocation: the worker cancelled, the stored positions
     /// committed, the partition unassigned.
     fn revoke(&mut self, tp: &TopicPartition) {
-        self.adopt_started();
-        let Some(member) = self.owner(tp) else { return };
-        self.owned[member].remove(tp);
-        let handle = self.workers[member].remove(tp);
+        let Some((member, handle)) = self.disown(tp) else {
+            return;
+        };
         tracing::debug!(event = "simulated_revoke", member, topic = %tp.0, partition = tp.1);
         self.members[member].revoke(&self.world, member, tp);
         self.stop(member, tp.clone(), handle);
+    }
+
+    /// `tp` leaves its owner, if it has one: the member, and its worker's handle when its
+    /// poll loop has started it (workers started so far are taken over first).
+    fn disown(&mut self, tp: &TopicPartition) -> Option<(usize, Option<AbortHandle>)> {
+        self.adopt_started();
+        let member = self.owner(tp)?;
+        self.owned[member].remove(tp);
+        Some((member, self.workers[member].remove(tp)))
     }
 
     /// `handle`, the worker of `tp` on `member`, must end from now on (one not started yet
@@ -387,10 +395,9 @@ impl Run {
     /// it to the other member, which starts at the committed position, while this one's
     /// worker goes on and its transaction holds the partition's records.
     fn lose(&mut self, tp: &TopicPartition) {
-        self.adopt_started();
-        let Some(member) = self.owner(tp) else { return };
-        self.owned[member].remove(tp);
-        let handle = self.workers[member].remove(tp);
+        let Some((member, handle)) = self.disown(tp) else {
+            return;
+        };
         tracing::debug!(event = "simulated_lose", member, topic = %tp.0, partition = tp.1);
         let mut world = self.world.lock();
         let coordinator = world.exactly_once.as_mut().expect("exactly once");
