@@ -82,3 +82,93 @@ pub async fn run(
         cpu,
     })
 }
+
+/// The bare loop split by partition: each of the topic's `partitions` read by a task of its
+/// own from its own librdkafka queue (`split_partition_queue`), storing each offset, the
+/// records never copied. What a consumer whose workers read their own partitions costs at
+/// the least: the floor under kafka-dlq's in-order mode if it handed the handler the message
+/// as librdkafka holds it. Partitions are assigned, not subscribed to (a split queue is
+/// undone by every assignment).
+pub async fn run_split(
+    brokers: &str,
+    options: &kafka_dlq::kafka::ClientOptions,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    n: u64,
+) -> anyhow::Result<Figures> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let config = client_config_with(brokers, options, group);
+    let consumer: Arc<StreamConsumer> = Arc::new(config.create()?);
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment.add_partition_offset(topic, partition, rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    let count = Arc::new(AtomicU64::new(0));
+    let first: Arc<Mutex<Option<(Instant, Duration)>>> = Arc::default();
+    let done = Arc::new(tokio::sync::Notify::new());
+    let mut tasks = Vec::new();
+    for partition in 0..partitions {
+        let queue = consumer
+            .split_partition_queue(topic, partition)
+            .with_context(|| format!("splitting partition {partition}'s queue"))?;
+        let (consumer, count, first, done) =
+            (consumer.clone(), count.clone(), first.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let message = queue.recv().await?;
+                if count.load(Ordering::Relaxed) == 0 {
+                    let mut first = first.lock().expect("first lock");
+                    first.get_or_insert_with(|| (Instant::now(), cpu_time()));
+                }
+                consumer.store_offset_from_message(&message)?;
+                std::hint::black_box(message.payload());
+                if count.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                    done.notify_one();
+                }
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    // The consumer's own queue serves its events; no record comes to it once split.
+    let main = consumer.clone();
+    let events = tokio::spawn(async move {
+        loop {
+            if let Ok(message) = main.recv().await {
+                anyhow::bail!(
+                    "record {} came to the consumer's own queue",
+                    message.offset()
+                );
+            }
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), anyhow::Error>(())
+    });
+    tokio::time::timeout(Duration::from_secs(120), done.notified())
+        .await
+        .with_context(|| {
+            format!(
+                "{} of {n} records after 120 s",
+                count.load(Ordering::Relaxed)
+            )
+        })?;
+    let first = *first.lock().expect("first lock");
+    let (elapsed, cpu) = since(first);
+    let rss_mb = peak_rss_mb();
+    tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    events.abort();
+    drop(tasks);
+    tokio::task::spawn_blocking(move || drop(consumer)).await?;
+    Ok(Figures {
+        records: n,
+        elapsed,
+        p50: None,
+        p99: None,
+        rss_mb,
+        cpu,
+    })
+}

@@ -540,7 +540,10 @@ async fn run_one(
             name,
             args.max_in_flight * partitions as usize,
         ),
-        Runner::Baseline | Runner::Ours(..) | Runner::OursExactlyOnce(_) => {
+        Runner::Baseline
+        | Runner::BaselineSplit
+        | Runner::Ours(..)
+        | Runner::OursExactlyOnce(_) => {
             return scenario_process(
                 args,
                 brokers,
@@ -635,6 +638,9 @@ async fn run_here(
     };
     match scenario.runner {
         Runner::Baseline => baseline::run(brokers, &options, &group, topic, args.records).await,
+        Runner::BaselineSplit => {
+            baseline::run_split(brokers, &options, &group, topic, partitions, args.records).await
+        }
         Runner::Ours(..) | Runner::OursExactlyOnce(_) => {
             let (behaviour, ordering, exactly_once) = match scenario.runner {
                 Runner::Ours(behaviour, ordering) => (behaviour, ordering, false),

@@ -10,6 +10,8 @@ use crate::handler::Behaviour;
 pub enum Runner {
     /// The plain rdkafka loop.
     Baseline,
+    /// The plain rdkafka loop split by partition, a task per partition queue.
+    BaselineSplit,
     /// kafka-dlq.
     Ours(Behaviour, Ordering),
     /// kafka-dlq with `exactly_once` (in partition order): offsets and dead letters in
@@ -93,8 +95,15 @@ use RatioTo::*;
 /// Every scenario, in the order they run in each pass: each peer right after the kafka-dlq
 /// scenario it is compared with, and the dead-letter scenarios last, because their dead
 /// letters slow a broker down for a while after them.
-pub const ALL: [Scenario; 18] = [
+pub const ALL: [Scenario; 19] = [
     s("baseline", Runner::Baseline, Whole, Nothing, None),
+    s(
+        "baseline-split",
+        Runner::BaselineSplit,
+        Whole,
+        Rate("baseline"),
+        None,
+    ),
     s(
         "noop",
         Runner::Ours(Behaviour::Noop, Partition),

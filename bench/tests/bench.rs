@@ -81,6 +81,7 @@ async fn bench_runs_every_scenario_on_the_mock_cluster_and_reports_a_result_line
         &stdout,
         &[
             ("baseline", 24_000),
+            ("baseline-split", 24_000),
             ("noop", 24_000),
             ("stalled", 22_000), // partition 0 of 12 is stuck
             ("slow", 600),
@@ -120,6 +121,7 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
     check_rows(
         &stdout,
         &[
+            ("baseline-split", 12_000),
             ("noop", 12_000),
             ("spring-noop", 12_000),
             ("stalled", 11_000),
