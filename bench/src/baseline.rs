@@ -87,8 +87,9 @@ pub async fn run(
 /// own from its own librdkafka queue (`split_partition_queue`), storing each offset, the
 /// records never copied. What a consumer whose workers read their own partitions costs at
 /// the least: the floor under kafka-dlq's in-order mode if it handed the handler the message
-/// as librdkafka holds it. Partitions are assigned, not subscribed to (a split queue is
-/// undone by every assignment).
+/// as librdkafka holds it. Partitions are assigned, not subscribed to: no rebalance to wait
+/// for, and none to split the queues in (a record reaching the consumer's own queue before its
+/// partition's is split fails the run).
 pub async fn run_split(
     brokers: &str,
     options: &kafka_dlq::kafka::ClientOptions,
