@@ -50,7 +50,7 @@
 //! | `vendored` | OpenSSL, libcurl and zlib built from source and linked in |
 //! | `broker-tests` | the tests that run Apache Kafka (`./scripts/test.sh`) |
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

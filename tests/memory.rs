@@ -17,10 +17,12 @@ use rdkafka::ClientConfig;
 const PARTITIONS: i32 = 40;
 const PER_PARTITION: usize = 150;
 const VALUE_BYTES: usize = 2_048;
-/// The consumer's buffer: half of it (512 KiB) for the inboxes.
+/// The consumer's buffer: half of it (512 KiB) for the partitions' librdkafka queues.
 const BUFFER: usize = 1 << 20;
 
-/// Produces `PER_PARTITION` records of `VALUE_BYTES` to each partition, all in flight at once.
+/// Produces `PER_PARTITION` records of `VALUE_BYTES` to each partition, all in flight at once:
+/// each partition's records in one or two record batches of about 300 kB, far more than a
+/// partition's share of the buffer (a broker never splits a batch).
 async fn fill(brokers: &str, topic: &str) {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -48,11 +50,14 @@ async fn fill(brokers: &str, topic: &str) {
 struct Gated {
     open: Arc<AtomicBool>,
     opened: Arc<tokio::sync::Notify>,
+    /// The partitions whose records reached the handler while it was held.
+    called: Arc<Mutex<std::collections::HashSet<i32>>>,
     handled: Arc<Mutex<HashMap<i32, usize>>>,
 }
 
 impl Handler for Gated {
     async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        self.called.lock().unwrap().insert(record.partition);
         while !self.open.load(Ordering::SeqCst) {
             let opened = self.opened.notified();
             if self.open.load(Ordering::SeqCst) {
@@ -89,15 +94,17 @@ async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none
     let stop = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
 
-    // Every handler call held: the inboxes fill. Once they hold half their budget (half the
-    // buffer: 512 KiB), each partition's fetches pause when its inbox holds its share (half the
-    // budget divided by the partitions assigned, the group's redrive topic's included: as
-    // many, all empty), so they never hold more than the budget, but for what reached an inbox
-    // between its pause and librdkafka dropping the rest of its fetch. 12 MB of records wait
-    // on the broker.
+    // Every handler call held. librdkafka stops fetching a partition once its queue holds
+    // its share (half the buffer divided by the partitions the consumer's topics have, the
+    // group's redrive topic's included: as many, all empty) and one fetch beyond it; a fetch
+    // here brings a whole 300 kB record batch, of which the partition's worker copies its
+    // next chunk while the handler is held and drops the rest by pausing the partition. So
+    // the queues never hold much more than half the buffer and one fetch (64 kB at most) per
+    // partition; without the drop they held a batch each (11.6 MB). 12 MB of records wait on
+    // the broker.
     // The redrive topic is created as the consumer starts, and assigned once librdkafka's
     // metadata shows it: sampled from the start, for 6 s once every partition is assigned
-    // (within 60 s).
+    // (within 60 s), through three of librdkafka's statistics.
     let mut most = 0i64;
     let mut assigned = 0;
     let mut samples = 0;
@@ -120,16 +127,17 @@ async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none
     let budget = (BUFFER / 2) as i64;
     let bound = budget + i64::from(PARTITIONS) * 64 * 1024;
     assert!(
-        most >= budget / 2,
-        "the inboxes filled to half their budget ({}) while the handler was held: at most {most} bytes",
-        budget / 2
-    );
-    assert!(
         most <= bound,
-        "the inboxes held {most} bytes, more than their budget and one fetch per partition ({bound})"
+        "the queues held {most} bytes, more than their budget and one fetch per partition ({bound})"
     );
+    let called = handler.called.lock().unwrap().len();
+    assert_eq!(
+        called, PARTITIONS as usize,
+        "every partition's records reached the handler while it was held: none starved"
+    );
+    eprintln!("the queues held {most} bytes at most (bound {bound})");
 
-    // Opened: every partition, each paused at its share, is fetched again to its end.
+    // Opened: every partition is fetched again to its end.
     handler.open.store(true, Ordering::SeqCst);
     handler.opened.notify_waiters();
     let all = (PARTITIONS as usize) * PER_PARTITION;
@@ -156,5 +164,5 @@ async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none
             "partition {partition} committed to its end"
         );
     }
-    assert_eq!(metrics.buffered_bytes(), 0, "nothing left in the inboxes");
+    assert_eq!(metrics.buffered_bytes(), 0, "nothing left in the queues");
 }

@@ -4,7 +4,9 @@
 //! - **memory** (`--memory-partitions 12,60,240,1000`): one kafka-dlq member owning every
 //!   partition of a topic of 2 KB records, more than each partition's old 1.5 MB queue held,
 //!   with a 20 ms downstream, for `--memory-seconds` from its first record: its peak RSS (VmHWM) and the most its
-//!   partitions' inboxes held at once (`kafka_dlq_buffered_bytes`, sampled every 50 ms);
+//!   partitions' librdkafka queues held at once (`kafka_dlq_buffered_bytes`, sampled every
+//!   50 ms: librdkafka's statistics, every 2 s) and how often a worker dropped a record batch
+//!   larger than its queue's share (`kafka_dlq_queue_trims_total`);
 //! - **rate** (`--scale-partitions 12,60,240`): records/s and CPU per record of the no-op
 //!   handler and of the bare loop, one member each, over `--scale-records` records of 200 B;
 //! - **members** (`--scale-members 1,2,3`): the same with 1, 2, 3 members of one group (each a
@@ -47,8 +49,10 @@ pub async fn memory(
     seconds: u64,
 ) -> anyhow::Result<()> {
     println!("\nMemory: one member owning every partition, {MEMORY_RECORDS_PER_PARTITION} records of {MEMORY_VALUE_BYTES} B per partition, {MEMORY_DOWNSTREAM_MS} ms downstream, {seconds} s, max_buffered_bytes 32 MiB (the default); {runs} run(s), median (min–max)\n");
-    println!("| partitions | peak RSS MB | most in the inboxes MB | records handled/s |");
-    println!("|---|---|---|---|");
+    println!(
+        "| partitions | peak RSS MB | most in the queues MB | queue trims | records handled/s |"
+    );
+    println!("|---|---|---|---|---|");
     for &partitions in counts {
         let topic = format!("bench-memory-{}-{partitions}", stamp());
         topic::create(brokers, &[(&topic, partitions)]).await?;
@@ -63,26 +67,29 @@ pub async fn memory(
             &shape,
         )
         .await?;
-        let (mut rss, mut inbox, mut rate) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut rss, mut inbox, mut rate, mut trims) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut made = vec![topic.clone()];
         for run in 0..runs {
             let group = format!("{topic}-{run}");
             made.push(kafka_dlq::record::retry::redrive_topic(&topic, &group));
             let line = child(brokers, &topic, &group, "memory", seconds, None).await?;
-            let [r, i, handled]: [f64; 3] = parse(&line, "MEMORY")?;
-            eprintln!("run {run}: {partitions} partitions: {r:.0} MB peak RSS, {:.1} MB in the inboxes at most, {:.0} records/s", i / 1e6, handled / seconds as f64);
+            let [r, i, handled, t]: [f64; 4] = parse(&line, "MEMORY")?;
+            eprintln!("run {run}: {partitions} partitions: {r:.0} MB peak RSS, {:.1} MB in the queues at most, {t:.0} queue trims, {:.0} records/s", i / 1e6, handled / seconds as f64);
+            trims.push(t);
             rss.push(r);
             inbox.push(i / 1e6);
             rate.push(handled / seconds as f64);
         }
         println!(
-            "| {partitions} | {} | {} | {} |",
+            "| {partitions} | {} | {} | {} | {} |",
             spread(&rss, 0),
             spread(&inbox, 1),
+            spread(&trims, 0),
             spread(&rate, 0)
         );
         println!(
-            "RESULT memory-{partitions} rss_mb={:.0} inbox_mb={:.1}",
+            "RESULT memory-{partitions} rss_mb={:.0} queue_mb={:.1}",
             median(&rss),
             median(&inbox)
         );
@@ -336,7 +343,8 @@ impl DecodedHandler for Counting {
     }
 }
 
-/// The child's side: `memory` prints `MEMORY <peak RSS MB> <most inbox bytes> <records>`
+/// The child's side: `memory` prints `MEMORY <peak RSS MB> <most queued bytes> <records>
+/// <queue trims>`
 /// after `seconds`; `noop`, `decoded` (the no-op handler behind the decoding layer, on
 /// `registry`) and `baseline` print `MEMBER <records> <first ns> <last ns> <cpu ns>`
 /// (wall-clock times of the first and last record, CPU between them) once no record came for
@@ -418,7 +426,7 @@ pub async fn run_child(
         let rss = peak_rss_mb();
         stop.cancel();
         task.await??;
-        println!("MEMORY {rss} {most} {handled}");
+        println!("MEMORY {rss} {most} {handled} {}", metrics.queue_trims());
         return Ok(());
     }
     let started = Instant::now();

@@ -135,19 +135,20 @@ impl ConfigError {
 }
 
 /// The fetch settings kafka-dlq gives librdkafka's consumer (raw `librdkafka` options can
-/// override them). The records go through the consumer's one queue, whose bound is half of
-/// `max_buffered_bytes` (`queued.max.messages.kbytes`) and `max_buffered_records`
-/// (`queued.min.messages`), into the partitions' inboxes (see `max_buffered_bytes`):
+/// override them). Each partition's records go through a queue of its own, whose bound is its
+/// share of half of `max_buffered_bytes` (`queued.max.messages.kbytes`), set when the
+/// consumer starts, and `max_buffered_records` (`queued.min.messages`; see both):
 ///
-/// - one fetch brings at most 256 kB per partition (`max.partition.fetch.bytes`) and 2 MB in
-///   all (`fetch.max.bytes`; librdkafka raises it to `message.max.bytes` if that is larger): a
-///   broker that ignores the per-partition bound, as tansu 0.6 does, would otherwise send up to
-///   5 MB for one partition;
+/// - one fetch brings at most 64 kB per partition (`max.partition.fetch.bytes`; a whole
+///   record batch if the first is larger) and 2 MB in all (`fetch.max.bytes`; librdkafka
+///   raises it to `message.max.bytes` if that is larger): a broker that ignores the
+///   per-partition bound, as tansu 0.6 does, would otherwise send up to 5 MB for one
+///   partition;
 /// - a 10 ms pause before fetching again once the queue is full (`fetch.queue.backoff.ms`;
 ///   librdkafka's 1 s default leaves a consumer that is a little slower than its broker idle
 ///   for most of each second);
 /// - a broker holds a fetch for at most 100 ms when it has nothing new (`fetch.wait.max.ms`;
-///   while it holds one, no partition of that broker is fetched, so a partition whose inbox
+///   while it holds one, no partition of that broker is fetched, so a partition whose queue
 ///   has just drained would wait up to librdkafka's 500 ms default).
 pub const FETCH_SETTINGS: [(&str, &str); 4] = [
     ("fetch.max.bytes", "2097152"),

@@ -227,19 +227,18 @@ settings! {
         /// Each delay is multiplied by a random factor in `[1 − jitter, 1 + jitter]` (then
         /// capped), 0.0 to 1.0.
         backoff_jitter: f64 = 0.2, env "KAFKA_DLQ_BACKOFF_JITTER";
-        /// Fetched records that may wait in librdkafka's queue, for the whole consumer:
-        /// librdkafka stops fetching while this many wait (`queued.min.messages`). With
-        /// `max_buffered_bytes`, the bound on memory when the handler is slower than the
-        /// broker.
+        /// Fetched records that may wait in each partition's librdkafka queue
+        /// (`queued.min.messages`): librdkafka stops fetching a partition while this many
+        /// wait. With `max_buffered_bytes` (which bounds the bytes for the whole consumer),
+        /// the bound on memory when the handler is slower than the broker.
         max_buffered_records: usize = 10_000, env "KAFKA_DLQ_MAX_BUFFERED_RECORDS";
         /// Bytes of fetched records the consumer holds before its handler takes them, for all
-        /// its partitions together, whatever their number: half in librdkafka's queue
-        /// (`queued.max.messages.kbytes`), half in the partitions' inboxes. A partition may
-        /// take what idle partitions leave until the inboxes hold half of theirs; from then on
-        /// a partition stops fetching once its inbox holds its share (the other half divided
-        /// equally among the partitions assigned, re-divided at each rebalance), until its
-        /// worker has taken it down to half its share. Every inbox takes at least one record,
-        /// so no partition starves. 1 MiB to 4 GiB.
+        /// its partitions together, whatever their number: half in librdkafka's queues, each
+        /// partition's an equal share of it by the partitions its topics have when the
+        /// consumer starts (`queued.max.messages.kbytes`; at least 1 KiB), and at most a share
+        /// more in each worker's hands, beyond the record it is settling (a record batch
+        /// larger than two shares is dropped and fetched again later, see the consumer's
+        /// docs). 1 MiB to 4 GiB.
         max_buffered_bytes: usize = 32 << 20, env "KAFKA_DLQ_MAX_BUFFERED_BYTES";
         /// How long shutdown waits for in-flight handlers before committing.
         shutdown_timeout: Duration = Duration::from_secs(30), ms "shutdown_timeout_ms" "shutdown-timeout-ms",

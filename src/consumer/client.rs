@@ -6,10 +6,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
-use rdkafka::consumer::{Consumer as _, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
 /// A topic and partition.
@@ -87,24 +87,37 @@ fn list(partitions: &[TopicPartition]) -> TopicPartitionList {
 /// [`Client::start_at_beginning_unless_committed`] may take.
 const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The real consumer, as its workers use it (and the poll loop's rewinds, `poll::rewind`).
-pub(crate) struct KafkaClient<C: ConsumerContext + 'static>(pub(crate) Arc<StreamConsumer<C>>);
+/// The real consumer, as its workers use it (and the poll loop's rewinds, `poll::rewind`):
+/// created when the consumer runs ([`crate::consumer::Consumer::run`]), and no worker runs
+/// before.
+pub(crate) struct KafkaClient<C: ConsumerContext + 'static>(
+    pub(crate) Arc<OnceLock<Arc<BaseConsumer<C>>>>,
+);
+
+impl<C: ConsumerContext + 'static> KafkaClient<C> {
+    /// The consumer; an error before it was created.
+    pub(crate) fn consumer(&self) -> Result<&Arc<BaseConsumer<C>>, String> {
+        self.0
+            .get()
+            .ok_or_else(|| "the consumer is not running".to_string())
+    }
+}
 
 impl<C: ConsumerContext + 'static> Client for KafkaClient<C> {
     fn store_position(&self, topic: &str, partition: i32, position: i64) -> Result<(), String> {
         // rdkafka's store_offset takes the last handled offset and stores the one after it.
-        self.0
+        self.consumer()?
             .store_offset(topic, partition, position - 1)
             .map_err(|e| e.to_string())
     }
 
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {
-        rdkafka::consumer::Consumer::pause(self.0.as_ref(), &list(partitions))
+        rdkafka::consumer::Consumer::pause(self.consumer()?.as_ref(), &list(partitions))
             .map_err(|e| e.to_string())
     }
 
     fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String> {
-        rdkafka::consumer::Consumer::resume(self.0.as_ref(), &list(partitions))
+        rdkafka::consumer::Consumer::resume(self.consumer()?.as_ref(), &list(partitions))
             .map_err(|e| e.to_string())
     }
 
@@ -114,7 +127,9 @@ impl<C: ConsumerContext + 'static> Client for KafkaClient<C> {
         partition: i32,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         let topic = topic.to_string();
-        let consumer = self.0.clone();
+        let Ok(consumer) = self.consumer().cloned() else {
+            return Box::pin(async {});
+        };
         Box::pin(async move {
             // Both calls wait for the broker: off the async threads.
             let committed = {
@@ -171,7 +186,7 @@ impl<C: ConsumerContext + 'static> Client for KafkaClient<C> {
 /// tried again every 50 ms for up to [`SEEK_PATIENCE`]. Giving up early would let
 /// `auto.offset.reset = latest` skip the partition's retained retry records.
 async fn seek_to_beginning<C: ConsumerContext + 'static>(
-    consumer: Arc<StreamConsumer<C>>,
+    consumer: Arc<BaseConsumer<C>>,
     topic: &str,
     partition: i32,
 ) {

@@ -2,43 +2,41 @@
 //! commit.
 //!
 //! # How records flow
-//! The consumer's one librdkafka queue, polled by [`Consumer::run`], serves records,
-//! rebalances, errors and statistics. Each record is copied out of librdkafka into its
-//! partition's **inbox**, and each assigned partition has one worker task that takes its records
-//! from there and settles them **in offset order**: it calls the [`Handler`](crate::handler::Handler), retries transient
-//! failures with backoff, and dead-letters permanent failures and exhausted retries. A record
-//! is *settled* when the handler succeeded or the dead-letter topic acknowledged it; only then
-//! is its offset stored, and stored offsets are committed every second, on rebalance and at
-//! shutdown. So an offset never passes a record that was neither handled nor safely
-//! dead-lettered.
+//! Each assigned partition has one worker task, which reads the partition's own librdkafka
+//! queue (split from the consumer's when the partition is assigned), copies each record out
+//! of librdkafka and settles them **in offset order**: it calls the
+//! [`Handler`](crate::handler::Handler), retries transient failures with backoff, and
+//! dead-letters permanent failures and exhausted retries. The consumer's own queue, polled by
+//! [`Consumer::run`], serves rebalances, errors and statistics. A record is *settled* when the
+//! handler succeeded or the dead-letter topic acknowledged it; only then is its offset stored,
+//! and stored offsets are committed every second, on rebalance and at shutdown. So an offset
+//! never passes a record that was neither handled nor safely dead-lettered.
 //!
 //! # Bounded memory, per consumer
-//! Fetched records waiting for their workers hold at most
+//! Fetched records waiting for their workers hold about
 //! [`max_buffered_bytes`](ConsumerConfig::max_buffered_bytes) (default 32 MiB) for the whole
-//! consumer, whatever the number of partitions it owns:
-//! - half in librdkafka's queue (`queued.max.messages.kbytes`; at most
-//!   [`max_buffered_records`](ConsumerConfig::max_buffered_records) records there too), which
-//!   stops fetching while it is full;
-//! - half in the inboxes. A partition may take what idle partitions leave until the inboxes
-//!   hold half of theirs; from then on a partition whose inbox holds its share (the other
-//!   half divided equally among the partitions assigned now, re-divided at each rebalance)
-//!   is paused (librdkafka drops what it had fetched of it beyond, and fetches it again
-//!   later), and resumed once its worker has taken it down to half its share (or the inboxes
-//!   together to a quarter of theirs). An inbox always takes the record it is given, so no
-//!   partition starves. Each assignment resumes its partitions, since librdkafka keeps a
-//!   pause across revocation. See `poll/inbox.rs` for why the inboxes never hold more than their
-//!   half.
+//! consumer, whatever the number of partitions it owns. When it starts, the consumer counts
+//! the partitions of the topics it subscribes to (source, retry and redrive topics: the most
+//! one member can own), and gives each partition's librdkafka queue an equal share of half of
+//! it (`queued.max.messages.kbytes`; at most
+//! [`max_buffered_records`](ConsumerConfig::max_buffered_records) records each,
+//! `queued.min.messages`): librdkafka stops fetching a partition while its queue holds its
+//! share. A worker holds out of its queue at most one record and its share beyond it (in
+//! order; up to `max_in_flight` per partition by key; `batch_size` in batches): the other
+//! half. In order, while its handler runs, a worker copies what reaches its queue into its
+//! hands for its next chunk, up to its share; then it pauses the partition until it takes
+//! that chunk. librdkafka keeps each fetch response whole while any of its messages waits in
+//! a queue, so messages copied out at once free it. A broker never splits a record batch, so
+//! a fetch may bring more than a share and one 64 kB fetch (librdkafka's producer writes
+//! batches of up to 1 MB, Java's 16 kB): a worker that finds that much in its queue pauses
+//! the partition, which drops it (the worker reads the queue empty: librdkafka frees what a
+//! pause discarded only then), and the partition is fetched again from where the worker
+//! stopped when it wants more. Dead letters in flight come on top (their own bound). A topic given more partitions while
+//! the consumer runs shares the same half until the consumer restarts.
 //!
-//! One fetch in flight (at most 64 kB per partition, 2 MB in all), the records the workers
-//! have taken out of their inboxes and not settled yet (in order, a chunk of one record and at
-//! most the partition's share beyond it, so together no more than the inboxes' half again; up
-//! to `max_in_flight` per partition by key; `batch_size` in batches), dead letters in flight
-//! (their own bound) and settled records kept for the poll loop to copy the next ones into
-//! (at most 4 MiB, see `spare_records.rs`) come on top.
-//!
-//! A record in backoff holds back only its own partition: its inbox fills and its fetches
-//! pause; the other partitions' workers carry on, and the queue keeps being polled (so the
-//! member stays in the group) however long a backoff lasts.
+//! A record in backoff holds back only its own partition: its queue fills and librdkafka stops
+//! fetching it; the other partitions' workers carry on, and the consumer's queue keeps being
+//! polled (so the member stays in the group) however long a backoff lasts.
 //!
 //! # Key order
 //! With [`ordering`](ConsumerConfig::ordering) `key`, a partition's worker runs records of
@@ -103,9 +101,9 @@ mod worker;
 pub use error::{ConsumerError, TransactionError};
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -137,8 +135,12 @@ fn dead_letter_publisher(
 /// [module docs](self) for exactly what it does.
 pub struct Consumer<H: BatchHandler> {
     config: ConsumerConfig,
-    /// The Kafka consumer (its workers reach it through `shared.out.client`).
-    consumer: Arc<StreamConsumer<RebalanceContext>>,
+    /// The Kafka consumer, created by [`Consumer::run`] once it knows how many partitions its
+    /// topics have (each partition's librdkafka queue holds its share of
+    /// `max_buffered_bytes`); its workers reach it through `shared.out.client`.
+    consumer: Arc<OnceLock<Arc<BaseConsumer<RebalanceContext>>>>,
+    /// The transactional producers' view of the consumer's group membership.
+    group: progress::transaction::GroupReader,
     shared: Arc<Shared<H>>,
     assignments: Arc<Assignments>,
     /// What starts the workers and serves the queue.
@@ -177,7 +179,6 @@ impl<H: BatchHandler> Consumer<H> {
             metrics.clone(),
             assigned_tx,
             stop_workers.clone(),
-            config.max_buffered_bytes / 2,
         ));
         let dlq = dead_letter_publisher(&config, &metrics)?;
         // The transactional producers commit as the member the consumer is then.
@@ -204,31 +205,18 @@ impl<H: BatchHandler> Consumer<H> {
                 metrics.clone(),
             ))
         });
-        let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
-            crate::kafka::create(
-                &config.consumer_client_config(),
-                RebalanceContext {
-                    rebalancing: poll::rebalance::Rebalancing {
-                        assignments: assignments.clone(),
-                        transaction: transaction.clone(),
-                    },
-                    metrics: metrics.clone(),
-                    undecodable: Default::default(),
-                    cluster: crate::kafka::cluster_of(&config.consumer_client_config()),
-                },
-            )
-            .map_err(ConsumerError::CreateConsumer)?,
-        );
-        let weak = Arc::downgrade(&consumer);
-        let _ = group.set(Box::new(move || {
-            weak.upgrade().and_then(|c| c.group_metadata())
-        }));
+        // Checked now; the client itself is created when the consumer runs.
+        config
+            .consumer_client_config()
+            .create_native_config()
+            .map_err(ConsumerError::CreateConsumer)?;
+        let consumer = Arc::new(OnceLock::new());
         let mut shared = Shared::new(
             &config,
             handler,
             metrics,
             Arc::new(progress::writer::KafkaExits::new(dlq, config.trace_records)),
-            Arc::new(client::KafkaClient(consumer.clone())),
+            Arc::new(client::KafkaClient::<RebalanceContext>(consumer.clone())),
         )?;
         shared.transaction = transaction;
         let shared = Arc::new(shared);
@@ -243,6 +231,7 @@ impl<H: BatchHandler> Consumer<H> {
             shared,
             config,
             consumer,
+            group,
             assignments,
             poll_loop,
             stop_workers,
@@ -281,8 +270,10 @@ impl<H: BatchHandler> Consumer<H> {
             self.shared.transaction.clone(),
         )
         .await?;
+        let partitions = start::partitions::count(&config, &topics).await;
+        let (consumer, queue_waker) = self.create(partitions)?;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        self.consumer
+        consumer
             .subscribe(&names)
             .map_err(|source| ConsumerError::Subscribe {
                 topics: topics.clone(),
@@ -299,31 +290,102 @@ impl<H: BatchHandler> Consumer<H> {
             ));
         }
         let seeker = client::KafkaClient(self.consumer.clone());
-        let consumer = self.consumer.clone();
-        let mut fetcher = poll::fetcher::KafkaFetcher::new(&consumer);
-        let pauser = self.consumer.clone();
-        let pause: poll::dispatch::Pause = Box::new(move |topic, partition| {
-            let mut list = rdkafka::TopicPartitionList::with_capacity(1);
-            list.add_partition(topic, partition);
-            if let Err(error) = pauser.pause(&list) {
-                tracing::warn!(event = "partition_pause_failed", %topic, partition, %error,
-                    "its inbox may grow past its share");
-            }
-        });
-        let mut dispatch = poll::dispatch::Dispatch::new(
-            self.assignments.clone(),
-            pause,
-            self.config.id_header.clone(),
-            self.shared.out.metrics.buffered_bytes.clone(),
-        );
+        let mut fetcher = poll::fetcher::KafkaFetcher {
+            consumer,
+            waker: queue_waker,
+        };
         let outcome = self
             .poll_loop
-            .run(&mut fetcher, &mut dispatch, &seeker, shutdown.as_mut())
+            .run(&mut fetcher, &seeker, shutdown.as_mut())
             .await;
-        drop((dispatch, fetcher));
-        drop(consumer);
+        drop(fetcher);
         self.shutdown().await;
         outcome
+    }
+
+    /// Creates the Kafka consumer for topics with `partitions` partitions in all: the most
+    /// this member can own, so that each partition's librdkafka queue is bounded by its share
+    /// of half of `max_buffered_bytes`. (`max_buffered_records` bounds each queue whole: a
+    /// share of it stopped a fast partition at every few hundred records, for librdkafka's
+    /// `fetch.queue.backoff.ms` each time: no-op 0.51–0.66 of the bare loop against
+    /// 0.82–1.02.)
+    fn create(
+        &self,
+        partitions: usize,
+    ) -> Result<
+        (
+            Arc<BaseConsumer<RebalanceContext>>,
+            Arc<futures_util::task::AtomicWaker>,
+        ),
+        ConsumerError,
+    > {
+        let config = &self.config;
+        let share = (config.max_buffered_bytes / 2 / partitions.max(1)).max(1);
+        let mut client = config.consumer_client_config();
+        client
+            .set(
+                "queued.max.messages.kbytes",
+                (share / 1024).max(1).to_string(),
+            )
+            .set(
+                "queued.min.messages",
+                config.max_buffered_records.to_string(),
+            );
+        // A queue holds its share and one fetch beyond it, but for a record batch larger
+        // than a fetch, which its worker drops (`worker::intake`, `overshot`). (A fetch cut
+        // to a small share instead cost 96 % of the memory table's rate at 1,000
+        // partitions: every batch larger than the fetch came in parts.)
+        let bound = share + partition_fetch_bytes(config);
+        let mut consumer: BaseConsumer<RebalanceContext> = crate::kafka::create(
+            &client,
+            RebalanceContext {
+                rebalancing: poll::rebalance::Rebalancing {
+                    assignments: self.assignments.clone(),
+                    transaction: self.shared.transaction.clone(),
+                },
+                metrics: self.shared.out.metrics.clone(),
+                undecodable: Default::default(),
+                cluster: crate::kafka::cluster_of(&client),
+            },
+        )
+        .map_err(ConsumerError::CreateConsumer)?;
+        let queue_waker = Arc::new(futures_util::task::AtomicWaker::new());
+        let wake = queue_waker.clone();
+        consumer.set_nonempty_callback(move || wake.wake());
+        let consumer = Arc::new(consumer);
+        // Weak: a queue holds its consumer, whose context holds the assignments.
+        let (splitter, id_header) = (
+            Arc::downgrade(&consumer),
+            config.id_header.as_deref().map(Arc::<str>::from),
+        );
+        self.assignments
+            .split_with(Box::new(move |(topic, partition)| {
+                let consumer = splitter.upgrade()?;
+                let feed = poll::partition_queue::KafkaFeed::split(
+                    &consumer,
+                    topic,
+                    *partition,
+                    id_header.clone(),
+                    share,
+                    bound,
+                );
+                if feed.is_none() {
+                    tracing::error!(event = "partition_queue_split_failed", %topic, partition,
+                    "its records would come to the consumer's own queue");
+                }
+                Some(Arc::new(feed?) as Arc<dyn poll::feed::Feed>)
+            }));
+        let weak = Arc::downgrade(&consumer);
+        let _ = self.group.set(Box::new(move || {
+            weak.upgrade().and_then(|c| c.group_metadata())
+        }));
+        let _ = self.consumer.set(consumer.clone());
+        tracing::info!(
+            event = "partition_queues_sized",
+            partitions,
+            queue_bytes = share
+        );
+        Ok((consumer, queue_waker))
     }
 
     async fn shutdown(self) {
@@ -345,20 +407,45 @@ impl<H: BatchHandler> Consumer<H> {
             workers.abort_all();
             while workers.join_next().await.is_some() {}
         }
-        match self.shared.transaction.clone() {
-            Some(transaction) => {
+        // Not created when the consumer stopped before subscribing: nothing to commit.
+        let consumer = self.consumer.get().cloned();
+        match (self.shared.transaction.clone(), &consumer) {
+            (Some(transaction), Some(_)) => {
                 let _ = tokio::task::spawn_blocking(move || transaction.commit()).await;
             }
-            None => commit_stored(self.consumer.as_ref(), "shutdown"),
+            (None, Some(consumer)) => commit_stored(consumer.as_ref(), "shutdown"),
+            (_, None) => {}
         }
-        self.consumer.unsubscribe();
+        if let Some(consumer) = &consumer {
+            consumer.unsubscribe();
+        }
         self.assignments.end_all();
         // Dropping the last handle closes the consumer, which leaves the group; it blocks
         // while librdkafka finishes, so it runs off the async threads.
+        let metrics = self.shared.out.metrics.clone();
         let (shared, consumer) = (self.shared, self.consumer);
         let _ = tokio::task::spawn_blocking(move || drop((shared, consumer))).await;
+        // The queues went with the consumer; its last statistics may be two seconds old.
+        metrics.buffered_records.set(0);
+        metrics.buffered_bytes.set(0);
         tracing::info!(event = "shutdown_complete");
     }
+}
+
+/// The most one fetch brings of a partition (`max.partition.fetch.bytes`, or its alias, from
+/// the raw options or kafka-dlq's fetch settings), but for a record batch larger than it.
+fn partition_fetch_bytes(config: &ConsumerConfig) -> usize {
+    let raw = &config.librdkafka;
+    raw.get("max.partition.fetch.bytes")
+        .or_else(|| raw.get("fetch.message.max.bytes"))
+        .or_else(|| {
+            crate::config::FETCH_SETTINGS
+                .iter()
+                .find(|(key, _)| *key == "max.partition.fetch.bytes")
+                .map(|(_, value)| *value)
+        })
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1 << 20)
 }
 
 #[cfg(test)]

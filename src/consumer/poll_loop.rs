@@ -1,7 +1,8 @@
-//! The member's poll loop: it serves the consumer's queue (records into their inboxes,
-//! errors), starts the worker of each partition the rebalance callback assigned, and, exactly
-//! once, rewinds the partitions of an aborted transaction. It knows librdkafka only as a
-//! [`Fetcher`] and a [`Seek`], so the simulation runs this loop over its world.
+//! The member's poll loop: it serves the consumer's own queue (rebalances, errors; each
+//! partition's records go to its worker's own queue), starts the worker of each partition the
+//! rebalance callback assigned, and, exactly once, rewinds the partitions of an aborted
+//! transaction. It knows librdkafka only as a [`Fetcher`] and a [`Seek`], so the simulation
+//! runs this loop over its world.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,15 +14,11 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::client::TopicPartition;
 use super::poll::assignments::{Assigned, Assignments};
-use super::poll::dispatch::Dispatch;
 use super::poll::fetcher::{Fetcher, Polled};
 use super::poll::rewind::{rewind, Seek};
 use super::worker::{self, Shared};
 use super::ConsumerError;
 use crate::handler::BatchHandler;
-
-/// Records the poll loop moves into inboxes after a wake-up before it waits again.
-const DELIVERIES_PER_WAKE: usize = 256;
 
 /// Each worker the loop started, with its partition, in order: for a watcher of the workers
 /// (the simulation checks each ends in time once its partition is revoked).
@@ -43,7 +40,7 @@ pub(in crate::consumer) struct PollLoop<H: BatchHandler> {
 }
 
 impl<H: BatchHandler> PollLoop<H> {
-    /// A loop starting the workers of `shared` for the partitions `assigned` sends (inboxes of
+    /// A loop starting the workers of `shared` for the partitions `assigned` sends (of
     /// `assignments`), of the subscribed topics `sources`; each worker started is also
     /// pushed to `started`, when given.
     pub(in crate::consumer) fn new(
@@ -75,15 +72,14 @@ impl<H: BatchHandler> PollLoop<H> {
         self.workers
     }
 
-    /// Polls `fetcher` into the inboxes through `dispatch` until `shutdown` completes, starting
-    /// workers as partitions are assigned and rewinding with `seek` when a transaction aborted.
-    /// After each message, what else is ready (up to 256) is delivered before the workers are
-    /// woken: one wake-up for many records; then the loop yields, so they run. `Err` when the client hits a fatal error or a
-    /// rewind fails (its records would be skipped); the caller then shuts down as usual.
+    /// Polls `fetcher` until `shutdown` completes, starting workers as partitions are
+    /// assigned and rewinding with `seek` when a transaction aborted. `Err` when the client
+    /// hits a fatal error, a record comes to the consumer's own queue (its partition's queue
+    /// was not split: it would be handled by no one), or a rewind fails (its records would be
+    /// skipped); the caller then shuts down as usual.
     pub(in crate::consumer) async fn run(
         &mut self,
         fetcher: &mut impl Fetcher,
-        dispatch: &mut Dispatch,
         seek: &dyn Seek,
         mut shutdown: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<(), ConsumerError> {
@@ -103,27 +99,16 @@ impl<H: BatchHandler> PollLoop<H> {
                         .map_err(ConsumerError::Transaction)?;
                     continue;
                 }
-                Some(polled) = fetcher.next(dispatch) => polled,
+                Some(polled) = fetcher.next() => polled,
             };
             match polled {
-                Polled::Delivered => {
-                    for _ in 0..DELIVERIES_PER_WAKE {
-                        match fetcher.ready(dispatch) {
-                            Some(Polled::Delivered) => {}
-                            Some(Polled::Failed(error)) => {
-                                crate::kafka::warn_gated("poll_failed", &error, "polling on");
-                                break;
-                            }
-                            None => break,
-                        }
-                    }
-                    dispatch.wake();
-                    // The workers just woken wait in this thread's LIFO slot, which no other
-                    // thread may steal from, and a loop whose queue stays full never returns
-                    // to the scheduler by itself: without this, they waited for the queue to
-                    // run dry (key order with 1 ms calls: 260,000-280,000 records/s, slots
-                    // idle for want of records; 390,000-420,000 yielding).
-                    tokio::task::yield_now().await;
+                Polled::Stray(topic, partition, offset) => {
+                    tracing::error!(event = "record_on_consumer_queue", %topic, partition, offset,
+                        "a partition's records came to the consumer's own queue, where no worker reads them; stopping (its offset was not stored)");
+                    return Err(ConsumerError::Fatal {
+                        code: rdkafka::types::RDKafkaErrorCode::State,
+                        reason: format!("record {topic}-{partition}-{offset} came to the consumer's own queue: its partition's queue was not split"),
+                    });
                 }
                 Polled::Failed(error) => {
                     if let Some((code, reason)) = fetcher.fatal() {

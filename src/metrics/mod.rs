@@ -18,8 +18,9 @@
 //! | `kafka_dlq_retry_partitions_waiting` | gauge | | retry-topic partitions waiting for their next record to be due |
 //! | `kafka_dlq_partitions_in_backoff` | gauge | | partitions (share groups: records) waiting to retry a record |
 //! | `kafka_dlq_dead_letter_bytes_in_flight` | gauge | | bytes held by dead-letter writes not yet acknowledged (bounded; see the consumer docs) |
-//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in librdkafka's queue (librdkafka statistics, every 2 s) |
-//! | `kafka_dlq_buffered_bytes` | gauge | | bytes of records taken from librdkafka and waiting in the partitions' inboxes for their workers (at most half of `max_buffered_bytes`, see the consumer docs) |
+//! | `kafka_dlq_buffered_records` | gauge | | fetched records waiting in the partitions' librdkafka queues for their workers (librdkafka statistics, every 2 s) |
+//! | `kafka_dlq_buffered_bytes` | gauge | | the bytes of those records (within `max_buffered_bytes`, see the consumer docs; librdkafka statistics, every 2 s) |
+//! | `kafka_dlq_queue_trims_total` | counter | topic | times a worker paused its partition to drop what a record batch larger than its queue's share brought (fetched again when it wants more) |
 //! | `kafka_dlq_transactions_total` | counter | outcome | exactly once: transactions committed and aborted |
 //! | `kafka_dlq_transaction_records` | histogram | | exactly once: records settled in each committed transaction |
 //! | `kafka_dlq_transaction_commit_seconds` | histogram | | exactly once: one commit (offsets, flush, commit) |
@@ -71,6 +72,7 @@ pub struct MetricSet {
     pub(crate) dead_letter_bytes_in_flight: IntGauge,
     pub(crate) buffered_records: IntGauge,
     pub(crate) buffered_bytes: IntGauge,
+    pub(crate) queue_trims: prometheus::IntCounterVec,
     pub(crate) handler_duration: HistogramVec,
     /// OpenTelemetry's `messaging.process.duration`: one handler call, by destination and
     /// `error.type` (empty when it succeeded).
@@ -193,7 +195,12 @@ impl Metrics {
         );
         let buffered_bytes = gauge(
             "kafka_dlq_buffered_bytes",
-            "Bytes of fetched records waiting in the partitions' inboxes for their workers.",
+            "Bytes of fetched records waiting in the partitions' librdkafka queues for their workers (librdkafka's statistics, every 2 s).",
+        );
+        let queue_trims = counter(
+            "kafka_dlq_queue_trims_total",
+            "Times a worker paused its partition to drop what a record batch larger than the queue's share brought; fetched again when the worker wants more.",
+            &["topic"],
         );
         let handler_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -348,6 +355,7 @@ impl Metrics {
             partitions_in_backoff,
             buffered_records,
             buffered_bytes,
+            queue_trims,
             handler_duration,
             process_duration,
             consumed_messages,
@@ -411,9 +419,17 @@ impl Metrics {
         self.buffered_records.get()
     }
 
-    /// Bytes of fetched records waiting in the partitions' inboxes for their workers, now.
+    /// Bytes of fetched records waiting in the partitions' librdkafka queues for their
+    /// workers, as librdkafka's last statistics (every 2 s) gave them; 0 once the consumer
+    /// stopped.
     pub fn buffered_bytes(&self) -> i64 {
         self.buffered_bytes.get()
+    }
+
+    /// Times the workers dropped what a record batch larger than their queue's share brought,
+    /// over all topics (`kafka_dlq_queue_trims_total`).
+    pub fn queue_trims(&self) -> u64 {
+        self.total("kafka_dlq_queue_trims_total") as u64
     }
 
     /// Partitions assigned to this consumer now.
@@ -511,11 +527,12 @@ impl Metrics {
             self.clear_not_ready("connection");
         }
         self.consumer_lag.reset();
-        let mut buffered = 0;
+        let (mut buffered, mut bytes) = (0, 0_i64);
         for (topic, t) in &stats.topics {
             for (partition, p) in &t.partitions {
                 if *partition >= 0 {
                     buffered += p.fetchq_cnt.max(0);
+                    bytes = bytes.saturating_add(i64::try_from(p.fetchq_size).unwrap_or(i64::MAX));
                 }
                 if *partition >= 0 && p.consumer_lag >= 0 {
                     self.consumer_lag
@@ -525,6 +542,7 @@ impl Metrics {
             }
         }
         self.buffered_records.set(buffered);
+        self.buffered_bytes.set(bytes);
     }
 }
 

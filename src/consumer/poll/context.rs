@@ -13,7 +13,8 @@ use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 
 /// The consumer's librdkafka context. A rebalance's partitions go to its decisions
-/// (`rebalance.rs`: revoked ones end, then the commit; assigned ones get inboxes); after an
+/// (`rebalance.rs`: revoked ones end, then the commit; assigned ones get their own queues, split
+/// here before librdkafka fetches them); after an
 /// assignment it resumes their fetches (a pause of an earlier assignment outlives its
 /// revocation in librdkafka).
 pub(in crate::consumer) struct RebalanceContext {
@@ -77,6 +78,7 @@ impl ConsumerContext for RebalanceContext {
             Rebalance::Revoke(tpl) => self
                 .rebalancing
                 .revoke(&keys(tpl), || commit_stored(consumer, "rebalance")),
+            // Split before librdkafka starts fetching them (it does once this returns).
             Rebalance::Assign(tpl) => self.rebalancing.assign(&keys(tpl)),
             Rebalance::Error(e) => {
                 tracing::warn!(event = "rebalance_failed", error = %e);
@@ -86,8 +88,8 @@ impl ConsumerContext for RebalanceContext {
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
-            // An inbox full when its partition was revoked left the partition paused, and
-            // librdkafka keeps a pause across revocation and re-assignment.
+            // A retry wait or the breaker may have left the partition paused when it was
+            // revoked, and librdkafka keeps a pause across revocation and re-assignment.
             if let Err(error) = consumer.resume(tpl) {
                 tracing::warn!(event = "partition_resume_failed", %error,
                     "newly assigned partitions may stay paused");

@@ -3,22 +3,20 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | [`fetcher`] | what the poll loop asks of librdkafka's queue (the simulation answers from its world) |
+//! | [`fetcher`] | what the poll loop asks of the consumer's own queue: rebalances, errors (the simulation answers from its world) |
+//! | [`feed`] | where a partition's worker reads its records (a trait: the simulation's seam) |
+//! | [`partition_queue`] | a partition's own librdkafka queue, split from the consumer's, as its feed |
 //! | [`context`] | the librdkafka context: rebalances, errors, statistics |
-//! | [`rebalance`] | what a rebalance decides: revoked partitions end, then the commit; assigned ones get inboxes |
-//! | [`assignments`] | the partitions assigned here: each one's inbox and the token that stops its worker |
-//! | [`dispatch`] | the poll loop's hand-off: each record copied into its partition's inbox |
-//! | [`inbox`] | a partition's inbox, its share of `max_buffered_bytes`, pausing and resuming the partition |
-//! | [`spare_records`] | settled records given back by the workers, reused for the next copies |
+//! | [`rebalance`] | what a rebalance decides: revoked partitions end, then the commit; assigned ones get their queues |
+//! | [`assignments`] | the partitions assigned here: each one's queue and the token that stops its worker |
 //! | [`rewind`] | exactly once: an aborted transaction's partitions started again at their first records in it |
 //! | [`undecodable`] | record batches librdkafka cannot decode: which partition, which offset, why |
 
 pub(in crate::consumer) mod assignments;
 pub(in crate::consumer) mod context;
-pub(in crate::consumer) mod dispatch;
+pub(in crate::consumer) mod feed;
 pub(in crate::consumer) mod fetcher;
-pub(in crate::consumer) mod inbox;
+pub(in crate::consumer) mod partition_queue;
 pub(in crate::consumer) mod rebalance;
 pub(in crate::consumer) mod rewind;
-pub(in crate::consumer) mod spare_records;
 pub(in crate::consumer) mod undecodable;

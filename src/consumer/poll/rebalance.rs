@@ -7,7 +7,7 @@ use super::assignments::{Assignments, PartitionKey};
 use crate::consumer::progress::transaction::{off_the_runtime, Transaction};
 
 /// The decisions of the rebalance callback: revoked partitions end before anything is
-/// committed, then the commit; assigned partitions get their inboxes and workers.
+/// committed, then the commit; assigned partitions get their own queues and workers.
 pub(in crate::consumer) struct Rebalancing {
     pub assignments: Arc<Assignments>,
     /// Exactly once: the transaction that commits before revoked partitions go.
@@ -15,7 +15,7 @@ pub(in crate::consumer) struct Rebalancing {
 }
 
 impl Rebalancing {
-    /// `revoked` go: their workers are stopped and their inboxes dropped, so the records they
+    /// `revoked` go: their workers are stopped, so the records they
     /// settle from now on are not stored (nor taken into the transaction); then what settled
     /// before is committed, waiting for it (the next owner must find it committed): the open
     /// transaction, or else the stored positions by `commit_stored`.
@@ -24,7 +24,6 @@ impl Rebalancing {
         revoked: &[PartitionKey],
         commit_stored: impl FnOnce(),
     ) {
-        self.assignments.rebalancing();
         self.assignments.revoke(revoked);
         tracing::info!(event = "partitions_revoked", partitions = ?named(revoked));
         match &self.transaction {
@@ -38,10 +37,11 @@ impl Rebalancing {
         }
     }
 
-    /// `assigned` come: each gets an inbox, and its worker is started by the poll loop. The
-    /// caller then resumes their fetches (a pause outlives a revocation in librdkafka).
+    /// `assigned` come, each with its feed (its own librdkafka queue, split from the
+    /// consumer's before librdkafka starts fetching it, as this runs before), and its worker is
+    /// started by the poll loop. The caller then resumes their
+    /// fetches (a pause outlives a revocation in librdkafka).
     pub(in crate::consumer) fn assign(&self, assigned: &[PartitionKey]) {
-        self.assignments.rebalancing();
         tracing::info!(event = "partitions_assigned", partitions = ?named(assigned));
         self.assignments.assign(assigned);
     }

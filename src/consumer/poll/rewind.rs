@@ -1,5 +1,5 @@
 //! The poll loop's part in exactly once: after a transaction aborted, each of its partitions
-//! starts again at its first record in it, with a fresh inbox and worker.
+//! starts again at its first record in it, with a fresh worker.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,7 +23,7 @@ pub(in crate::consumer) trait Seek: Send + Sync {
         position: i64,
     ) -> Pin<Box<dyn Future<Output = Result<(), KafkaError>> + Send + 'a>>;
 
-    /// Fetches `partition` again (its inbox may have paused it).
+    /// Fetches `partition` again (a retry wait or the breaker may have paused it).
     fn resume_partition(&self, partition: &TopicPartition);
 
     /// The group's committed offset of `partition` (`None`: none), asked so that a
@@ -39,7 +39,7 @@ pub(in crate::consumer) trait Seek: Send + Sync {
 /// transaction's outcome is unknown, where the broker says the group's offset is committed),
 /// unless the assignment whose records those were has ended (a later assignment started from
 /// the committed position itself): seeks there (which drops what was fetched beyond), then gives
-/// it a fresh inbox and worker (ending the old one, whose records the transaction refuses).
+/// it a fresh worker (ending the old one, whose records the transaction refuses).
 /// `Err` when the producer failed for good or a seek failed (its records would be skipped):
 /// the consumer stops.
 pub(in crate::consumer) async fn rewind(
@@ -77,7 +77,6 @@ pub(in crate::consumer) async fn rewind(
                     error: Box::new(error),
                 });
             }
-            assignments.rebalancing();
             assignments.assign(std::slice::from_ref(&partition));
             // The new assignment ended the old one (its token is cancelled); said again so
             // the rewind is forgotten below whatever token it was noted with.
@@ -99,8 +98,9 @@ impl<C: ConsumerContext + 'static> Seek for KafkaClient<C> {
         partition: &'a TopicPartition,
         position: i64,
     ) -> Pin<Box<dyn Future<Output = Result<(), rdkafka::error::KafkaError>> + Send + 'a>> {
-        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
+        let (consumer, (topic, p)) = (self.consumer().cloned(), partition.clone());
         Box::pin(async move {
+            let consumer = consumer.map_err(KafkaError::Seek)?;
             // Waits for librdkafka: off the async threads.
             tokio::task::spawn_blocking(move || {
                 consumer.seek(&topic, p, Offset::Offset(position), SEEK_TIMEOUT)
@@ -122,8 +122,9 @@ impl<C: ConsumerContext + 'static> Seek for KafkaClient<C> {
         partition: &'a TopicPartition,
     ) -> Pin<Box<dyn Future<Output = Result<Option<i64>, rdkafka::error::KafkaError>> + Send + 'a>>
     {
-        let (consumer, (topic, p)) = (self.0.clone(), partition.clone());
+        let (consumer, (topic, p)) = (self.consumer().cloned(), partition.clone());
         Box::pin(async move {
+            let consumer = consumer.map_err(|_| KafkaError::NoMessageReceived)?;
             // The consumer reads `read_committed` (exactly once requires it), so librdkafka
             // asks with RequireStable and waits out a transaction still open on the broker.
             tokio::task::spawn_blocking(move || {

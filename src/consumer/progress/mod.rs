@@ -101,7 +101,7 @@ pub(in crate::consumer) struct Leaving {
     pub exit: Exit,
     /// The last failure.
     pub message: String,
-    /// When the record was taken from its inbox.
+    /// When the record was taken from its queue.
     pub fetched: Instant,
     /// The record's span: its write runs in it.
     pub span: tracing::Span,

@@ -12,8 +12,8 @@
 //! | [`metrics`] | the call metrics a worker counts locally and flushes, and the breaker's answered calls |
 //!
 //! The breaker pauses nothing itself. While it is open a group worker waits for its permit
-//! with the record it took; the partition's inbox fills to its share and its fetches pause, as
-//! for any slow handler, so memory stays bounded. A share member acquires nothing more while
+//! with the record it took; the partition's queue fills to its share and librdkafka stops
+//! fetching it, as for any slow handler, so memory stays bounded. A share member acquires nothing more while
 //! its records wait, their locks renewed.
 
 mod call;

@@ -6,10 +6,12 @@
 //! | [`cluster`] | waiting until the cluster admits the consumer (reachable, authorised) |
 //! | [`retry_topics`] | the retry and redrive topics to follow, created when missing; records stranded in a tier no longer configured |
 //! | [`dlq_topics`] | the dead-letter topics, created when missing (or why not) |
+//! | [`partitions`] | how many partitions the topics have: each partition's queue gets its share of the buffer |
 //! | [`topic_retention`] | retry and redrive topics that keep records long enough to handle them |
 
 pub(in crate::consumer) mod cluster;
 pub(in crate::consumer) mod dlq_topics;
+pub(in crate::consumer) mod partitions;
 pub(in crate::consumer) mod retry_topics;
 pub(in crate::consumer) mod topic_retention;
 

@@ -158,7 +158,7 @@ pub(super) async fn run<H: BatchHandler>(
     // so they are consumed again.
 }
 
-/// Starts `record`'s call (taken from its inbox at `at`) in `slot`, among those `running`.
+/// Starts `record`'s call (taken from its queue at `at`) in `slot`, among those `running`.
 fn start<'a, H: BatchHandler>(
     shared: &'a Arc<Shared<H>>,
     cancel: &'a CancellationToken,

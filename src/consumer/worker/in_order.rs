@@ -85,10 +85,9 @@ pub(super) async fn run<H: BatchHandler>(
                         break 'work;
                     }
                 }
-                if settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel)
-                    .await
-                    .is_err()
-                {
+                let settle =
+                    settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel);
+                if input.alongside(settle, &cancel).await.is_err() {
                     break 'work;
                 }
             }

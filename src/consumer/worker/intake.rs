@@ -1,9 +1,9 @@
 //! A worker's intake: what it is given when its partition is assigned (the partition, its
-//! stage, its metrics) and the one reader of the partition's inbox — the next record, the
+//! stage, its metrics) and the one reader of the partition's records — the next record, the
 //! ones ready now, or a chunk or batch taken at once, each cancel-safe, and none taken once
-//! the worker is cancelled. The consumer's poll loop fills the inbox and keeps it within the
-//! partition's share of `max_buffered_bytes` (see `consumer::poll::inbox`); once a record is
-//! handed out it is the worker's.
+//! the worker is cancelled. The records come from the partition's [`Feed`]: its own
+//! librdkafka queue, copied into records this intake settled before (their buffers reused);
+//! once a record is handed out it is the worker's.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::consumer::client::Client;
 use crate::consumer::poll::assignments::Assigned;
-use crate::consumer::poll::inbox::Inbox;
-use crate::consumer::poll::spare_records::SpareRecords;
+use crate::consumer::poll::feed::{footprint, Feed};
 use crate::consumer::settle::TopicHandles;
 use crate::metrics::Metrics;
 use crate::record::retry::Stage;
@@ -23,6 +22,31 @@ use crate::record::Record;
 /// A vector of records given back keeps its room for the next take up to this many records:
 /// a chunk's, not a large batch's.
 const KEPT_CAPACITY: usize = 256;
+
+/// Settled records an intake keeps to copy the next messages into: a chunk's worth.
+const KEPT_SPARES: usize = 256;
+
+/// A record whose buffers hold more than this ([`held_bytes`]) is freed, not kept to copy
+/// into: copying a record that large costs more than allocating it.
+const SPARE_RECORD_BYTES: usize = 4 << 10;
+
+/// The bytes a record's buffers hold (their capacity, not their length), plus the record
+/// itself.
+fn held_bytes(record: &Record) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| {
+            std::mem::size_of_val(h) + h.key.capacity() + h.value.as_ref().map_or(0, Vec::capacity)
+        })
+        .sum();
+    std::mem::size_of::<Record>()
+        + record.id.capacity()
+        + record.topic.capacity()
+        + record.key.as_ref().map_or(0, Vec::capacity)
+        + record.payload.as_ref().map_or(0, Vec::capacity)
+        + headers
+}
 
 /// A newly assigned partition as its worker sees it, and the reader of its records.
 pub(crate) struct Intake {
@@ -38,15 +62,15 @@ pub(crate) struct Intake {
     pub(super) peeked: Option<Record>,
     /// The partition's reader lease, shared by the workers of its successive assignments.
     reader: Arc<tokio::sync::Mutex<()>>,
-    inbox: Arc<Inbox>,
+    /// Where the partition's records come from.
+    feed: Arc<dyn Feed>,
     /// The consumer, to pause and resume the partition's fetches with.
     client: Arc<dyn Client>,
-    /// The bytes every inbox of the consumer holds.
-    buffered: prometheus::IntGauge,
-    /// Where settled records go back to, for the poll loop to reuse.
-    spares: Arc<SpareRecords>,
+    /// Settled records, to copy the next messages into.
+    spares: Vec<Record>,
     consumed: prometheus::IntCounter,
     consumed_messages: prometheus::IntCounter,
+    trims: prometheus::IntCounter,
     /// Records a [`Intake::take`] took and has not handed over yet: kept here, not in the
     /// take's future, so that a take dropped before its end (in a `select!`, when tokio's
     /// budget runs out between two records) loses nothing; the next take hands them over.
@@ -55,8 +79,26 @@ pub(crate) struct Intake {
     taking_since: Instant,
     /// The footprint of `taking` beyond its first record.
     taking_bytes: usize,
+    /// A one-record vector for [`Intake::next`], kept for its room.
+    taking_one: Vec<Record>,
     /// Whether a take stops at the partition's share of bytes ([`Intake::bounded_by_share`]).
     share_bound: bool,
+    /// Whether the partition's fetches are paused since a take found its queue overshot
+    /// ([`overshot`]) or [`Intake::alongside`] filled its hands, until the next take.
+    trimmed: bool,
+    /// The most records the last take asked for: what [`Intake::alongside`] takes at most.
+    last_max: usize,
+}
+
+/// Whether a partition's queue, `waiting` messages after a take of `taken` records of `bytes`,
+/// holds more than librdkafka alone lets it, its `bound` ([`Feed::bound`]: the share it stops
+/// fetching at, and one fetch beyond it). Only a record batch larger than a fetch puts it
+/// there (a broker never splits a batch), and pausing the partition drops it; the worker then
+/// holds its chunk alone, and the partition is fetched again from the chunk's end when the
+/// worker comes back for more. So a member owning many partitions of large batches holds
+/// about its buffer and a fetch per partition, not a batch per partition.
+fn overshot(waiting: usize, taken: usize, bytes: usize, bound: usize) -> bool {
+    taken > 0 && waiting.saturating_mul(bytes / taken) > bound
 }
 
 impl Intake {
@@ -75,6 +117,7 @@ impl Intake {
         Self {
             consumed: metrics.consumed.with_label_values(&[&topic]),
             consumed_messages: metrics.consumed_messages.with_label_values(&[&topic]),
+            trims: metrics.queue_trims.with_label_values(&[&topic]),
             metrics: TopicHandles::new(metrics, &topic),
             topic,
             partition: assigned.partition,
@@ -82,14 +125,16 @@ impl Intake {
             revoked: assigned.revoked,
             peeked: None,
             reader: assigned.reader,
-            inbox: assigned.inbox,
+            feed: assigned.feed,
             client,
-            buffered: metrics.buffered_bytes.clone(),
-            spares: assigned.spares,
+            spares: Vec::new(),
             taking: Vec::new(),
             taking_since: Instant::now(),
             taking_bytes: 0,
+            taking_one: Vec::with_capacity(1),
             share_bound: false,
+            trimmed: false,
+            last_max: 1,
         }
     }
 
@@ -100,9 +145,9 @@ impl Intake {
     }
 
     /// From now on takes stop once what they took beyond the first record comes to the
-    /// partition's share of the inboxes' budget: the records a worker holds out of its inbox
-    /// are then within its share too (a chunk the worker settles one by one, not a batch the
-    /// handler asked for).
+    /// partition's share of the consumer's buffer: the records a worker holds are then within
+    /// its share too (a chunk the worker settles one by one, not a batch the handler asked
+    /// for).
     pub(super) fn bounded_by_share(&mut self) {
         self.share_bound = true;
     }
@@ -138,15 +183,29 @@ impl Intake {
     }
 
     /// The next record: waits for it. `None` once `cancel` fires: from then on nothing more
-    /// is taken from the partition's inbox.
+    /// is taken from the partition's feed.
     /// Cancel-safe.
     pub(super) async fn next(&mut self, cancel: &CancellationToken) -> Option<Record> {
         if let Some(record) = self.peeked.take() {
             return Some(record);
         }
+        if !self.taking.is_empty() {
+            // Taken before (by a take dropped before its end, or a trim): the next in order.
+            let record = self.taking.remove(0);
+            self.taking_bytes = self
+                .taking_bytes
+                .saturating_sub(self.taking.first().map_or(0, footprint));
+            return Some(record);
+        }
+        self.next_fetched(cancel).await
+    }
+
+    /// The next record from the feed: waits for it. `None` once `cancel` fires.
+    async fn next_fetched(&mut self, cancel: &CancellationToken) -> Option<Record> {
         if cancel.is_cancelled() {
             return None;
         }
+        self.fetch_again();
         let record = tokio::select! {
             biased;
             _ = cancel.cancelled() => return None,
@@ -166,6 +225,16 @@ impl Intake {
         linger: Duration,
         cancel: &CancellationToken,
     ) -> Option<(Vec<Record>, Instant)> {
+        self.fetch_again();
+        self.last_max = max;
+        if let Some(peeked) = self.peeked.take() {
+            // Taken before the records kept for this take: the first of them.
+            if let Some(first) = self.taking.first() {
+                self.taking_bytes += footprint(first);
+            }
+            self.taking_since = Instant::now();
+            self.taking.insert(0, peeked);
+        }
         if self.taking.is_empty() {
             let first = self.next(cancel).await?;
             self.taking_since = Instant::now();
@@ -175,9 +244,9 @@ impl Intake {
         // worker whose records are always ready still lets other tasks run: once the budget is
         // spent, the take yields and goes on (a take dropped there keeps what it took in
         // `taking`). Cancelled now or not, what is ready belongs to this assignment: a revoked
-        // partition's inbox is closed, and no handler is called once cancelled.
+        // partition's worker calls no handler once cancelled.
         let max_bytes = if self.share_bound {
-            self.inbox.share()
+            self.feed.share()
         } else {
             usize::MAX
         };
@@ -206,7 +275,7 @@ impl Intake {
                 tokio::select! {
                     biased;
                     _ = tokio::time::sleep_until(until) => break,
-                    next = self.next(cancel) => match next {
+                    next = self.next_fetched(cancel) => match next {
                         Some(record) => self.taking.push(record),
                         None => break,
                     },
@@ -214,65 +283,206 @@ impl Intake {
             }
         }
         let records = std::mem::take(&mut self.taking);
+        // The take's footprint, roughly (what the linger added is left out): not counted again
+        // record by record.
+        let bytes = self.taking_bytes + records.first().map_or(0, footprint);
         self.taking_bytes = 0;
+        if !self.revoked.is_cancelled()
+            && overshot(self.feed.waiting(), records.len(), bytes, self.feed.bound())
+        {
+            self.trim();
+        }
         self.consumed.inc_by(records.len() as u64);
         self.consumed_messages.inc_by(records.len() as u64);
         Some((records, self.taking_since))
     }
 
-    /// Holds the partition's fetches paused until the returned guard drops (a retry record
-    /// waiting until it is due): librdkafka fetches no records that would only wait. The
-    /// inbox's own pause and this hold never undo each other ([`crate::consumer::poll::inbox`]).
-    pub(super) fn hold_fetches(&self) -> FetchesHeld<'_> {
-        self.inbox.hold(|| {
-            let (topic, partition) = (&self.topic, self.partition);
-            if let Err(error) = self.client.pause(&[(topic.clone(), partition)]) {
-                tracing::debug!(event = "retry_partition_pause_failed", %topic, partition, %error);
+    /// Runs `work` (a record's settling) while copying what reaches the partition's queue
+    /// into this intake's hands for the next take, up to the partition's share beyond the
+    /// first record and as many records as the last take asked for; once they hold the share
+    /// the partition is paused, and what its queue holds dropped ([`Feed::trim`]), until the
+    /// next take. librdkafka keeps each fetch response whole while any of its messages waits
+    /// in a queue: copied out at once, a slow handler's records free it.
+    pub(super) async fn alongside<F: std::future::Future>(
+        &mut self,
+        work: F,
+        cancel: &CancellationToken,
+    ) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        tokio::select! {
+            biased;
+            out = &mut work => out,
+            _ = std::future::poll_fn(|cx| self.poll_refill(cx, cancel)) => unreachable!("never ready"),
+        }
+    }
+
+    /// Copies what is ready into the hands for the next take (see [`Intake::alongside`]);
+    /// never ready: `cx` is woken when more reaches the queue.
+    fn poll_refill(&mut self, cx: &mut Context<'_>, cancel: &CancellationToken) -> Poll<()> {
+        if self.trimmed || cancel.is_cancelled() || self.revoked.is_cancelled() {
+            return Poll::Pending;
+        }
+        let share = self.feed.share();
+        loop {
+            let held = self.taking_bytes;
+            if self.taking.len() >= self.last_max {
+                // A chunk of small records is ready: nothing held that the share does not
+                // bound, and the worker takes it as soon as its call ends (a fast handler's
+                // calls pend too, once tokio's budget runs out).
+                return Poll::Pending;
             }
-        });
+            if !self.taking.is_empty() && held >= share {
+                self.trim();
+                return Poll::Pending;
+            }
+            let room = if self.taking.is_empty() {
+                1
+            } else {
+                self.last_max - self.taking.len()
+            };
+            let mut copied = Vec::new();
+            let max_bytes = share.saturating_sub(held).max(1);
+            match self
+                .feed
+                .poll_take(cx, room, max_bytes, &mut copied, &mut self.spares)
+            {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(result) => {
+                    if let Err(error) = result {
+                        self.partition_failed(&error);
+                    }
+                    if copied.is_empty() {
+                        continue;
+                    }
+                    for record in copied {
+                        let record = self.restored(record);
+                        self.hold_for_next_take(record);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Holds the partition's fetches paused until the returned guard drops (a retry record
+    /// waiting until it is due): librdkafka fetches no records that would only wait.
+    pub(super) fn hold_fetches(&self) -> FetchesHeld<'_> {
+        self.feed.hold(&|| self.pause());
         FetchesHeld { intake: self }
     }
 
-    /// Gives `records` back once settled, for the poll loop to copy the next messages into
-    /// (see `consumer::poll::spare_records`); their vector becomes the next take's (unless it has
-    /// room for more than a chunk: a large batch's is freed).
+    /// Pauses the partition's fetches.
+    fn pause(&self) {
+        let (topic, partition) = (&self.topic, self.partition);
+        if let Err(error) = self.client.pause(&[(topic.clone(), partition)]) {
+            tracing::debug!(event = "partition_pause_failed", %topic, partition, %error);
+        }
+    }
+
+    /// Pauses the partition and drops what its queue holds ([`overshot`], [`Feed::trim`]), until
+    /// the worker wants more. A record that comes out all the same is the next handed over.
+    fn trim(&mut self) {
+        let (mut kept, mut spares) = (Vec::new(), std::mem::take(&mut self.spares));
+        if let Err(error) = self.feed.trim(&|| self.pause(), &mut kept, &mut spares) {
+            self.partition_failed(&error);
+        }
+        self.spares = spares;
+        self.trimmed = true;
+        self.trims.inc();
+        for record in kept {
+            let record = self.restored(record);
+            self.hold_for_next_take(record);
+        }
+    }
+
+    /// Keeps `record` for the next take, after those kept before.
+    fn hold_for_next_take(&mut self, record: Record) {
+        if self.taking.is_empty() {
+            self.taking_since = Instant::now();
+        } else {
+            self.taking_bytes += footprint(&record);
+        }
+        self.taking.push(record);
+    }
+
+    /// Fetches the partition again if a take paused it ([`overshot`]): its worker wants more.
+    fn fetch_again(&mut self) {
+        if std::mem::take(&mut self.trimmed) {
+            self.feed
+                .release(&|| resume(self.client.as_ref(), &(self.topic.clone(), self.partition)));
+        }
+    }
+
+    /// Gives `records` back once settled, to copy the next messages into (up to a chunk of
+    /// them, none larger than [`SPARE_RECORD_BYTES`], and only as many of a record's size as
+    /// the partition's share of the buffer holds: a thousand partitions keep no more than
+    /// twelve do); their vector becomes the next take's (unless it has room for more than a
+    /// chunk: a large batch's is freed).
     pub(super) fn give_back(&mut self, mut records: Vec<Record>) {
-        self.spares.give_back(&mut records);
+        let share = self.feed.share();
+        for mut record in records.drain(..) {
+            if self.spares.len() >= KEPT_SPARES {
+                break;
+            }
+            let held = held_bytes(&record);
+            if held <= SPARE_RECORD_BYTES && (self.spares.len() + 1) * held <= share {
+                // A retry record's account is not a buffer the next message is copied into.
+                record.retry = None;
+                self.spares.push(record);
+            }
+        }
+        records.clear();
         if self.taking.capacity() == 0 && records.capacity() <= KEPT_CAPACITY {
             self.taking = records;
         }
     }
 }
 
-/// Records [`Intake::ready_records`] takes per unit of tokio's cooperative budget (one
-/// lock of the inbox for many records; a worker whose inbox is never empty still yields to
-/// its thread's other tasks every 128 units).
+/// Resumes `tp`'s fetches through `client`.
+fn resume(client: &dyn Client, tp: &(String, i32)) {
+    if let Err(error) = client.resume(std::slice::from_ref(tp)) {
+        tracing::warn!(event = "partition_resume_failed", topic = %tp.0, partition = tp.1, %error);
+    }
+}
+
+/// Records [`Intake::ready_records`] takes per unit of tokio's cooperative budget (a worker
+/// whose records are always ready still yields to its thread's other tasks every 128 units).
 const READY_PER_BUDGET_UNIT: usize = 32;
 
 impl Intake {
-    /// Resumes the partition's fetches.
-    fn resume(&self) {
-        let (topic, partition) = (&self.topic, self.partition);
-        if let Err(error) = self.client.resume(&[(topic.clone(), partition)]) {
-            tracing::warn!(event = "partition_resume_failed", %topic, partition, %error);
-        }
-    }
-
-    /// The next record; `Pending`, with `cx`'s waker registered, while none is ready (and
-    /// for ever once the inbox is closed). Counts against tokio's cooperative budget.
-    fn poll_record(&self, cx: &mut Context<'_>) -> Poll<Record> {
-        // A worker whose inbox is never empty still yields to its thread's other tasks.
+    /// The next record; `Pending`, with `cx`'s waker registered, while none is ready. Counts
+    /// against tokio's cooperative budget. An error of the partition's is logged, and the
+    /// partition read on.
+    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Record> {
+        // A worker whose records are always ready still yields to its thread's other tasks.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let (record, size) = std::task::ready!(self.inbox.poll_pop(cx, || self.resume()));
-        coop.made_progress();
-        self.buffered.sub(size as i64);
-        Poll::Ready(record)
+        let mut one = std::mem::take(&mut self.taking_one);
+        loop {
+            match self
+                .feed
+                .poll_take(cx, 1, usize::MAX, &mut one, &mut self.spares)
+            {
+                Poll::Pending => {
+                    self.taking_one = one;
+                    return Poll::Pending;
+                }
+                Poll::Ready(result) => {
+                    if let Err(error) = result {
+                        self.partition_failed(&error);
+                    }
+                    if let Some(record) = one.pop() {
+                        self.taking_one = one;
+                        coop.made_progress();
+                        return Poll::Ready(record);
+                    }
+                }
+            }
+        }
     }
 
     /// Up to `max` records that are ready now, into `into`, without waiting, stopping once
     /// they come to `max_bytes` or more; returns their footprint. Takes them in runs of up to
     /// 32 a unit of tokio's cooperative budget, and none once the budget is spent.
-    fn ready_records(&self, max: usize, max_bytes: usize, into: &mut Vec<Record>) -> usize {
+    fn ready_records(&mut self, max: usize, max_bytes: usize, into: &mut Vec<Record>) -> usize {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let (mut taken, mut bytes) = (0, 0);
         while taken < max && bytes < max_bytes {
@@ -281,15 +491,23 @@ impl Intake {
             };
             let before = into.len();
             let want = (max - taken).min(READY_PER_BUDGET_UNIT);
-            let size = self
-                .inbox
-                .pop_ready(want, max_bytes - bytes, into, || self.resume());
+            let size =
+                match self
+                    .feed
+                    .poll_take(&mut cx, want, max_bytes - bytes, into, &mut self.spares)
+                {
+                    Poll::Ready(Ok(size)) => size,
+                    Poll::Ready(Err(error)) => {
+                        self.partition_failed(&error);
+                        0
+                    }
+                    Poll::Pending => 0,
+                };
             let got = into.len() - before;
             if got == 0 {
                 break;
             }
             coop.made_progress();
-            self.buffered.sub(size as i64);
             taken += got;
             bytes += size;
             if got < want && bytes < max_bytes {
@@ -298,17 +516,30 @@ impl Intake {
         }
         bytes
     }
+
+    /// An error of the partition's own (an offset out of range, a batch librdkafka cannot
+    /// decode: the context has placed and reported that one): logged, and the partition read
+    /// on.
+    fn partition_failed(&self, error: &rdkafka::error::KafkaError) {
+        crate::kafka::warn_gated("partition_poll_failed", error, "reading the partition on");
+    }
 }
 
 /// Fetches held paused by [`Intake::hold_fetches`], released when dropped, whichever way the
-/// wait ends: the fetches resume unless the inbox holds its share.
+/// wait ends.
 pub(super) struct FetchesHeld<'i> {
     intake: &'i Intake,
 }
 
 impl Drop for FetchesHeld<'_> {
     fn drop(&mut self) {
-        self.intake.inbox.release(|| self.intake.resume());
+        let intake = self.intake;
+        intake.feed.release(&|| {
+            resume(
+                intake.client.as_ref(),
+                &(intake.topic.clone(), intake.partition),
+            )
+        });
     }
 }
 
@@ -340,47 +571,121 @@ fn series_at_zero(metrics: &Metrics, topic: &str, tiers: usize) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
     use super::*;
     use crate::consumer::client::RecordingClient;
-    use crate::consumer::poll::inbox::{Budget, Inbox};
 
     fn record(offset: i64) -> Record {
         Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
     }
 
-    /// A partition's intake in these tests: the consumer that records resumes and the
-    /// metrics it counts in.
+    /// A partition's records in memory, as its feed.
     #[derive(Default)]
-    struct Reader {
-        client: Arc<RecordingClient>,
-        metrics: Metrics,
+    struct Records {
+        queue: Mutex<VecDeque<Record>>,
+        share: usize,
+        /// What a hold dropped (as librdkafka's pause drops what its queue holds), and the
+        /// holds and releases so far.
+        dropped: Mutex<Vec<Record>>,
+        holds: std::sync::atomic::AtomicUsize,
+        releases: std::sync::atomic::AtomicUsize,
     }
 
-    impl Reader {
-        /// The intake of `inbox`, partition `topic`/`partition` at `stage`.
-        fn of_stage(
-            &self,
-            inbox: &Arc<Inbox>,
-            topic: &str,
-            partition: i32,
-            stage: Stage,
-        ) -> Intake {
-            let assigned = Assigned {
-                topic: topic.into(),
-                partition,
-                inbox: inbox.clone(),
-                reader: Arc::default(),
-                cancel: CancellationToken::new(),
-                revoked: CancellationToken::new(),
-                spares: Arc::default(),
-            };
-            Intake::new(assigned, self.client.clone(), &self.metrics, stage, 0)
+    impl Records {
+        fn with_share(share: usize) -> Arc<Self> {
+            Arc::new(Self {
+                share,
+                ..Self::default()
+            })
         }
 
-        /// The intake of `inbox`, partition `t`/`partition` of a source topic.
-        fn of(&self, inbox: &Arc<Inbox>, partition: i32) -> Intake {
-            self.of_stage(inbox, "t", partition, Stage::Source)
+        fn push(&self, record: Record) {
+            self.queue.lock().unwrap().push_back(record);
         }
+
+        fn len(&self) -> usize {
+            self.queue.lock().unwrap().len()
+        }
+    }
+
+    impl Feed for Records {
+        fn poll_take(
+            &self,
+            _: &mut Context<'_>,
+            max: usize,
+            max_bytes: usize,
+            into: &mut Vec<Record>,
+            _: &mut Vec<Record>,
+        ) -> Poll<Result<usize, rdkafka::error::KafkaError>> {
+            let mut queue = self.queue.lock().unwrap();
+            if queue.is_empty() {
+                return Poll::Pending;
+            }
+            let (mut taken, mut bytes) = (0, 0);
+            while taken < max && bytes < max_bytes {
+                let Some(record) = queue.pop_front() else {
+                    break;
+                };
+                bytes += footprint(&record);
+                taken += 1;
+                into.push(record);
+            }
+            Poll::Ready(Ok(bytes))
+        }
+
+        fn share(&self) -> usize {
+            self.share
+        }
+
+        fn bound(&self) -> usize {
+            self.share.saturating_mul(2)
+        }
+
+        fn waiting(&self) -> usize {
+            self.len()
+        }
+
+        fn hold(&self, pause: &dyn Fn()) {
+            self.holds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut queue = self.queue.lock().unwrap();
+            self.dropped.lock().unwrap().extend(queue.drain(..));
+            pause();
+        }
+
+        fn trim(
+            &self,
+            pause: &dyn Fn(),
+            _: &mut Vec<Record>,
+            _: &mut Vec<Record>,
+        ) -> Result<(), rdkafka::error::KafkaError> {
+            self.hold(pause);
+            Ok(())
+        }
+
+        fn release(&self, resume: &dyn Fn()) {
+            self.releases
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Fetched again from where the worker stopped.
+            let mut dropped = self.dropped.lock().unwrap();
+            self.queue.lock().unwrap().extend(dropped.drain(..));
+            resume();
+        }
+    }
+
+    /// The intake of `feed`, partition `topic`/`partition` at `stage`.
+    fn intake(feed: &Arc<Records>, topic: &str, partition: i32, stage: Stage) -> Intake {
+        let assigned = Assigned {
+            topic: topic.into(),
+            partition,
+            feed: feed.clone(),
+            reader: Arc::default(),
+            cancel: CancellationToken::new(),
+            revoked: CancellationToken::new(),
+        };
+        let client = Arc::new(RecordingClient::default());
+        Intake::new(assigned, client, &Metrics::new(), stage, 0)
     }
 
     #[tokio::test]
@@ -396,10 +701,9 @@ mod tests {
         let headers = crate::retry_tier::retry_headers(&claimed, 0, chrono::Utc::now(), left, "g");
         let mut delivered = Record::new("t-retry-0", 0, 9).with_id("t-retry-0-0-9");
         delivered.headers = headers;
-        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
-        inbox.push(delivered, usize::MAX, || {}, &mut Vec::new());
-        let reader = Reader::default();
-        let mut records = reader.of_stage(&inbox, "t-retry-0", 0, Stage::Tier(0));
+        let feed = Records::with_share(usize::MAX);
+        feed.push(delivered);
+        let mut records = intake(&feed, "t-retry-0", 0, Stage::Tier(0));
         let record = records.next(&CancellationToken::new()).await.unwrap();
         assert_eq!(
             record.topic, "t",
@@ -411,15 +715,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_reader_takes_no_more_records_from_its_partition() {
-        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
-        let reader = Reader::default();
-        let mut records = reader.of(&inbox, 0);
+        let feed = Records::with_share(usize::MAX);
+        let mut records = intake(&feed, "t", 0, Stage::Source);
         let cancel = CancellationToken::new();
-        inbox.push(record(7), usize::MAX, || {}, &mut Vec::new());
+        feed.push(record(7));
         assert_eq!(records.next(&cancel).await.map(|r| r.offset), Some(7));
 
         // After the revocation nothing more is taken.
-        inbox.push(record(8), usize::MAX, || {}, &mut Vec::new());
+        feed.push(record(8));
         cancel.cancel();
         assert!(records.next(&cancel).await.is_none(), "next takes nothing");
         assert!(
@@ -427,42 +730,17 @@ mod tests {
             "take takes nothing"
         );
         drop(records);
-        assert!(inbox.bytes() > 0, "the record is still in the inbox");
-    }
-
-    #[tokio::test]
-    async fn a_paused_partition_is_resumed_once_its_worker_has_taken_half_its_share() {
-        let size = crate::consumer::poll::inbox::footprint(&record(0));
-        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(size * 8))));
-        let reader = Reader::default();
-        for offset in 0..4 {
-            let change = inbox.push(record(offset), size * 4, || {}, &mut Vec::new());
-            reader.metrics.buffered_bytes.add(change as i64);
-        }
-        let mut records = reader.of(&inbox, 3);
-        let cancel = CancellationToken::new();
-        records.next(&cancel).await.unwrap();
-        assert!(
-            reader.client.resumed.lock().unwrap().is_empty(),
-            "3 of 4 shares left"
-        );
-        records.next(&cancel).await.unwrap();
-        assert_eq!(
-            *reader.client.resumed.lock().unwrap(),
-            [("t".to_string(), 3)]
-        );
-        assert_eq!(reader.metrics.buffered_bytes.get(), 2 * size as i64);
+        assert_eq!(feed.len(), 1, "the record is still in its queue");
     }
 
     #[tokio::test]
     async fn a_chunk_stops_at_the_partitions_share() {
-        let size = crate::consumer::poll::inbox::footprint(&record(0));
-        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
+        let size = footprint(&record(0));
+        let feed = Records::with_share(size * 3);
         for offset in 0..10 {
-            inbox.push(record(offset), size * 3, || {}, &mut Vec::new());
+            feed.push(record(offset));
         }
-        let reader = Reader::default();
-        let mut records = reader.of(&inbox, 0);
+        let mut records = intake(&feed, "t", 0, Stage::Source);
         records.bounded_by_share();
         let cancel = CancellationToken::new();
         let mut chunks = Vec::new();
@@ -479,14 +757,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_take_dropped_when_the_budget_runs_out_loses_no_record() {
-        // The inbox holds more than a take wants, and more than tokio's budget lets one poll
+        // The queue holds more than a take wants, and more than tokio's budget lets one poll
         // take (128 units of 32 records).
-        let inbox = Arc::new(Inbox::new(std::sync::Arc::new(Budget::new(usize::MAX))));
+        let feed = Records::with_share(usize::MAX);
         for offset in 0..60_000 {
-            inbox.push(record(offset), usize::MAX, || {}, &mut Vec::new());
+            feed.push(record(offset));
         }
-        let reader = Reader::default();
-        let mut records = reader.of(&inbox, 0);
+        let mut records = intake(&feed, "t", 0, Stage::Source);
         let cancel = CancellationToken::new();
         let mut handed = Vec::new();
         // A take of 10,000 runs out of tokio's budget before its end; a `select!` that finds
@@ -505,5 +782,89 @@ mod tests {
         handed.extend(taken.into_iter().map(|r| r.offset));
         let expected: Vec<i64> = (0..handed.len() as i64).collect();
         assert_eq!(handed, expected, "every record handed over once, in order");
+    }
+
+    #[test]
+    fn settled_records_are_kept_to_copy_into_up_to_a_chunk_and_none_large() {
+        let feed = Records::with_share(usize::MAX);
+        let mut records = intake(&feed, "t", 0, Stage::Source);
+        let large = record(0).with_payload(vec![0; SPARE_RECORD_BYTES]);
+        let mut settled = vec![large];
+        settled.extend((1..=300).map(|o| record(o).with_payload("v")));
+        records.give_back(settled);
+        assert_eq!(records.spares.len(), KEPT_SPARES);
+        assert!(records
+            .spares
+            .iter()
+            .all(|r| held_bytes(r) <= SPARE_RECORD_BYTES));
+    }
+
+    #[tokio::test]
+    async fn a_queue_overshot_by_a_large_batch_is_dropped_until_the_worker_wants_more() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let size = footprint(&record(0));
+        let feed = Records::with_share(size * 3);
+        // One large batch: far more than the share and a fetch beyond it.
+        for offset in 0..20 {
+            feed.push(record(offset));
+        }
+        let mut records = intake(&feed, "t", 0, Stage::Source);
+        records.bounded_by_share();
+        let cancel = CancellationToken::new();
+        let (first, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
+        assert_eq!(first.len(), 4, "the first record and a share beyond it");
+        assert_eq!(
+            (feed.holds.load(SeqCst), feed.len()),
+            (1, 0),
+            "the partition paused, which drops what its queue holds"
+        );
+        let (next, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
+        assert_eq!(
+            feed.releases.load(SeqCst),
+            1,
+            "fetched again for the next take"
+        );
+        assert_eq!(
+            next.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            [4, 5, 6, 7],
+            "from where the chunk ended"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_queue_within_its_share_and_a_fetch_is_left_alone() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let size = footprint(&record(0));
+        let feed = Records::with_share(size * 3);
+        for offset in 0..10 {
+            feed.push(record(offset));
+        }
+        let mut records = intake(&feed, "t", 0, Stage::Source);
+        records.bounded_by_share();
+        let cancel = CancellationToken::new();
+        records.take(256, Duration::ZERO, &cancel).await.unwrap();
+        assert_eq!(feed.holds.load(SeqCst), 0, "six records wait: the bound");
+        assert_eq!(feed.len(), 6);
+    }
+
+    #[test]
+    fn overshot_means_more_than_the_bound_by_the_takes_record_size() {
+        assert!(!overshot(0, 0, 0, 20), "nothing taken");
+        assert!(!overshot(4, 2, 10, 20), "4 × 5 = 20: the bound");
+        assert!(overshot(5, 2, 10, 20), "5 × 5 = 25");
+        assert!(!overshot(usize::MAX, 1, 1, usize::MAX), "no overflow");
+    }
+
+    #[test]
+    fn settled_records_kept_to_copy_into_stay_within_the_partitions_share() {
+        let one = held_bytes(&record(0).with_payload(vec![0; 1_000]));
+        let feed = Records::with_share(10 * one + 50);
+        let mut records = intake(&feed, "t", 0, Stage::Source);
+        records.give_back(
+            (0..100)
+                .map(|o| record(o).with_payload(vec![0; 1_000]))
+                .collect(),
+        );
+        assert_eq!(records.spares.len(), 10, "as many as the share holds");
     }
 }

@@ -1,9 +1,9 @@
-//! The worker of one assigned partition: takes the partition's records from its inbox
-//! and settles them, storing offsets as they settle. One idea per file:
+//! The worker of one assigned partition: reads the partition's records from its own
+//! librdkafka queue and settles them, storing offsets as they settle. One idea per file:
 //!
 //! | file | what |
 //! |---|---|
-//! | [`intake`] | what a partition's worker is given (the partition, its stage, its metrics) and the one reader of its inbox: the next record, what is ready, chunks and batches; cancel-safe |
+//! | [`intake`] | what a partition's worker is given (the partition, its stage, its metrics) and the one reader of its queue: the next record, what is ready, chunks and batches; cancel-safe |
 //! | [`in_order`] | one record (or batch) at a time, in offset order |
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
@@ -12,8 +12,8 @@
 //!
 //! The worker's world is behind two small traits — what it asks of the consumer
 //! ([`crate::consumer::client::Client`]) and where records that exit are written ([`crate::consumer::progress::writer::ExitWriter`]) — and
-//! its records come from the partition's real inbox, so that `simulation` (tests only) runs
-//! the whole worker, with a simulated poll loop filling the inboxes, against simulated
+//! its records come from the partition's [`Feed`](crate::consumer::poll::feed::Feed), so that
+//! `simulation` (tests only) runs the whole worker, reading the world's queues, against simulated
 //! partitions on tokio's paused clock, with seeded schedules, and checks its guarantees after
 //! every step.
 

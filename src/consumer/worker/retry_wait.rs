@@ -67,7 +67,7 @@ pub(super) async fn wait_until_due<H: BatchHandler>(
         "the retry partition is paused until its next record is due");
     let _waiting = GaugeGuard::inc(&shared.out.metrics.retry_partitions_waiting);
     // Paused so that librdkafka does not fetch records that would only wait; fetched again
-    // when the hold drops, whichever way the wait ends (unless the inbox holds its share).
+    // when the hold drops, whichever way the wait ends.
     let _hold = intake.hold_fetches();
     let until = tokio::time::Instant::now() + wait;
     progress

@@ -17,7 +17,7 @@
 //!
 //! **Aborts.** When a commit fails, the transaction aborts and every partition that had
 //! records in it starts again at its first one: the poll loop takes the rewinds
-//! ([`Transaction::take_rewinds`]), seeks there and gives the partition a fresh inbox and
+//! ([`Transaction::take_rewinds`]), seeks there and gives the partition a fresh
 //! worker; the old worker's records are refused from then on. A rewind belongs to the
 //! assignment whose records were in the transaction: once that assignment ended, the
 //! partition's next one starts from the committed position and is not rewound.

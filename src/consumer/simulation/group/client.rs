@@ -35,16 +35,11 @@ impl Client for SimClient {
         Ok(())
     }
 
-    /// Only a retry partition's worker pauses through its client (to wait for a record's due
-    /// time): noted, for the check that nothing else holds a partition paused.
+    /// A worker pauses through its feed (a retry wait, a trim), which notes why.
     fn pause(&self, partitions: &[TopicPartition]) -> Result<(), String> {
         let mut world = self.world.lock();
         for tp in partitions {
             world.pause(self.member, tp);
-            let now = tokio::time::Instant::now();
-            world.members[self.member]
-                .retry_waits
-                .insert(tp.clone(), now);
         }
         Ok(())
     }
@@ -52,7 +47,6 @@ impl Client for SimClient {
     fn resume(&self, partitions: &[TopicPartition]) -> Result<(), String> {
         let mut world = self.world.lock();
         for tp in partitions {
-            world.members[self.member].retry_waits.remove(tp);
             world.resume(self.member, tp);
         }
         Ok(())

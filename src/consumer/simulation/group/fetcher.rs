@@ -1,88 +1,29 @@
-//! A member's queue as the real poll loop (`consumer::poll_loop`) sees it: what librdkafka
-//! fetched (the world's queues) handed to the consumer's real hand-off
-//! (`consumer::poll::dispatch`) one message at a time, which copies it into a settled record
-//! the workers gave back, puts it in its partition's real inbox and pauses the partition (in
-//! the world) when the inbox says so; and the memory bound checked at every record.
+//! A member's librdkafka queues as the real code sees them: the consumer's own queue, which
+//! the real poll loop (`consumer::poll_loop`) serves and which carries no records (each
+//! partition's queue is split from it), and each partition's own queue, which its worker
+//! reads through the real intake (`consumer::worker::intake`): [`SimFeed`] pops what
+//! librdkafka fetched (the world's queues), as a message the worker copies into a record it
+//! settled before, and librdkafka fetches on unless the partition is paused.
 
-use std::future::poll_fn;
-use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 
+use rdkafka::error::KafkaError;
 use rdkafka::message::{OwnedHeaders, OwnedMessage};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Timestamp;
 
 use super::world::{delivered, WorldRef};
 use crate::consumer::client::TopicPartition;
-use crate::consumer::poll::assignments::Assignments;
-use crate::consumer::poll::dispatch::{Dispatch, Pause};
+use crate::consumer::poll::feed::{footprint, Feed};
 use crate::consumer::poll::fetcher::{Fetcher, Polled};
-use crate::consumer::poll::inbox::footprint;
 use crate::record::Record;
 
-/// Member `member`'s queue in the world, delivering into the inboxes of `assignments`.
-pub(super) struct SimFetcher {
-    pub world: WorldRef,
-    pub member: usize,
-    pub assignments: Arc<Assignments>,
-}
-
-impl SimFetcher {
-    /// The pause of member `member`'s fetches, in the world.
-    pub(super) fn pause(world: &WorldRef, member: usize) -> Pause {
-        let world = world.clone();
-        Box::new(move |topic, partition| {
-            world.lock().pause(member, &(topic.to_string(), partition));
-        })
-    }
-}
+/// A member's own queue: no record comes to it, and its rebalances are the schedule's.
+pub(super) struct SimFetcher;
 
 impl Fetcher for SimFetcher {
-    async fn next(&mut self, dispatch: &mut Dispatch) -> Option<Polled> {
-        poll_fn(|cx| match self.ready(dispatch) {
-            Some(polled) => Poll::Ready(Some(polled)),
-            None => {
-                // The next fetch wakes the loop.
-                self.world.lock().members[self.member].poll_loop = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
-    }
-
-    /// The oldest record of the first assigned partition that has one, delivered with the
-    /// world unlocked (the hand-off may pause); then librdkafka fetches on unless it paused.
-    fn ready(&mut self, dispatch: &mut Dispatch) -> Option<Polled> {
-        let member = self.member;
-        let assigned: Vec<TopicPartition> = self.world.lock().members[member]
-            .assigned
-            .iter()
-            .cloned()
-            .collect();
-        let (tp, record) = assigned
-            .into_iter()
-            .find_map(|tp| next(&self.world, member, &tp).map(|record| (tp, record)))?;
-        let size = footprint(&record);
-        dispatch.deliver(&as_message(record));
-        let mut guard = self.world.lock();
-        let w = &mut *guard;
-        // The inboxes hold at most their budget, and what reached an inbox before its pause
-        // took effect: one record each.
-        let m = &mut w.members[member];
-        m.largest_record = m.largest_record.max(size);
-        let held = self.assignments.held_bytes();
-        let bound = w.inbox_budget + m.assigned.len() * m.largest_record;
-        if held > bound {
-            let violation = format!(
-                "the inboxes of member {member} hold {held} bytes, over their budget of {} and a record each ({bound} in all)",
-                w.inbox_budget
-            );
-            w.violations.push(violation);
-        }
-        if !w.members[member].paused.contains(&tp) {
-            w.fetch(member, &tp);
-        }
-        Some(Polled::Delivered)
+    async fn next(&mut self) -> Option<Polled> {
+        std::future::pending().await
     }
 
     fn fatal(&self) -> Option<(RDKafkaErrorCode, String)> {
@@ -90,12 +31,106 @@ impl Fetcher for SimFetcher {
     }
 }
 
-/// The next record `member`'s queue of `tp` hands the application, if any.
+/// Member `member`'s own queue of `tp` in the world, as its worker reads it.
+pub(super) struct SimFeed {
+    pub world: WorldRef,
+    pub member: usize,
+    pub tp: TopicPartition,
+    /// The partition's share of the member's buffer ([`Feed::share`]).
+    pub share: usize,
+}
+
+impl Feed for SimFeed {
+    fn poll_take(
+        &self,
+        cx: &mut Context<'_>,
+        max: usize,
+        max_bytes: usize,
+        into: &mut Vec<Record>,
+        spares: &mut Vec<Record>,
+    ) -> Poll<Result<usize, KafkaError>> {
+        let (mut taken, mut bytes) = (0, 0);
+        while taken < max && bytes < max_bytes {
+            let Some(record) = next(&self.world, self.member, &self.tp) else {
+                if taken > 0 {
+                    break;
+                }
+                if !cx.waker().will_wake(Waker::noop()) {
+                    let mut world = self.world.lock();
+                    let waiting = &mut world.members[self.member].waiting;
+                    waiting.insert(self.tp.clone(), cx.waker().clone());
+                }
+                return Poll::Pending;
+            };
+            if taken == 0 {
+                // Not waiting any more (a wait dropped before its wake left its waker here).
+                let mut world = self.world.lock();
+                world.members[self.member].waiting.remove(&self.tp);
+            }
+            // Copied out as the worker copies what librdkafka hands it.
+            let mut copy = spares.pop().unwrap_or_else(Record::blank);
+            copy.copy_from_message(&as_message(record), None);
+            bytes += footprint(&copy);
+            taken += 1;
+            into.push(copy);
+        }
+        Poll::Ready(Ok(bytes))
+    }
+
+    fn share(&self) -> usize {
+        self.share
+    }
+
+    /// The share and a fetch of a share: the world fetches up to its queue's capacity.
+    fn bound(&self) -> usize {
+        self.share.saturating_mul(2)
+    }
+
+    fn waiting(&self) -> usize {
+        let world = self.world.lock();
+        world.members[self.member]
+            .queues
+            .get(&self.tp)
+            .map_or(0, |queue| queue.records.len())
+    }
+
+    /// Noted, for the check that nothing else holds a partition paused: a retry wait lasts
+    /// its tier's delay at most.
+    fn hold(&self, pause: &dyn Fn()) {
+        pause();
+        let now = tokio::time::Instant::now();
+        let mut world = self.world.lock();
+        let member = &mut world.members[self.member];
+        member.retry_waits.insert(self.tp.clone(), now);
+    }
+
+    /// Noted, for the same check: a trim lasts until the worker wants records again. The
+    /// world's pause drops what the queue holds at once.
+    fn trim(
+        &self,
+        pause: &dyn Fn(),
+        _: &mut Vec<Record>,
+        _: &mut Vec<Record>,
+    ) -> Result<(), KafkaError> {
+        pause();
+        let mut world = self.world.lock();
+        world.members[self.member].trimmed.insert(self.tp.clone());
+        Ok(())
+    }
+
+    fn release(&self, resume: &dyn Fn()) {
+        resume();
+    }
+}
+
+/// The next record `member`'s queue of `tp` hands the application, if any; then librdkafka
+/// fetches on (unless the partition is paused).
 fn next(world: &WorldRef, member: usize, tp: &TopicPartition) -> Option<Record> {
     let mut w = world.lock();
     let queue = w.members[member].queues.get_mut(tp)?;
     let record = queue.records.pop_front()?;
     queue.app = delivered(&record).1 + 1;
+    w.fetch(member, tp);
     Some(record)
 }
 

@@ -1,6 +1,6 @@
 //! A simulated member: its worker settings (one breaker, one dead-letter budget, its consumer,
-//! writes and handler over the shared world), its real [`Assignments`], its real poll loop
-//! over the world's queues, and its rebalances: the rebalance callback's real decisions, with
+//! writes and handler over the shared world), its real [`Assignments`], its real poll loop,
+//! each partition's worker reading its queue in the world, and its rebalances: the rebalance callback's real decisions, with
 //! the world as librdkafka.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::client::SimClient;
-use super::fetcher::SimFetcher;
+use super::fetcher::{SimFeed, SimFetcher};
 use super::handler::SimHandler;
 use super::plan::{Outcome, Plan, Wait};
 use super::producer::SimProducer;
@@ -19,7 +19,6 @@ use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
 use crate::consumer::client::TopicPartition;
 use crate::consumer::poll::assignments::Assignments;
-use crate::consumer::poll::dispatch::Dispatch;
 use crate::consumer::poll::rebalance::Rebalancing;
 use crate::consumer::poll_loop::{PollLoop, Started};
 use crate::consumer::progress::transaction::{commit_when_due, Transaction, TransactionalProducer};
@@ -39,7 +38,6 @@ pub(super) enum Mode {
 /// A simulated member: its workers' settings and its partitions.
 pub(super) struct SimMember {
     pub shared: Arc<Shared<SimHandler>>,
-    pub assignments: Arc<Assignments>,
     /// The rebalance callback's decisions.
     rebalancing: Rebalancing,
     /// Each worker its poll loop started (for an assignment, or again after an aborted
@@ -98,13 +96,20 @@ pub(super) fn member(
 ) -> SimMember {
     let metrics = Metrics::new();
     let (sender, assigned) = mpsc::unbounded_channel();
-    let inbox_budget = world.lock().inbox_budget;
     let assignments = Arc::new(Assignments::new(
         metrics.clone(),
         sender,
         CancellationToken::new(),
-        inbox_budget,
     ));
+    let (feeds, share) = (world.clone(), world.lock().share);
+    assignments.split_with(Box::new(move |tp| {
+        Some(Arc::new(SimFeed {
+            world: feeds.clone(),
+            member,
+            tp: tp.clone(),
+            share,
+        }))
+    }));
     let handler = SimHandler {
         world: world.clone(),
     };
@@ -154,14 +159,7 @@ pub(super) fn member(
             |t| async move { Some(t.commit()) },
         ));
     }
-    let mut fetcher = SimFetcher {
-        world: world.clone(),
-        member,
-        assignments: assignments.clone(),
-    };
-    let buffered = prometheus::IntGauge::new("buffered", "the inboxes' bytes").expect("a gauge");
-    let pause = SimFetcher::pause(world, member);
-    let mut dispatch = Dispatch::new(assignments.clone(), pause, None, buffered);
+    let mut fetcher = SimFetcher;
     let seek = SimClient {
         world: world.clone(),
         member,
@@ -169,10 +167,7 @@ pub(super) fn member(
     let stopped = world.clone();
     tokio::spawn(async move {
         let never = std::pin::pin!(std::future::pending::<()>());
-        if let Err(why) = poll_loop
-            .run(&mut fetcher, &mut dispatch, &seek, never)
-            .await
-        {
+        if let Err(why) = poll_loop.run(&mut fetcher, &seek, never).await {
             let violation = format!("member {member} stopped: {why}");
             stopped.lock().violations.push(violation);
         }
@@ -180,10 +175,9 @@ pub(super) fn member(
     SimMember {
         shared,
         rebalancing: Rebalancing {
-            assignments: assignments.clone(),
+            assignments,
             transaction,
         },
-        assignments,
         started,
     }
 }

@@ -2,18 +2,18 @@
 //! batches with bisection and partial responses, retry partitions waiting for their due
 //! time, the outage breaker, the dead-letter window and budget, revocation and re-assignment)
 //! runs against simulated partitions ([`world`]) on tokio's paused clock, with no broker.
-//! Each member runs the consumer's real poll loop (`consumer::poll_loop`) over its queues in
-//! the world ([`fetcher`]): it moves what librdkafka fetched into the partitions' real inboxes
-//! (`consumer::poll::inbox`), which pause and resume the partitions as in production, copying
-//! each source record into a settled record the workers gave back; it starts each assigned
-//! partition's worker and, exactly once, rewinds the partitions of an aborted transaction.
+//! Each member runs the consumer's real poll loop (`consumer::poll_loop`), which starts each
+//! assigned partition's worker and, exactly once, rewinds the partitions of an aborted
+//! transaction; each worker reads its partition's queue in the world ([`fetcher`]: what
+//! librdkafka fetched, dropped when the partition is paused, as in production) through its
+//! real intake, copying each record into one it settled before.
 //! Rebalances go through the rebalance callback's real decisions (`consumer::poll::rebalance`):
 //! the revoked assignment ends, then the member's stored positions (or its transaction) are
 //! committed.
 //!
 //! Each schedule ([`schedule`]) is drawn from one seed: the mode and its settings, the retry
-//! tiers, the size of the fetch queues, the inboxes' budget (from less than one record, so
-//! that every record pauses its partition, to more than a schedule holds), the records and what each handler call of each does
+//! tiers, the size of the fetch queues, each partition's share of the buffer (from less than
+//! one record, so that every chunk is one record, to more than a schedule holds), the records and what each handler call of each does
 //! (finish without awaiting, yield, sleep, outlive a revocation; succeed, fail transiently n
 //! times, permanently, panic), and the steps: revocations and assignments to either of two
 //! members at any point, outages of the downstream (the breaker opens and closes across
@@ -26,10 +26,8 @@
 //! - first calls come in offset order per partition (per key in key order), and no handler
 //!   is called for another group's retry record;
 //! - every partition a member owns is fetched unless the breaker, a retry wait (at most its
-//!   tier's delay) or records in its inbox hold it now: a partition paused with an empty
-//!   inbox is stuck;
-//! - a member's inboxes never hold more than their budget and one record each (checked at
-//!   every record the poll loop delivers);
+//!   tier's delay) or its worker's chunk (a trim of a queue a large batch overshot, until the
+//!   worker waits for records again) holds it now: a partition paused otherwise is stuck;
 //! - a revoked or stopped worker ends within its bound;
 //! - once every worker has stopped, the handler time the workers measured
 //!   (`kafka_dlq_handler_duration_seconds`) is what the calls that ended took on the simulated
@@ -169,21 +167,23 @@ fn schedules_that_found_bugs_keep_the_guarantees() {
 /// #37 by reverting each fix: 7302864, 3 (both variants), 8, 105 and 7 fail again; 24, 21,
 /// 173, 412 and 870 did not, already on the code before #37 (their paths have changed since
 /// they were found), and 10023956 stopped finding its bug when the simulation came to run the
-/// real hand-off (none of seeds 0–10,000 and 10,020,000–10,040,000 finds it again; the inbox's
-/// unit test `a_workers_hold_and_the_inboxs_pause_never_undo_each_other` does): they stay as
-/// schedules that must keep the guarantees. In #51 a bug was planted in the progress of a
+/// real hand-off (none of seeds 0–10,000 and 10,020,000–10,040,000 finds it again): they stay
+/// as schedules that must keep the guarantees. In #51 a bug was planted in the progress of a
 /// transaction's partition (its records also settled in the group ledger, their position
 /// stored in the consumer and committed outside the transaction, before it): seeds 0 and 11
 /// catch it (a position stored past a record not yet handled; an effect committed twice).
-/// Once the simulation ran the real poll loop (#51), two bugs planted there: the hand-off's
-/// cached inbox kept across a rebalance (seed 0 of the plain, other-group and exactly-once
-/// variants, seed 3 of the redrive one: a first call out of order), and a rewind that did
-/// not count as a rebalance, so the loop fed the rewound partition's
-/// records into the inbox its fresh one replaced (seeds 0 and 11 of exactly once: a first call
-/// out of order). Two it cannot catch, for what one thread cannot model: the revocation
-/// committing before the revoked assignment ends (no worker runs between the two here), and
-/// the workers woken only once the queue runs dry (every log here runs dry: no latency
-/// is checked).
+/// Once the simulation ran the real poll loop (#51), two bugs planted there were caught: the
+/// hand-off's cached inbox kept across a rebalance (seed 0 of the plain, other-group and
+/// exactly-once variants, seed 3 of the redrive one: a first call out of order), and a
+/// rewind that did not count as a rebalance (seeds 0 and 11 of exactly once). Both went with
+/// the hand-off and the inboxes when each worker came to read its partition's own queue
+/// (#51): the loop carries no records since. The inbox's bug of 10023956 (a retry wait's end
+/// resuming a partition its full inbox had paused) cannot happen either: a partition's
+/// fetches are held only by its retry wait, or by its worker's trim of a queue overshot by a
+/// large batch, now; a trim that never resumed the partition, planted, fails seed 2 of every
+/// variant (not fetched though nothing holds it). One bug this simulation cannot catch, for
+/// what one thread cannot model: the revocation committing before the revoked assignment
+/// ends (no worker runs between the two here).
 const REGRESSIONS: &[(u64, Variant, &str)] = &[
     (
         11,

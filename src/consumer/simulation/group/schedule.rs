@@ -162,11 +162,12 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         _ => RetryTiers::new([rng.u64(20..=300), rng.u64(20..=300)]),
     };
     let queue_capacity = [1, 3, 16, 64, 300][rng.usize(0..5)];
-    // What a member's inboxes may hold: from less than a record (every record pauses its
-    // partition) to far more than a schedule produces (none ever does).
-    let inbox_budget = [1, 1_000, 8_000, 64_000, 16 << 20][rng.usize(0..5)];
+    // Each partition's share of the buffer, what a worker's chunk may come to beyond its
+    // first record: from less than a record (a chunk of one) to far more than a schedule
+    // produces.
+    let share = [1, 1_000, 8_000, 64_000, 16 << 20][rng.usize(0..5)];
     let key_order = matches!(mode, Mode::ByKey { .. });
-    let mut world = World::new(seed, MEMBERS, queue_capacity, inbox_budget, key_order);
+    let mut world = World::new(seed, MEMBERS, queue_capacity, share, key_order);
     world.other_group =
         (variant == Variant::OtherGroup).then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
     let redrive = variant == Variant::Redrive;
@@ -557,18 +558,18 @@ impl Run {
                             now < *since + delay + Duration::from_millis(100)
                         })
                     });
-                // A full inbox holds its partition until its worker has taken it down to half
-                // its share: an empty one holds nothing.
-                let full = self.members[member].assignments.inbox_bytes(&tp.0, tp.1) > 0;
+                // A trim holds the partition while its worker settles its chunk, not once it
+                // waits for records again.
+                let trimmed = state.trimmed.contains(tp) && !state.waiting.contains_key(tp);
                 let key = (member, tp.clone());
-                if breaker || waiting || full {
+                if breaker || waiting || trimmed {
                     self.unheld.remove(&key);
                     continue;
                 }
                 let since = *self.unheld.entry(key).or_insert(now);
                 if now - since > STALL_AFTER {
                     return Err(format!(
-                        "{}-{} is assigned to member {member} but not fetched for {:?}, though neither the breaker, a retry wait nor records in its inbox hold it; {}",
+                        "{}-{} is assigned to member {member} but not fetched for {:?}, though neither the breaker, a retry wait nor its worker's chunk holds it; {}",
                         tp.0,
                         tp.1,
                         now - since,
@@ -638,7 +639,7 @@ impl Run {
                         .map(|(i, m)| {
                             let queue = m.queues.get(tp);
                             format!(
-                                "member {i}: worker {}, paused {}, fetched to {}, handed out to {}, {} queued, {} bytes in its inbox",
+                                "member {i}: worker {}, paused {}, fetched to {}, handed out to {}, {} queued",
                                 match self.workers[i].get(tp) {
                                     Some(w) if w.is_finished() => "ended",
                                     Some(_) => "running",
@@ -648,7 +649,6 @@ impl Run {
                                 queue.map_or(0, |q| q.fetch),
                                 queue.map_or(0, |q| q.app),
                                 queue.map_or(0, |q| q.records.len()),
-                                self.members[i].assignments.inbox_bytes(&tp.0, tp.1)
                             )
                         })
                         .collect();

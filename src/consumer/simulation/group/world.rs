@@ -79,12 +79,12 @@ pub(super) struct Member {
     /// Where each assigned partition's fetches started: the position committed then.
     pub starts: BTreeMap<TopicPartition, i64>,
     pub queues: BTreeMap<TopicPartition, Queue>,
-    /// The member's poll loop, waiting for fetched records.
-    pub poll_loop: Option<Waker>,
-    /// The footprint of the largest record its poll loop moved into an inbox.
-    pub largest_record: usize,
+    /// Each partition's worker waiting for fetched records.
+    pub waiting: BTreeMap<TopicPartition, Waker>,
     /// Retry partitions their worker paused to wait for a record's due time, and since when.
     pub retry_waits: BTreeMap<TopicPartition, tokio::time::Instant>,
+    /// Partitions their worker paused to drop what their queue held, until it wants more.
+    pub trimmed: BTreeSet<TopicPartition>,
 }
 
 /// See the module docs.
@@ -106,8 +106,9 @@ pub(super) struct World {
     pub key_order: bool,
     /// Records a member fetches into a partition's queue at most.
     pub queue_capacity: usize,
-    /// The bytes each member's inboxes may hold together.
-    pub inbox_budget: usize,
+    /// Each partition's share of a member's buffer: what a worker's chunk may come to
+    /// beyond its first record.
+    pub share: usize,
     pub violations: Vec<String>,
     pub rng: fastrand::Rng,
     /// When another service's retry records share the retry topics: the generator that
@@ -145,7 +146,7 @@ impl World {
         seed: u64,
         members: usize,
         queue_capacity: usize,
-        inbox_budget: usize,
+        share: usize,
         key_order: bool,
     ) -> Self {
         Self {
@@ -162,7 +163,7 @@ impl World {
             dlq_down: false,
             key_order,
             queue_capacity,
-            inbox_budget,
+            share,
             violations: Vec::new(),
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             other_group: None,
@@ -249,7 +250,7 @@ impl World {
             woke = true;
         }
         if woke {
-            if let Some(waker) = m.poll_loop.take() {
+            if let Some(waker) = m.waiting.remove(tp) {
                 waker.wake();
             }
         }
@@ -268,7 +269,10 @@ impl World {
 
     /// Resumes `member`'s fetches of `tp`.
     pub(super) fn resume(&mut self, member: usize, tp: &TopicPartition) {
-        self.members[member].paused.remove(tp);
+        let m = &mut self.members[member];
+        m.paused.remove(tp);
+        m.retry_waits.remove(tp);
+        m.trimmed.remove(tp);
         self.fetch(member, tp);
     }
 
@@ -282,6 +286,7 @@ impl World {
         m.stored.remove(tp);
         m.starts.insert(tp.clone(), start);
         m.retry_waits.remove(tp);
+        m.trimmed.remove(tp);
         let queue = m.queues.entry(tp.clone()).or_default();
         queue.records.clear();
         queue.fetch = start;
