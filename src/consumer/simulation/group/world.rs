@@ -1,6 +1,6 @@
 //! The simulated world of the workers: each partition's log and what became of its records,
-//! each member's fetch queues (librdkafka's, which the member's poll loop hands to the
-//! consumer's real hand-off, see [`super::poll_loop`]), pauses, stored and committed
+//! each member's fetch queues (each partition's own librdkafka queue, which its worker reads
+//! through the real intake: `fetcher.rs`, `SimFeed`), pauses, stored and committed
 //! positions, with librdkafka's rules (a pause outlives revocation and re-assignment,
 //! pausing drops what was fetched and fetches again from the last record handed to the
 //! application, a store on a partition no longer assigned fails), and the guarantees checked
