@@ -332,10 +332,12 @@ impl<H: BatchHandler> Consumer<H> {
                 config.max_buffered_records.to_string(),
             );
         // A queue holds its share and one fetch beyond it, but for a record batch larger
-        // than a fetch, which its worker drops (`worker::intake`, `overshot`). (A fetch cut
+        // than a fetch, which its worker drops while the queues together hold more than
+        // their budget (`worker::intake`, `overshot`; `poll::queue_budget`). (A fetch cut
         // to a small share instead cost 96 % of the memory table's rate at 1,000
         // partitions: every batch larger than the fetch came in parts.)
         let bound = share + partition_fetch_bytes(config);
+        let budget = poll::queue_budget::QueueBudget::new(bound.saturating_mul(partitions.max(1)));
         let mut consumer: BaseConsumer<RebalanceContext> = crate::kafka::create(
             &client,
             RebalanceContext {
@@ -368,6 +370,7 @@ impl<H: BatchHandler> Consumer<H> {
                     id_header.clone(),
                     share,
                     bound,
+                    budget.part(),
                 );
                 if feed.is_none() {
                     tracing::error!(event = "partition_queue_split_failed", %topic, partition,

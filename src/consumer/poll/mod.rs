@@ -6,6 +6,7 @@
 //! | [`fetcher`] | what the poll loop asks of the consumer's own queue: rebalances, errors (the simulation answers from its world) |
 //! | [`feed`] | where a partition's worker reads its records (a trait: the simulation's seam) |
 //! | [`partition_queue`] | a partition's own librdkafka queue, split from the consumer's, as its feed |
+//! | [`queue_budget`] | what the partition queues hold together, against the consumer's budget for them |
 //! | [`context`] | the librdkafka context: rebalances, errors, statistics |
 //! | [`rebalance`] | what a rebalance decides: revoked partitions end, then the commit; assigned ones get their queues |
 //! | [`assignments`] | the partitions assigned here: each one's queue and the token that stops its worker |
@@ -17,6 +18,7 @@ pub(in crate::consumer) mod context;
 pub(in crate::consumer) mod feed;
 pub(in crate::consumer) mod fetcher;
 pub(in crate::consumer) mod partition_queue;
+pub(in crate::consumer) mod queue_budget;
 pub(in crate::consumer) mod rebalance;
 pub(in crate::consumer) mod rewind;
 pub(in crate::consumer) mod undecodable;

@@ -16,6 +16,7 @@ use rdkafka::error::KafkaError;
 
 use super::context::RebalanceContext;
 use super::feed::{footprint, Feed};
+use super::queue_budget::QueuePart;
 use crate::kafka::queue_length::QueueLength;
 use crate::record::Record;
 
@@ -32,6 +33,8 @@ pub(in crate::consumer) struct KafkaFeed {
     share: usize,
     /// [`Feed::bound`].
     bound: usize,
+    /// The queue's part of the consumer's budget ([`Feed::over_budget`]).
+    part: QueuePart,
 }
 
 impl KafkaFeed {
@@ -44,6 +47,7 @@ impl KafkaFeed {
         id_header: Option<Arc<str>>,
         share: usize,
         bound: usize,
+        part: QueuePart,
     ) -> Option<Self> {
         let length = QueueLength::of(
             consumer.clone(),
@@ -62,6 +66,7 @@ impl KafkaFeed {
             id_header,
             share,
             bound,
+            part,
         })
     }
 
@@ -132,6 +137,10 @@ impl Feed for KafkaFeed {
         self.length.get()
     }
 
+    fn over_budget(&self, queued: usize) -> bool {
+        self.part.count(queued)
+    }
+
     fn hold(&self, pause: &dyn Fn()) {
         pause();
     }
@@ -143,6 +152,7 @@ impl Feed for KafkaFeed {
         spares: &mut Vec<Record>,
     ) -> Result<(), KafkaError> {
         pause();
+        self.part.count(0);
         while let Some(read) = self.ready(into, spares) {
             read?;
         }

@@ -90,15 +90,23 @@ pub(crate) struct Intake {
     last_max: usize,
 }
 
-/// Whether a partition's queue, `waiting` messages after a take of `taken` records of `bytes`,
-/// holds more than librdkafka alone lets it, its `bound` ([`Feed::bound`]: the share it stops
-/// fetching at, and one fetch beyond it). Only a record batch larger than a fetch puts it
-/// there (a broker never splits a batch), and pausing the partition drops it; the worker then
-/// holds its chunk alone, and the partition is fetched again from the chunk's end when the
-/// worker comes back for more. So a member owning many partitions of large batches holds
-/// about its buffer and a fetch per partition, not a batch per partition.
-fn overshot(waiting: usize, taken: usize, bytes: usize, bound: usize) -> bool {
-    taken > 0 && waiting.saturating_mul(bytes / taken) > bound
+/// The bytes a partition's queue holds, roughly, `waiting` messages after a take of `taken`
+/// records of `bytes`: as many as waiting of the take's mean footprint.
+fn queued_bytes(waiting: usize, taken: usize, bytes: usize) -> usize {
+    waiting.saturating_mul(bytes.checked_div(taken).unwrap_or(0))
+}
+
+/// Whether a partition's queue holding `queued` bytes is dropped: when it holds more than
+/// librdkafka alone lets it, its `bound` ([`Feed::bound`]: the share it stops fetching at, and
+/// one fetch beyond it), while the consumer's queues together are `over_budget`
+/// ([`Feed::over_budget`]). Only a record batch larger than a fetch puts a queue there (a
+/// broker never splits a batch), and pausing the partition drops it; the worker then holds its
+/// chunk alone, and the partition is fetched again from the chunk's end when the worker comes
+/// back for more. So a member owning many partitions of large batches holds about its buffer
+/// and a fetch per partition, not a batch per partition, and one whose other queues hold less
+/// keeps a large batch instead of fetching it again at every chunk.
+fn overshot(queued: usize, bound: usize, over_budget: bool) -> bool {
+    over_budget && queued > bound
 }
 
 impl Intake {
@@ -287,9 +295,9 @@ impl Intake {
         // record by record.
         let bytes = self.taking_bytes + records.first().map_or(0, footprint);
         self.taking_bytes = 0;
-        if !self.revoked.is_cancelled()
-            && overshot(self.feed.waiting(), records.len(), bytes, self.feed.bound())
-        {
+        let queued = queued_bytes(self.feed.waiting(), records.len(), bytes);
+        let over_budget = self.feed.over_budget(queued);
+        if !self.revoked.is_cancelled() && overshot(queued, self.feed.bound(), over_budget) {
             self.trim();
         }
         self.consumed.inc_by(records.len() as u64);
@@ -591,6 +599,9 @@ mod tests {
         dropped: Mutex<Vec<Record>>,
         holds: std::sync::atomic::AtomicUsize,
         releases: std::sync::atomic::AtomicUsize,
+        /// Whether the consumer's other queues hold little enough that this one may hold
+        /// more than its bound ([`Feed::over_budget`]); not unless set.
+        within_budget: std::sync::atomic::AtomicBool,
     }
 
     impl Records {
@@ -645,6 +656,10 @@ mod tests {
 
         fn waiting(&self) -> usize {
             self.len()
+        }
+
+        fn over_budget(&self, _: usize) -> bool {
+            !self.within_budget.load(std::sync::atomic::Ordering::SeqCst)
         }
 
         fn hold(&self, pause: &dyn Fn()) {
@@ -832,6 +847,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_queue_overshot_while_the_others_hold_little_is_kept() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let size = footprint(&record(0));
+        let feed = Records::with_share(size * 3);
+        feed.within_budget.store(true, SeqCst);
+        for offset in 0..20 {
+            feed.push(record(offset));
+        }
+        let mut records = intake(&feed, "t", 0, Stage::Source);
+        records.bounded_by_share();
+        let cancel = CancellationToken::new();
+        let (first, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
+        assert_eq!(first.len(), 4);
+        assert_eq!(feed.holds.load(SeqCst), 0, "not dropped: within the budget");
+        assert_eq!(
+            feed.len(),
+            16,
+            "the batch waits in the queue, not fetched again"
+        );
+        let (next, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
+        assert_eq!(next[0].offset, 4);
+        assert_eq!(feed.releases.load(SeqCst), 0);
+    }
+
+    #[tokio::test]
     async fn a_queue_within_its_share_and_a_fetch_is_left_alone() {
         use std::sync::atomic::Ordering::SeqCst;
         let size = footprint(&record(0));
@@ -848,11 +888,17 @@ mod tests {
     }
 
     #[test]
-    fn overshot_means_more_than_the_bound_by_the_takes_record_size() {
-        assert!(!overshot(0, 0, 0, 20), "nothing taken");
-        assert!(!overshot(4, 2, 10, 20), "4 × 5 = 20: the bound");
-        assert!(overshot(5, 2, 10, 20), "5 × 5 = 25");
-        assert!(!overshot(usize::MAX, 1, 1, usize::MAX), "no overflow");
+    fn a_queue_holds_what_waits_by_the_takes_record_size() {
+        assert_eq!(queued_bytes(7, 0, 0), 0, "nothing taken");
+        assert_eq!(queued_bytes(4, 2, 10), 20);
+        assert_eq!(queued_bytes(usize::MAX, 1, 2), usize::MAX, "no overflow");
+    }
+
+    #[test]
+    fn overshot_means_more_than_the_bound_while_the_queues_are_over_budget() {
+        assert!(!overshot(20, 20, true), "the bound");
+        assert!(overshot(25, 20, true));
+        assert!(!overshot(25, 20, false), "the others hold less: kept");
     }
 
     #[test]

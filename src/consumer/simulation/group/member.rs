@@ -19,6 +19,7 @@ use super::writes::SimExits;
 use crate::config::{ConsumerConfig, Ordering};
 use crate::consumer::client::TopicPartition;
 use crate::consumer::poll::assignments::Assignments;
+use crate::consumer::poll::queue_budget::QueueBudget;
 use crate::consumer::poll::rebalance::Rebalancing;
 use crate::consumer::poll_loop::{PollLoop, Started};
 use crate::consumer::progress::transaction::{commit_when_due, Transaction, TransactionalProducer};
@@ -102,12 +103,16 @@ pub(super) fn member(
         CancellationToken::new(),
     ));
     let (feeds, share) = (world.clone(), world.lock().share);
+    // Two partitions' bounds: a queue a large batch overshoots is kept while it is the only
+    // one, dropped once another is over its bound too.
+    let budget = QueueBudget::new(share.saturating_mul(4));
     assignments.split_with(Box::new(move |tp| {
         Some(Arc::new(SimFeed {
             world: feeds.clone(),
             member,
             tp: tp.clone(),
             share,
+            part: budget.part(),
         }))
     }));
     let handler = SimHandler {
