@@ -98,12 +98,21 @@ impl Timer {
         }
     }
 
+    /// Wakes the tasks whose deadlines passed with the lock let go: a task adding its delay
+    /// meanwhile would otherwise block on it, its thread put to sleep and woken again.
     fn run(&self) {
+        let mut due = Vec::new();
         let mut deadlines = self.deadlines.lock().unwrap();
         loop {
             let now = Instant::now();
             while deadlines.peek().is_some_and(|e| e.at <= now) {
-                deadlines.pop().expect("peeked").waker.wake();
+                due.push(deadlines.pop().expect("peeked").waker);
+            }
+            if !due.is_empty() {
+                drop(deadlines);
+                due.drain(..).for_each(Waker::wake);
+                deadlines = self.deadlines.lock().unwrap();
+                continue;
             }
             deadlines = match deadlines.peek().map(|e| e.at - now) {
                 Some(wait) => self.changed.wait_timeout(deadlines, wait).unwrap().0,
