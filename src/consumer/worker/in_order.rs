@@ -107,6 +107,11 @@ pub(super) async fn run<H: BatchHandler>(
         settled.store();
         metrics.flush();
         input.give_back(records);
+        // A worker whose queue is never empty would otherwise run tokio's whole budget (4,096
+        // records) before its thread's other tasks get a turn: other workers' dead-letter
+        // acknowledgements and the transaction's commits waited behind it, the p99 from fetch
+        // to settle of `poison1` and the `eos-*` scenarios 25-51 ms instead of 2-6.
+        tokio::task::yield_now().await;
         // Until the next record comes, store the offsets of the dead letters as they are
         // acknowledged (an idle partition's last dead letters get committed too).
         if settled.writing() {
