@@ -81,6 +81,9 @@ pub(crate) struct Intake {
     taking_bytes: usize,
     /// A one-record vector for [`Intake::next`], kept for its room.
     taking_one: Vec<Record>,
+    /// What [`Intake::alongside`] copies, before it is held for the next take: kept for its
+    /// room.
+    copied: Vec<Record>,
     /// Whether a take stops at the partition's share of bytes ([`Intake::bounded_by_share`]).
     share_bound: bool,
     /// Whether the partition's fetches are paused since a take found its queue overshot
@@ -140,6 +143,7 @@ impl Intake {
             taking_since: Instant::now(),
             taking_bytes: 0,
             taking_one: Vec::with_capacity(1),
+            copied: Vec::new(),
             share_bound: false,
             trimmed: false,
             last_max: 1,
@@ -348,25 +352,20 @@ impl Intake {
             } else {
                 self.last_max - self.taking.len()
             };
-            let mut copied = Vec::new();
+            let mut copied = std::mem::take(&mut self.copied);
             let max_bytes = share.saturating_sub(held).max(1);
-            match self
+            let polled = self
                 .feed
-                .poll_take(cx, room, max_bytes, &mut copied, &mut self.spares)
-            {
+                .poll_take(cx, room, max_bytes, &mut copied, &mut self.spares);
+            for record in copied.drain(..) {
+                let record = self.restored(record);
+                self.hold_for_next_take(record);
+            }
+            self.copied = copied;
+            match polled {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(result) => {
-                    if let Err(error) = result {
-                        self.partition_failed(&error);
-                    }
-                    if copied.is_empty() {
-                        continue;
-                    }
-                    for record in copied {
-                        let record = self.restored(record);
-                        self.hold_for_next_take(record);
-                    }
-                }
+                Poll::Ready(Err(error)) => self.partition_failed(&error),
+                Poll::Ready(Ok(_)) => {}
             }
         }
     }
@@ -439,7 +438,11 @@ impl Intake {
             }
         }
         records.clear();
-        if self.taking.capacity() == 0 && records.capacity() <= KEPT_CAPACITY {
+        // Records copied while the chunk was settled wait in `taking`, in a vector grown
+        // from nothing: they move into the chunk's, which has the room (or the next take
+        // grows that one again, a fresh allocator page at a time).
+        if records.capacity() <= KEPT_CAPACITY && records.capacity() > self.taking.capacity() {
+            records.append(&mut self.taking);
             self.taking = records;
         }
     }
@@ -812,6 +815,23 @@ mod tests {
             .spares
             .iter()
             .all(|r| held_bytes(r) <= SPARE_RECORD_BYTES));
+    }
+
+    #[test]
+    fn records_copied_while_a_chunk_settled_move_into_its_vector() {
+        let feed = Records::with_share(usize::MAX);
+        let mut records = intake(&feed, "t", 0, Stage::Source);
+        records.taking.push(record(7));
+        records.taking.push(record(8));
+        let mut chunk = Vec::with_capacity(KEPT_CAPACITY);
+        chunk.push(record(6));
+        records.give_back(chunk);
+        assert_eq!(records.taking.capacity(), KEPT_CAPACITY, "the chunk's room");
+        assert_eq!(
+            records.taking.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            [7, 8],
+            "in order"
+        );
     }
 
     #[tokio::test]
