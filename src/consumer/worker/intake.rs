@@ -834,17 +834,25 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_queue_overshot_by_a_large_batch_is_dropped_until_the_worker_wants_more() {
-        use std::sync::atomic::Ordering::SeqCst;
-        let size = footprint(&record(0));
-        let feed = Records::with_share(size * 3);
-        // One large batch: far more than the share and a fetch beyond it.
+    /// A partition whose queue holds one large batch (far more than its share of three
+    /// records and a fetch beyond it), its consumer's other queues holding little enough for
+    /// it or not, and its in-order intake.
+    fn large_batch(within_budget: bool) -> (Arc<Records>, Intake) {
+        let feed = Records::with_share(footprint(&record(0)) * 3);
+        feed.within_budget
+            .store(within_budget, std::sync::atomic::Ordering::SeqCst);
         for offset in 0..20 {
             feed.push(record(offset));
         }
         let mut records = intake(&feed, "t", 0, Stage::Source);
         records.bounded_by_share();
+        (feed, records)
+    }
+
+    #[tokio::test]
+    async fn a_queue_overshot_by_a_large_batch_is_dropped_until_the_worker_wants_more() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (feed, mut records) = large_batch(false);
         let cancel = CancellationToken::new();
         let (first, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
         assert_eq!(first.len(), 4, "the first record and a share beyond it");
@@ -869,14 +877,7 @@ mod tests {
     #[tokio::test]
     async fn a_queue_overshot_while_the_others_hold_little_is_kept() {
         use std::sync::atomic::Ordering::SeqCst;
-        let size = footprint(&record(0));
-        let feed = Records::with_share(size * 3);
-        feed.within_budget.store(true, SeqCst);
-        for offset in 0..20 {
-            feed.push(record(offset));
-        }
-        let mut records = intake(&feed, "t", 0, Stage::Source);
-        records.bounded_by_share();
+        let (feed, mut records) = large_batch(true);
         let cancel = CancellationToken::new();
         let (first, _) = records.take(256, Duration::ZERO, &cancel).await.unwrap();
         assert_eq!(first.len(), 4);
