@@ -5,9 +5,9 @@
 //! never splits one), and librdkafka's producer writes batches of up to 1 MB: on a busy topic
 //! most fetches bring one. Dropped at once, such a batch is fetched again, whole, at every
 //! chunk its worker takes of it (the benchmark's no-op consumer dropped about 150 queues of
-//! 2,300-4,700 records a run: half its records fetched twice). So a queue is dropped only while the queues together
-//! hold more than the consumer's budget for them: half of `max_buffered_bytes` and a fetch
-//! per partition. Memory stays within that budget; a partition holding a whole batch while
+//! 2,300-4,700 records a run: half its records fetched twice). So a queue is dropped only
+//! while the queues together hold more than the consumer's budget for them: half of
+//! `max_buffered_bytes` and a fetch per partition. Memory stays within that budget; a partition holding a whole batch while
 //! others hold less is no longer a reason to fetch it again.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};

@@ -97,12 +97,12 @@ impl Feed for SimFeed {
             .map_or(0, |queue| queue.records.len())
     }
 
-    /// Noted, for the check that nothing else holds a partition paused: a retry wait lasts
-    /// its tier's delay at most.
     fn over_budget(&self, queued: usize) -> bool {
         self.part.count(queued)
     }
 
+    /// Noted, for the check that nothing else holds a partition paused: a retry wait lasts
+    /// its tier's delay at most.
     fn hold(&self, pause: &dyn Fn()) {
         pause();
         let now = tokio::time::Instant::now();
