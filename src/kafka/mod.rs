@@ -205,7 +205,7 @@ pub mod headers;
 pub mod log_gate;
 #[cfg(feature = "msk-iam")]
 pub mod msk_iam;
-pub(crate) mod queue_length;
+pub(crate) mod native_queue;
 mod refusal;
 mod secrets;
 pub(crate) mod send;

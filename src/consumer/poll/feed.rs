@@ -14,10 +14,12 @@ use crate::record::Record;
 /// A partition's records, as its worker reads them.
 pub(crate) trait Feed: Send + Sync {
     /// Moves records that are ready into `into` — up to `max`, and once they come to
-    /// `max_bytes` ([`footprint`]) no more — each copied into a record taken from `spares`
-    /// when there is one; returns their footprint. `Pending` (and `cx` woken once one is
-    /// ready) when none is. A partition's error (an offset out of range, a batch librdkafka
-    /// cannot decode) is `Ready(Err)`, with the records before it in `into`.
+    /// `max_bytes` ([`footprint`]) no more (a feed may read several at once, as many as the
+    /// sizes read so far say fit, and pass `max_bytes` by those) — each copied into a record
+    /// taken from `spares` when there is one; returns their footprint. `Pending` (and `cx`
+    /// woken once one is ready) when none is. A partition's error (an offset out of range, a
+    /// batch librdkafka cannot decode) is `Ready(Err)`, with the records read along with it
+    /// in `into`.
     fn poll_take(
         &self,
         cx: &mut Context<'_>,

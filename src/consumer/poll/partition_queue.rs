@@ -5,28 +5,32 @@
 //! forwarded it itself (`rd_kafka_toppar_op_fetch_start`), so no record of a split partition
 //! ever reaches the consumer's queue.
 
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
-
 use futures_util::task::AtomicWaker;
+use rdkafka::client::ClientContext as _;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use super::context::RebalanceContext;
 use super::feed::{footprint, Feed};
 use super::queue_budget::QueuePart;
-use crate::kafka::queue_length::QueueLength;
+use crate::kafka::native_queue::NativeQueue;
 use crate::record::Record;
 
 /// A partition's own librdkafka queue.
 pub(in crate::consumer) struct KafkaFeed {
-    /// The queue's length (dropped before the queue, as it is declared first).
-    length: QueueLength,
-    queue: PartitionQueue<RebalanceContext>,
+    /// The queue as its records are popped and its length read (a second reference,
+    /// dropped before rust-rdkafka's, as it is declared first).
+    native: NativeQueue,
+    /// rust-rdkafka's reference, which split the queue from the consumer's and calls
+    /// `waker` when it gets a record while empty.
+    _queue: PartitionQueue<RebalanceContext>,
     /// Woken by librdkafka when the queue gets a record while empty.
     waker: Arc<AtomicWaker>,
+    /// The consumer, whose context hears the partition's errors.
+    consumer: Arc<BaseConsumer<RebalanceContext>>,
     /// The header whose value is a record's id (`id_header`).
     id_header: Option<Arc<str>>,
     /// The partition's share of the consumer's buffer ([`Feed::share`]).
@@ -49,7 +53,7 @@ impl KafkaFeed {
         bound: usize,
         part: QueuePart,
     ) -> Option<Self> {
-        let length = QueueLength::of(
+        let native = NativeQueue::of(
             consumer.clone(),
             consumer.client().native_ptr(),
             topic,
@@ -60,8 +64,9 @@ impl KafkaFeed {
         let wake = waker.clone();
         queue.set_nonempty_callback(move || wake.wake());
         Some(Self {
-            length,
-            queue,
+            native,
+            _queue: queue,
+            consumer: consumer.clone(),
             waker,
             id_header,
             share,
@@ -70,23 +75,34 @@ impl KafkaFeed {
         })
     }
 
-    /// Copies the next message that is ready into `into`, returning its footprint; `None`
-    /// when none is.
+    /// Copies up to `max` messages that are ready into `into`, returning how many and their
+    /// footprint, and the first partition error among them (the messages after it are
+    /// copied too).
     fn ready(
         &self,
+        max: usize,
         into: &mut Vec<Record>,
         spares: &mut Vec<Record>,
-    ) -> Option<Result<usize, KafkaError>> {
-        match self.queue.poll(Duration::ZERO)? {
+    ) -> (usize, usize, Option<KafkaError>) {
+        let (mut bytes, mut failed) = (0, None);
+        let popped = self.native.pop(max, |message| match message {
             Ok(message) => {
                 let mut record = spares.pop().unwrap_or_else(Record::blank);
                 record.copy_from_message(&message, self.id_header.as_deref());
-                let size = footprint(&record);
+                bytes += footprint(&record);
                 into.push(record);
-                Some(Ok(size))
             }
-            Err(error) => Some(Err(error)),
-        }
+            Err(error) => {
+                // What rust-rdkafka does with the error event it makes of it: the context
+                // hears it (an undecodable batch is placed and reported there).
+                if error.code != RDKafkaErrorCode::PartitionEOF {
+                    let code = KafkaError::Global(error.code);
+                    self.consumer.context().error(code, &error.reason);
+                }
+                failed.get_or_insert(error.to_kafka_error());
+            }
+        });
+        (popped, bytes, failed)
     }
 }
 
@@ -99,27 +115,29 @@ impl Feed for KafkaFeed {
         into: &mut Vec<Record>,
         spares: &mut Vec<Record>,
     ) -> Poll<Result<usize, KafkaError>> {
-        let (mut taken, mut bytes) = (0, 0);
+        let (mut taken, mut bytes, mut registered) = (0, 0, false);
         while taken < max && bytes < max_bytes {
-            let ready = match self.ready(into, spares) {
-                None if taken > 0 => break,
-                None => {
-                    // Registered before looking again: a record queued in between wakes us.
-                    self.waker.register(cx.waker());
-                    match self.ready(into, spares) {
-                        None => return Poll::Pending,
-                        some => some,
-                    }
-                }
-                some => some,
+            // As many as are likely to fit in `max_bytes` at the sizes taken so far: a call
+            // overshoots it by about one record, as popping one at a time does.
+            let fit = match taken {
+                0 => 1,
+                _ => ((max_bytes - bytes) / (bytes / taken).max(1)).max(1),
             };
-            match ready {
-                Some(Ok(size)) => {
-                    taken += 1;
-                    bytes += size;
+            let (popped, size, failed) = self.ready((max - taken).min(fit), into, spares);
+            taken += popped;
+            bytes += size;
+            if let Some(error) = failed {
+                return Poll::Ready(Err(error));
+            }
+            match popped {
+                0 if taken > 0 => break,
+                0 if registered => return Poll::Pending,
+                // Registered before looking again: a record queued in between wakes us.
+                0 => {
+                    self.waker.register(cx.waker());
+                    registered = true;
                 }
-                Some(Err(error)) => return Poll::Ready(Err(error)),
-                None => unreachable!("matched above"),
+                _ => {}
             }
         }
         Poll::Ready(Ok(bytes))
@@ -134,7 +152,7 @@ impl Feed for KafkaFeed {
     }
 
     fn waiting(&self) -> usize {
-        self.length.get()
+        self.native.length()
     }
 
     fn over_budget(&self, queued: usize) -> bool {
@@ -153,10 +171,14 @@ impl Feed for KafkaFeed {
     ) -> Result<(), KafkaError> {
         pause();
         self.part.count(0);
-        while let Some(read) = self.ready(into, spares) {
-            read?;
+        let mut failed = None;
+        loop {
+            let (popped, _, error) = self.ready(usize::MAX, into, spares);
+            failed = failed.or(error);
+            if popped == 0 {
+                return failed.map_or(Ok(()), Err);
+            }
         }
-        Ok(())
     }
 
     fn release(&self, resume: &dyn Fn()) {
