@@ -70,10 +70,12 @@ pub(super) async fn settle_record<H: BatchHandler>(
             metrics.settle_seconds.observe(settled_in.as_secs_f64());
             Ok(())
         }
+        // Boxed: its retries and its exit are most of this future's size, and a record's
+        // future is moved at every call (2,968 bytes unboxed, copied for each record).
         Err(first) => {
-            settle_failure(
+            Box::pin(settle_failure(
                 shared, metrics, record, first, fetched, settled, cancel, process,
-            )
+            ))
             .await
         }
     }
