@@ -360,8 +360,8 @@ impl<H: BatchHandler> Consumer<H> {
             Arc::downgrade(&consumer),
             config.id_header.as_deref().map(Arc::<str>::from),
         );
-        self.assignments
-            .split_with(Box::new(move |(topic, partition)| {
+        self.assignments.split_with(
+            Box::new(move |(topic, partition)| {
                 let consumer = splitter.upgrade()?;
                 let feed = poll::partition_queue::KafkaFeed::split(
                     &consumer,
@@ -370,14 +370,15 @@ impl<H: BatchHandler> Consumer<H> {
                     id_header.clone(),
                     share,
                     bound,
-                    budget.part(),
                 );
                 if feed.is_none() {
                     tracing::error!(event = "partition_queue_split_failed", %topic, partition,
                     "its records would come to the consumer's own queue");
                 }
                 Some(Arc::new(feed?) as Arc<dyn poll::feed::Feed>)
-            }));
+            }),
+            budget,
+        );
         let weak = Arc::downgrade(&consumer);
         let _ = self.group.set(Box::new(move || {
             weak.upgrade().and_then(|c| c.group_metadata())

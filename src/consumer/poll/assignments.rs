@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::feed::Feed;
+use super::queue_budget::{QueueBudget, QueuePart};
 use crate::metrics::Metrics;
 
 /// A topic and partition.
@@ -39,6 +40,8 @@ pub(crate) struct Assigned {
     pub partition: i32,
     /// Where its worker reads its records: its own librdkafka queue.
     pub feed: Arc<dyn Feed>,
+    /// What the queue holds, counted in the consumer's budget for its queues.
+    pub part: QueuePart,
     /// The partition's reader lease ([`Assignments::readers`]).
     pub reader: Arc<tokio::sync::Mutex<()>>,
     pub cancel: CancellationToken,
@@ -67,6 +70,8 @@ pub(crate) struct Assignments {
     feeds: Mutex<HashMap<PartitionKey, Weak<dyn Feed>>>,
     /// Splits a partition's own queue from the consumer's ([`Assignments::split_with`]).
     split: OnceLock<Split>,
+    /// The consumer's budget for its queues ([`Assignments::split_with`]).
+    budget: OnceLock<Arc<QueueBudget>>,
 }
 
 /// Splits a partition's own librdkafka queue from the consumer's; `None` when it cannot.
@@ -89,12 +94,15 @@ impl Assignments {
             readers: Mutex::default(),
             feeds: Mutex::default(),
             split: OnceLock::new(),
+            budget: OnceLock::new(),
         }
     }
 
     /// Partitions assigned from now on get their queues from `split` (the consumer's, once
-    /// created; the simulation's world). Only the first call counts.
-    pub(in crate::consumer) fn split_with(&self, split: Split) {
+    /// created; the simulation's world), and their parts of `budget`. Only the first call
+    /// counts; before it, a partition gets no queue.
+    pub(in crate::consumer) fn split_with(&self, split: Split, budget: Arc<QueueBudget>) {
+        let _ = self.budget.set(budget);
         let _ = self.split.set(split);
     }
 
@@ -107,6 +115,9 @@ impl Assignments {
     /// the consumer). An assignment that replaces one not revoked ends that one first.
     pub(crate) fn assign(&self, partitions: &[PartitionKey]) {
         let split = |key: &PartitionKey| self.split.get().and_then(|split| split(key));
+        let Some(budget) = self.budget.get() else {
+            return;
+        };
         let mut slots = self.partitions.lock().expect("partitions lock");
         let mut readers = self.readers.lock().expect("readers lock");
         let mut feeds = self.feeds.lock().expect("feeds lock");
@@ -139,6 +150,7 @@ impl Assignments {
                 topic: key.0.clone(),
                 partition: key.1,
                 feed,
+                part: budget.part(),
                 reader,
                 cancel,
                 revoked,

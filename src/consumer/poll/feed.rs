@@ -42,11 +42,6 @@ pub(crate) trait Feed: Send + Sync {
     /// counts too).
     fn waiting(&self) -> usize;
 
-    /// Counts `queued` bytes as what the partition's queue holds now, in its consumer's
-    /// budget for all its queues ([`QueueBudget`](super::queue_budget::QueueBudget)); true
-    /// when the queues together hold more than that budget. ([`Feed::trim`] counts 0.)
-    fn over_budget(&self, queued: usize) -> bool;
-
     /// Holds the partition's fetches stopped (by `pause`) until [`Feed::release`]: a retry
     /// record waits until it is due.
     fn hold(&self, pause: &dyn Fn());

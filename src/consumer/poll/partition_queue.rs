@@ -15,7 +15,6 @@ use std::task::{Context, Poll};
 
 use super::context::RebalanceContext;
 use super::feed::{footprint, Feed};
-use super::queue_budget::QueuePart;
 use crate::kafka::native_queue::NativeQueue;
 use crate::record::Record;
 
@@ -37,8 +36,6 @@ pub(in crate::consumer) struct KafkaFeed {
     share: usize,
     /// [`Feed::bound`].
     bound: usize,
-    /// The queue's part of the consumer's budget ([`Feed::over_budget`]).
-    part: QueuePart,
 }
 
 impl KafkaFeed {
@@ -51,7 +48,6 @@ impl KafkaFeed {
         id_header: Option<Arc<str>>,
         share: usize,
         bound: usize,
-        part: QueuePart,
     ) -> Option<Self> {
         let native = NativeQueue::of(
             consumer.clone(),
@@ -71,7 +67,6 @@ impl KafkaFeed {
             id_header,
             share,
             bound,
-            part,
         })
     }
 
@@ -155,10 +150,6 @@ impl Feed for KafkaFeed {
         self.native.length()
     }
 
-    fn over_budget(&self, queued: usize) -> bool {
-        self.part.count(queued)
-    }
-
     fn hold(&self, pause: &dyn Fn()) {
         pause();
     }
@@ -170,7 +161,6 @@ impl Feed for KafkaFeed {
         spares: &mut Vec<Record>,
     ) -> Result<(), KafkaError> {
         pause();
-        self.part.count(0);
         let mut failed = None;
         loop {
             let (popped, _, error) = self.ready(usize::MAX, into, spares);

@@ -1,5 +1,6 @@
 //! What a consumer's partition queues hold together, as each partition's worker last counted
-//! its own ([`Feed::over_budget`](super::feed::Feed::over_budget)).
+//! its own: each assignment's [`QueuePart`], given to it by the consumer's assignments and held
+//! by its worker's intake.
 //!
 //! A queue holds more than its bound only for a record batch larger than a fetch (a broker
 //! never splits one), and librdkafka's producer writes batches of up to 1 MB: on a busy topic
@@ -7,8 +8,9 @@
 //! chunk its worker takes of it (the benchmark's no-op consumer dropped about 150 queues of
 //! 2,300-4,700 records a run: half its records fetched twice). So a queue is dropped only
 //! while the queues together hold more than the consumer's budget for them: half of
-//! `max_buffered_bytes` and a fetch per partition. Memory stays within that budget; a partition holding a whole batch while
-//! others hold less is no longer a reason to fetch it again.
+//! `max_buffered_bytes` and a fetch per partition. Memory stays within that budget; a
+//! partition holding a whole batch while others hold less is no longer a reason to fetch it
+//! again.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -45,7 +47,8 @@ impl QueueBudget {
     }
 }
 
-/// A partition queue's part of its consumer's [`QueueBudget`].
+/// A partition queue's part of its consumer's [`QueueBudget`], held by the worker of one
+/// assignment of the partition.
 #[derive(Debug)]
 pub(crate) struct QueuePart {
     budget: Arc<QueueBudget>,
@@ -67,7 +70,7 @@ impl QueuePart {
 }
 
 impl Drop for QueuePart {
-    /// A revoked partition's queue is gone, and what it held with it.
+    /// A revoked partition's worker has ended: what it counted is no longer its to hold.
     fn drop(&mut self) {
         self.budget.held.fetch_sub(*self.counted.get_mut(), Relaxed);
     }

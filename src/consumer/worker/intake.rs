@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::consumer::client::Client;
 use crate::consumer::poll::assignments::Assigned;
 use crate::consumer::poll::feed::{footprint, Feed};
+use crate::consumer::poll::queue_budget::QueuePart;
 use crate::consumer::settle::TopicHandles;
 use crate::metrics::Metrics;
 use crate::record::retry::Stage;
@@ -64,6 +65,10 @@ pub(crate) struct Intake {
     reader: Arc<tokio::sync::Mutex<()>>,
     /// Where the partition's records come from.
     feed: Arc<dyn Feed>,
+    /// What the queue holds, counted in the consumer's budget for its queues: an overshot
+    /// queue is dropped only while they hold more ([`overshot`]). Given back when the
+    /// worker ends.
+    part: QueuePart,
     /// The consumer, to pause and resume the partition's fetches with.
     client: Arc<dyn Client>,
     /// Settled records, to copy the next messages into.
@@ -102,7 +107,7 @@ fn queued_bytes(waiting: usize, taken: usize, bytes: usize) -> usize {
 /// Whether a partition's queue holding `queued` bytes is dropped: when it holds more than
 /// librdkafka alone lets it, its `bound` ([`Feed::bound`]: the share it stops fetching at, and
 /// one fetch beyond it), while the consumer's queues together are `over_budget`
-/// ([`Feed::over_budget`]). Only a record batch larger than a fetch puts a queue there (a
+/// ([`QueuePart::count`]). Only a record batch larger than a fetch puts a queue there (a
 /// broker never splits a batch), and pausing the partition drops it; the worker then holds its
 /// chunk alone, and the partition is fetched again from the chunk's end when the worker comes
 /// back for more. So a member owning many partitions of large batches holds about its buffer
@@ -137,6 +142,7 @@ impl Intake {
             peeked: None,
             reader: assigned.reader,
             feed: assigned.feed,
+            part: assigned.part,
             client,
             spares: Vec::new(),
             taking: Vec::new(),
@@ -300,7 +306,7 @@ impl Intake {
         let bytes = self.taking_bytes + records.first().map_or(0, footprint);
         self.taking_bytes = 0;
         let queued = queued_bytes(self.feed.waiting(), records.len(), bytes);
-        let over_budget = self.feed.over_budget(queued);
+        let over_budget = self.part.count(queued);
         if !self.revoked.is_cancelled() && overshot(queued, self.feed.bound(), over_budget) {
             self.trim();
         }
@@ -393,6 +399,7 @@ impl Intake {
             self.partition_failed(&error);
         }
         self.spares = spares;
+        self.part.count(0);
         self.trimmed = true;
         self.trims.inc();
         for record in kept {
@@ -587,6 +594,7 @@ mod tests {
 
     use super::*;
     use crate::consumer::client::RecordingClient;
+    use crate::consumer::poll::queue_budget::QueueBudget;
 
     fn record(offset: i64) -> Record {
         Record::new("t", 0, offset).with_id(format!("t-0-{offset}"))
@@ -602,9 +610,6 @@ mod tests {
         dropped: Mutex<Vec<Record>>,
         holds: std::sync::atomic::AtomicUsize,
         releases: std::sync::atomic::AtomicUsize,
-        /// Whether the consumer's other queues hold little enough that this one may hold
-        /// more than its bound ([`Feed::over_budget`]); not unless set.
-        within_budget: std::sync::atomic::AtomicBool,
     }
 
     impl Records {
@@ -661,10 +666,6 @@ mod tests {
             self.len()
         }
 
-        fn over_budget(&self, _: usize) -> bool {
-            !self.within_budget.load(std::sync::atomic::Ordering::SeqCst)
-        }
-
         fn hold(&self, pause: &dyn Fn()) {
             self.holds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut queue = self.queue.lock().unwrap();
@@ -694,10 +695,24 @@ mod tests {
 
     /// The intake of `feed`, partition `topic`/`partition` at `stage`.
     fn intake(feed: &Arc<Records>, topic: &str, partition: i32, stage: Stage) -> Intake {
+        // The consumer's other queues holding more than its budget: an overshot queue is
+        // dropped.
+        intake_within(feed, topic, partition, stage, 0)
+    }
+
+    /// [`intake`] in a consumer whose queues may hold `budget` bytes together.
+    fn intake_within(
+        feed: &Arc<Records>,
+        topic: &str,
+        partition: i32,
+        stage: Stage,
+        budget: usize,
+    ) -> Intake {
         let assigned = Assigned {
             topic: topic.into(),
             partition,
             feed: feed.clone(),
+            part: QueueBudget::new(budget).part(),
             reader: Arc::default(),
             cancel: CancellationToken::new(),
             revoked: CancellationToken::new(),
@@ -839,12 +854,11 @@ mod tests {
     /// it or not, and its in-order intake.
     fn large_batch(within_budget: bool) -> (Arc<Records>, Intake) {
         let feed = Records::with_share(footprint(&record(0)) * 3);
-        feed.within_budget
-            .store(within_budget, std::sync::atomic::Ordering::SeqCst);
         for offset in 0..20 {
             feed.push(record(offset));
         }
-        let mut records = intake(&feed, "t", 0, Stage::Source);
+        let budget = if within_budget { usize::MAX } else { 0 };
+        let mut records = intake_within(&feed, "t", 0, Stage::Source, budget);
         records.bounded_by_share();
         (feed, records)
     }

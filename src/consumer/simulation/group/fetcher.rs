@@ -16,7 +16,6 @@ use super::world::{delivered, WorldRef};
 use crate::consumer::client::TopicPartition;
 use crate::consumer::poll::feed::{footprint, Feed};
 use crate::consumer::poll::fetcher::{Fetcher, Polled};
-use crate::consumer::poll::queue_budget::QueuePart;
 use crate::record::Record;
 
 /// A member's own queue: no record comes to it, and its rebalances are the schedule's.
@@ -39,8 +38,6 @@ pub(super) struct SimFeed {
     pub tp: TopicPartition,
     /// The partition's share of the member's buffer ([`Feed::share`]).
     pub share: usize,
-    /// The queue's part of the member's budget for its queues ([`Feed::over_budget`]).
-    pub part: QueuePart,
 }
 
 impl Feed for SimFeed {
@@ -97,10 +94,6 @@ impl Feed for SimFeed {
             .map_or(0, |queue| queue.records.len())
     }
 
-    fn over_budget(&self, queued: usize) -> bool {
-        self.part.count(queued)
-    }
-
     /// Noted, for the check that nothing else holds a partition paused: a retry wait lasts
     /// its tier's delay at most.
     fn hold(&self, pause: &dyn Fn()) {
@@ -120,7 +113,6 @@ impl Feed for SimFeed {
         _: &mut Vec<Record>,
     ) -> Result<(), KafkaError> {
         pause();
-        self.part.count(0);
         let mut world = self.world.lock();
         world.members[self.member].trimmed.insert(self.tp.clone());
         Ok(())

@@ -106,15 +106,17 @@ pub(super) fn member(
     // Two partitions' bounds: a queue a large batch overshoots is kept while it is the only
     // one, dropped once another is over its bound too.
     let budget = QueueBudget::new(share.saturating_mul(4));
-    assignments.split_with(Box::new(move |tp| {
-        Some(Arc::new(SimFeed {
-            world: feeds.clone(),
-            member,
-            tp: tp.clone(),
-            share,
-            part: budget.part(),
-        }))
-    }));
+    assignments.split_with(
+        Box::new(move |tp| {
+            Some(Arc::new(SimFeed {
+                world: feeds.clone(),
+                member,
+                tp: tp.clone(),
+                share,
+            }))
+        }),
+        budget,
+    );
     let handler = SimHandler {
         world: world.clone(),
     };
