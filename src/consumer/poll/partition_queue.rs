@@ -5,13 +5,14 @@
 //! forwarded it itself (`rd_kafka_toppar_op_fetch_start`), so no record of a split partition
 //! ever reaches the consumer's queue.
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
 use futures_util::task::AtomicWaker;
 use rdkafka::client::ClientContext as _;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use super::context::RebalanceContext;
 use super::feed::{footprint, Feed};
