@@ -113,8 +113,9 @@ impl Feed for KafkaFeed {
     ) -> Poll<Result<usize, KafkaError>> {
         let (mut taken, mut bytes, mut registered) = (0, 0, false);
         while taken < max && bytes < max_bytes {
-            // As many as are likely to fit in `max_bytes` at the sizes taken so far: a call
-            // overshoots it by about one record, as popping one at a time does.
+            // As many as are likely to fit in `max_bytes` at the sizes taken so far: records
+            // of even size overshoot it by about one, as popping one at a time does; large
+            // records after small ones by at most one pop (64).
             let fit = match taken {
                 0 => 1,
                 _ => ((max_bytes - bytes) / (bytes / taken).max(1)).max(1),
