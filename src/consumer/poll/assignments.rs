@@ -68,10 +68,9 @@ pub(crate) struct Assignments {
     /// Each partition's own librdkafka queue while a worker holds it ([`Assignments::assign`]).
     /// Not held here: a queue holds its consumer, whose context holds this.
     feeds: Mutex<HashMap<PartitionKey, Weak<dyn Feed>>>,
-    /// Splits a partition's own queue from the consumer's ([`Assignments::split_with`]).
-    split: OnceLock<Split>,
-    /// The consumer's budget for its queues ([`Assignments::split_with`]).
-    budget: OnceLock<Arc<QueueBudget>>,
+    /// Splits a partition's own queue from the consumer's, and the consumer's budget for its
+    /// queues ([`Assignments::split_with`]).
+    split: OnceLock<(Split, Arc<QueueBudget>)>,
 }
 
 /// Splits a partition's own librdkafka queue from the consumer's; `None` when it cannot.
@@ -94,7 +93,6 @@ impl Assignments {
             readers: Mutex::default(),
             feeds: Mutex::default(),
             split: OnceLock::new(),
-            budget: OnceLock::new(),
         }
     }
 
@@ -102,8 +100,7 @@ impl Assignments {
     /// created; the simulation's world), and their parts of `budget`. Only the first call
     /// counts; before it, a partition gets no queue.
     pub(in crate::consumer) fn split_with(&self, split: Split, budget: Arc<QueueBudget>) {
-        let _ = self.budget.set(budget);
-        let _ = self.split.set(split);
+        let _ = self.split.set((split, budget));
     }
 
     /// Gives each of `partitions` its feed and sends it to the poll loop, which starts its
@@ -114,8 +111,7 @@ impl Assignments {
     /// a queue gets no worker (its records would reach the consumer's own queue, which stops
     /// the consumer). An assignment that replaces one not revoked ends that one first.
     pub(crate) fn assign(&self, partitions: &[PartitionKey]) {
-        let split = |key: &PartitionKey| self.split.get().and_then(|split| split(key));
-        let Some(budget) = self.budget.get() else {
+        let Some((split, budget)) = self.split.get() else {
             return;
         };
         let mut slots = self.partitions.lock().expect("partitions lock");

@@ -36,7 +36,7 @@ impl QueueBudget {
     pub(crate) fn part(self: &Arc<Self>) -> QueuePart {
         QueuePart {
             budget: self.clone(),
-            counted: AtomicUsize::new(0),
+            counted: 0,
         }
     }
 
@@ -52,14 +52,14 @@ impl QueueBudget {
 #[derive(Debug)]
 pub(crate) struct QueuePart {
     budget: Arc<QueueBudget>,
-    counted: AtomicUsize,
+    counted: usize,
 }
 
 impl QueuePart {
     /// Counts `bytes` as what the queue holds now, in place of what it counted before; true
     /// when the queues together hold more than the budget.
-    pub(crate) fn count(&self, bytes: usize) -> bool {
-        let delta = bytes.wrapping_sub(self.counted.swap(bytes, Relaxed));
+    pub(crate) fn count(&mut self, bytes: usize) -> bool {
+        let delta = bytes.wrapping_sub(std::mem::replace(&mut self.counted, bytes));
         let held = self
             .budget
             .held
@@ -72,7 +72,7 @@ impl QueuePart {
 impl Drop for QueuePart {
     /// A revoked partition's worker has ended: what it counted is no longer its to hold.
     fn drop(&mut self) {
-        self.budget.held.fetch_sub(*self.counted.get_mut(), Relaxed);
+        self.budget.held.fetch_sub(self.counted, Relaxed);
     }
 }
 
@@ -83,7 +83,7 @@ mod tests {
     #[test]
     fn over_only_while_the_queues_together_hold_more_than_the_limit() {
         let budget = QueueBudget::new(100);
-        let (a, b) = (budget.part(), budget.part());
+        let (mut a, mut b) = (budget.part(), budget.part());
         assert!(!a.count(80), "one queue of 80");
         assert!(b.count(30), "80 + 30 > 100");
         assert!(!a.count(10), "a read its queue down: 10 + 30");
@@ -94,10 +94,10 @@ mod tests {
     #[test]
     fn a_dropped_part_gives_back_what_it_counted() {
         let budget = QueueBudget::new(100);
-        let a = budget.part();
+        let mut a = budget.part();
         a.count(70);
         {
-            let b = budget.part();
+            let mut b = budget.part();
             b.count(50);
             assert_eq!(budget.held(), 120);
         }
