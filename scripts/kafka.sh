@@ -3,8 +3,12 @@
 # scripts/test.sh fetches, for the benchmark or trying kafka-dlq by hand.
 #   scripts/kafka.sh start [PORT]   formats a fresh node in /tmp/kafka-dlq-local-PORT, starts it in
 #                                   the background on 127.0.0.1:PORT (default 19092), waits for it
-#   scripts/kafka.sh stop [PORT]    stops it and removes its data
+#   scripts/kafka.sh stop [PORT]    stops it and removes its data (and its log, see below)
 # The JVM gets a 1 GB heap and the full JIT (the test brokers use less, to start faster).
+# The log is kept in memory (/dev/shm, when there is one): on this project's 2-core build machine
+# a log on disk made about half of the benchmark's dead-letter runs stall for up to 1.6 s while
+# the broker answered produce requests in 150-275 ms (librdkafka's rtt), which measured the
+# disk rather than the consumer (docs/benchmark.md). The benchmark deletes what it made.
 # KAFKA_VERSION=4.4.0 starts Apache Kafka 4.4 formatted with share.version=2 (share groups and
 # their broker dead-letter queue), for the share-group benchmark; KAFKA_FEATURES overrides the
 # features it is formatted with. KAFKA_TLS_PORT=19094 adds a TLS listener on that port, its
@@ -20,6 +24,11 @@ KAFKA_LIBS="${KAFKA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/kafka-dlq/kafka-$KAFKA
 action="${1:-}"
 port="${2:-19092}"
 dir="/tmp/kafka-dlq-local-$port"
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  data="/dev/shm/kafka-dlq-local-$port"
+else
+  data="$dir/data"
+fi
 
 case "$action" in
   start)
@@ -28,7 +37,7 @@ case "$action" in
       (cd tests/kafka && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
         -Dkafka.version="$KAFKA_VERSION" -DoutputDirectory="$KAFKA_LIBS")
     fi
-    rm -rf "$dir" && mkdir -p "$dir"
+    rm -rf "$dir" "$data" && mkdir -p "$dir" "$data"
     controller=$((port + 1))
     listeners="PLAINTEXT://127.0.0.1:$port"
     protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
@@ -61,7 +70,7 @@ controller.listener.names=CONTROLLER
 listener.security.protocol.map=$protocols
 $tls
 inter.broker.listener.name=PLAINTEXT
-log.dirs=$dir/data
+log.dirs=$data
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
@@ -99,7 +108,7 @@ while True:
       kill "$(cat "$dir/pid")" 2>/dev/null || true
       for _ in $(seq 1 100); do kill -0 "$(cat "$dir/pid")" 2>/dev/null || break; sleep 0.2; done
     fi
-    rm -rf "$dir"
+    rm -rf "$dir" "$data"
     ;;
   *)
     echo "usage: scripts/kafka.sh start|stop [PORT]" >&2

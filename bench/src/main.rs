@@ -486,6 +486,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if !tls_results.is_empty() {
         report::print_tls(&scenarios, &results, &tls_results);
     }
+    if mock.is_none() {
+        topic::delete_prefixed(&brokers, &topic).await?;
+    }
     drop(mock);
     Ok(())
 }

@@ -45,6 +45,26 @@ pub async fn delete(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Deletes every topic whose name starts with `prefix`: what one benchmark run made (its
+/// source topics and the dead-letter, retry, redrive and output topics its scenarios made).
+/// A run leaves a few hundred MB of records; on a broker whose log is in memory
+/// (`scripts/kafka.sh`), runs would otherwise fill it.
+pub async fn delete_prefixed(brokers: &str, prefix: &str) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, Duration::from_secs(30))?;
+    let made: Vec<String> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    delete(brokers, &made).await
+}
+
 /// How record `i` of a topic is made.
 pub trait Shape {
     /// Its partition, key and value.
