@@ -15,6 +15,11 @@ pub enum Behaviour {
     Noop,
     /// Fails every 100th offset permanently.
     Poison1,
+    /// Fails every 10th offset permanently: ten times the dead letters of [`Poison1`], so
+    /// that the CPU a dead letter costs stands out of the run's noise.
+    ///
+    /// [`Poison1`]: Behaviour::Poison1
+    Poison10,
     /// Fails partition 0's first record transiently (into a 10-minute back-off).
     Stalled,
     /// A 1 ms downstream call ([`downstream`]).
@@ -124,6 +129,10 @@ impl BenchHandler {
                 Err(HandlerError::permanent("poison record"))
             }
             Behaviour::Poison1 => Ok(()),
+            Behaviour::Poison10 if record.offset % 10 == 0 => {
+                Err(HandlerError::permanent("poison record"))
+            }
+            Behaviour::Poison10 => Ok(()),
             Behaviour::Stalled if record.partition == 0 && record.offset == 0 => {
                 Err(HandlerError::transient("stuck downstream for partition 0"))
             }

@@ -95,7 +95,7 @@ use RatioTo::*;
 /// Every scenario, in the order they run in each pass: each peer right after the kafka-dlq
 /// scenario it is compared with, and the dead-letter scenarios last, because their dead
 /// letters slow a broker down for a while after them.
-pub const ALL: [Scenario; 19] = [
+pub const ALL: [Scenario; 20] = [
     s("baseline", Runner::Baseline, Whole, Nothing, None),
     s(
         "baseline-split",
@@ -207,6 +207,13 @@ pub const ALL: [Scenario; 19] = [
         Runner::Spring("poison1"),
         Whole,
         Rate("spring-noop"),
+        None,
+    ),
+    s(
+        "poison10",
+        Runner::Ours(Behaviour::Poison10, Partition),
+        Whole,
+        Rate("noop"),
         None,
     ),
     s(
