@@ -329,12 +329,9 @@ async fn three_members_on_one_partition_share_the_work_and_fail_as_classified() 
         eventually(WAIT, || read_all(&brokers, &dlt).len() >= 4).await,
         "the 4 permanent failures are dead-lettered"
     );
-    let mut accepted = 0.0;
-    for m in &members {
-        accepted += m
-            .metric("kafka_dlq_share_acknowledgements_total", "ack=\"accept\"")
-            .await;
-    }
+    // The downstream sees a call before its member has the answer and acknowledges it, so the
+    // last acceptances may still be on their way.
+    let accepted = accepted_eventually(&members, all.len() as f64).await;
     // The dashboard's share panels ask for what a member serves.
     let page = members[0].page().await;
     let unserved: Vec<_> = common::dashboard::share_families()
@@ -932,6 +929,23 @@ async fn share_chaos_members_and_the_broker_killed_lose_no_record() {
         Some(0),
         "nothing left available or acquired"
     );
+}
+
+/// The acceptances `members` have counted, read until they reach `expected` or `WAIT` passes.
+async fn accepted_eventually(members: &[Member], expected: f64) -> f64 {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let mut accepted = 0.0;
+        for m in members {
+            accepted += m
+                .metric("kafka_dlq_share_acknowledgements_total", "ack=\"accept\"")
+                .await;
+        }
+        if accepted >= expected || std::time::Instant::now() >= deadline {
+            return accepted;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Whether the downstream answered `value` with success at least once (its last call of it,
