@@ -205,7 +205,11 @@ impl Envelope {
 
     /// The envelope as JSON bytes.
     pub fn to_vec(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("an envelope always serializes")
+        // Room for the payload and what surrounds it, so that the buffer is rarely grown (and
+        // copied) while it is written: once per dead letter.
+        let mut out = Vec::with_capacity(self.payload.get().len() + 1024);
+        serde_json::to_writer(&mut out, self).expect("an envelope always serializes");
+        out
     }
 
     /// The envelope in the detached form: no payload, `payload_encoding` `detached`; the

@@ -13,7 +13,7 @@ use crate::failure::DeadLetterKind;
 use crate::kafka::send::{is_too_large, send_until_acknowledged, Failed, Sent, Written};
 use crate::kafka::LogContext;
 use crate::metrics::Metrics;
-use crate::record::Record;
+use crate::record::{Record, RecordHeader};
 use crate::stopped::Stopped;
 
 /// Where a dead letter was written.
@@ -76,7 +76,7 @@ impl DeadLetterPublisher {
         cancel: CancellationToken,
     ) -> impl std::future::Future<Output = Result<DeadLettered, Stopped>> + Send + 'static {
         let (write, form) = self.write(record, kind, message, attempts);
-        let first = write.send(form);
+        let first = write.send(form, write.headers(form, &record.headers));
         let (retry, metrics) = (self.retry.clone(), self.metrics.clone());
         async move { write.deliver(form, first, retry, metrics, cancel).await }
     }
@@ -95,7 +95,7 @@ impl DeadLetterPublisher {
     ) -> (String, Sent) {
         let (write, form) = self.write(record, kind, message, attempts);
         let form = if smallest { Form::Reference } else { form };
-        let sent = write.send(form);
+        let sent = write.send(form, write.headers(form, &record.headers));
         (write.topic, sent)
     }
 
@@ -113,7 +113,6 @@ impl DeadLetterPublisher {
         let write = Write {
             producer: self.producer.clone(),
             source_topic: record.topic.clone(),
-            headers: dead_letter_headers(record, &envelope),
             // The payload is kept once, in `inline`; the other forms are derived from it.
             envelope: envelope.into_detached(),
             inline,
@@ -168,8 +167,8 @@ struct Write {
     source_topic: String,
     /// The envelope with the payload, as JSON: the only copy of the payload a write keeps.
     inline: Vec<u8>,
-    headers: OwnedHeaders,
-    /// The envelope in the detached form (no payload), for the detached and reference forms.
+    /// The envelope in the detached form (no payload): the detached and reference forms'
+    /// envelope, and the source headers a write sent again is given.
     envelope: Envelope,
     key: Option<Vec<u8>>,
     format: DlqFormat,
@@ -183,23 +182,43 @@ impl Write {
             .expect("an envelope we built decodes")
     }
 
-    /// Hands the dead letter in `form` to the producer.
-    fn send(&self, form: Form) -> Sent {
+    /// The headers of the dead letter in `form`, the record's headers being `source`. Built
+    /// for each write rather than kept and copied: librdkafka takes the headers it is given,
+    /// and copying them costs one allocation a header (most of a dead letter's allocations).
+    fn headers(&self, form: Form, source: &[RecordHeader]) -> OwnedHeaders {
+        match form {
+            Form::Inline => dead_letter_headers(source, &self.envelope),
+            Form::Detached => dead_letter_headers(source, &self.envelope).insert(Header {
+                key: HEADER_ENVELOPE,
+                value: Some(&self.envelope.to_vec()),
+            }),
+            Form::Reference => spring_headers(&self.envelope),
+        }
+    }
+
+    /// The headers of the dead letter in `form` written again: the record's headers as its
+    /// envelope holds them.
+    fn headers_again(&self, form: Form) -> OwnedHeaders {
+        let source = self
+            .envelope
+            .headers()
+            .expect("an envelope we built decodes");
+        self.headers(form, &source)
+    }
+
+    /// Hands the dead letter in `form`, with `headers`, to the producer.
+    fn send(&self, form: Form, headers: OwnedHeaders) -> Sent {
         let original;
         let reference;
-        let (value, headers) = match form {
-            Form::Inline => (Some(self.inline.as_slice()), self.headers.clone()),
+        let value = match form {
+            Form::Inline => Some(self.inline.as_slice()),
             Form::Detached => {
-                let headers = self.headers.clone().insert(Header {
-                    key: HEADER_ENVELOPE,
-                    value: Some(&self.envelope.to_vec()),
-                });
                 original = self.original_value();
-                (original.as_deref(), headers)
+                original.as_deref()
             }
             Form::Reference => {
                 reference = self.envelope.reference().to_vec();
-                (Some(reference.as_slice()), spring_headers(&self.envelope))
+                Some(reference.as_slice())
             }
         };
         let mut out = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
@@ -259,7 +278,7 @@ impl Write {
             &retry,
             form,
             first,
-            |form| this.send(form),
+            |form| this.send(form, this.headers_again(form)),
             on_failure,
             on_wait,
         )
@@ -290,9 +309,9 @@ impl Write {
     }
 }
 
-/// The headers of a dead letter: the source headers less earlier `kafka_dlt-*` ones, then
+/// The headers of a dead letter: the `source` headers less earlier `kafka_dlt-*` ones, then
 /// Spring's `kafka_dlt-*` headers ([`spring::headers`]).
-fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
+fn dead_letter_headers(source: &[RecordHeader], envelope: &Envelope) -> OwnedHeaders {
     // Written in a traced `send` span, the dead letter carries that span's trace context (the
     // envelope keeps the record's own, which a replay sends).
     #[cfg(feature = "otel")]
@@ -304,9 +323,8 @@ fn dead_letter_headers(record: &Record, envelope: &Envelope) -> OwnedHeaders {
             && (key == crate::record::TRACEPARENT.as_bytes()
                 || key == crate::record::TRACESTATE.as_bytes())
     };
-    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 11);
-    for h in record
-        .headers
+    let mut headers = OwnedHeaders::new_with_capacity(source.len() + 11);
+    for h in source
         .iter()
         .filter(|h| !h.key.starts_with(spring::PREFIX.as_bytes()) && !replaced(&h.key))
     {
@@ -362,6 +380,40 @@ mod tests {
     use super::*;
     use rdkafka::message::Headers;
 
+    /// A dead letter written again has its headers rebuilt from its envelope: the same
+    /// headers, whatever bytes the record's headers held.
+    #[test]
+    fn headers_rebuilt_from_the_envelope_are_the_records() {
+        let header = |key: &[u8], value: Option<&[u8]>| crate::record::RecordHeader {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        let mut record = Record::new("orders", 1, 4);
+        record.headers = vec![
+            header(b"trace", Some(b"t1")),
+            header(&[0xff, 0xfe, b'k'], Some(&[0x80, 0x81, 0x00])),
+            header(b"empty", Some(b"")),
+            header(b"none", None),
+            header(spring::ORIGINAL_TOPIC.as_bytes(), Some(b"older")),
+        ];
+        let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
+        let pairs = |headers: OwnedHeaders| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+            crate::record::RecordHeader::read_all(&headers)
+                .into_iter()
+                .map(|h| (h.key, h.value))
+                .collect()
+        };
+        let first = pairs(dead_letter_headers(&record.headers, &envelope));
+        let detached = envelope.into_detached();
+        let again = pairs(dead_letter_headers(&detached.headers().unwrap(), &detached));
+        assert_eq!(again, first);
+        assert_eq!(
+            first[1],
+            (vec![0xff, 0xfe, b'k'], Some(vec![0x80, 0x81, 0x00]))
+        );
+        assert_eq!(first[3], (b"none".to_vec(), None));
+    }
+
     #[test]
     fn headers_keep_originals_and_add_spring_ones() {
         let record = Record {
@@ -387,7 +439,7 @@ mod tests {
             delivery_count: None,
         };
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
-        let headers = dead_letter_headers(&record, &envelope);
+        let headers = dead_letter_headers(&record.headers, &envelope);
         let pairs: Vec<(String, Vec<u8>)> = headers
             .iter()
             .map(|h| (h.key.to_string(), h.value.unwrap().to_vec()))
