@@ -50,7 +50,9 @@ use clap::Parser;
 use figures::Figures;
 use scenario::{Data, Runner, Scenario};
 
-/// mimalloc, as in the `kafka-dlq` binary, so that kafka-dlq runs here as it runs there.
+/// mimalloc, as in the `kafka-dlq` binary (serving C's `malloc` too, without huge pages), so
+/// that kafka-dlq runs here as it runs there. The bare loops run in this process, so they have
+/// it too.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
