@@ -384,7 +384,7 @@ mod tests {
     /// headers, whatever bytes the record's headers held.
     #[test]
     fn headers_rebuilt_from_the_envelope_are_the_records() {
-        let header = |key: &[u8], value: Option<&[u8]>| crate::record::RecordHeader {
+        let header = |key: &[u8], value: Option<&[u8]>| RecordHeader {
             key: key.to_vec(),
             value: value.map(<[u8]>::to_vec),
         };
@@ -398,7 +398,7 @@ mod tests {
         ];
         let envelope = Envelope::new(&record, DeadLetterKind::Permanent, "boom", 1, "g1");
         let pairs = |headers: OwnedHeaders| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-            crate::record::RecordHeader::read_all(&headers)
+            RecordHeader::read_all(&headers)
                 .into_iter()
                 .map(|h| (h.key, h.value))
                 .collect()
