@@ -26,13 +26,15 @@
 //! half. In order, while its handler runs, a worker copies what reaches its queue into its
 //! hands for its next chunk, up to its share; then it pauses the partition until it takes
 //! that chunk. librdkafka keeps each fetch response whole while any of its messages waits in
-//! a queue, so messages copied out at once free it. A broker never splits a record batch, so
-//! a fetch may bring more than a share and one 64 kB fetch (librdkafka's producer writes
-//! batches of up to 1 MB, Java's 16 kB): a worker that finds that much in its queue pauses
-//! the partition, which drops it (the worker reads the queue empty: librdkafka frees what a
-//! pause discarded only then), and the partition is fetched again from where the worker
-//! stopped when it wants more. Dead letters in flight come on top (their own bound). A topic given more partitions while
-//! the consumer runs shares the same half until the consumer restarts.
+//! a queue, so messages copied out at once free it. One fetch brings up to a share of a
+//! partition (at least 64 kB, at most 1 MB: `poll::fetch_size`). A broker never splits a
+//! record batch, so a queue may come to hold more than its share and a fetch (librdkafka's
+//! producer writes batches of up to 1 MB, Java's 16 kB): a worker that finds that much in
+//! its queue pauses the partition, which drops it (the worker reads the queue empty:
+//! librdkafka frees what a pause discarded only then), and the partition is fetched again
+//! from where the worker stopped when it wants more. Dead letters in flight come on top
+//! (their own bound). A topic given more partitions while the consumer runs shares the same
+//! half until the consumer restarts.
 //!
 //! A record in backoff holds back only its own partition: its queue fills and librdkafka stops
 //! fetching it; the other partitions' workers carry on, and the consumer's queue keeps being
@@ -333,10 +335,12 @@ impl<H: BatchHandler> Consumer<H> {
             );
         // A queue holds its share and one fetch beyond it, but for a record batch larger
         // than a fetch, which its worker drops while the queues together hold more than
-        // their budget (`worker::intake`, `overshot`; `poll::queue_budget`). (A fetch cut
-        // to a small share instead cost 96 % of the memory table's rate at 1,000
-        // partitions: every batch larger than the fetch came in parts.)
-        let bound = share + partition_fetch_bytes(config);
+        // their budget (`worker::intake`, `overshot`; `poll::queue_budget`).
+        let fetch = poll::fetch_size::partition_fetch_bytes(&config.librdkafka, share);
+        if let poll::fetch_size::Fetch::Share(bytes) = fetch {
+            client.set("max.partition.fetch.bytes", bytes.to_string());
+        }
+        let bound = share + fetch.bytes();
         let budget = poll::queue_budget::QueueBudget::new(bound.saturating_mul(partitions.max(1)));
         let mut consumer: BaseConsumer<RebalanceContext> = crate::kafka::create(
             &client,
@@ -434,22 +438,6 @@ impl<H: BatchHandler> Consumer<H> {
         metrics.buffered_bytes.set(0);
         tracing::info!(event = "shutdown_complete");
     }
-}
-
-/// The most one fetch brings of a partition (`max.partition.fetch.bytes`, or its alias, from
-/// the raw options or kafka-dlq's fetch settings), but for a record batch larger than it.
-fn partition_fetch_bytes(config: &ConsumerConfig) -> usize {
-    let raw = &config.librdkafka;
-    raw.get("max.partition.fetch.bytes")
-        .or_else(|| raw.get("fetch.message.max.bytes"))
-        .or_else(|| {
-            crate::config::FETCH_SETTINGS
-                .iter()
-                .find(|(key, _)| *key == "max.partition.fetch.bytes")
-                .map(|(_, value)| *value)
-        })
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(1 << 20)
 }
 
 #[cfg(test)]

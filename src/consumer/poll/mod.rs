@@ -4,6 +4,7 @@
 //! | file | what |
 //! |---|---|
 //! | [`fetcher`] | what the poll loop asks of the consumer's own queue: rebalances, errors (the simulation answers from its world) |
+//! | [`fetch_size`] | how much one fetch brings of a partition: its queue's share, within 64 kB and 1 MB |
 //! | [`feed`] | where a partition's worker reads its records (a trait: the simulation's seam) |
 //! | [`partition_queue`] | a partition's own librdkafka queue, split from the consumer's, as its feed |
 //! | [`queue_budget`] | what the partition queues hold together, against the consumer's budget for them |
@@ -16,6 +17,7 @@
 pub(in crate::consumer) mod assignments;
 pub(in crate::consumer) mod context;
 pub(in crate::consumer) mod feed;
+pub(in crate::consumer) mod fetch_size;
 pub(in crate::consumer) mod fetcher;
 pub(in crate::consumer) mod partition_queue;
 pub(in crate::consumer) mod queue_budget;
