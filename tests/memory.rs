@@ -100,8 +100,8 @@ async fn a_member_owning_many_partitions_holds_one_buffer_bound_and_starves_none
     // here brings a whole 300 kB record batch, of which the partition's worker copies its
     // next chunk while the handler is held and drops the rest by pausing the partition. So
     // the queues never hold much more than half the buffer and one fetch per partition (64 kB,
-    // the fetch's floor: each share here is 6.5 kB); without the drop they held a batch each (11.6 MB). 12 MB of records wait on
-    // the broker.
+    // the fetch's floor: each share here is 6.5 kB); without the drop they held a batch each
+    // (11.6 MB). 12 MB of records wait on the broker.
     // The redrive topic is created as the consumer starts, and assigned once librdkafka's
     // metadata shows it: sampled from the start, for 6 s once every partition is assigned
     // (within 60 s), through three of librdkafka's statistics.

@@ -4,9 +4,9 @@
 //! | file | what |
 //! |---|---|
 //! | [`fetcher`] | what the poll loop asks of the consumer's own queue: rebalances, errors (the simulation answers from its world) |
-//! | [`fetch_size`] | how much one fetch brings of a partition: its queue's share, within 64 kB and 1 MB |
 //! | [`feed`] | where a partition's worker reads its records (a trait: the simulation's seam) |
 //! | [`partition_queue`] | a partition's own librdkafka queue, split from the consumer's, as its feed |
+//! | [`fetch_size`] | how much one fetch brings of a partition: its queue's share, within 64 kB and 1 MB |
 //! | [`queue_budget`] | what the partition queues hold together, against the consumer's budget for them |
 //! | [`context`] | the librdkafka context: rebalances, errors, statistics |
 //! | [`rebalance`] | what a rebalance decides: revoked partitions end, then the commit; assigned ones get their queues |
