@@ -201,6 +201,26 @@ struct State {
 }
 
 impl State {
+    /// Whether the record at `offset` of `partition` is a suspect. Every record asks, under the
+    /// lock, and there are almost never any: no key is made for an empty set.
+    fn is_suspect(&self, partition: &TopicPartition, offset: i64) -> bool {
+        !self.suspects.is_empty() && self.suspects.contains(&(partition.clone(), offset))
+    }
+
+    /// Forgets that the record at `offset` of `partition` is a suspect; whether it was.
+    fn take_suspect(&mut self, partition: &TopicPartition, offset: i64) -> bool {
+        !self.suspects.is_empty() && self.suspects.remove(&(partition.clone(), offset))
+    }
+
+    /// What the broker refused for good of the record at `offset` of `partition`, if anything
+    /// (as [`State::is_suspect`], no key is made while nothing is refused).
+    fn refusal(&self, partition: &TopicPartition, offset: i64) -> Option<&Refused> {
+        if self.refused.is_empty() {
+            return None;
+        }
+        self.refused.get(&(partition.clone(), offset))
+    }
+
     /// Whether a record of `partition` settled in the assignment `revoked` is refused now:
     /// the producer failed for good, the assignment ended, or the partition rewinds.
     fn refuses(&self, partition: &TopicPartition, revoked: &CancellationToken) -> bool {
@@ -339,15 +359,14 @@ impl Transaction {
         effect: Effect<'_>,
     ) -> Applied {
         let offset = record.delivered_offset();
-        let key = (partition.clone(), offset);
         let mut state = self.lock();
         if state.refuses(partition, revoked) {
             return Applied::Refused;
         }
         if state.committing {
-            if !state.suspects.contains(&key) && state.queue.has_room() {
+            if !state.is_suspect(partition, offset) && state.queue.has_room() {
                 // Its record is kept only when what it writes needs it.
-                let keep = !effect.writes_nothing() || state.refused.contains_key(&key);
+                let keep = !effect.writes_nothing() || state.refusal(partition, offset).is_some();
                 state.queue.push(Queued {
                     partition: partition.clone(),
                     offset,
@@ -363,7 +382,7 @@ impl Transaction {
                 return Applied::Refused;
             }
         }
-        let suspect = state.suspects.remove(&key);
+        let suspect = state.take_suspect(partition, offset);
         if suspect && !state.open.is_empty() {
             // Alone in its transaction: the one before commits first.
             drop(state);
@@ -400,10 +419,9 @@ impl Transaction {
         revoked: &CancellationToken,
         effect: Effect<'_>,
     ) {
-        let key = (partition.clone(), offset);
         // Remembered until the record's transaction commits: one that aborts for another
         // record's sake brings it back, still refused.
-        let refused = state.refused.get(&key).cloned();
+        let refused = state.refusal(partition, offset).cloned();
         match record {
             Some(record) => self.write(state, partition, offset, record, refused, effect),
             // Not kept, so it cannot be dead-lettered instead; the transaction aborts and
@@ -421,10 +439,9 @@ impl Transaction {
             None => {}
         }
         state.open.add(partition, offset, Instant::now());
-        state
-            .assignments
-            .entry(partition.clone())
-            .or_insert_with(|| revoked.clone());
+        if !state.assignments.contains_key(partition) {
+            state.assignments.insert(partition.clone(), revoked.clone());
+        }
     }
 
     /// Writes what `record` settled as (`effect`) into the open transaction, or its dead
@@ -632,7 +649,7 @@ impl Transaction {
             }
             // Not alone in its transaction: if its writes are refused with others' again,
             // it is a suspect again, and goes alone when it comes again.
-            state.suspects.remove(&(partition.clone(), offset));
+            state.take_suspect(&partition, offset);
             let record = record.as_deref();
             match effect {
                 Owned::Handled(outputs) => {
