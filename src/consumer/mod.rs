@@ -322,25 +322,11 @@ impl<H: BatchHandler> Consumer<H> {
         ConsumerError,
     > {
         let config = &self.config;
-        let share = (config.max_buffered_bytes / 2 / partitions.max(1)).max(1);
-        let mut client = config.consumer_client_config();
-        client
-            .set(
-                "queued.max.messages.kbytes",
-                (share / 1024).max(1).to_string(),
-            )
-            .set(
-                "queued.min.messages",
-                config.max_buffered_records.to_string(),
-            );
-        // A queue holds its share and one fetch beyond it, but for a record batch larger
-        // than a fetch, which its worker drops while the queues together hold more than
-        // their budget (`worker::intake`, `overshot`; `poll::queue_budget`).
-        let fetch = poll::fetch_size::partition_fetch_bytes(&config.librdkafka, share);
-        if let poll::fetch_size::Fetch::Share(bytes) = fetch {
-            client.set("max.partition.fetch.bytes", bytes.to_string());
-        }
-        let bound = share + fetch.bytes();
+        let Sized {
+            client,
+            share,
+            bound,
+        } = sized_client_config(config, partitions);
         let budget = poll::queue_budget::QueueBudget::new(bound.saturating_mul(partitions.max(1)));
         let mut consumer: BaseConsumer<RebalanceContext> = crate::kafka::create(
             &client,
@@ -440,6 +426,44 @@ impl<H: BatchHandler> Consumer<H> {
     }
 }
 
+/// The Kafka consumer's client settings for topics with `partitions` partitions in all, and
+/// what each partition's queue is bounded by.
+struct Sized {
+    client: rdkafka::ClientConfig,
+    /// A partition queue's share of half of `max_buffered_bytes`.
+    share: usize,
+    /// The most a partition queue holds: its share and one fetch.
+    bound: usize,
+}
+
+/// See [`Consumer::create`]: each partition's librdkafka queue is bounded by its share, and
+/// one fetch of a partition is sized to that share ([`poll::fetch_size`]).
+fn sized_client_config(config: &ConsumerConfig, partitions: usize) -> Sized {
+    let share = (config.max_buffered_bytes / 2 / partitions.max(1)).max(1);
+    let mut client = config.consumer_client_config();
+    client
+        .set(
+            "queued.max.messages.kbytes",
+            (share / 1024).max(1).to_string(),
+        )
+        .set(
+            "queued.min.messages",
+            config.max_buffered_records.to_string(),
+        );
+    // A queue holds its share and one fetch beyond it, but for a record batch larger than a
+    // fetch, which its worker drops while the queues together hold more than their budget
+    // (`worker::intake`, `overshot`; `poll::queue_budget`).
+    let fetch = poll::fetch_size::partition_fetch_bytes(&config.librdkafka, share);
+    if let poll::fetch_size::Fetch::Share(bytes) = fetch {
+        client.set("max.partition.fetch.bytes", bytes.to_string());
+    }
+    Sized {
+        client,
+        share,
+        bound: share + fetch.bytes(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,5 +488,45 @@ mod tests {
         };
         assert_eq!(error.key, "consumption", "{error}");
         assert!(error.to_string().contains("ShareConsumer"), "{error}");
+    }
+
+    #[test]
+    fn the_consumer_fetches_a_partitions_share_unless_the_raw_options_say_otherwise() {
+        let config = ConsumerConfig {
+            max_buffered_bytes: 32 << 20,
+            ..ConsumerConfig::new("127.0.0.1:9", "couriers", ["parcels"])
+        };
+        let sized = sized_client_config(&config, 24);
+        let share = (16 << 20) / 24;
+        assert_eq!(sized.share, share);
+        assert_eq!(
+            sized.bound,
+            2 * share,
+            "its share and one fetch of its share"
+        );
+        let set = |key: &str| sized.client.get(key).map(str::to_string);
+        assert_eq!(set("max.partition.fetch.bytes"), Some(share.to_string()));
+        assert_eq!(
+            set("queued.max.messages.kbytes"),
+            Some((share / 1024).to_string())
+        );
+
+        let many = sized_client_config(&config, 1_000);
+        assert_eq!(
+            many.client.get("max.partition.fetch.bytes"),
+            Some("65536"),
+            "never below 64 kB"
+        );
+        assert_eq!(many.bound, many.share + (64 << 10));
+
+        let mut raw = config.clone();
+        raw.librdkafka.insert("max.partition.fetch.bytes", "32768");
+        let raw = sized_client_config(&raw, 24);
+        assert_eq!(
+            raw.client.get("max.partition.fetch.bytes"),
+            Some("32768"),
+            "the raw option stands"
+        );
+        assert_eq!(raw.bound, share + 32_768);
     }
 }
