@@ -151,6 +151,14 @@ struct Pending {
     handed: Handed,
 }
 
+/// Notes that `partition` has records of the assignment `revoked` in the open transaction
+/// (once: every record of a partition in one transaction is of one assignment).
+fn note_assignment(state: &mut State, partition: &TopicPartition, revoked: &CancellationToken) {
+    if !state.assignments.contains_key(partition) {
+        state.assignments.insert(partition.clone(), revoked.clone());
+    }
+}
+
 /// `record`'s dead letter, through `producer`, as a permanent failure `why` after `attempts`
 /// calls, in place of its outputs.
 fn dead_letter_instead(
@@ -365,15 +373,19 @@ impl Transaction {
         }
         if state.committing {
             if !state.is_suspect(partition, offset) && state.queue.has_room() {
-                // Its record is kept only when what it writes needs it.
-                let keep = !effect.writes_nothing() || state.refusal(partition, offset).is_some();
-                state.queue.push(Queued {
-                    partition: partition.clone(),
-                    offset,
-                    revoked: revoked.clone(),
-                    record: keep.then(|| Box::new(record.clone())),
-                    effect: effect.owned(),
-                });
+                // Its record is kept only when what it writes needs it: a record the broker
+                // refused before is dead-lettered instead, from it.
+                if effect.writes_nothing() && state.refusal(partition, offset).is_none() {
+                    state.queue.push_nothing(partition, offset, revoked);
+                } else {
+                    state.queue.push(Queued {
+                        partition: partition.clone(),
+                        offset,
+                        revoked: revoked.clone(),
+                        record: Box::new(record.clone()),
+                        effect: effect.owned(),
+                    });
+                }
                 return Applied::Taken;
             }
             drop(state);
@@ -392,7 +404,7 @@ impl Transaction {
                 return Applied::Refused;
             }
         }
-        self.hand_over(&mut state, partition, offset, Some(record), revoked, effect);
+        self.hand_over(&mut state, partition, offset, record, revoked, effect);
         let full = state.open.records() >= self.max_records;
         drop(state);
         if suspect {
@@ -408,40 +420,22 @@ impl Transaction {
     }
 
     /// Hands the writes of the record at `offset` of `partition`, settled with `effect`, to
-    /// the producer and notes its position in the open transaction. `record` is `None` only
-    /// for a queued record that writes nothing (see [`Queued::record`]).
+    /// the producer and notes its position in the open transaction.
     fn hand_over(
         &self,
         state: &mut State,
         partition: &TopicPartition,
         offset: i64,
-        record: Option<&Record>,
+        record: &Record,
         revoked: &CancellationToken,
         effect: Effect<'_>,
     ) {
         // Remembered until the record's transaction commits: one that aborts for another
         // record's sake brings it back, still refused.
         let refused = state.refusal(partition, offset).cloned();
-        match record {
-            Some(record) => self.write(state, partition, offset, record, refused, effect),
-            // Not kept, so it cannot be dead-lettered instead; the transaction aborts and
-            // the record is consumed again (a record is kept whenever it is refused when it
-            // settles, so this does not happen).
-            None if refused.is_some() => {
-                state
-                    .doomed
-                    .get_or_insert_with(|| Cause::RefusedWhileQueued {
-                        topic: partition.0.clone(),
-                        partition: partition.1,
-                        offset,
-                    });
-            }
-            None => {}
-        }
+        self.write(state, partition, offset, record, refused, effect);
         state.open.add(partition, offset, Instant::now());
-        if !state.assignments.contains_key(partition) {
-            state.assignments.insert(partition.clone(), revoked.clone());
-        }
+        note_assignment(state, partition, revoked);
     }
 
     /// Writes what `record` settled as (`effect`) into the open transaction, or its dead
@@ -632,11 +626,12 @@ impl Transaction {
     }
 
     /// Hands the records queued while the commit talked to the broker to the transaction
-    /// that began after it, in the order they settled; those whose assignment ended or whose
+    /// that began after it: those that write, in the order they settled, and each
+    /// partition's run of those that write nothing; those whose assignment ended or whose
     /// partition rewinds are dropped.
     fn hand_over_queued(&self, state: &mut State) {
-        let mut taken = state.queue.take();
-        for queued in taken.drain(..) {
+        let (mut queued, mut runs) = state.queue.take();
+        for queued in queued.drain(..) {
             let Queued {
                 partition,
                 offset,
@@ -650,19 +645,38 @@ impl Transaction {
             // Not alone in its transaction: if its writes are refused with others' again,
             // it is a suspect again, and goes alone when it comes again.
             state.take_suspect(&partition, offset);
-            let record = record.as_deref();
             match effect {
                 Owned::Handled(outputs) => {
                     let effect = Effect::Handled(outputs);
-                    self.hand_over(state, &partition, offset, record, &revoked, effect);
+                    self.hand_over(state, &partition, offset, &record, &revoked, effect);
                 }
                 Owned::Exit(write) => {
                     let effect = Effect::Exit(&write);
-                    self.hand_over(state, &partition, offset, record, &revoked, effect);
+                    self.hand_over(state, &partition, offset, &record, &revoked, effect);
                 }
             }
         }
-        state.queue.reuse(taken);
+        let now = Instant::now();
+        for (partition, run) in runs.drain() {
+            if state.refuses(&partition, &run.revoked) {
+                continue;
+            }
+            let of_run = |(p, o): &(TopicPartition, i64)| {
+                *p == partition && (run.first..=run.last).contains(o)
+            };
+            if !state.suspects.is_empty() {
+                state.suspects.retain(|key| !of_run(key));
+            }
+            // Nothing of it can have been refused while it waited: only an abort notes
+            // refusals, of its own transaction's records, and their partitions rewind, which
+            // drops their queued runs above. (A run of the partition's next assignment wrote
+            // nothing this time: nothing of it to refuse.)
+            state
+                .open
+                .add_run(&partition, run.first, run.last, run.records, now);
+            note_assignment(state, &partition, &run.revoked);
+        }
+        state.queue.reuse((queued, runs));
         if state.open.records() >= self.max_records {
             self.full.notify_one();
         }
@@ -1081,6 +1095,16 @@ mod tests {
             let applied = apply_beside(&f.transaction, partition, offset, assignment, value);
             assert_eq!(applied, Applied::Taken);
         }
+        let (transaction, assignment) = (f.transaction.clone(), rewound.clone());
+        let nothing = beside(move || {
+            let effect = Effect::Handled(vec![]);
+            transaction.apply(&tp(0), &record(0, 7), &assignment, effect)
+        });
+        assert_eq!(
+            nothing,
+            Applied::Taken,
+            "a record that writes nothing, queued too"
+        );
         revoked.cancel();
         f.outcome
             .send(Err(TxnError::Abort(Cause::NoGroupMetadata)))
@@ -1105,6 +1129,56 @@ mod tests {
                 Asked::Begin,
             ],
             "only the record of the partition that neither rewinds nor was revoked: {asked:?}"
+        );
+    }
+
+    #[test]
+    fn records_that_write_nothing_during_a_commit_commit_their_positions_in_the_next() {
+        let f = fixture();
+        let (kept, revoked) = (CancellationToken::new(), CancellationToken::new());
+        apply_beside(&f.transaction, 0, 0, &kept, "a");
+        let commit = commit_beside(&f);
+        let nothing = |partition: i32, offset: i64, assignment: &CancellationToken| {
+            let (transaction, assignment) = (f.transaction.clone(), assignment.clone());
+            beside(move || {
+                let record = record(partition, offset);
+                let effect = Effect::Handled(vec![]);
+                transaction.apply(&tp(partition), &record, &assignment, effect)
+            })
+        };
+        // Partition 0: a write between records that write nothing, which are past it too.
+        for offset in 1..=3 {
+            assert_eq!(nothing(0, offset, &kept), Applied::Taken);
+        }
+        assert_eq!(
+            apply_beside(&f.transaction, 0, 4, &kept, "b"),
+            Applied::Taken
+        );
+        for offset in 5..=9 {
+            assert_eq!(nothing(0, offset, &kept), Applied::Taken);
+        }
+        // Partition 1 wrote nothing at all; partition 2's assignment ends before it commits.
+        assert_eq!(nothing(1, 20, &kept), Applied::Taken);
+        assert_eq!(nothing(2, 30, &revoked), Applied::Taken);
+        revoked.cancel();
+        f.outcome.send(Ok(())).unwrap();
+        assert!(matches!(commit.join().unwrap(), Committed::Records(1)));
+        let next = commit_beside(&f);
+        f.outcome.send(Ok(())).unwrap();
+        assert!(
+            matches!(next.join().unwrap(), Committed::Records(10)),
+            "nine of partition 0 and one of partition 1"
+        );
+        let asked = f.asked.lock().unwrap().clone();
+        assert_eq!(
+            asked.last_chunk::<4>().unwrap(),
+            &[
+                Asked::Begin,
+                Asked::Write("b".into()),
+                Asked::Commit(vec![(tp(0), 10), (tp(1), 21)]),
+                Asked::Begin,
+            ],
+            "{asked:?}"
         );
     }
 

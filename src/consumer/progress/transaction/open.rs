@@ -13,26 +13,49 @@ pub(crate) type TopicPartition = (String, i32);
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Open {
-    /// The next offset to consume of each partition, once the transaction commits.
-    positions: BTreeMap<TopicPartition, i64>,
-    /// Each partition's first record in the transaction: where it starts again if the
-    /// transaction aborts (its records settle in order, so that is its committed position).
-    firsts: BTreeMap<TopicPartition, i64>,
+    /// Each partition's records in it.
+    partitions: BTreeMap<TopicPartition, Span>,
     records: usize,
     /// When its first record settled.
     since: Option<Instant>,
 }
 
+/// A partition's records in the transaction.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    /// Its first record: where it starts again if the transaction aborts (its records settle
+    /// in order, so that is its committed position).
+    first: i64,
+    /// The next offset to consume, once the transaction commits.
+    position: i64,
+}
+
 impl Open {
     /// The record at `offset` of `partition` settled in the transaction at `now`.
     pub(crate) fn add(&mut self, partition: &TopicPartition, offset: i64, now: Instant) {
-        if let Some(position) = self.positions.get_mut(partition) {
-            *position = (*position).max(offset + 1);
+        self.add_run(partition, offset, offset, 1, now);
+    }
+
+    /// `records` records of `partition`, delivered from `first` to `last`, settled in the
+    /// transaction at `now` (queued while a commit ran, in any order with the partition's
+    /// other records: the span takes the lowest first and the highest position).
+    pub(crate) fn add_run(
+        &mut self,
+        partition: &TopicPartition,
+        first: i64,
+        last: i64,
+        records: usize,
+        now: Instant,
+    ) {
+        if let Some(span) = self.partitions.get_mut(partition) {
+            span.first = span.first.min(first);
+            span.position = span.position.max(last + 1);
         } else {
-            self.positions.insert(partition.clone(), offset + 1);
-            self.firsts.insert(partition.clone(), offset);
+            let position = last + 1;
+            self.partitions
+                .insert(partition.clone(), Span { first, position });
         }
-        self.records += 1;
+        self.records += records;
         self.since.get_or_insert(now);
     }
 
@@ -63,14 +86,17 @@ impl Open {
 
     /// The positions its commit stores, in partition order.
     pub(crate) fn positions(&self) -> impl Iterator<Item = (&TopicPartition, i64)> {
-        self.positions.iter().map(|(p, o)| (p, *o))
+        self.partitions.iter().map(|(p, span)| (p, span.position))
     }
 
     /// Ends it: where each of its partitions starts again if it aborted, in partition order.
     pub(crate) fn end(&mut self) -> Vec<(TopicPartition, i64)> {
-        let rewinds = std::mem::take(&mut self.firsts).into_iter().collect();
-        *self = Open::default();
-        rewinds
+        let ended = std::mem::take(self);
+        ended
+            .partitions
+            .into_iter()
+            .map(|(p, span)| (p, span.first))
+            .collect()
     }
 }
 
@@ -99,6 +125,19 @@ mod tests {
         assert_eq!(rewinds, vec![(tp(0), 7), (tp(1), 3)]);
         assert!(open.is_empty(), "ended");
         assert_eq!(open.positions().count(), 0);
+    }
+
+    #[test]
+    fn a_run_settled_after_a_later_record_still_rewinds_to_its_first() {
+        let now = Instant::now();
+        let mut open = Open::default();
+        open.add(&tp(0), 9, now);
+        open.add_run(&tp(0), 5, 8, 4, now);
+        open.add_run(&tp(1), 0, 2, 3, now);
+        let positions: Vec<_> = open.positions().map(|(p, o)| (p.clone(), o)).collect();
+        assert_eq!(positions, vec![(tp(0), 10), (tp(1), 3)]);
+        assert_eq!(open.records(), 8);
+        assert_eq!(open.end(), vec![(tp(0), 5), (tp(1), 0)]);
     }
 
     #[test]

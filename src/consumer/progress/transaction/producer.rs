@@ -96,17 +96,6 @@ pub(crate) enum Cause {
         #[source]
         error: KafkaError,
     },
-    /// A record queued for the next transaction came back refused, and was not kept to be
-    /// dead-lettered instead (it is kept whenever it is refused when it settles).
-    #[error("the record at {topic}-{partition} offset {offset} was refused while it waited for a commit")]
-    RefusedWhileQueued {
-        /// Its topic.
-        topic: String,
-        /// Its partition.
-        partition: i32,
-        /// The offset it was delivered at.
-        offset: i64,
-    },
     /// The commit was asked again `tries` times, each `secs` long, and never answered.
     #[error("the commit's outcome is unknown after {tries} tries of {secs} s: {error}")]
     Unanswered {
