@@ -150,7 +150,10 @@ impl ConfigError {
 ///   for most of each second);
 /// - a broker holds a fetch for at most 100 ms when it has nothing new (`fetch.wait.max.ms`;
 ///   while it holds one, no partition of that broker is fetched, so a partition whose queue
-///   has just drained would wait up to librdkafka's 500 ms default).
+///   has just drained would wait up to librdkafka's 500 ms default); the consumer shortens
+///   it to between 25 and 100 ms, growing with its partitions, since partitions with nothing
+///   new (retry tiers, the redrive topic) make up its fetch whenever its source partitions'
+///   queues are full.
 pub const FETCH_SETTINGS: [(&str, &str); 4] = [
     ("fetch.max.bytes", "2097152"),
     ("max.partition.fetch.bytes", "65536"),

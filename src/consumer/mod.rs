@@ -436,8 +436,10 @@ struct Sized {
     bound: usize,
 }
 
-/// See [`Consumer::create`]: each partition's librdkafka queue is bounded by its share, and
-/// one fetch of a partition is sized to that share ([`poll::fetch_size`]).
+/// See [`Consumer::create`]: each partition's librdkafka queue is bounded by its share, one
+/// fetch of a partition is sized to that share ([`poll::fetch_size`]), and a broker holds a
+/// fetch that finds nothing new for a time that grows with the partitions
+/// ([`poll::fetch_wait`]).
 fn sized_client_config(config: &ConsumerConfig, partitions: usize) -> Sized {
     let share = (config.max_buffered_bytes / 2 / partitions.max(1)).max(1);
     let mut client = config.consumer_client_config();
@@ -456,6 +458,9 @@ fn sized_client_config(config: &ConsumerConfig, partitions: usize) -> Sized {
     let fetch = poll::fetch_size::partition_fetch_bytes(&config.librdkafka, share);
     if let poll::fetch_size::Fetch::Share(bytes) = fetch {
         client.set("max.partition.fetch.bytes", bytes.to_string());
+    }
+    if let Some(ms) = poll::fetch_wait::fetch_wait_ms(&config.librdkafka, partitions) {
+        client.set("fetch.wait.max.ms", ms.to_string());
     }
     Sized {
         client,
@@ -491,7 +496,7 @@ mod tests {
     }
 
     #[test]
-    fn the_consumer_fetches_a_partitions_share_unless_the_raw_options_say_otherwise() {
+    fn the_consumer_sizes_its_fetches_to_its_partitions_unless_the_raw_options_say_otherwise() {
         let config = ConsumerConfig {
             max_buffered_bytes: 32 << 20,
             ..ConsumerConfig::new("127.0.0.1:9", "couriers", ["parcels"])
@@ -510,6 +515,7 @@ mod tests {
             set("queued.max.messages.kbytes"),
             Some((share / 1024).to_string())
         );
+        assert_eq!(set("fetch.wait.max.ms"), Some("25".into()));
 
         let many = sized_client_config(&config, 1_000);
         assert_eq!(
@@ -518,9 +524,11 @@ mod tests {
             "never below 64 kB"
         );
         assert_eq!(many.bound, many.share + (64 << 10));
+        assert_eq!(many.client.get("fetch.wait.max.ms"), Some("100"));
 
         let mut raw = config.clone();
         raw.librdkafka.insert("max.partition.fetch.bytes", "32768");
+        raw.librdkafka.insert("fetch.wait.max.ms", "500");
         let raw = sized_client_config(&raw, 24);
         assert_eq!(
             raw.client.get("max.partition.fetch.bytes"),
@@ -528,5 +536,6 @@ mod tests {
             "the raw option stands"
         );
         assert_eq!(raw.bound, share + 32_768);
+        assert_eq!(raw.client.get("fetch.wait.max.ms"), Some("500"));
     }
 }

@@ -7,6 +7,7 @@
 //! | [`feed`] | where a partition's worker reads its records (a trait: the simulation's seam) |
 //! | [`partition_queue`] | a partition's own librdkafka queue, split from the consumer's, as its feed |
 //! | [`fetch_size`] | how much one fetch brings of a partition: its queue's share, within 64 kB and 1 MB |
+//! | [`fetch_wait`] | how long a broker holds a fetch that finds nothing new: 25 to 100 ms, growing with the partitions |
 //! | [`queue_budget`] | what the partition queues hold together, against the consumer's budget for them |
 //! | [`context`] | the librdkafka context: rebalances, errors, statistics |
 //! | [`rebalance`] | what a rebalance decides: revoked partitions end, then the commit; assigned ones get their queues |
@@ -18,6 +19,7 @@ pub(in crate::consumer) mod assignments;
 pub(in crate::consumer) mod context;
 pub(in crate::consumer) mod feed;
 pub(in crate::consumer) mod fetch_size;
+pub(in crate::consumer) mod fetch_wait;
 pub(in crate::consumer) mod fetcher;
 pub(in crate::consumer) mod partition_queue;
 pub(in crate::consumer) mod queue_budget;
