@@ -27,7 +27,8 @@
 //! hands for its next chunk, up to its share; then it pauses the partition until it takes
 //! that chunk. librdkafka keeps each fetch response whole while any of its messages waits in
 //! a queue, so messages copied out at once free it. One fetch brings up to a share of a
-//! partition (at least 64 kB, at most 1 MB: `poll::fetch_size`). A broker never splits a
+//! partition (at least 64 kB, at most 1 MB: `poll::fetch_size`), and a broker holds one that
+//! finds nothing new for 25 to 100 ms, growing with the partitions (`poll::fetch_wait`). A broker never splits a
 //! record batch, so a queue may come to hold more than its share and a fetch (librdkafka's
 //! producer writes batches of up to 1 MB, Java's 16 kB): a worker that finds that much in
 //! its queue pauses the partition, which drops it (the worker reads the queue empty:
