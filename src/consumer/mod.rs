@@ -28,14 +28,14 @@
 //! that chunk. librdkafka keeps each fetch response whole while any of its messages waits in
 //! a queue, so messages copied out at once free it. One fetch brings up to a share of a
 //! partition (at least 64 kB, at most 1 MB: `poll::fetch_size`), and a broker holds one that
-//! finds nothing new for 25 to 100 ms, growing with the partitions (`poll::fetch_wait`). A broker never splits a
-//! record batch, so a queue may come to hold more than its share and a fetch (librdkafka's
-//! producer writes batches of up to 1 MB, Java's 16 kB): a worker that finds that much in
-//! its queue pauses the partition, which drops it (the worker reads the queue empty:
-//! librdkafka frees what a pause discarded only then), and the partition is fetched again
-//! from where the worker stopped when it wants more. Dead letters in flight come on top
-//! (their own bound). A topic given more partitions while the consumer runs shares the same
-//! half until the consumer restarts.
+//! finds nothing new for 25 to 100 ms, growing with the partitions (`poll::fetch_wait`). A
+//! broker never splits a record batch, so a queue may come to hold more than its share and a
+//! fetch (librdkafka's producer writes batches of up to 1 MB, Java's 16 kB): a worker that
+//! finds that much in its queue pauses the partition, which drops it (the worker reads the
+//! queue empty: librdkafka frees what a pause discarded only then), and the partition is
+//! fetched again from where the worker stopped when it wants more. Dead letters in flight
+//! come on top (their own bound). A topic given more partitions while the consumer runs
+//! shares the same half until the consumer restarts.
 //!
 //! A record in backoff holds back only its own partition: its queue fills and librdkafka stops
 //! fetching it; the other partitions' workers carry on, and the consumer's queue keeps being
