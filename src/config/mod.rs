@@ -142,9 +142,11 @@ impl ConfigError {
 /// - one fetch brings at most 64 kB per partition (`max.partition.fetch.bytes`; a whole
 ///   record batch if the first is larger; the consumer raises it to each partition queue's
 ///   share, up to 1 MB, so that a fetch brings several partitions' batches) and 2 MB in all
-///   (`fetch.max.bytes`; librdkafka raises it to `message.max.bytes` if that is larger): a
-///   broker that ignores the per-partition bound, as tansu 0.6 does, would otherwise send up
-///   to 5 MB for one partition;
+///   (`fetch.max.bytes`; librdkafka raises it to `message.max.bytes` if that is larger; a
+///   key-ordered consumer raises it to every partition's fetch, up to a quarter of
+///   `max_buffered_bytes`, so that its partitions start together): a broker that ignores
+///   the per-partition bound, as tansu 0.6 does, would otherwise send up to 5 MB for one
+///   partition;
 /// - a 10 ms pause before fetching again once the queue is full (`fetch.queue.backoff.ms`;
 ///   librdkafka's 1 s default leaves a consumer that is a little slower than its broker idle
 ///   for most of each second);

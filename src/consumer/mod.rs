@@ -438,7 +438,8 @@ struct Sized {
 }
 
 /// See [`Consumer::create`]: each partition's librdkafka queue is bounded by its share, one
-/// fetch of a partition is sized to that share ([`poll::fetch_size`]), and a broker holds a
+/// fetch of a partition is sized to that share ([`poll::fetch_size`]; in key order, one fetch
+/// brings every partition's, up to a quarter of the buffer), and a broker holds a
 /// fetch that finds nothing new for a time that grows with the partitions
 /// ([`poll::fetch_wait`]).
 fn sized_client_config(config: &ConsumerConfig, partitions: usize) -> Sized {
@@ -462,6 +463,16 @@ fn sized_client_config(config: &ConsumerConfig, partitions: usize) -> Sized {
     }
     if let Some(ms) = poll::fetch_wait::fetch_wait_ms(&config.librdkafka, partitions) {
         client.set("fetch.wait.max.ms", ms.to_string());
+    }
+    if config.ordering == crate::config::Ordering::Key {
+        if let Some(bytes) = poll::fetch_size::key_ordered_fetch_bytes(
+            &config.librdkafka,
+            partitions,
+            fetch.bytes(),
+            config.max_buffered_bytes,
+        ) {
+            client.set("fetch.max.bytes", bytes.to_string());
+        }
     }
     Sized {
         client,
@@ -538,5 +549,31 @@ mod tests {
         );
         assert_eq!(raw.bound, share + 32_768);
         assert_eq!(raw.client.get("fetch.wait.max.ms"), Some("500"));
+        assert_eq!(
+            raw.client.get("fetch.max.bytes"),
+            Some("2097152"),
+            "in partition order, FETCH_SETTINGS' 2 MB"
+        );
+
+        let keyed = ConsumerConfig {
+            ordering: crate::config::Ordering::Key,
+            ..config.clone()
+        };
+        assert_eq!(
+            sized_client_config(&keyed, 24)
+                .client
+                .get("fetch.max.bytes"),
+            Some("8388608"),
+            "in key order, every partition's fetch within a quarter of the buffer"
+        );
+        let mut keyed_raw = keyed;
+        keyed_raw.librdkafka.insert("fetch.max.bytes", "1048576");
+        assert_eq!(
+            sized_client_config(&keyed_raw, 24)
+                .client
+                .get("fetch.max.bytes"),
+            Some("1048576"),
+            "the raw option stands"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! How much one fetch brings of a partition (`max.partition.fetch.bytes`): sized to the
 //! partition queue's share of the consumer's buffer, so that one fetch brings several
-//! partitions.
+//! partitions; and, in key order, how much it brings in all (`fetch.max.bytes`), so that the
+//! first fetch brings every partition.
 
 use crate::kafka::ClientOptions;
 
@@ -50,6 +51,40 @@ pub(in crate::consumer) fn partition_fetch_bytes(raw: &ClientOptions, share: usi
     }
 }
 
+/// The least one fetch brings in all: [`crate::config::FETCH_SETTINGS`]'s 2 MB.
+const WHOLE_FETCH_FLOOR: usize = 2 << 20;
+
+/// How much one fetch of a key-ordered consumer brings in all (`fetch.max.bytes`), for
+/// `partitions` partitions (source, retry and redrive topics) each fetched `fetch` bytes at a
+/// time: `None` when the raw options set it (it stands), else enough for every partition's
+/// fetch, within 2 MB and a quarter of `max_buffered_bytes` (8 MB by default).
+///
+/// A broker fills a fetch partition by partition, so at 2 MB a fetch brings three of the
+/// benchmark's 682 kB shares, and the partitions of a consumer that starts (or is given
+/// partitions in a rebalance) start three by three, a fetch apart. A partition-ordered worker
+/// handles one record at a time, and its queue lasts it long past the next fetch; a key-ordered
+/// one runs up to `max_in_flight` calls and empties its share within milliseconds, so a
+/// partition fetched late starts late: `slow-keyed` ran at 343-413 k records/s at 2 MB and
+/// 441-517 k at 8 MB, taking turns. The records of a fetch are the queues' records (librdkafka
+/// keeps them in the fetch's buffer), so the queues' bound still bounds them; in partition
+/// order a larger fetch raised `noop`'s peak memory and nothing else.
+pub(in crate::consumer) fn key_ordered_fetch_bytes(
+    raw: &ClientOptions,
+    partitions: usize,
+    fetch: usize,
+    max_buffered_bytes: usize,
+) -> Option<usize> {
+    if raw.contains_key("fetch.max.bytes") {
+        return None;
+    }
+    let ceiling = (max_buffered_bytes / 4).max(WHOLE_FETCH_FLOOR);
+    Some(
+        partitions
+            .saturating_mul(fetch)
+            .clamp(WHOLE_FETCH_FLOOR, ceiling),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +108,33 @@ mod tests {
         raw.insert("max.partition.fetch.bytes", "2097152");
         assert_eq!(partition_fetch_bytes(&raw, 699_050), Fetch::Raw(2 << 20));
         assert_eq!(Fetch::Raw(7).bytes(), 7);
+    }
+
+    #[test]
+    fn a_key_ordered_fetch_brings_every_partition_within_2_mb_and_a_quarter_of_the_buffer() {
+        let none = ClientOptions::new();
+        let buffer = 32 << 20;
+        // 12 partitions of 300 kB: all of them.
+        assert_eq!(
+            key_ordered_fetch_bytes(&none, 12, 300_000, buffer),
+            Some(3_600_000)
+        );
+        // 24 partitions of 682 kB: a quarter of the buffer.
+        assert_eq!(
+            key_ordered_fetch_bytes(&none, 24, 699_050, buffer),
+            Some(8 << 20)
+        );
+        // Few or small partitions, or a small buffer: never below 2 MB.
+        assert_eq!(
+            key_ordered_fetch_bytes(&none, 1, 65_536, buffer),
+            Some(2 << 20)
+        );
+        assert_eq!(
+            key_ordered_fetch_bytes(&none, 100, 65_536, 1 << 20),
+            Some(2 << 20)
+        );
+        let mut raw = ClientOptions::new();
+        raw.insert("fetch.max.bytes", "1048576");
+        assert_eq!(key_ordered_fetch_bytes(&raw, 24, 699_050, buffer), None);
     }
 }

@@ -6,7 +6,7 @@
 //! | [`fetcher`] | what the poll loop asks of the consumer's own queue: rebalances, errors (the simulation answers from its world) |
 //! | [`feed`] | where a partition's worker reads its records (a trait: the simulation's seam) |
 //! | [`partition_queue`] | a partition's own librdkafka queue, split from the consumer's, as its feed |
-//! | [`fetch_size`] | how much one fetch brings of a partition: its queue's share, within 64 kB and 1 MB |
+//! | [`fetch_size`] | how much one fetch brings of a partition (its queue's share, within 64 kB and 1 MB) and, in key order, in all (every partition's, within 2 MB and a quarter of the buffer) |
 //! | [`fetch_wait`] | how long a broker holds a fetch that finds nothing new: 25 to 100 ms, growing with the partitions |
 //! | [`queue_budget`] | what the partition queues hold together, against the consumer's budget for them |
 //! | [`context`] | the librdkafka context: rebalances, errors, statistics |
