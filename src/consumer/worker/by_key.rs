@@ -1,7 +1,7 @@
 //! Key-ordered mode: records with the same key one after another, in offset order; records
 //! of different keys concurrently, at most `max_in_flight` at once.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -58,9 +58,8 @@ pub(super) async fn run<H: BatchHandler>(
         input.revoked.clone(),
         shared.out.clone(),
     );
-    // Records waiting for an earlier record of their key.
-    let mut waiting: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
-    let mut busy: HashSet<Key> = HashSet::new();
+    // The keys with a call running, each with the records waiting behind that call.
+    let mut busy: HashMap<Key, VecDeque<(Instant, Record)>> = HashMap::new();
     let mut running: FuturesUnordered<Running<'_>> = FuturesUnordered::new();
     // The slots of calls that ended, for the next calls; their counts not yet flushed since
     // `flush` was last reset.
@@ -103,24 +102,29 @@ pub(super) async fn run<H: BatchHandler>(
                     ended.metrics.follows = None;
                     slots.push(ended);
                     unflushed = true;
-                    let key = record.key.clone();
-                    busy.remove(&key);
-                    if !settled {
+                    if settled {
+                        progress.settle(&record);
+                    } else {
                         // Stopped (revoked or stopping): it stays unsettled in `progress`,
                         // so no stored offset passes it.
                         stopping = true;
-                    } else {
-                        progress.settle(&record);
-                        if let Some(queue) = waiting.get_mut(&key).filter(|_| !stopping) {
-                            if let Some((at, next)) = queue.pop_front() {
-                                busy.insert(key.clone());
-                                let slot = slot(&mut slots, shared, &handles, (&topic, partition));
-                                start(shared, cancel, next, at, slot, &mut running);
-                            }
-                            if queue.is_empty() {
-                                waiting.remove(&key);
-                            }
+                    }
+                    // The next record of its key starts, unless stopping: then the records
+                    // waiting behind it are never started.
+                    let next = busy
+                        .get_mut(&record.key)
+                        .filter(|_| !stopping)
+                        .and_then(VecDeque::pop_front);
+                    match next {
+                        Some((at, next)) => {
+                            let slot = slot(&mut slots, shared, &handles, (&topic, partition));
+                            start(shared, cancel, next, at, slot, &mut running);
                         }
+                        None => {
+                            busy.remove(&record.key);
+                        }
+                    }
+                    if settled {
                         spent.push(record);
                         if spent.len() >= GIVEN_BACK_AT_ONCE {
                             input.give_back(std::mem::take(&mut spent));
@@ -143,10 +147,10 @@ pub(super) async fn run<H: BatchHandler>(
                 };
                 for record in records {
                     progress.take(&record);
-                    if busy.contains(&record.key) {
-                        waiting.entry(record.key.clone()).or_default().push_back((at, record));
+                    if let Some(waiting) = busy.get_mut(&record.key) {
+                        waiting.push_back((at, record));
                     } else {
-                        busy.insert(record.key.clone());
+                        busy.insert(record.key.clone(), VecDeque::new());
                         let slot = slot(&mut slots, shared, &handles, (&topic, partition));
                         start(shared, cancel, record, at, slot, &mut running);
                     }
