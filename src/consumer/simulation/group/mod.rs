@@ -57,6 +57,7 @@ mod dead_letter_budget;
 mod fetcher;
 mod handler;
 mod key_order_counts;
+mod key_sequence;
 mod member;
 mod plan;
 mod producer;

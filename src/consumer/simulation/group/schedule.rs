@@ -28,6 +28,9 @@ pub(super) struct Report {
     pub dead_letters: u64,
     /// Exactly once: what the transactions did.
     pub transactions: Tally,
+    /// The first record handled while an earlier record of its key was not
+    /// (`key_sequence`), if any.
+    pub key_sequence_break: Option<String>,
 }
 
 impl crate::consumer::simulation::Summary for Report {
@@ -244,6 +247,7 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         records: world.partitions.values().map(|p| p.log.len()).sum(),
         handled: world.partitions.values().map(|p| p.handled.len()).sum(),
         dead_letters: world.dead_letters,
+        key_sequence_break: world.key_sequence_breaks.first().cloned(),
         ..Report::default()
     };
     if let Some(c) = &world.exactly_once {

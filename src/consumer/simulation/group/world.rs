@@ -32,6 +32,9 @@ pub(super) struct Partition {
     pub log: Vec<Record>,
     /// Records a handler call returned success for.
     pub handled: BTreeSet<i64>,
+    /// Records of this source partition a handler call returned success for, wherever they
+    /// were delivered from (this partition, a retry topic, the redrive topic).
+    pub applied: BTreeSet<i64>,
     /// Records whose dead letter or retry record was acknowledged.
     pub exited: BTreeSet<i64>,
     /// Retry records another group wrote: never this group's to handle, settled as they are.
@@ -110,6 +113,9 @@ pub(super) struct World {
     /// beyond its first record.
     pub share: usize,
     pub violations: Vec<String>,
+    /// Records handled while an earlier record of their key was not (`key_sequence`): not a
+    /// violation without parking.
+    pub key_sequence_breaks: Vec<String>,
     pub rng: fastrand::Rng,
     /// When another service's retry records share the retry topics: the generator that
     /// decides which of this group's retry writes one follows.
@@ -165,6 +171,7 @@ impl World {
             queue_capacity,
             share,
             violations: Vec::new(),
+            key_sequence_breaks: Vec::new(),
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed),
             other_group: None,
             max_ack: Duration::from_millis(300),
@@ -365,7 +372,9 @@ impl World {
         }
     }
 
-    /// A handler call returned success for `record`.
+    /// A handler call returned success for `record`: noted where it was delivered, and in its
+    /// source partition with any earlier record of its key not handled yet (`key_sequence`),
+    /// which must at least have been called.
     pub(super) fn handled(&mut self, record: &Record) {
         let (tp, offset) = delivered(record);
         self.partitions
@@ -373,6 +382,21 @@ impl World {
             .or_default()
             .handled
             .insert(offset);
+        let source = (record.topic.clone(), record.partition);
+        let partition = self.partitions.entry(source.clone()).or_default();
+        if let Some(earlier) = super::key_sequence::earlier_unapplied(partition, record.offset) {
+            let id = &partition.log[earlier as usize].id;
+            let calls = self.calls.get(id).copied().unwrap_or(0);
+            let what = format!(
+                "{}-{} offset {} handled before offset {earlier} of its key ({calls} calls, not handled)",
+                source.0, source.1, record.offset
+            );
+            if calls == 0 {
+                self.violations.push(format!("{what}: never called"));
+            }
+            self.key_sequence_breaks.push(what);
+        }
+        partition.applied.insert(record.offset);
     }
 
     /// `record`'s dead letter or retry record was acknowledged.
