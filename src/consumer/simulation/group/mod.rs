@@ -25,6 +25,9 @@
 //!   acknowledged by its dead-letter or retry topic (checked at every store and commit);
 //! - first calls come in offset order per partition (per key in key order), and no handler
 //!   is called for another group's retry record;
+//! - a record handled while an earlier record of its key (on its source partition) is not
+//!   yet handled comes after that record's call at least ([`key_sequence`]: such records are
+//!   noted, not a violation, until parking (#52) keeps keys in order after a failure);
 //! - every partition a member owns is fetched unless the breaker, a retry wait (at most its
 //!   tier's delay) or its worker's chunk (a trim of a queue a large batch overshot, until the
 //!   worker waits for records again) holds it now: a partition paused otherwise is stuck;
