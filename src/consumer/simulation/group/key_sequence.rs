@@ -11,17 +11,23 @@
 //! one. What every schedule must keep already: the earlier record was called first (its call
 //! failed, or it is waiting for its next).
 
-use super::world::Partition;
+use std::collections::BTreeSet;
 
-/// The first record of source `partition` before `offset`, with the key of the record at
-/// `offset`, that has not been handled (from wherever it was delivered): the record whose key
-/// order handling `offset` now would break.
-pub(super) fn earlier_unapplied(partition: &Partition, offset: i64) -> Option<i64> {
-    let key = &partition.log.get(offset as usize)?.key;
-    partition.log[..offset as usize]
+use crate::record::Record;
+
+/// The first record of a source partition's `log` before `offset`, with the key of the record
+/// at `offset`, that is not among the `applied` (handled, from wherever it was delivered): the
+/// record whose key order handling `offset` now would break.
+pub(super) fn earlier_unapplied(
+    log: &[Record],
+    applied: &BTreeSet<i64>,
+    offset: i64,
+) -> Option<i64> {
+    let key = &log.get(offset as usize)?.key;
+    log[..offset as usize]
         .iter()
         .zip(0..)
-        .find(|(record, earlier)| &record.key == key && !partition.applied.contains(earlier))
+        .find(|(record, earlier)| &record.key == key && !applied.contains(earlier))
         .map(|(_, earlier)| earlier)
 }
 

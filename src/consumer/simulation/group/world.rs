@@ -384,7 +384,11 @@ impl World {
             .insert(offset);
         let source = (record.topic.clone(), record.partition);
         let partition = self.partitions.entry(source.clone()).or_default();
-        if let Some(earlier) = super::key_sequence::earlier_unapplied(partition, record.offset) {
+        if let Some(earlier) = super::key_sequence::earlier_unapplied(
+            &partition.log,
+            &partition.applied,
+            record.offset,
+        ) {
             let id = &partition.log[earlier as usize].id;
             let calls = self.calls.get(id).copied().unwrap_or(0);
             let what = format!(
