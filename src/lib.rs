@@ -71,6 +71,7 @@ pub mod metrics;
 pub mod monitor;
 #[cfg(any(feature = "monitor", feature = "console"))]
 pub mod outstanding;
+pub mod park;
 pub mod record;
 pub mod replay;
 pub mod retry_tier;

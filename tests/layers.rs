@@ -9,7 +9,7 @@
 //! | pure core | `stopped`, then `backoff`, `breaker`, `fingerprint`, then `failure` (classification uses backoff) |
 //! | Kafka glue | `kafka`, `metrics` |
 //! | the record | `record`, then `handler` |
-//! | formats | `dlq` (the envelope, Spring's headers, the publisher), then `retry_tier` |
+//! | formats | `dlq` (the envelope, Spring's headers, the publisher) and `park` (the park log's events and table), then `retry_tier` |
 //! | settings | `config`, `telemetry` |
 //! | record formats | `schema` (Schema Registry payloads decoded to JSON) |
 //! | consuming and reading | `consumer`, `dlq_reader` |
@@ -37,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &["kafka", "metrics"],
     &["record"],
     &["handler"],
-    &["dlq"],
+    &["dlq", "park"],
     &["retry_tier"],
     &["config", "telemetry"],
     &["schema"],

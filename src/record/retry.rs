@@ -111,7 +111,13 @@ const MAX_TOPIC_NAME: usize = 249;
 /// cut to fit, and `-` plus 16 hex digits of the group name's FNV-1a hash end it, so two groups
 /// never share one: `orders-redrive-team_a-1f0c…`.
 pub fn redrive_topic(source: &str, group: &str) -> String {
-    let plain = format!("{source}-redrive-{group}");
+    group_topic(source, "redrive", group)
+}
+
+/// `<source>-<role>-<group>`, made to fit as [`redrive_topic`] says: a topic of consumer group
+/// `group` for its source topic `source` (its redrive topic, its park log).
+pub(crate) fn group_topic(source: &str, role: &str, group: &str) -> String {
+    let plain = format!("{source}-{role}-{group}");
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if plain.len() <= MAX_TOPIC_NAME && group.chars().all(legal) {
         return plain;

@@ -1,0 +1,388 @@
+//! The parked keys of one source partition, as its park log tells them: which key a record
+//! must wait behind, which keys may be released, and how far back the log is still needed.
+//! Pure: the owner of the partition applies each event of the log (its own as it writes
+//! them, others' as it reads them) and asks the table before each record.
+
+use std::collections::{HashMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+
+use super::event::{Cause, How, ParkEvent};
+
+/// The record that parked its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its source offset.
+    pub offset: i64,
+    /// Its dead letter's (or retry record's) id.
+    pub id: String,
+    /// Where it went.
+    pub cause: Cause,
+    /// When it first left (a head that leaves again keeps it: `park_max_age` counts from
+    /// here).
+    pub since: DateTime<Utc>,
+    /// The park-log offset of its latest `head` event.
+    pub event: i64,
+}
+
+/// A record waiting behind its key's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    /// The park-log offset of its `parked` event, which holds it.
+    pub event: i64,
+    /// Its source offset.
+    pub offset: i64,
+}
+
+/// One parked key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkedKey {
+    /// Its head, resolved or not (`None` only when the log holds a parked record written
+    /// after its head's resolution was, and not the head).
+    pub head: Option<Head>,
+    /// How its current head was resolved; `None` while it is not.
+    pub resolved: Option<How>,
+    /// Its records waiting, in source order.
+    pub waiting: VecDeque<Waiting>,
+    /// The highest source offset parked for this key: a record at or below it that comes
+    /// again (a rebalance before its offset was committed) is parked already.
+    pub parked_through: i64,
+}
+
+impl ParkedKey {
+    /// Whether its waiting records may go: its head is resolved and records wait.
+    pub fn releasable(&self) -> bool {
+        self.resolved.is_some() && !self.waiting.is_empty()
+    }
+}
+
+/// What to do with a record, by its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// To the handler: its key is not parked, or it is the key's head (or before it) come
+    /// again.
+    Pass,
+    /// To the park log: its key is parked.
+    Park,
+    /// Parked already (it came again before its offset was committed): settled as it is.
+    AlreadyParked,
+}
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct ParkTable {
+    keys: HashMap<Vec<u8>, ParkedKey>,
+    /// The park-log offset after the last event applied.
+    next: i64,
+}
+
+impl ParkTable {
+    /// Whether no key is parked: the hot path's one question.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The parked keys.
+    pub fn keys(&self) -> impl Iterator<Item = (&[u8], &ParkedKey)> {
+        self.keys.iter().map(|(k, v)| (k.as_slice(), v))
+    }
+
+    /// Key `key`'s entry, if it is parked.
+    pub fn get(&self, key: &[u8]) -> Option<&ParkedKey> {
+        self.keys.get(key)
+    }
+
+    /// What to do with the record at source `offset` with `key`.
+    pub fn decide(&self, key: Option<&[u8]>, offset: i64) -> Decision {
+        let Some(parked) = key.and_then(|k| self.keys.get(k)) else {
+            return Decision::Pass;
+        };
+        if parked.head.as_ref().is_some_and(|h| offset <= h.offset) {
+            Decision::Pass
+        } else if offset <= parked.parked_through {
+            Decision::AlreadyParked
+        } else {
+            Decision::Park
+        }
+    }
+
+    /// Applies the event at park-log offset `at`. Returns whether its key may be released
+    /// now ([`ParkedKey::releasable`]).
+    pub fn apply(&mut self, at: i64, event: &ParkEvent) -> bool {
+        self.next = self.next.max(at + 1);
+        let key = event.key();
+        match event {
+            ParkEvent::Head {
+                offset,
+                id,
+                cause,
+                at: when,
+                ..
+            } => {
+                let parked = self.keys.entry(key.to_vec()).or_insert_with(|| ParkedKey {
+                    head: None,
+                    resolved: None,
+                    waiting: VecDeque::new(),
+                    parked_through: -1,
+                });
+                let since = match &parked.head {
+                    Some(head) if head.offset == *offset => head.since,
+                    _ => *when,
+                };
+                parked.head = Some(Head {
+                    offset: *offset,
+                    id: id.clone(),
+                    cause: *cause,
+                    since,
+                    event: at,
+                });
+                parked.resolved = None;
+                // A waiting record that failed on its release is the new head: it waits no
+                // longer.
+                parked.waiting.retain(|w| w.offset > *offset);
+                false
+            }
+            ParkEvent::Parked { offset, .. } => {
+                let parked = self.keys.entry(key.to_vec()).or_insert_with(|| ParkedKey {
+                    head: None,
+                    resolved: Some(How::Handled),
+                    waiting: VecDeque::new(),
+                    parked_through: -1,
+                });
+                if *offset > parked.parked_through {
+                    parked.waiting.push_back(Waiting {
+                        event: at,
+                        offset: *offset,
+                    });
+                    parked.parked_through = *offset;
+                }
+                parked.releasable()
+            }
+            ParkEvent::Resolved { head, how, .. } => {
+                let Some(parked) = self.keys.get_mut(key) else {
+                    return false;
+                };
+                if parked.resolved.is_some()
+                    || parked.head.as_ref().is_none_or(|h| h.offset != *head)
+                {
+                    return false;
+                }
+                parked.resolved = Some(*how);
+                if parked.waiting.is_empty() {
+                    self.keys.remove(key);
+                    return false;
+                }
+                true
+            }
+            ParkEvent::Released { through, .. } => {
+                let Some(parked) = self.keys.get_mut(key) else {
+                    return false;
+                };
+                while parked.waiting.front().is_some_and(|w| w.event <= *through) {
+                    parked.waiting.pop_front();
+                }
+                if parked.waiting.is_empty() && parked.resolved.is_some() {
+                    self.keys.remove(key);
+                    return false;
+                }
+                parked.releasable()
+            }
+        }
+    }
+
+    /// The first park-log offset still needed: the oldest `head` or `parked` event of a key
+    /// still parked, else the offset after the last event applied. Everything before it may
+    /// be deleted.
+    pub fn low_water(&self) -> i64 {
+        self.keys
+            .values()
+            .flat_map(|k| {
+                let head = k.head.as_ref().filter(|_| k.resolved.is_none());
+                head.map(|h| h.event)
+                    .into_iter()
+                    .chain(k.waiting.front().map(|w| w.event))
+            })
+            .min()
+            .unwrap_or(self.next)
+    }
+
+    /// How many records wait, over every key.
+    pub fn waiting(&self) -> usize {
+        self.keys.values().map(|k| k.waiting.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: u32) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_765_000_000 + i64::from(second), 0).unwrap()
+    }
+
+    fn head(key: &str, offset: i64) -> ParkEvent {
+        ParkEvent::Head {
+            key: key.into(),
+            offset,
+            id: format!("orders-0-{offset}"),
+            cause: Cause::DeadLetter,
+            at: at(offset as u32),
+        }
+    }
+
+    fn parked(key: &str, offset: i64) -> ParkEvent {
+        ParkEvent::Parked {
+            key: key.into(),
+            offset,
+            timestamp: None,
+            headers: Vec::new(),
+            value: None,
+        }
+    }
+
+    fn resolved(key: &str, head: i64) -> ParkEvent {
+        ParkEvent::Resolved {
+            key: key.into(),
+            head,
+            how: How::Handled,
+            by: "redrive".into(),
+            at: at(99),
+        }
+    }
+
+    fn released(key: &str, head: i64, through: i64) -> ParkEvent {
+        ParkEvent::Released {
+            key: key.into(),
+            head,
+            through,
+        }
+    }
+
+    /// Applies `events` at park-log offsets 0, 1, ….
+    fn table(events: &[ParkEvent]) -> ParkTable {
+        let mut table = ParkTable::default();
+        for (at, event) in events.iter().enumerate() {
+            table.apply(at as i64, event);
+        }
+        table
+    }
+
+    #[test]
+    fn a_heads_later_records_park_and_other_keys_pass() {
+        let table = table(&[head("order-42", 10)]);
+        assert_eq!(table.decide(Some(b"order-42"), 11), Decision::Park);
+        assert_eq!(table.decide(Some(b"order-7"), 11), Decision::Pass);
+        assert_eq!(table.decide(None, 11), Decision::Pass);
+        // The head itself (and what came before it) come again after a rebalance: to the
+        // handler, as at least once allows.
+        assert_eq!(table.decide(Some(b"order-42"), 10), Decision::Pass);
+        assert_eq!(table.decide(Some(b"order-42"), 3), Decision::Pass);
+    }
+
+    #[test]
+    fn a_parked_record_that_comes_again_is_parked_already() {
+        let table = table(&[head("k", 10), parked("k", 12)]);
+        assert_eq!(table.decide(Some(b"k"), 12), Decision::AlreadyParked);
+        assert_eq!(table.decide(Some(b"k"), 11), Decision::AlreadyParked);
+        assert_eq!(table.decide(Some(b"k"), 13), Decision::Park);
+    }
+
+    #[test]
+    fn a_resolved_head_releases_its_records_in_order_and_then_the_key() {
+        let mut table = table(&[head("k", 10), parked("k", 12), parked("k", 15)]);
+        assert!(table.apply(3, &resolved("k", 10)));
+        let waiting: Vec<i64> = table
+            .get(b"k")
+            .unwrap()
+            .waiting
+            .iter()
+            .map(|w| w.offset)
+            .collect();
+        assert_eq!(waiting, [12, 15]);
+        // Newer records keep parking until the release ends, behind the ones waiting.
+        assert_eq!(table.decide(Some(b"k"), 16), Decision::Park);
+        assert!(table.apply(4, &parked("k", 16)));
+        assert!(table.apply(5, &released("k", 10, 2)));
+        assert!(!table.apply(6, &released("k", 10, 4)));
+        assert!(table.is_empty());
+        assert_eq!(table.decide(Some(b"k"), 17), Decision::Pass);
+    }
+
+    #[test]
+    fn a_head_resolved_with_nothing_waiting_frees_its_key_at_once() {
+        let mut table = table(&[head("k", 10)]);
+        assert!(!table.apply(1, &resolved("k", 10)));
+        assert!(table.is_empty());
+    }
+
+    #[test]
+    fn a_stale_resolution_changes_nothing() {
+        // Another head's resolution (an older dead letter of the key redriven), and a second
+        // resolution of the same head.
+        let mut table = table(&[head("k", 10), parked("k", 12)]);
+        assert!(!table.apply(2, &resolved("k", 4)));
+        assert_eq!(table.get(b"k").unwrap().resolved, None);
+        assert!(table.apply(3, &resolved("k", 10)));
+        assert!(!table.apply(4, &resolved("k", 10)));
+        assert!(!table.apply(5, &resolved("other", 10)));
+    }
+
+    #[test]
+    fn a_released_record_that_fails_again_is_the_new_head() {
+        let mut table = table(&[
+            head("k", 10),
+            parked("k", 12),
+            parked("k", 15),
+            resolved("k", 10),
+        ]);
+        assert!(!table.apply(4, &head("k", 12)));
+        let parked = table.get(b"k").unwrap();
+        assert_eq!(parked.head.as_ref().map(|h| h.offset), Some(12));
+        assert_eq!(parked.resolved, None);
+        assert_eq!(
+            parked.waiting.iter().map(|w| w.offset).collect::<Vec<_>>(),
+            [15]
+        );
+        assert_eq!(table.decide(Some(b"k"), 15), Decision::AlreadyParked);
+        assert_eq!(table.decide(Some(b"k"), 16), Decision::Park);
+    }
+
+    #[test]
+    fn a_head_that_leaves_again_keeps_when_it_first_left() {
+        let mut table = table(&[head("k", 10)]);
+        table.apply(1, &head("k", 10));
+        assert_eq!(
+            table.get(b"k").unwrap().head.as_ref().unwrap().since,
+            at(10)
+        );
+        assert_eq!(table.get(b"k").unwrap().head.as_ref().unwrap().event, 1);
+    }
+
+    #[test]
+    fn a_record_parked_after_its_heads_resolution_was_written_is_released() {
+        // The owner parked it before it read the resolution; a new owner reading the log
+        // sees the resolution first.
+        let mut table = table(&[head("k", 10), resolved("k", 10)]);
+        assert!(table.is_empty());
+        assert!(table.apply(2, &parked("k", 12)));
+        assert_eq!(table.decide(Some(b"k"), 13), Decision::Park);
+        assert!(!table.apply(3, &released("k", 10, 2)));
+        assert!(table.is_empty());
+    }
+
+    #[test]
+    fn the_log_is_needed_from_the_oldest_unreleased_event() {
+        let mut table = table(&[head("a", 1), head("b", 2), parked("b", 5), parked("a", 6)]);
+        assert_eq!(table.low_water(), 0);
+        table.apply(4, &resolved("a", 1));
+        // a's head is resolved: its waiting record (event 3) is what is needed of it.
+        assert_eq!(table.low_water(), 1);
+        table.apply(5, &released("a", 1, 3));
+        assert_eq!(table.low_water(), 1);
+        table.apply(6, &resolved("b", 2));
+        assert_eq!(table.low_water(), 2);
+        table.apply(7, &released("b", 2, 2));
+        assert!(table.is_empty());
+        assert_eq!(table.low_water(), 8);
+    }
+}
