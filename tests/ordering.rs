@@ -199,3 +199,136 @@ async fn key_ordered_calls_in_flight_at_a_revocation_run_to_their_end() {
     b.stop().await;
     a.stop().await;
 }
+
+/// Records `key/seq` values as they are handled, per key; a value in `broken` fails
+/// permanently until `fixed` (a fix deployed).
+#[derive(Clone, Default)]
+struct Fixable {
+    order: Arc<Mutex<HashMap<String, Vec<u32>>>>,
+    broken: Arc<Mutex<Vec<String>>>,
+    fixed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Handler for Fixable {
+    async fn handle(&self, record: &Record) -> Result<(), HandlerError> {
+        let value =
+            String::from_utf8_lossy(record.payload.as_deref().unwrap_or_default()).to_string();
+        if !self.fixed.load(std::sync::atomic::Ordering::SeqCst)
+            && self.broken.lock().unwrap().contains(&value)
+        {
+            return Err(HandlerError::permanent(format!("{value} rejected")));
+        }
+        let (key, seq) = value.split_once('/').unwrap();
+        self.order
+            .lock()
+            .unwrap()
+            .entry(key.to_string())
+            .or_default()
+            .push(seq.parse().unwrap());
+        Ok(())
+    }
+}
+
+impl Fixable {
+    fn order_of(&self, key: &str) -> Vec<u32> {
+        self.order
+            .lock()
+            .unwrap()
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Ten keys of five events each (`k<n>/<seq>`), interleaved, from `first_seq` on.
+fn events(keys: u32, seqs: std::ops::Range<u32>) -> Vec<Out> {
+    seqs.flat_map(|seq| (0..keys).map(move |k| keyed(&format!("k{k}"), &format!("k{k}/{seq}"))))
+        .collect()
+}
+
+/// `key_order_after_failure = "park"`: a record dead-lettered parks its key; the key's later
+/// records wait (parked, their offsets committed) while other keys go on; a consumer started
+/// again still parks them (its table read back from the park log); once the fix is deployed and
+/// the dead letters are redriven with `dlq replay`, each key's events are applied in order,
+/// none lost, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_handled() {
+    let brokers = brokers();
+    let topic = unique("parked");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    produce(&brokers, &topic, events(10, 0..5)).await;
+    let handler = Fixable::default();
+    handler
+        .broken
+        .lock()
+        .unwrap()
+        .extend(["k3/1".to_string(), "k7/0".to_string()]);
+    let config = ConsumerConfig {
+        key_order_after_failure: kafka_dlq::config::KeyOrderAfterFailure::Park,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config.clone(), handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&50))
+        .await,
+        "every record handled, dead-lettered or parked"
+    );
+    running.stop().await;
+    assert_eq!(handler.order_of("k3"), [0], "k3 waits behind k3/1");
+    assert!(handler.order_of("k7").is_empty(), "k7 waits behind k7/0");
+    for k in [0, 1, 2, 4, 5, 6, 8, 9] {
+        assert_eq!(
+            handler.order_of(&format!("k{k}")),
+            [0, 1, 2, 3, 4],
+            "k{k} goes on"
+        );
+    }
+
+    // Started again, the consumer reads its park log: the keys' newer records park too.
+    produce(&brokers, &topic, events(10, 5..6)).await;
+    let running = Running::start(config.clone(), handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&60))
+        .await
+    );
+    assert_eq!(handler.order_of("k3"), [0]);
+    assert!(handler.order_of("k7").is_empty());
+    assert_eq!(handler.order_of("k0"), [0, 1, 2, 3, 4, 5]);
+
+    // The fix, then the dead letters redriven: each key's events in order.
+    handler
+        .fixed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let dlq = format!("{topic}-dlt");
+    let (code, out, err) = replay_cli(&brokers, &dlq, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replayed 2 of 2 scanned"), "{out}");
+    assert!(
+        eventually(WAIT, || handler.order_of("k3").len() == 6
+            && handler.order_of("k7").len() == 6)
+        .await,
+        "k3 {:?}, k7 {:?}",
+        handler.order_of("k3"),
+        handler.order_of("k7")
+    );
+    // The keys flow again.
+    produce(&brokers, &topic, events(10, 6..7)).await;
+    assert!(
+        eventually(WAIT, || (0..10)
+            .all(|k| handler.order_of(&format!("k{k}")).len() == 7))
+        .await,
+        "{:?}",
+        handler.order.lock().unwrap()
+    );
+    running.stop().await;
+    for k in 0..10 {
+        assert_eq!(
+            handler.order_of(&format!("k{k}")),
+            (0..7).collect::<Vec<_>>(),
+            "k{k}: every event once, in order"
+        );
+    }
+}

@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use crate::backoff::ExponentialBackoff;
 
+mod after_failure;
 mod clients;
 mod consumption;
 mod file;
@@ -26,6 +27,7 @@ mod settings;
 pub mod shown_url;
 mod validate;
 use crate::dlq::DlqTopic;
+pub use after_failure::KeyOrderAfterFailure;
 pub use clients::{check_client, refused, ClientKind};
 pub use consumption::{Consumption, ShareDlq};
 pub use file::{is_connection_setting, Commands, ConfigFile, FileSetting};

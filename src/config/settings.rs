@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Consumption, GroupProtocol, Ordering, ShareDlq};
+use super::{Consumption, GroupProtocol, KeyOrderAfterFailure, Ordering, ShareDlq};
 use crate::dlq::DlqFormat;
 use crate::kafka::ClientOptions;
 use crate::retry_tier::RetryTiers;
@@ -251,6 +251,18 @@ settings! {
         /// offsets are still committed only up to the lowest unsettled record. Needs
         /// `batch_size` 1.
         ordering: Ordering = Ordering::Partition, env "KAFKA_DLQ_ORDERING";
+        /// `continue`: when a record leaves for the dead-letter topic or a retry tier, the
+        /// later records of its key go on to the handler. `park`: they wait, kept in the
+        /// group's park log (`<topic>-park-<group>`), until it is resolved (its dead letter
+        /// redriven and handled, its retry handled, or discarded), then go to the handler in
+        /// their order. See `docs/key-order-after-failure.md`.
+        key_order_after_failure: KeyOrderAfterFailure = KeyOrderAfterFailure::Continue,
+            env "KAFKA_DLQ_KEY_ORDER_AFTER_FAILURE";
+        /// With `key_order_after_failure = "park"`: how long a key may wait behind its failed
+        /// record; then its parked records follow that record to the dead-letter topic, in
+        /// order, each with kind `parked`, and the key's newer records go on. 0: no limit.
+        park_max_age: Duration = Duration::ZERO, ms "park_max_age_ms" "park-max-age-ms",
+            env "KAFKA_DLQ_PARK_MAX_AGE_MS";
         /// With `ordering = "key"`: records of one partition in the handler at once. With
         /// `consumption = "share"`: records of one member in the handler at once, out of
         /// those its fetch acquired (`share_acquire_records`).

@@ -1,6 +1,8 @@
 //! [`ConsumerConfig::validate`]: every setting checked, alone and against the others.
 
-use super::{refuse_raw_option, ConfigError, ConsumerConfig, Consumption, Ordering};
+use super::{
+    refuse_raw_option, ConfigError, ConsumerConfig, Consumption, KeyOrderAfterFailure, Ordering,
+};
 use crate::retry_tier::MAX_TIERS;
 use std::time::Duration;
 
@@ -93,6 +95,9 @@ impl ConsumerConfig {
         }
         if self.consumption == Consumption::Share {
             self.validate_share()?;
+        }
+        if self.key_order_after_failure == KeyOrderAfterFailure::Park {
+            self.validate_parking()?;
         }
         if self.exactly_once {
             self.validate_exactly_once()?;
@@ -229,6 +234,27 @@ impl ConsumerConfig {
 }
 
 impl ConsumerConfig {
+    /// What parking a key behind its failed record needs: a key order to keep.
+    fn validate_parking(&self) -> Result<(), ConfigError> {
+        let refuse =
+            |reason: &str| Err(ConfigError::new("key_order_after_failure", "park", reason));
+        if self.consumption == Consumption::Share {
+            return refuse("is not possible with consumption = \"share\": a share group hands a key's records to any member in any order, so there is no key order to keep");
+        }
+        if self.ordering == Ordering::Key {
+            return refuse("works with ordering = \"partition\" in this version (key order's parking is not built yet)");
+        }
+        if self.batch_size > 1 {
+            return refuse(
+                "works with batch_size 1 in this version (parking in batches is not built yet)",
+            );
+        }
+        if self.exactly_once {
+            return refuse("does not work with exactly_once in this version (parking inside the transaction is not built yet)");
+        }
+        Ok(())
+    }
+
     /// What exactly-once mode needs: records of a partition settle one at a time, in order,
     /// so that each record's effect and its offset go into the same transaction.
     fn validate_exactly_once(&self) -> Result<(), ConfigError> {

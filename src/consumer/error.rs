@@ -73,6 +73,16 @@ pub enum ConsumerError {
         /// Why it was not created.
         why: String,
     },
+    /// A park log (`key_order_after_failure = "park"`) cannot serve: its partitions are not
+    /// its source topic's, it deletes records (retention or compaction), or creating it
+    /// failed. The consumer did not start: parked records would be lost.
+    #[error("the park log {topic} cannot keep parked records: {why}")]
+    ParkLog {
+        /// The park log.
+        topic: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The cluster refused this member of a share group (`consumption = "share"`): a broker
     /// before Kafka 4.2 or Redpanda (no share groups), share groups turned off, the id in use
     /// by a consumer group, no connection at start.

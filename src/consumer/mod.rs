@@ -89,6 +89,7 @@
 
 mod client;
 mod error;
+mod park;
 mod poll;
 mod poll_loop;
 mod progress;
@@ -214,6 +215,15 @@ impl<H: BatchHandler> Consumer<H> {
             .create_native_config()
             .map_err(ConsumerError::CreateConsumer)?;
         let consumer = Arc::new(OnceLock::new());
+        let park = (config.key_order_after_failure == crate::config::KeyOrderAfterFailure::Park)
+            .then(|| progress::Parking {
+                log: Arc::new(park::KafkaParkLog::new(
+                    dlq.producer().clone(),
+                    &config.group_id,
+                    config.consumer_client_config(),
+                )),
+                group: config.group_id.clone(),
+            });
         let mut shared = Shared::new(
             &config,
             handler,
@@ -221,6 +231,9 @@ impl<H: BatchHandler> Consumer<H> {
             Arc::new(progress::writer::KafkaExits::new(dlq, config.trace_records)),
             Arc::new(client::KafkaClient::<RebalanceContext>(consumer.clone())),
         )?;
+        Arc::get_mut(&mut shared.out)
+            .expect("not shared before the workers start")
+            .park = park;
         shared.transaction = transaction;
         let shared = Arc::new(shared);
         let poll_loop = PollLoop::new(

@@ -84,6 +84,11 @@ impl Topics {
         self.partitions.contains_key(topic)
     }
 
+    /// How many partitions `topic` has, if it exists.
+    pub(crate) fn partitions(&self, topic: &str) -> Option<i32> {
+        self.partitions.get(topic).copied()
+    }
+
     /// Of `wanted` (each a topic and the topic it serves, whose partition count it takes), the
     /// ones that do not exist, each once, with that partition count (`-1`, the broker's
     /// default, when the served topic does not exist either).

@@ -20,6 +20,8 @@ pub const CAUSE: &str = "kafka_dlq-park-cause";
 pub const AT: &str = "kafka_dlq-park-at";
 /// A parked record's source offset.
 pub const OFFSET: &str = "kafka_dlq-park-offset";
+/// A parked record's id.
+pub const ID: &str = "kafka_dlq-park-id";
 /// A parked record's timestamp, milliseconds since the epoch; absent value when it had none.
 pub const TIMESTAMP: &str = "kafka_dlq-park-timestamp";
 /// How a head was resolved: `handled`, `discarded` or `expired`.
@@ -99,6 +101,8 @@ pub enum ParkEvent {
         key: Vec<u8>,
         /// Its source offset.
         offset: i64,
+        /// Its record id.
+        id: String,
         /// Its timestamp (milliseconds since the epoch), if it had one.
         timestamp: Option<i64>,
         /// Its headers, in order.
@@ -196,12 +200,14 @@ impl ParkEvent {
             }
             ParkEvent::Parked {
                 offset,
+                id,
                 timestamp,
                 headers: own,
                 value,
                 ..
             } => {
                 headers.push(header(OFFSET, &offset.to_string()));
+                headers.push(header(ID, id));
                 headers.push(RecordHeader {
                     key: TIMESTAMP.as_bytes().to_vec(),
                     value: timestamp.map(|t| t.to_string().into_bytes()),
@@ -266,7 +272,7 @@ impl ParkEvent {
                     event: "parked",
                     ..fields
                 };
-                let timestamp = match headers.get(2) {
+                let timestamp = match headers.get(3) {
                     Some(h) if h.key == TIMESTAMP.as_bytes() => match &h.value {
                         None => None,
                         Some(v) => Some(
@@ -281,8 +287,9 @@ impl ParkEvent {
                 ParkEvent::Parked {
                     key,
                     offset: f.parse(1, OFFSET)?,
+                    id: f.text(2, ID)?.to_string(),
                     timestamp,
-                    headers: headers[3..].to_vec(),
+                    headers: headers[4..].to_vec(),
                     value: value.map(<[u8]>::to_vec),
                 }
             }
@@ -435,6 +442,7 @@ mod tests {
             round_trip(ParkEvent::Parked {
                 key: b"k".to_vec(),
                 offset: 8,
+                id: "orders-0-8".into(),
                 timestamp,
                 headers: own.clone(),
                 value,

@@ -106,10 +106,32 @@ impl ParkTable {
         }
     }
 
-    /// Applies the event at park-log offset `at`. Returns whether its key may be released
-    /// now ([`ParkedKey::releasable`]).
+    /// Applies the event read at park-log offset `at`. Returns whether its key may be
+    /// released now ([`ParkedKey::releasable`]). Reading an event again changes nothing.
     pub fn apply(&mut self, at: i64, event: &ParkEvent) -> bool {
         self.next = self.next.max(at + 1);
+        self.fold(at, event)
+    }
+
+    /// Applies `event` as the partition's owner writes it, before it is read back: at the
+    /// offset after the last event read, which is no later than where it lands (read back,
+    /// its real offset replaces that).
+    pub fn apply_written(&mut self, event: &ParkEvent) -> bool {
+        self.fold(self.next, event)
+    }
+
+    /// The log was read up to `next` (the events before it that are not applied were not
+    /// the consumer's to read: unreadable, or deleted).
+    pub fn read_to(&mut self, next: i64) {
+        self.next = self.next.max(next);
+    }
+
+    /// The park-log offset after the last event read.
+    pub fn next(&self) -> i64 {
+        self.next
+    }
+
+    fn fold(&mut self, at: i64, event: &ParkEvent) -> bool {
         let key = event.key();
         match event {
             ParkEvent::Head {
@@ -155,6 +177,11 @@ impl ParkTable {
                         offset: *offset,
                     });
                     parked.parked_through = *offset;
+                } else if let Some(waiting) =
+                    parked.waiting.iter_mut().find(|w| w.offset == *offset)
+                {
+                    // Its owner's own write read back: where it landed.
+                    waiting.event = at;
                 }
                 parked.releasable()
             }
@@ -234,6 +261,7 @@ mod tests {
         ParkEvent::Parked {
             key: key.into(),
             offset,
+            id: format!("orders-0-{offset}"),
             timestamp: None,
             headers: Vec::new(),
             value: None,
@@ -368,6 +396,22 @@ mod tests {
         assert_eq!(table.decide(Some(b"k"), 13), Decision::Park);
         assert!(!table.apply(3, &released("k", 10, 2)));
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn the_owners_own_events_count_at_once_and_land_where_they_are_read() {
+        let mut table = table(&[head("other", 1)]);
+        assert!(!table.apply_written(&head("k", 10)));
+        assert!(!table.apply_written(&parked("k", 12)));
+        assert_eq!(table.decide(Some(b"k"), 13), Decision::Park);
+        assert_eq!(table.low_water(), 0);
+        let waiting = |t: &ParkTable| t.get(b"k").unwrap().waiting[0].event;
+        assert_eq!(waiting(&table), 1, "no later than where it lands");
+        table.apply(5, &head("k", 10));
+        table.apply(6, &parked("k", 12));
+        assert_eq!(waiting(&table), 6);
+        assert_eq!(table.get(b"k").unwrap().head.as_ref().unwrap().event, 5);
+        assert_eq!(table.next(), 7);
     }
 
     #[test]

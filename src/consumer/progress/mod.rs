@@ -27,15 +27,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::consumer::client::{Client, TopicPartition};
+use crate::consumer::park::log::PendingPark;
+use crate::consumer::park::partition::head_of;
+use crate::consumer::park::{ParkLog, PartitionPark};
 use crate::consumer::settle::Exit;
 use crate::metrics::Metrics;
+use crate::park::Cause;
 use crate::record::Record;
 use crate::retry_tier::RetryTiers;
 use crate::stopped::Stopped;
 use ledger::Offsets;
 use pipelined::DeadLetterWrites;
 use transaction::{Applied, Effect, Transaction};
-use writer::{exited, exited_in_transaction, ExitWrite, ExitWriter};
+use writer::{exited, exited_in_transaction, ExitWrite, ExitWriter, PendingExit};
 
 /// What a partition's progress writes with and reports to, shared by every partition of a
 /// consumer.
@@ -51,6 +55,16 @@ pub(in crate::consumer) struct Out {
     /// The bytes that dead-letter writes in flight may hold, in KiB, for all partitions
     /// ([`pipelined::DEAD_LETTER_BUDGET_KIB`] unless a test says otherwise).
     pub budget: Arc<Semaphore>,
+    /// With `key_order_after_failure = "park"`: the group's park logs.
+    pub park: Option<Parking>,
+}
+
+/// What parking writes with: the group's park logs, and the group (a retry record another
+/// group wrote resolves nothing of this group's).
+#[derive(Clone)]
+pub(in crate::consumer) struct Parking {
+    pub log: Arc<dyn ParkLog>,
+    pub group: String,
 }
 
 impl Out {
@@ -68,6 +82,7 @@ impl Out {
             metrics,
             tiers,
             budget: Arc::new(Semaphore::new(pipelined::DEAD_LETTER_BUDGET_KIB)),
+            park: None,
         }
     }
 }
@@ -130,6 +145,8 @@ pub(in crate::consumer) struct Progress {
     /// Cancelled once the partition's assignment is revoked: no position is stored after.
     revoked: CancellationToken,
     out: Arc<Out>,
+    /// A source partition's parking, with `key_order_after_failure = "park"`.
+    park: Option<PartitionPark>,
 }
 
 impl Progress {
@@ -148,7 +165,23 @@ impl Progress {
             way,
             revoked,
             out,
+            park: None,
         }
+    }
+
+    /// Parks the partition's records by `park` from now on.
+    pub(in crate::consumer) fn set_park(&mut self, park: PartitionPark) {
+        self.park = Some(park);
+    }
+
+    /// The partition's parking, if it parks.
+    pub(in crate::consumer) fn park(&mut self) -> Option<&mut PartitionPark> {
+        self.park.as_mut()
+    }
+
+    /// Takes the partition's parking (a release lends it to the released records' progress).
+    pub(in crate::consumer) fn take_park(&mut self) -> Option<PartitionPark> {
+        self.park.take()
     }
 
     /// A key-ordered record's own call on `topic`/`partition`: [`Way::Detached`].
@@ -172,8 +205,36 @@ impl Progress {
     }
 
     /// `record` is settled (handled, or dead-lettered and acknowledged). Exactly once: it
-    /// goes into the transaction with the outputs of its last call.
+    /// goes into the transaction with the outputs of its last call. A retry or redrive record
+    /// of this group handled while parking: its key's head is resolved, written to its park
+    /// log, and the record settles once that is acknowledged.
     pub(in crate::consumer) fn settle(&mut self, record: &Record) {
+        if let (Some(parking), Way::Pipelined(writes), Some(key)) =
+            (&self.out.park, &mut self.way, &record.key)
+        {
+            if record
+                .retry
+                .as_ref()
+                .is_some_and(|r| r.is_for(&parking.group))
+            {
+                let event = crate::park::ParkEvent::Resolved {
+                    key: key.clone(),
+                    head: record.offset,
+                    how: crate::park::How::Handled,
+                    by: parking.group.clone(),
+                    at: self.out.client.now(),
+                };
+                let pending = parking.log.write(
+                    record.source_topic(),
+                    record.partition,
+                    &event,
+                    self.revoked.clone(),
+                );
+                let settling = park_written(pending, "head_resolved", record, &self.out.metrics);
+                writes.push_resolution(&self.out, record, settling);
+                return;
+            }
+        }
         match &self.way {
             Way::Transaction(transaction) => {
                 let outputs = crate::handler::output::take();
@@ -227,6 +288,7 @@ impl Progress {
         leaving: Leaving,
         cancel: &CancellationToken,
     ) -> Result<bool, Stopped> {
+        let head = self.head(record, leaving.exit, cancel);
         match &mut self.way {
             Way::Transaction(transaction) => {
                 // Its exit is written in the transaction that commits its offset.
@@ -241,7 +303,11 @@ impl Progress {
                 Ok(true)
             }
             Way::Pipelined(writes) => {
-                writes.start(&self.out, record, leaving, cancel).await?;
+                let exits = self.out.exits.clone();
+                let pending = |write: &ExitWrite| after_head(head, exits, record, write, cancel);
+                writes
+                    .start(&self.out, record, leaving, pending, cancel)
+                    .await?;
                 Ok(false)
             }
             Way::Inline | Way::Detached => {
@@ -249,7 +315,7 @@ impl Progress {
                 let write = leaving.write_of(out, record);
                 let written = leaving
                     .span
-                    .in_scope(|| out.exits.write(record, &write, cancel.clone()))
+                    .in_scope(|| after_head(head, out.exits.clone(), record, &write, cancel))
                     .instrument(leaving.span)
                     .await;
                 exited(&out.metrics, &record.topic, &write, written)?;
@@ -258,6 +324,64 @@ impl Progress {
                 }
                 Ok(true)
             }
+        }
+    }
+
+    /// When parking and `record` has a key: its head for leaving by `exit`, the key parked
+    /// behind it (at once in the partition's own table; a retry or redrive record's source
+    /// partition's owner reads it from the log), to be written before its exit.
+    fn head(
+        &mut self,
+        record: &Record,
+        exit: Exit,
+        cancel: &CancellationToken,
+    ) -> Option<PendingPark> {
+        let parking = self.out.park.as_ref()?;
+        record.key.as_ref()?;
+        let cause = match exit {
+            Exit::DeadLetter { .. } => Cause::DeadLetter,
+            Exit::RetryTier { .. } => Cause::RetryTier,
+        };
+        let now = self.out.client.now();
+        Some(match &mut self.park {
+            Some(park) => park.head(record, cause, now, cancel.clone()),
+            None => parking.log.write(
+                record.source_topic(),
+                record.partition,
+                &head_of(record, cause, now),
+                cancel.clone(),
+            ),
+        })
+    }
+
+    /// Parks `record`, whose key is parked ([`PartitionPark::decide`]): writes it to the park
+    /// log, by the partition's [`Way`] as a dead letter is written. `Ok(true)` when it
+    /// settled now. [`Stopped`] when `cancel` fired first.
+    pub(in crate::consumer) async fn park_record(
+        &mut self,
+        record: &Record,
+        fetched: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<bool, Stopped> {
+        let park = self.park.as_mut().expect("only a parking partition parks");
+        let pending = park.park(record, cancel.clone());
+        let settling = park_written(pending, "record_parked", record, &self.out.metrics);
+        match &mut self.way {
+            Way::Pipelined(writes) => {
+                let span = tracing::Span::current();
+                writes
+                    .start_park(&self.out, record, settling, true, span, fetched, cancel)
+                    .await?;
+                Ok(false)
+            }
+            Way::Inline | Way::Detached => {
+                settling.await?;
+                if matches!(self.way, Way::Inline) {
+                    self.ledger.settle(record.delivered_offset());
+                }
+                Ok(true)
+            }
+            Way::Transaction(_) => unreachable!("parking is refused with exactly once"),
         }
     }
 
@@ -320,6 +444,43 @@ impl Progress {
         }
         self.store();
     }
+}
+
+/// `record`'s exit write: after its head (when there is one) is acknowledged, so that a
+/// resolution of the head (which needs its dead letter or retry record) always comes after
+/// the head in the park log.
+fn after_head(
+    head: Option<PendingPark>,
+    exits: Arc<dyn ExitWriter>,
+    record: &Record,
+    write: &ExitWrite,
+    cancel: &CancellationToken,
+) -> PendingExit {
+    let Some(head) = head else {
+        return exits.write(record, write, cancel.clone());
+    };
+    let (record, write, cancel) = (record.clone(), write.clone(), cancel.clone());
+    Box::pin(async move {
+        head.await?;
+        exits.write(&record, &write, cancel).await
+    })
+}
+
+/// `pending`, a park-log write for `record`, logged as `event` once acknowledged.
+fn park_written(
+    pending: PendingPark,
+    event: &'static str,
+    record: &Record,
+    metrics: &Metrics,
+) -> pipelined::Settling {
+    let (topic, partition, offset) = (record.topic.clone(), record.partition, record.offset);
+    let metrics = metrics.clone();
+    Box::pin(async move {
+        let at = pending.await?;
+        tracing::info!(event, %topic, partition, offset, park_offset = at);
+        let _ = metrics;
+        Ok(())
+    })
 }
 
 #[cfg(test)]

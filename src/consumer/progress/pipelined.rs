@@ -1,5 +1,5 @@
-//! A partition's dead-letter writes (and writes to retry topics) in flight: written while the
-//! partition goes on, at most 1,000 per partition and 16 MiB for the whole consumer, no
+//! A partition's dead-letter writes (and writes to retry topics and the park log) in flight:
+//! written while the partition goes on, at most 1,000 per partition and 16 MiB for the whole consumer, no
 //! offset stored past one that is not acknowledged yet.
 
 use std::collections::VecDeque;
@@ -10,12 +10,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
+use std::future::Future;
+use std::pin::Pin;
+
 use super::writer::ExitWrite;
 use super::writer::{exited, PendingExit};
 use super::{Leaving, Out};
 use crate::metrics::Metrics;
 use crate::record::Record;
-use crate::retry_tier::RetryWritten;
 use crate::stopped::Stopped;
 
 /// At most this many dead-letter writes of one partition are in flight at once. What bounds
@@ -65,26 +67,26 @@ fn dead_letter_bytes(record: &Record) -> usize {
 /// (5,000 records are a few milliseconds of a no-op handler).
 const DEAD_LETTER_WINDOW: i64 = 5_000;
 
-/// A dead-letter (or retry-topic) write in flight, and what is logged, counted and given back
-/// when it ends. The write is the writer's one boxed future, polled in the record's span.
+/// A write in flight that settles its record once acknowledged, logging and counting how it
+/// ended ([`exited`] for a dead letter or retry record): `Ok` when it was acknowledged.
+pub(super) type Settling = Pin<Box<dyn Future<Output = Result<(), Stopped>> + Send>>;
+
+/// A dead-letter (or retry-topic, or park-log) write in flight, and what is counted and given
+/// back when it ends. The write is polled in the record's span.
 struct InFlight {
     /// The offset it settles once acknowledged (where the record was delivered).
     offset: i64,
-    pending: Instrumented<PendingExit>,
-    /// What is written, for the log line and the count when it ends.
-    write: ExitWrite,
-    topic: String,
+    pending: Instrumented<Settling>,
     fetched: Instant,
     metrics: Metrics,
-    _hold: BudgetHold,
+    _hold: Option<BudgetHold>,
 }
 
 impl InFlight {
-    /// Logs and counts how the write ended, in the record's span, and gives its budget back;
-    /// `Ok` when it was acknowledged.
-    fn ended(self, written: Result<RetryWritten, Stopped>) -> Result<(), Stopped> {
-        let _span = self.pending.span().enter();
-        exited(&self.metrics, &self.topic, &self.write, written)?;
+    /// Counts how long the record took once its write was acknowledged, and gives its budget
+    /// back; `Ok` when it was acknowledged.
+    fn ended(self, written: Result<(), Stopped>) -> Result<(), Stopped> {
+        written?;
         self.metrics
             .settle_seconds
             .observe(self.fetched.elapsed().as_secs_f64());
@@ -108,21 +110,76 @@ pub(in crate::consumer) struct DeadLetterWrites {
 }
 
 impl DeadLetterWrites {
-    /// Starts writing `record` to where it exits (its dead letter, or its next retry topic);
-    /// waits first while the most are in flight or the consumer's budget is spent.
-    /// [`Stopped`] when `cancel` fires while it waits for the budget (other partitions'
-    /// writes may hold it for as long as the dead-letter topic is down).
+    /// Starts writing `record` to where it exits (its dead letter, or its next retry topic):
+    /// `write`, handed to the producer by `pending` (built by the caller once the budget is
+    /// held), logged and counted as it ends ([`exited`]); waits first while the most are in
+    /// flight or the consumer's budget is spent. [`Stopped`] when `cancel` fires while it
+    /// waits for the budget (other partitions' writes may hold it for as long as the
+    /// dead-letter topic is down).
     pub(super) async fn start(
         &mut self,
         out: &Out,
         record: &Record,
         leaving: Leaving,
+        pending: impl FnOnce(&ExitWrite) -> PendingExit,
         cancel: &CancellationToken,
     ) -> Result<(), Stopped> {
+        let hold = self.hold(out, dead_letter_bytes(record), cancel).await?;
+        // Handed to the producer now, so that dead letters keep the partition's order.
+        let write = leaving.write_of(out, record);
+        // In the record's span: a traced write's `send` span is its child.
+        let pending = leaving.span.in_scope(|| pending(&write));
+        let (metrics, topic) = (out.metrics.clone(), record.topic.clone());
+        let settling: Settling = Box::pin(async move {
+            let written = pending.await;
+            exited(&metrics, &topic, &write, written)
+        });
+        self.push(
+            out,
+            record,
+            settling,
+            leaving.span,
+            leaving.fetched,
+            Some(hold),
+        );
+        Ok(())
+    }
+
+    /// Starts `settling`, a park-log write of `record` (the record itself, parked; or a
+    /// resolution), that settles it once acknowledged; a parked record holds its bytes of the
+    /// budget, as a dead letter does.
+    pub(super) async fn start_park(
+        &mut self,
+        out: &Out,
+        record: &Record,
+        settling: Settling,
+        parked: bool,
+        span: tracing::Span,
+        fetched: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<(), Stopped> {
+        let hold = if parked {
+            Some(self.hold(out, dead_letter_bytes(record), cancel).await?)
+        } else {
+            while self.is_full() {
+                self.wait_first().await;
+            }
+            None
+        };
+        self.push(out, record, settling, span, fetched, hold);
+        Ok(())
+    }
+
+    /// Waits while the most writes are in flight, then takes `bytes` of the budget.
+    async fn hold(
+        &mut self,
+        out: &Out,
+        bytes: usize,
+        cancel: &CancellationToken,
+    ) -> Result<BudgetHold, Stopped> {
         while self.is_full() {
             self.wait_first().await;
         }
-        let bytes = dead_letter_bytes(record);
         let kib = (bytes / 1024 + 1).min(DEAD_LETTER_BUDGET_KIB) as u32;
         let budget = &out.budget;
         let permit = loop {
@@ -144,28 +201,36 @@ impl DeadLetterWrites {
             }
         };
         out.metrics.dead_letter_bytes_in_flight.add(bytes as i64);
-        let hold = BudgetHold {
+        Ok(BudgetHold {
             _permit: permit,
             bytes: bytes as i64,
             gauge: out.metrics.dead_letter_bytes_in_flight.clone(),
-        };
-        // Handed to the producer now, so that dead letters keep the partition's order.
-        let write = leaving.write_of(out, record);
-        // In the record's span: a traced write's `send` span is its child.
-        let pending = leaving
-            .span
-            .in_scope(|| out.exits.write(record, &write, cancel.clone()))
-            .instrument(leaving.span);
+        })
+    }
+
+    /// Starts `settling`, a park-log write of a handled retry or redrive record's resolution,
+    /// now: a few bytes, taken whatever is in flight.
+    pub(super) fn push_resolution(&mut self, out: &Out, record: &Record, settling: Settling) {
+        let span = tracing::Span::current();
+        self.push(out, record, settling, span, Instant::now(), None);
+    }
+
+    fn push(
+        &mut self,
+        out: &Out,
+        record: &Record,
+        settling: Settling,
+        span: tracing::Span,
+        fetched: Instant,
+        hold: Option<BudgetHold>,
+    ) {
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),
-            pending,
-            write,
-            topic: record.topic.clone(),
-            fetched: leaving.fetched,
+            pending: settling.instrument(span),
+            fetched,
             metrics: out.metrics.clone(),
             _hold: hold,
         });
-        Ok(())
     }
 
     /// Whether starting another write has to wait for the oldest one.
@@ -214,7 +279,7 @@ impl DeadLetterWrites {
 
     /// The oldest write in flight ended with `written`: takes it off, and keeps its offset
     /// when it was acknowledged.
-    fn ended(&mut self, written: Result<RetryWritten, Stopped>) {
+    fn ended(&mut self, written: Result<(), Stopped>) {
         let first = self.in_flight.pop_front().expect("the oldest write ended");
         let offset = first.offset;
         if first.ended(written).is_ok() {

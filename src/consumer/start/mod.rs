@@ -6,11 +6,13 @@
 //! | [`cluster`] | waiting until the cluster admits the consumer (reachable, authorised) |
 //! | [`retry_topics`] | the retry and redrive topics to follow, created when missing; records stranded in a tier no longer configured |
 //! | [`dlq_topics`] | the dead-letter topics, created when missing (or why not) |
+//! | [`park_topics`] | the park logs (parking keys after a failure), created when missing; refused when they would lose parked records |
 //! | [`partitions`] | how many partitions the topics have: each partition's queue gets its share of the buffer |
 //! | [`topic_retention`] | retry and redrive topics that keep records long enough to handle them |
 
 pub(in crate::consumer) mod cluster;
 pub(in crate::consumer) mod dlq_topics;
+pub(in crate::consumer) mod park_topics;
 pub(in crate::consumer) mod partitions;
 pub(in crate::consumer) mod retry_topics;
 pub(in crate::consumer) mod topic_retention;
@@ -59,6 +61,7 @@ pub(in crate::consumer) async fn prepare(
         None => {}
     }
     dlq_topics::ensure(config).await?;
+    park_topics::ensure(config).await?;
     retry_topics::ensure(config, stop).await;
     topic_retention::check(config).await?;
     if let Some(transaction) = transaction {

@@ -11,10 +11,15 @@ use tokio_util::sync::CancellationToken;
 use super::attempt::settle_record;
 use super::bisect::settle_batch;
 use super::intake::Intake;
+use super::release::park_turn;
 use super::retry_wait::wait_until_due;
 use super::Shared;
+use crate::consumer::park::partition::CATCH_UP_EVERY;
+use crate::consumer::park::PartitionPark;
 use crate::consumer::progress::{Progress, Way};
 use crate::handler::BatchHandler;
+use crate::park::Decision;
+use crate::stopped::Stopped;
 
 /// Settles the records of one partition in offset order until `cancel` fires.
 pub(super) async fn run<H: BatchHandler>(
@@ -54,8 +59,35 @@ pub(super) async fn run<H: BatchHandler>(
     if batch_size == 1 {
         input.bounded_by_share();
     }
+    // A source partition that parks reads its park log before its first record.
+    if let (Some(parking), false) = (&shared.out.park, input.stage.is_retry()) {
+        let log = parking.log.clone();
+        match PartitionPark::open(log, &input.topic, input.partition, &cancel).await {
+            Ok(park) => settled.set_park(park),
+            Err(Stopped) => return,
+        }
+    }
     'work: while !cancel.is_cancelled() {
-        let Some((records, taken)) = input.take(take, linger, &cancel).await else {
+        let parked = settled.park().is_some_and(|p| !p.table().is_empty());
+        let took = if parked {
+            // While keys are parked, the park log is read again now and then, records or not.
+            match tokio::time::timeout(CATCH_UP_EVERY, input.take(take, linger, &cancel)).await {
+                Ok(took) => took,
+                Err(_) => {
+                    if park_turn(&shared, &mut metrics, &mut settled, &cancel)
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    settled.store();
+                    continue;
+                }
+            }
+        } else {
+            input.take(take, linger, &cancel).await
+        };
+        let Some((records, taken)) = took else {
             break;
         };
         for record in &records {
@@ -71,6 +103,20 @@ pub(super) async fn run<H: BatchHandler>(
                         written_by = retry.group.as_deref().unwrap_or_default());
                     settled.settle(record);
                     continue;
+                }
+                match settled.park().map_or(Decision::Pass, |p| p.decide(record)) {
+                    Decision::Pass => {}
+                    Decision::AlreadyParked => {
+                        settled.settle(record);
+                        continue;
+                    }
+                    Decision::Park => {
+                        let park = settled.park_record(record, taken, &cancel);
+                        if input.alongside(park, &cancel).await.is_err() {
+                            break 'work;
+                        }
+                        continue;
+                    }
                 }
                 // No call starts once `cancel` fired (`settle_record` asks the breaker's
                 // permit, which checks it), nor a retry record's wait.
@@ -107,6 +153,13 @@ pub(super) async fn run<H: BatchHandler>(
         settled.store();
         metrics.flush();
         input.give_back(records);
+        if settled.park().is_some()
+            && park_turn(&shared, &mut metrics, &mut settled, &cancel)
+                .await
+                .is_err()
+        {
+            break;
+        }
         // A worker whose queue is never empty would otherwise run tokio's whole budget (4,096
         // records) before its thread's other tasks get a turn: other workers' dead-letter
         // acknowledgements and the transaction's commits waited behind it, the p99 from fetch
@@ -114,10 +167,20 @@ pub(super) async fn run<H: BatchHandler>(
         tokio::task::yield_now().await;
         // Until the next record comes, store the offsets of the dead letters as they are
         // acknowledged (an idle partition's last dead letters get committed too).
+        // While keys are parked, only until the park log is due to be read again.
         if settled.writing() {
-            match settled.meanwhile(input.next(&cancel)).await {
-                Some(record) => input.peeked = Some(record),
-                None => break,
+            let parked = settled.park().is_some_and(|p| !p.table().is_empty());
+            let next = input.next(&cancel);
+            let waited = if parked {
+                let next = tokio::time::timeout(CATCH_UP_EVERY, next);
+                settled.meanwhile(next).await.ok()
+            } else {
+                Some(settled.meanwhile(next).await)
+            };
+            match waited {
+                Some(Some(record)) => input.peeked = Some(record),
+                Some(None) => break,
+                None => {}
             }
         }
     }

@@ -8,6 +8,7 @@
 //! | [`by_key`] | records of one key in order, of different keys concurrently |
 //! | [`bisect`] | a failed batch split in halves until its failing records stand alone |
 //! | [`attempt`] | one record: its first call, the shared retries ([`crate::consumer::settle`]), its exit handed to the partition's progress ([`crate::consumer::progress`]) |
+//! | [`release`] | a parking partition's turn between chunks: its park log read again, resolved keys' records released in order |
 //! | [`retry_wait`] | a retry topic's partition waiting, paused, until its next record is due |
 //!
 //! The worker's world is behind two small traits — what it asks of the consumer
@@ -22,6 +23,7 @@ mod bisect;
 mod by_key;
 mod in_order;
 mod intake;
+mod release;
 mod retry_wait;
 
 use std::sync::Arc;

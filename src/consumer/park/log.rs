@@ -1,0 +1,243 @@
+//! The park log as the consumer uses it, behind a seam ([`ParkLog`]) so that the simulation
+//! runs the workers' parking against a park log of its own world: events written (each
+//! acknowledged with its park-log offset, written again after a failure until stopped) and
+//! a partition's events read from an offset up to the log's end. [`KafkaParkLog`] is the real
+//! one: writes on the dead-letter producer, reads with a client of its own per partition.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::ExponentialBackoff;
+use crate::kafka::send::{send_until_acknowledged, Failed, Sent, Written};
+use crate::kafka::LogContext;
+use crate::park::{park_topic, ParkEvent};
+use crate::record::RecordHeader;
+use crate::stopped::Stopped;
+
+/// A park event's write: its park-log offset once acknowledged, or [`Stopped`] when `cancel`
+/// fired between two tries.
+pub(crate) type PendingPark = Pin<Box<dyn Future<Output = Result<i64, Stopped>> + Send>>;
+
+/// A read of a park partition: its events from the offset asked (or the log's start, if that
+/// was deleted) up to its end when asked, and the offset after them.
+pub(crate) type ParkRead =
+    Pin<Box<dyn Future<Output = Result<(Vec<(i64, ParkEvent)>, i64), KafkaError>> + Send>>;
+
+/// See the module docs. The park log of a source partition is partition `partition` of the
+/// group's park log of `source` ([`park_topic`]).
+pub(crate) trait ParkLog: Send + Sync + 'static {
+    /// Hands `event` to the producer now (so events written one after another keep their
+    /// order); the future waits for the acknowledgement, writing again after a failure until
+    /// `cancel`.
+    fn write(
+        &self,
+        source: &str,
+        partition: i32,
+        event: &ParkEvent,
+        cancel: CancellationToken,
+    ) -> PendingPark;
+
+    /// A reader of `source`'s park partition `partition`.
+    fn reader(&self, source: &str, partition: i32) -> Box<dyn ParkReader>;
+}
+
+/// One park partition's reader.
+pub(crate) trait ParkReader: Send {
+    /// The events from `from` up to the log's end now ([`ParkRead`]).
+    fn read(&mut self, from: i64) -> ParkRead;
+}
+
+/// The real [`ParkLog`].
+pub(crate) struct KafkaParkLog {
+    producer: FutureProducer<LogContext>,
+    group: String,
+    /// The readers' client settings (the consumer's connection and security).
+    readers: ClientConfig,
+}
+
+impl KafkaParkLog {
+    /// Writes with `producer` to `group`'s park logs; reads with clients of `readers`
+    /// settings.
+    pub(crate) fn new(
+        producer: FutureProducer<LogContext>,
+        group: &str,
+        readers: ClientConfig,
+    ) -> Self {
+        Self {
+            producer,
+            group: group.to_string(),
+            readers,
+        }
+    }
+}
+
+fn send(
+    producer: &FutureProducer<LogContext>,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    headers: &[RecordHeader],
+    value: Option<&[u8]>,
+) -> Sent {
+    let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(headers.len());
+    for h in headers {
+        owned = crate::kafka::headers::add(owned, &h.key, h.value.as_deref());
+    }
+    let mut out = FutureRecord::<[u8], [u8]>::to(topic)
+        .partition(partition)
+        .key(key)
+        .headers(owned);
+    if let Some(value) = value {
+        out = out.payload(value);
+    }
+    producer.send_result(out).map_err(|(error, _)| error)
+}
+
+impl ParkLog for KafkaParkLog {
+    fn write(
+        &self,
+        source: &str,
+        partition: i32,
+        event: &ParkEvent,
+        cancel: CancellationToken,
+    ) -> PendingPark {
+        let topic = park_topic(source, &self.group);
+        let (headers, value) = event.encode();
+        let key = event.key().to_vec();
+        let producer = self.producer.clone();
+        let first = send(
+            &producer,
+            &topic,
+            partition,
+            &key,
+            &headers,
+            value.as_deref(),
+        );
+        let name = event.name();
+        Box::pin(async move {
+            let backoff = ExponentialBackoff::infrastructure();
+            let written = send_until_acknowledged(
+                &cancel,
+                &backoff,
+                (),
+                first,
+                |()| {
+                    send(
+                        &producer,
+                        &topic,
+                        partition,
+                        &key,
+                        &headers,
+                        value.as_deref(),
+                    )
+                },
+                |(), _| Failed::Later,
+                |(), error, delay| {
+                    tracing::error!(event = "park_log_write_failed", %topic, partition,
+                        park_event = name, %error, retry_in_ms = delay.as_millis() as u64,
+                        "the partition does not advance past the record until it succeeds");
+                },
+            )
+            .await?;
+            match written {
+                Written::Acknowledged((), delivery) => Ok(delivery.offset),
+                Written::GaveUp => unreachable!("a park event is written until acknowledged"),
+            }
+        })
+    }
+
+    fn reader(&self, source: &str, partition: i32) -> Box<dyn ParkReader> {
+        Box::new(KafkaParkReader {
+            config: self.readers.clone(),
+            topic: park_topic(source, &self.group),
+            partition,
+            consumer: Default::default(),
+        })
+    }
+}
+
+/// How long one read of a park partition may take before it fails.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A park partition's reader: a client of its own, assigned the one partition (no group),
+/// made at its first read and kept for the next.
+struct KafkaParkReader {
+    config: ClientConfig,
+    topic: String,
+    partition: i32,
+    consumer: std::sync::Arc<std::sync::Mutex<Option<BaseConsumer<LogContext>>>>,
+}
+
+impl ParkReader for KafkaParkReader {
+    fn read(&mut self, from: i64) -> ParkRead {
+        let (config, topic, partition) = (self.config.clone(), self.topic.clone(), self.partition);
+        let consumer = self.consumer.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let mut consumer = consumer.lock().expect("one read at a time");
+                if consumer.is_none() {
+                    let mut config = config;
+                    config
+                        .set("enable.auto.commit", "false")
+                        .set("enable.partition.eof", "false");
+                    *consumer = Some(crate::kafka::create_logged(&config)?);
+                }
+                let consumer = consumer.as_ref().expect("made above");
+                read_blocking(consumer, &topic, partition, from)
+            })
+            .await
+            .expect("a park read does not panic")
+        })
+    }
+}
+
+/// Reads `topic`/`partition` from `from` up to its high watermark, blocking.
+fn read_blocking(
+    consumer: &BaseConsumer<LogContext>,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<(Vec<(i64, ParkEvent)>, i64), KafkaError> {
+    let (low, high) = consumer.fetch_watermarks(topic, partition, READ_TIMEOUT)?;
+    let from = from.max(low);
+    if from >= high {
+        return Ok((Vec::new(), from.max(high)));
+    }
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(from))?;
+    consumer.assign(&list)?;
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    let mut events = Vec::new();
+    let mut next = from;
+    while next < high {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(KafkaError::MessageConsumption(
+                rdkafka::types::RDKafkaErrorCode::RequestTimedOut,
+            ));
+        }
+        let Some(message) = consumer.poll(left.min(Duration::from_millis(100))) else {
+            continue;
+        };
+        let message = message?;
+        next = message.offset() + 1;
+        let headers = message
+            .headers()
+            .map(RecordHeader::read_all)
+            .unwrap_or_default();
+        match ParkEvent::decode(message.key(), &headers, message.payload()) {
+            Ok(event) => events.push((message.offset(), event)),
+            Err(error) => tracing::warn!(event = "park_event_unreadable", %topic, partition,
+                offset = message.offset(), %error, "passed over"),
+        }
+    }
+    Ok((events, next))
+}

@@ -1,0 +1,203 @@
+//! A source partition's parking, kept by its worker: the table of the partition's park log,
+//! read to the log's end before the worker's first record ([`PartitionPark::open`]) and read
+//! again while keys are parked, for the resolutions others write ([`PartitionPark::catch_up`]);
+//! the events the worker writes itself count in it at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::log::{ParkLog, ParkReader, PendingPark};
+use crate::backoff::ExponentialBackoff;
+use crate::park::{Cause, Decision, ParkEvent, ParkTable};
+use crate::record::Record;
+use crate::stopped::Stopped;
+
+/// While keys are parked, the park log is read again at most this often: how long a key
+/// waits at least after its head is resolved elsewhere.
+pub(crate) const CATCH_UP_EVERY: Duration = Duration::from_millis(200);
+
+/// See the module docs.
+pub(crate) struct PartitionPark {
+    table: ParkTable,
+    log: Arc<dyn ParkLog>,
+    reader: Box<dyn ParkReader>,
+    source: String,
+    partition: i32,
+    /// When the log was last read.
+    read_at: tokio::time::Instant,
+}
+
+impl PartitionPark {
+    /// `source`/`partition`'s parking, its park log read to its end; a failed read is tried
+    /// again (1 s doubling to 60 s) until `cancel` fires.
+    pub(crate) async fn open(
+        log: Arc<dyn ParkLog>,
+        source: &str,
+        partition: i32,
+        cancel: &CancellationToken,
+    ) -> Result<Self, Stopped> {
+        let mut park = Self {
+            table: ParkTable::default(),
+            reader: log.reader(source, partition),
+            log,
+            source: source.to_string(),
+            partition,
+            read_at: tokio::time::Instant::now(),
+        };
+        let mut delays = ExponentialBackoff::infrastructure().delays();
+        while let Err(error) = park.read().await {
+            let delay = delays.next().expect("an infrastructure backoff never ends");
+            tracing::error!(event = "park_log_read_failed", topic = %park.source,
+                partition, %error, retry_in_ms = delay.as_millis() as u64,
+                "the partition's records wait until its park log is read");
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(Stopped),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+        tracing::debug!(event = "park_log_read", topic = %park.source, partition,
+            parked_keys = park.table.keys().count(), waiting = park.table.waiting());
+        Ok(park)
+    }
+
+    /// Reads the events after the last one read, up to the log's end.
+    async fn read(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+        let (events, next) = self.reader.read(self.table.next()).await?;
+        for (at, event) in &events {
+            self.table.apply(*at, event);
+        }
+        self.table.read_to(next);
+        self.read_at = tokio::time::Instant::now();
+        Ok(())
+    }
+
+    /// The source topic.
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The source partition.
+    pub(crate) fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The table.
+    pub(crate) fn table(&self) -> &ParkTable {
+        &self.table
+    }
+
+    /// What to do with `record`, a record of the source partition.
+    pub(crate) fn decide(&self, record: &Record) -> Decision {
+        if self.table.is_empty() {
+            return Decision::Pass;
+        }
+        self.table.decide(record.key.as_deref(), record.offset)
+    }
+
+    /// Whether keys are parked and the log was not read for [`CATCH_UP_EVERY`].
+    pub(crate) fn catch_up_due(&self) -> bool {
+        !self.table.is_empty() && self.read_at.elapsed() >= CATCH_UP_EVERY
+    }
+
+    /// Reads what others wrote since the last read (resolutions); a failed read is logged and
+    /// tried again at the next turn.
+    pub(crate) async fn catch_up(&mut self) {
+        if let Err(error) = self.read().await {
+            self.read_at = tokio::time::Instant::now();
+            tracing::warn!(event = "park_log_read_failed", topic = %self.source,
+                partition = self.partition, %error, "read again in a moment");
+        }
+    }
+
+    /// The first key whose records may be released, if any.
+    pub(crate) fn releasable(&self) -> Option<Vec<u8>> {
+        self.table
+            .keys()
+            .find(|(_, parked)| parked.releasable())
+            .map(|(key, _)| key.to_vec())
+    }
+
+    /// Parks `record` (its key is parked): counts it at once and writes it to the log.
+    pub(crate) fn park(&mut self, record: &Record, cancel: CancellationToken) -> PendingPark {
+        let event = ParkEvent::Parked {
+            key: record.key.clone().unwrap_or_default(),
+            offset: record.offset,
+            id: record.id.clone(),
+            timestamp: record.timestamp.map(|t| t.timestamp_millis()),
+            headers: record.headers.clone(),
+            value: record.payload.clone(),
+        };
+        self.write(event, cancel)
+    }
+
+    /// `record` (a record of the source partition, with a key) leaves for `cause` at `now`:
+    /// its key is parked behind it at once, and the head written.
+    pub(crate) fn head(
+        &mut self,
+        record: &Record,
+        cause: Cause,
+        now: chrono::DateTime<chrono::Utc>,
+        cancel: CancellationToken,
+    ) -> PendingPark {
+        let event = head_of(record, cause, now);
+        self.write(event, cancel)
+    }
+
+    /// Writes that the records of `key` parked behind `head` were settled through park-log
+    /// offset `through`.
+    pub(crate) fn released(
+        &mut self,
+        key: &[u8],
+        head: i64,
+        through: i64,
+        cancel: CancellationToken,
+    ) -> PendingPark {
+        let event = ParkEvent::Released {
+            key: key.to_vec(),
+            head,
+            through,
+        };
+        self.write(event, cancel)
+    }
+
+    fn write(&mut self, event: ParkEvent, cancel: CancellationToken) -> PendingPark {
+        self.table.apply_written(&event);
+        self.log.write(&self.source, self.partition, &event, cancel)
+    }
+
+    /// The log's events from `from` up to its end (those not read before count in the table
+    /// as they come).
+    pub(crate) async fn read_from(
+        &mut self,
+        from: i64,
+    ) -> Result<Vec<(i64, ParkEvent)>, rdkafka::error::KafkaError> {
+        let (events, next) = self.reader.read(from).await?;
+        let read = self.table.next();
+        for (at, event) in events.iter().filter(|(at, _)| *at >= read) {
+            self.table.apply(*at, event);
+        }
+        self.table.read_to(next);
+        if next > read {
+            self.read_at = tokio::time::Instant::now();
+        }
+        Ok(events)
+    }
+}
+
+/// The head event of `record` leaving for `cause` at `now`.
+pub(crate) fn head_of(
+    record: &Record,
+    cause: Cause,
+    now: chrono::DateTime<chrono::Utc>,
+) -> ParkEvent {
+    ParkEvent::Head {
+        key: record.key.clone().unwrap_or_default(),
+        offset: record.offset,
+        id: record.id.clone(),
+        cause,
+        at: now,
+    }
+}
