@@ -325,3 +325,56 @@ fn a_share_fetch_acquires_its_batch_and_never_fewer_than_may_be_in_flight() {
     };
     assert_eq!(wide.share_fetch_records(), 64);
 }
+
+#[test]
+fn parking_refuses_what_has_no_key_order_to_keep_or_is_not_built_yet_naming_why() {
+    use crate::config::{Consumption, KeyOrderAfterFailure};
+    let park = || ConsumerConfig {
+        key_order_after_failure: KeyOrderAfterFailure::Park,
+        ..valid()
+    };
+    assert_eq!(park().validate(), Ok(()));
+    assert_eq!(
+        "park".parse::<KeyOrderAfterFailure>(),
+        Ok(KeyOrderAfterFailure::Park)
+    );
+    assert!("wait"
+        .parse::<KeyOrderAfterFailure>()
+        .unwrap_err()
+        .contains("`continue` or `park`"));
+    let cases = [
+        (
+            ConsumerConfig {
+                consumption: Consumption::Share,
+                ..park()
+            },
+            "no key order to keep",
+        ),
+        (
+            ConsumerConfig {
+                ordering: crate::config::Ordering::Key,
+                ..park()
+            },
+            "ordering = \"partition\"",
+        ),
+        (
+            ConsumerConfig {
+                batch_size: 10,
+                ..park()
+            },
+            "batch_size 1",
+        ),
+        (
+            ConsumerConfig {
+                exactly_once: true,
+                ..park()
+            },
+            "exactly_once",
+        ),
+    ];
+    for (config, why) in cases {
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.key, "key_order_after_failure");
+        assert!(error.reason.contains(why), "{error}");
+    }
+}

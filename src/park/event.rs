@@ -125,13 +125,13 @@ pub enum ParkEvent {
         /// When.
         at: DateTime<Utc>,
     },
-    /// The key's parked records up to park-log offset `through` were settled (handled, or
-    /// dead-lettered by `park_max_age`), in order.
+    /// The key's parked records up to source offset `offset` (park-log offset `through`)
+    /// were settled (handled, or dead-lettered by `park_max_age`), in order.
     Released {
         /// The source record's key.
         key: Vec<u8>,
-        /// The head they were parked behind.
-        head: i64,
+        /// The source offset of the last of them.
+        offset: i64,
         /// The park-log offset of the last of them.
         through: i64,
     },
@@ -226,9 +226,11 @@ impl ParkEvent {
                 ]);
                 None
             }
-            ParkEvent::Released { head, through, .. } => {
+            ParkEvent::Released {
+                offset, through, ..
+            } => {
                 headers.extend([
-                    header(HEAD, &head.to_string()),
+                    header(OFFSET, &offset.to_string()),
                     header(THROUGH, &through.to_string()),
                 ]);
                 None
@@ -318,7 +320,7 @@ impl ParkEvent {
                 };
                 ParkEvent::Released {
                     key,
-                    head: f.parse(1, HEAD)?,
+                    offset: f.parse(1, OFFSET)?,
                     through: f.parse(2, THROUGH)?,
                 }
             }
@@ -417,7 +419,7 @@ mod tests {
         });
         round_trip(ParkEvent::Released {
             key,
-            head: 7,
+            offset: 9,
             through: 12,
         });
     }
@@ -454,7 +456,7 @@ mod tests {
     fn a_record_that_is_not_a_park_event_is_named_as_such() {
         let (headers, _) = ParkEvent::Released {
             key: b"k".to_vec(),
-            head: 1,
+            offset: 1,
             through: 2,
         }
         .encode();

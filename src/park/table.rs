@@ -3,7 +3,7 @@
 //! Pure: the owner of the partition applies each event of the log (its own as it writes
 //! them, others' as it reads them) and asks the table before each record.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
@@ -37,30 +37,46 @@ pub struct Waiting {
 /// One parked key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParkedKey {
-    /// Its head, resolved or not (`None` only when the log holds a parked record written
-    /// after its head's resolution was, and not the head).
-    pub head: Option<Head>,
-    /// How its current head was resolved; `None` while it is not.
+    /// Its records that left and are not resolved yet, by source offset: usually one. More
+    /// when a record of the key delivered again (a rebalance before its offset was committed)
+    /// fails again, or a head whose exit was given up comes again.
+    pub heads: BTreeMap<i64, Head>,
+    /// How its last head was resolved; `None` until one is.
     pub resolved: Option<How>,
     /// Its records waiting, in source order.
     pub waiting: VecDeque<Waiting>,
-    /// The highest source offset parked for this key: a record at or below it that comes
-    /// again (a rebalance before its offset was committed) is parked already.
-    pub parked_through: i64,
 }
 
 impl ParkedKey {
-    /// Whether its waiting records may go: its head is resolved and records wait.
+    fn new() -> Self {
+        Self {
+            heads: BTreeMap::new(),
+            resolved: None,
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// Whether its waiting records may go: every head is resolved and records wait.
     pub fn releasable(&self) -> bool {
-        self.resolved.is_some() && !self.waiting.is_empty()
+        self.heads.is_empty() && !self.waiting.is_empty()
+    }
+
+    /// The first of its heads not resolved.
+    pub fn head(&self) -> Option<&Head> {
+        self.heads.values().next()
+    }
+
+    /// Whether nothing of it is left: no head unresolved, no record waiting.
+    fn is_done(&self) -> bool {
+        self.heads.is_empty() && self.waiting.is_empty()
     }
 }
 
 /// What to do with a record, by its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// To the handler: its key is not parked, or it is the key's head (or before it) come
-    /// again.
+    /// To the handler: its key is not parked, or it is one of the key's heads (or before
+    /// them) come again.
     Pass,
     /// To the park log: its key is parked.
     Park,
@@ -97,12 +113,14 @@ impl ParkTable {
         let Some(parked) = key.and_then(|k| self.keys.get(k)) else {
             return Decision::Pass;
         };
-        if parked.head.as_ref().is_some_and(|h| offset <= h.offset) {
-            Decision::Pass
-        } else if offset <= parked.parked_through {
-            Decision::AlreadyParked
-        } else {
-            Decision::Park
+        if parked.waiting.iter().any(|w| w.offset == offset) {
+            return Decision::AlreadyParked;
+        }
+        match parked.heads.keys().next() {
+            // A head come again, or a record before the first head: to the handler, as at
+            // least once allows.
+            Some(&first) if offset <= first || parked.heads.contains_key(&offset) => Decision::Pass,
+            _ => Decision::Park,
         }
     }
 
@@ -141,47 +159,37 @@ impl ParkTable {
                 at: when,
                 ..
             } => {
-                let parked = self.keys.entry(key.to_vec()).or_insert_with(|| ParkedKey {
-                    head: None,
-                    resolved: None,
-                    waiting: VecDeque::new(),
-                    parked_through: -1,
-                });
-                let since = match &parked.head {
-                    Some(head) if head.offset == *offset => head.since,
-                    _ => *when,
-                };
-                parked.head = Some(Head {
-                    offset: *offset,
-                    id: id.clone(),
-                    cause: *cause,
-                    since,
-                    event: at,
-                });
-                parked.resolved = None;
-                // A waiting record that failed on its release is the new head: it waits no
-                // longer.
-                parked.waiting.retain(|w| w.offset > *offset);
+                let parked = self.keys.entry(key.to_vec()).or_insert_with(ParkedKey::new);
+                let since = parked.heads.get(offset).map_or(*when, |h| h.since);
+                parked.heads.insert(
+                    *offset,
+                    Head {
+                        offset: *offset,
+                        id: id.clone(),
+                        cause: *cause,
+                        since,
+                        event: at,
+                    },
+                );
+                // A waiting record that failed on its release is a head: it waits no longer.
+                parked.waiting.retain(|w| w.offset != *offset);
                 false
             }
             ParkEvent::Parked { offset, .. } => {
-                let parked = self.keys.entry(key.to_vec()).or_insert_with(|| ParkedKey {
-                    head: None,
-                    resolved: Some(How::Handled),
-                    waiting: VecDeque::new(),
-                    parked_through: -1,
-                });
-                if *offset > parked.parked_through {
-                    parked.waiting.push_back(Waiting {
-                        event: at,
-                        offset: *offset,
-                    });
-                    parked.parked_through = *offset;
-                } else if let Some(waiting) =
-                    parked.waiting.iter_mut().find(|w| w.offset == *offset)
-                {
-                    // Its owner's own write read back: where it landed.
-                    waiting.event = at;
+                let parked = self.keys.entry(key.to_vec()).or_insert_with(ParkedKey::new);
+                match parked.waiting.iter_mut().find(|w| w.offset == *offset) {
+                    // Its owner's own write read back (or a copy of it): where it landed.
+                    Some(waiting) => waiting.event = waiting.event.max(at),
+                    None => {
+                        let place = parked.waiting.partition_point(|w| w.offset < *offset);
+                        parked.waiting.insert(
+                            place,
+                            Waiting {
+                                event: at,
+                                offset: *offset,
+                            },
+                        );
+                    }
                 }
                 parked.releasable()
             }
@@ -189,26 +197,24 @@ impl ParkTable {
                 let Some(parked) = self.keys.get_mut(key) else {
                     return false;
                 };
-                if parked.resolved.is_some()
-                    || parked.head.as_ref().is_none_or(|h| h.offset != *head)
-                {
+                if parked.heads.remove(head).is_none() {
                     return false;
                 }
                 parked.resolved = Some(*how);
-                if parked.waiting.is_empty() {
+                if parked.is_done() {
                     self.keys.remove(key);
                     return false;
                 }
-                true
+                parked.releasable()
             }
-            ParkEvent::Released { through, .. } => {
+            ParkEvent::Released { offset, .. } => {
                 let Some(parked) = self.keys.get_mut(key) else {
                     return false;
                 };
-                while parked.waiting.front().is_some_and(|w| w.event <= *through) {
-                    parked.waiting.pop_front();
-                }
-                if parked.waiting.is_empty() && parked.resolved.is_some() {
+                // By source offset: a waiting record's park-log offset may still be its
+                // owner's estimate.
+                parked.waiting.retain(|w| w.offset > *offset);
+                if parked.is_done() {
                     self.keys.remove(key);
                     return false;
                 }
@@ -224,10 +230,10 @@ impl ParkTable {
         self.keys
             .values()
             .flat_map(|k| {
-                let head = k.head.as_ref().filter(|_| k.resolved.is_none());
-                head.map(|h| h.event)
-                    .into_iter()
-                    .chain(k.waiting.front().map(|w| w.event))
+                k.heads
+                    .values()
+                    .map(|h| h.event)
+                    .chain(k.waiting.iter().map(|w| w.event))
             })
             .min()
             .unwrap_or(self.next)
@@ -278,10 +284,10 @@ mod tests {
         }
     }
 
-    fn released(key: &str, head: i64, through: i64) -> ParkEvent {
+    fn released(key: &str, offset: i64, through: i64) -> ParkEvent {
         ParkEvent::Released {
             key: key.into(),
-            head,
+            offset,
             through,
         }
     }
@@ -311,8 +317,24 @@ mod tests {
     fn a_parked_record_that_comes_again_is_parked_already() {
         let table = table(&[head("k", 10), parked("k", 12)]);
         assert_eq!(table.decide(Some(b"k"), 12), Decision::AlreadyParked);
-        assert_eq!(table.decide(Some(b"k"), 11), Decision::AlreadyParked);
         assert_eq!(table.decide(Some(b"k"), 13), Decision::Park);
+    }
+
+    #[test]
+    fn a_record_of_the_key_that_fails_again_after_a_rebalance_is_a_head_too() {
+        // 10 left, 12 parked; delivered again, 4 fails and leaves, and 11 (whose exit was
+        // given up when the partition was revoked) comes again.
+        let mut table = table(&[head("k", 10), parked("k", 12), head("k", 4)]);
+        assert_eq!(
+            table.decide(Some(b"k"), 10),
+            Decision::Pass,
+            "a head comes again"
+        );
+        assert_eq!(table.decide(Some(b"k"), 11), Decision::Park);
+        assert_eq!(table.decide(Some(b"k"), 3), Decision::Pass);
+        assert!(!table.apply(3, &resolved("k", 4)), "10 is not resolved");
+        assert_eq!(table.decide(Some(b"k"), 12), Decision::AlreadyParked);
+        assert!(table.apply(4, &resolved("k", 10)));
     }
 
     #[test]
@@ -330,8 +352,8 @@ mod tests {
         // Newer records keep parking until the release ends, behind the ones waiting.
         assert_eq!(table.decide(Some(b"k"), 16), Decision::Park);
         assert!(table.apply(4, &parked("k", 16)));
-        assert!(table.apply(5, &released("k", 10, 2)));
-        assert!(!table.apply(6, &released("k", 10, 4)));
+        assert!(table.apply(5, &released("k", 12, 1)));
+        assert!(!table.apply(6, &released("k", 16, 4)));
         assert!(table.is_empty());
         assert_eq!(table.decide(Some(b"k"), 17), Decision::Pass);
     }
@@ -349,7 +371,7 @@ mod tests {
         // resolution of the same head.
         let mut table = table(&[head("k", 10), parked("k", 12)]);
         assert!(!table.apply(2, &resolved("k", 4)));
-        assert_eq!(table.get(b"k").unwrap().resolved, None);
+        assert_eq!(table.get(b"k").unwrap().heads.len(), 1);
         assert!(table.apply(3, &resolved("k", 10)));
         assert!(!table.apply(4, &resolved("k", 10)));
         assert!(!table.apply(5, &resolved("other", 10)));
@@ -365,8 +387,7 @@ mod tests {
         ]);
         assert!(!table.apply(4, &head("k", 12)));
         let parked = table.get(b"k").unwrap();
-        assert_eq!(parked.head.as_ref().map(|h| h.offset), Some(12));
-        assert_eq!(parked.resolved, None);
+        assert_eq!(parked.head().map(|h| h.offset), Some(12));
         assert_eq!(
             parked.waiting.iter().map(|w| w.offset).collect::<Vec<_>>(),
             [15]
@@ -379,11 +400,8 @@ mod tests {
     fn a_head_that_leaves_again_keeps_when_it_first_left() {
         let mut table = table(&[head("k", 10)]);
         table.apply(1, &head("k", 10));
-        assert_eq!(
-            table.get(b"k").unwrap().head.as_ref().unwrap().since,
-            at(10)
-        );
-        assert_eq!(table.get(b"k").unwrap().head.as_ref().unwrap().event, 1);
+        assert_eq!(table.get(b"k").unwrap().head().unwrap().since, at(10));
+        assert_eq!(table.get(b"k").unwrap().head().unwrap().event, 1);
     }
 
     #[test]
@@ -394,7 +412,7 @@ mod tests {
         assert!(table.is_empty());
         assert!(table.apply(2, &parked("k", 12)));
         assert_eq!(table.decide(Some(b"k"), 13), Decision::Park);
-        assert!(!table.apply(3, &released("k", 10, 2)));
+        assert!(!table.apply(3, &released("k", 12, 2)));
         assert!(table.is_empty());
     }
 
@@ -410,7 +428,7 @@ mod tests {
         table.apply(5, &head("k", 10));
         table.apply(6, &parked("k", 12));
         assert_eq!(waiting(&table), 6);
-        assert_eq!(table.get(b"k").unwrap().head.as_ref().unwrap().event, 5);
+        assert_eq!(table.get(b"k").unwrap().head().unwrap().event, 5);
         assert_eq!(table.next(), 7);
     }
 
@@ -421,11 +439,11 @@ mod tests {
         table.apply(4, &resolved("a", 1));
         // a's head is resolved: its waiting record (event 3) is what is needed of it.
         assert_eq!(table.low_water(), 1);
-        table.apply(5, &released("a", 1, 3));
+        table.apply(5, &released("a", 6, 3));
         assert_eq!(table.low_water(), 1);
         table.apply(6, &resolved("b", 2));
         assert_eq!(table.low_water(), 2);
-        table.apply(7, &released("b", 2, 2));
+        table.apply(7, &released("b", 5, 2));
         assert!(table.is_empty());
         assert_eq!(table.low_water(), 8);
     }

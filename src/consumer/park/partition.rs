@@ -112,6 +112,27 @@ impl PartitionPark {
         }
     }
 
+    /// When `record` (of the source partition) is one of its key's heads, come again and now
+    /// handled: writes its resolution.
+    pub(crate) fn resolve_if_head(
+        &mut self,
+        record: &Record,
+        group: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        cancel: CancellationToken,
+    ) -> Option<PendingPark> {
+        let key = record.key.as_deref()?;
+        self.table.get(key)?.heads.get(&record.offset)?;
+        let event = ParkEvent::Resolved {
+            key: key.to_vec(),
+            head: record.offset,
+            how: crate::park::How::Handled,
+            by: group.to_string(),
+            at: now,
+        };
+        Some(self.write(event, cancel))
+    }
+
     /// The first key whose records may be released, if any.
     pub(crate) fn releasable(&self) -> Option<Vec<u8>> {
         self.table
@@ -146,18 +167,18 @@ impl PartitionPark {
         self.write(event, cancel)
     }
 
-    /// Writes that the records of `key` parked behind `head` were settled through park-log
-    /// offset `through`.
+    /// Writes that the parked records of `key` were settled through park-log offset
+    /// `through`, source offset `offset`.
     pub(crate) fn released(
         &mut self,
         key: &[u8],
-        head: i64,
+        offset: i64,
         through: i64,
         cancel: CancellationToken,
     ) -> PendingPark {
         let event = ParkEvent::Released {
             key: key.to_vec(),
-            head,
+            offset,
             through,
         };
         self.write(event, cancel)

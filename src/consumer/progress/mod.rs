@@ -209,29 +209,14 @@ impl Progress {
     /// of this group handled while parking: its key's head is resolved, written to its park
     /// log, and the record settles once that is acknowledged.
     pub(in crate::consumer) fn settle(&mut self, record: &Record) {
-        if let (Some(parking), Way::Pipelined(writes), Some(key)) =
-            (&self.out.park, &mut self.way, &record.key)
-        {
-            if record
-                .retry
-                .as_ref()
-                .is_some_and(|r| r.is_for(&parking.group))
-            {
-                let event = crate::park::ParkEvent::Resolved {
-                    key: key.clone(),
-                    head: record.offset,
-                    how: crate::park::How::Handled,
-                    by: parking.group.clone(),
-                    at: self.out.client.now(),
-                };
-                let pending = parking.log.write(
-                    record.source_topic(),
-                    record.partition,
-                    &event,
-                    self.revoked.clone(),
-                );
-                let settling = park_written(pending, "head_resolved", record, &self.out.metrics);
-                writes.push_resolution(&self.out, record, settling);
+        // Parking refuses the other ways, but a released record's own progress, which never
+        // holds a head.
+        if matches!(self.way, Way::Pipelined(_)) {
+            if let Some(pending) = self.resolution(record) {
+                let settling = park_written(pending, "head_resolved", record);
+                if let Way::Pipelined(writes) = &mut self.way {
+                    writes.push_resolution(&self.out, record, settling);
+                }
                 return;
             }
         }
@@ -327,6 +312,35 @@ impl Progress {
         }
     }
 
+    /// When parking and `record`, handled, is a head of its key: the write of its
+    /// resolution. A retry or redrive record of this group is always one (its source
+    /// partition's owner knows which head it resolves); a record of the source partition is
+    /// one when it is a head come again (a rebalance, or an exit given up).
+    fn resolution(&mut self, record: &Record) -> Option<PendingPark> {
+        let parking = self.out.park.as_ref()?;
+        let key = record.key.as_ref()?;
+        let now = self.out.client.now();
+        let cancel = self.revoked.clone();
+        match &record.retry {
+            Some(retry) if retry.is_for(&parking.group) => {
+                let event = crate::park::ParkEvent::Resolved {
+                    key: key.clone(),
+                    head: record.offset,
+                    how: crate::park::How::Handled,
+                    by: parking.group.clone(),
+                    at: now,
+                };
+                let (topic, partition) = (record.source_topic(), record.partition);
+                Some(parking.log.write(topic, partition, &event, cancel))
+            }
+            Some(_) => None,
+            None => self
+                .park
+                .as_mut()?
+                .resolve_if_head(record, &parking.group, now, cancel),
+        }
+    }
+
     /// When parking and `record` has a key: its head for leaving by `exit`, the key parked
     /// behind it (at once in the partition's own table; a retry or redrive record's source
     /// partition's owner reads it from the log), to be written before its exit.
@@ -365,12 +379,11 @@ impl Progress {
     ) -> Result<bool, Stopped> {
         let park = self.park.as_mut().expect("only a parking partition parks");
         let pending = park.park(record, cancel.clone());
-        let settling = park_written(pending, "record_parked", record, &self.out.metrics);
+        let settling = park_written(pending, "record_parked", record);
         match &mut self.way {
             Way::Pipelined(writes) => {
-                let span = tracing::Span::current();
                 writes
-                    .start_park(&self.out, record, settling, true, span, fetched, cancel)
+                    .start_park(&self.out, record, settling, fetched, cancel)
                     .await?;
                 Ok(false)
             }
@@ -467,18 +480,11 @@ fn after_head(
 }
 
 /// `pending`, a park-log write for `record`, logged as `event` once acknowledged.
-fn park_written(
-    pending: PendingPark,
-    event: &'static str,
-    record: &Record,
-    metrics: &Metrics,
-) -> pipelined::Settling {
+fn park_written(pending: PendingPark, event: &'static str, record: &Record) -> pipelined::Settling {
     let (topic, partition, offset) = (record.topic.clone(), record.partition, record.offset);
-    let metrics = metrics.clone();
     Box::pin(async move {
         let at = pending.await?;
         tracing::info!(event, %topic, partition, offset, park_offset = at);
-        let _ = metrics;
         Ok(())
     })
 }

@@ -145,28 +145,25 @@ impl DeadLetterWrites {
         Ok(())
     }
 
-    /// Starts `settling`, a park-log write of `record` (the record itself, parked; or a
-    /// resolution), that settles it once acknowledged; a parked record holds its bytes of the
-    /// budget, as a dead letter does.
+    /// Starts `settling`, the park-log write of `record`, parked, which settles it once
+    /// acknowledged; it holds the record's bytes of the budget, as a dead letter does.
     pub(super) async fn start_park(
         &mut self,
         out: &Out,
         record: &Record,
         settling: Settling,
-        parked: bool,
-        span: tracing::Span,
         fetched: Instant,
         cancel: &CancellationToken,
     ) -> Result<(), Stopped> {
-        let hold = if parked {
-            Some(self.hold(out, dead_letter_bytes(record), cancel).await?)
-        } else {
-            while self.is_full() {
-                self.wait_first().await;
-            }
-            None
-        };
-        self.push(out, record, settling, span, fetched, hold);
+        let hold = self.hold(out, dead_letter_bytes(record), cancel).await?;
+        self.push(
+            out,
+            record,
+            settling,
+            tracing::Span::current(),
+            fetched,
+            Some(hold),
+        );
         Ok(())
     }
 

@@ -111,6 +111,8 @@ pub(super) async fn run<H: BatchHandler>(
                         continue;
                     }
                     Decision::Park => {
+                        // The next call does not follow the last one straight on.
+                        metrics.follows = None;
                         let park = settled.park_record(record, taken, &cancel);
                         if input.alongside(park, &cancel).await.is_err() {
                             break 'work;

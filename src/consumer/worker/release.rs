@@ -32,6 +32,8 @@ pub(super) async fn park_turn<H: BatchHandler>(
     let Some(park) = settled.park() else {
         return Ok(());
     };
+    // Reads of the park log come between: no call follows the last one straight on.
+    metrics.follows = None;
     if park.catch_up_due() {
         park.catch_up().await;
     }
@@ -59,7 +61,7 @@ async fn release<H: BatchHandler>(
     cancel: &CancellationToken,
 ) -> Result<(), Stopped> {
     let park = released.park().expect("lent");
-    let Some(from) = waiting_front(park, key).map(|(event, _, _)| event) else {
+    let Some(from) = waiting_front(park, key).map(|(event, _)| event) else {
         return Ok(());
     };
     let events = match park.read_from(from).await {
@@ -89,7 +91,7 @@ async fn release<H: BatchHandler>(
             continue;
         }
         let park = released.park().expect("lent");
-        let Some((_, next, head)) = waiting_front(park, key) else {
+        let Some((_, next)) = waiting_front(park, key) else {
             break;
         };
         if offset != next {
@@ -111,22 +113,21 @@ async fn release<H: BatchHandler>(
         if park
             .table()
             .get(key)
-            .and_then(|k| k.head.as_ref().filter(|_| k.resolved.is_none()))
-            .is_some_and(|h| h.offset == offset)
+            .is_some_and(|k| k.heads.contains_key(&offset))
         {
             // It left again: the key's new head.
             return Ok(());
         }
-        park.released(key, head, at, cancel.clone()).await?;
+        park.released(key, offset, at, cancel.clone()).await?;
+        metrics.follows = None;
     }
     Ok(())
 }
 
-/// The park-log offset, source offset and head of `key`'s first waiting record, while its
-/// head is resolved.
-fn waiting_front(park: &PartitionPark, key: &[u8]) -> Option<(i64, i64, i64)> {
+/// The park-log offset and source offset of `key`'s first waiting record, while its heads
+/// are resolved.
+fn waiting_front(park: &PartitionPark, key: &[u8]) -> Option<(i64, i64)> {
     let parked = park.table().get(key).filter(|k| k.releasable())?;
     let first = parked.waiting.front()?;
-    let head = parked.head.as_ref().map_or(-1, |h| h.offset);
-    Some((first.event, first.offset, head))
+    Some((first.event, first.offset))
 }

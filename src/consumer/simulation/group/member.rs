@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::SimClient;
 use super::fetcher::{SimFeed, SimFetcher};
 use super::handler::SimHandler;
+use super::park_log::SimParkLog;
 use super::plan::{Outcome, Plan, Wait};
 use super::producer::SimProducer;
 use super::world::{World, WorldRef, SOURCE};
@@ -23,7 +24,7 @@ use crate::consumer::poll::queue_budget::QueueBudget;
 use crate::consumer::poll::rebalance::Rebalancing;
 use crate::consumer::poll_loop::{PollLoop, Started};
 use crate::consumer::progress::transaction::{commit_when_due, Transaction, TransactionalProducer};
-use crate::consumer::progress::Out;
+use crate::consumer::progress::{Out, Parking};
 use crate::consumer::worker::Shared;
 use crate::metrics::Metrics;
 use crate::retry_tier::RetryTiers;
@@ -142,8 +143,16 @@ pub(super) fn member(
             metrics.clone(),
         ))
     });
+    let parking = (config.key_order_after_failure == crate::config::KeyOrderAfterFailure::Park)
+        .then(|| Parking {
+            log: Arc::new(SimParkLog {
+                world: world.clone(),
+            }),
+            group: config.group_id.clone(),
+        });
     let out = Out {
         budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
+        park: parking,
         ..Out::clone(&shared.out)
     };
     let shared = Arc::new(Shared {

@@ -31,6 +31,9 @@ pub(super) struct Report {
     /// The first record handled while an earlier record of its key was not
     /// (`key_sequence`), if any.
     pub key_sequence_break: Option<String>,
+    /// With parking: the records parked, and the records released, in the park logs.
+    pub parked: usize,
+    pub released: usize,
 }
 
 impl crate::consumer::simulation::Summary for Report {
@@ -40,6 +43,8 @@ impl crate::consumer::simulation::Summary for Report {
         self.handled += one.handled;
         self.dead_letters += one.dead_letters;
         self.transactions.add(&one.transactions);
+        self.parked += one.parked;
+        self.released += one.released;
     }
 
     fn handled_nothing(&self) -> bool {
@@ -54,6 +59,13 @@ impl std::fmt::Display for Report {
             "{} schedules, {} records, {} handled, {} dead letters",
             self.schedules, self.records, self.handled, self.dead_letters
         )?;
+        if self.parked > 0 {
+            write!(
+                f,
+                "; {} records parked, {} released",
+                self.parked, self.released
+            )?;
+        }
         let t = &self.transactions;
         if t.commits > 0 {
             write!(
@@ -97,6 +109,10 @@ pub(super) enum Variant {
     /// `dlq replay` putting dead letters back on the group's redrive topic now and then,
     /// some claiming to be due in 2099.
     Redrive,
+    /// `key_order_after_failure = "park"` (in order, one record at a time), with replays to
+    /// the redrive topic after the fix (a redriven record's call succeeds): keys in order
+    /// after a failure is a guarantee.
+    Park,
     /// Exactly once (in order, one record at a time): outputs, dead letters and retry records
     /// committed with the offsets in transactions; commits refused (aborts), producers fenced,
     /// members that lost partitions without knowing (zombies), outputs too large.
@@ -157,8 +173,14 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
             max_in_flight: [1, 2, 4, 16, 64][rng.usize(0..5)],
         },
     };
-    // Exactly once settles one record at a time, in order (the settings refuse the others).
-    let mode = if exactly_once { Mode::InOrder } else { mode };
+    // Exactly once and parking settle one record at a time, in order (the settings refuse the
+    // others).
+    let parking = variant == Variant::Park;
+    let mode = if exactly_once || parking {
+        Mode::InOrder
+    } else {
+        mode
+    };
     let tiers = match rng.u8(0..4) {
         0 | 1 => RetryTiers::default(),
         2 => RetryTiers::new([rng.u64(20..=500)]),
@@ -173,8 +195,9 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     let mut world = World::new(seed, MEMBERS, queue_capacity, share, key_order);
     world.other_group =
         (variant == Variant::OtherGroup).then(|| fastrand::Rng::with_seed(seed ^ 0x07e4));
-    let redrive = variant == Variant::Redrive;
+    let redrive = matches!(variant, Variant::Redrive | Variant::Park);
     world.dead_lettered = redrive.then(Vec::new);
+    world.parking = parking;
     let mut faults = exactly_once.then(|| fastrand::Rng::with_seed(seed ^ 0xe05));
     world.exactly_once = exactly_once.then(Default::default);
     let transactions = faults.as_mut().map(|rng| Transactions {
@@ -187,6 +210,11 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         backoff_initial: Duration::from_millis(5),
         backoff_max: Duration::from_millis(40),
         max_retries,
+        key_order_after_failure: if parking {
+            crate::config::KeyOrderAfterFailure::Park
+        } else {
+            crate::config::KeyOrderAfterFailure::Continue
+        },
         ..settings(mode, &tiers)
     };
     let budget_kib = rng.usize(2..=8);
@@ -248,6 +276,12 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         handled: world.partitions.values().map(|p| p.handled.len()).sum(),
         dead_letters: world.dead_letters,
         key_sequence_break: world.key_sequence_breaks.first().cloned(),
+        parked: park_events(&world, |e| {
+            matches!(e, crate::park::ParkEvent::Parked { .. })
+        }),
+        released: park_events(&world, |e| {
+            matches!(e, crate::park::ParkEvent::Released { .. })
+        }),
         ..Report::default()
     };
     if let Some(c) = &world.exactly_once {
@@ -290,6 +324,16 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
     Ok(report)
 }
 
+/// How many events of the world's park logs `which` takes.
+fn park_events(world: &World, which: fn(&crate::park::ParkEvent) -> bool) -> usize {
+    world
+        .park_logs
+        .values()
+        .flatten()
+        .filter(|e| which(e))
+        .count()
+}
+
 impl Run {
     fn context(&self) -> String {
         format!(
@@ -301,6 +345,7 @@ impl Run {
                 Variant::Plain => "",
                 Variant::OtherGroup => ", another group's retry records",
                 Variant::Redrive => ", replays to the redrive topic",
+                Variant::Park => ", keys parked after a failure, replays after the fix",
                 Variant::ExactlyOnce => ", exactly once",
             },
         )

@@ -127,6 +127,10 @@ pub(super) struct World {
     pub dead_lettered: Option<Vec<crate::dlq::Envelope>>,
     /// Exactly once: the transaction coordinator, which commits effects and offsets.
     pub exactly_once: Option<super::coordinator::Coordinator>,
+    /// With parking ([`super::schedule::Variant::Park`]): each source partition's park log,
+    /// and a record handled before an earlier one of its key is a violation.
+    pub park_logs: BTreeMap<i32, Vec<crate::park::ParkEvent>>,
+    pub parking: bool,
 }
 
 /// Handler calls at one instant that make a loop: far more than a schedule's records.
@@ -177,6 +181,8 @@ impl World {
             max_ack: Duration::from_millis(300),
             dead_lettered: None,
             exactly_once: None,
+            park_logs: BTreeMap::new(),
+            parking: false,
         }
     }
 
@@ -219,7 +225,8 @@ impl World {
     }
 
     fn append_written_by(&mut self, tp: &TopicPartition, mut record: Record, foreign: bool) {
-        let key_order = self.key_order;
+        // Parking passes a parked key's records over: their first calls are in order per key.
+        let key_order = self.key_order || self.parking;
         let partition = self.partitions.entry(tp.clone()).or_default();
         let offset = partition.log.len() as i64;
         (record.topic, record.partition, record.offset) = (tp.0.clone(), tp.1, offset);
@@ -397,6 +404,9 @@ impl World {
             );
             if calls == 0 {
                 self.violations.push(format!("{what}: never called"));
+            } else if self.parking {
+                self.violations
+                    .push(format!("{what}: its key was not parked"));
             }
             self.key_sequence_breaks.push(what);
         }
@@ -445,7 +455,8 @@ impl World {
             };
             return (plan, 1);
         }
-        let key_order = self.key_order;
+        // Parking passes a parked key's records over: their first calls are in order per key.
+        let key_order = self.key_order || self.parking;
         let known = self.partitions.get_mut(&tp).and_then(|partition| {
             let key = partition.log.get(offset as usize)?.key.clone();
             let (offsets, first_called) = partition.order.get_mut(&key.filter(|_| key_order))?;

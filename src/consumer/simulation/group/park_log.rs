@@ -1,0 +1,83 @@
+//! The group's park log in the world: each source partition's events, appended as they are
+//! handed over (in that order, as one producer's writes to one partition land), acknowledged
+//! after a delay drawn from the seed; a parked record is in the log, and so settled, from
+//! then on. Read by the workers' real `PartitionPark` through the same seam as Kafka's.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::world::{WorldRef, SOURCE};
+use crate::consumer::park::log::{ParkLog, ParkRead, ParkReader, PendingPark};
+use crate::park::ParkEvent;
+
+/// The park log of the world's source topic.
+pub(super) struct SimParkLog {
+    pub world: WorldRef,
+}
+
+impl ParkLog for SimParkLog {
+    fn write(
+        &self,
+        source: &str,
+        partition: i32,
+        event: &ParkEvent,
+        _cancel: CancellationToken,
+    ) -> PendingPark {
+        assert_eq!(source, SOURCE, "a park event of the source topic");
+        let (at, delay) = {
+            let mut world = self.world.lock();
+            let max = world.max_ack.as_millis() as u64;
+            let delay = Duration::from_millis(world.rng.u64(0..=max));
+            let log = world.park_logs.entry(partition).or_default();
+            log.push(event.clone());
+            let at = log.len() as i64 - 1;
+            if let ParkEvent::Parked { offset, .. } = event {
+                let tp = (SOURCE.to_string(), partition);
+                world
+                    .partitions
+                    .entry(tp)
+                    .or_default()
+                    .exited
+                    .insert(*offset);
+            }
+            (at, delay)
+        };
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(at)
+        })
+    }
+
+    fn reader(&self, _source: &str, partition: i32) -> Box<dyn ParkReader> {
+        Box::new(SimParkReader {
+            world: self.world.clone(),
+            partition,
+        })
+    }
+}
+
+/// A reader of one partition's park log.
+struct SimParkReader {
+    world: WorldRef,
+    partition: i32,
+}
+
+impl ParkReader for SimParkReader {
+    fn read(&mut self, from: i64) -> ParkRead {
+        let world = self.world.lock();
+        let log = world
+            .park_logs
+            .get(&self.partition)
+            .map_or(&[][..], Vec::as_slice);
+        let from = from.max(0) as usize;
+        let events = log
+            .iter()
+            .enumerate()
+            .skip(from)
+            .map(|(at, event)| (at as i64, event.clone()))
+            .collect();
+        let next = log.len().max(from) as i64;
+        Box::pin(std::future::ready(Ok((events, next))))
+    }
+}
