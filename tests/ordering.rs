@@ -288,7 +288,12 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
 
     // Started again, the consumer reads its park log: the keys' newer records park too.
     produce(&brokers, &topic, events(10, 5..6)).await;
-    let running = Running::start(config.clone(), handler.clone());
+    let consumer = kafka_dlq::Consumer::new(config.clone(), handler.clone()).unwrap();
+    let metrics = consumer.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
     assert!(
         eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
             == Some(&60))
@@ -297,6 +302,13 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
     assert_eq!(handler.order_of("k3"), [0]);
     assert!(handler.order_of("k7").is_empty());
     assert_eq!(handler.order_of("k0"), [0, 1, 2, 3, 4, 5]);
+    // k3/2-5 and k7/1-5 wait.
+    assert!(
+        eventually(WAIT, || metrics.total("kafka_dlq_parked_records") == 9.0).await,
+        "{}",
+        metrics.render()
+    );
+    assert_eq!(metrics.total("kafka_dlq_parked_keys"), 2.0);
 
     // The fix, then the dead letters redriven: each key's events in order.
     handler
@@ -323,7 +335,10 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
         "{:?}",
         handler.order.lock().unwrap()
     );
-    running.stop().await;
+    assert_eq!(metrics.total("kafka_dlq_parked_keys"), 0.0);
+    assert_eq!(metrics.total("kafka_dlq_parked_records"), 0.0);
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
     for k in 0..10 {
         assert_eq!(
             handler.order_of(&format!("k{k}")),

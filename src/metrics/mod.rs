@@ -27,6 +27,9 @@
 //! | `kafka_dlq_handler_duration_seconds` | histogram | topic | one handler call |
 //! | `kafka_dlq_record_settle_seconds` | histogram | | from fetch to settled (handled or dead-lettered) |
 //! | `kafka_dlq_consumer_lag` | gauge | topic, partition | records behind the high watermark |
+//! | `kafka_dlq_parked_keys` | gauge | topic, partition | `key_order_after_failure = "park"`: keys waiting behind a record that left (see `docs/key-order-after-failure.md`) |
+//! | `kafka_dlq_parked_records` | gauge | topic, partition | records parked behind them, waiting in the park log |
+//! | `kafka_dlq_parked_oldest_seconds` | gauge | topic, partition | how long the oldest of them has waited (since its head left) |
 //! | `kafka_dlq_partitions_assigned` | gauge | | partitions this member owns |
 //! | `kafka_dlq_broker_up` | gauge | | 1 when a broker connection is up |
 //! | `kafka_dlq_breaker_open` | gauge | | 1 while the outage breaker is open |
@@ -81,6 +84,9 @@ pub struct MetricSet {
     pub(crate) consumed_messages: IntCounterVec,
     pub(crate) settle_seconds: prometheus::Histogram,
     pub(crate) consumer_lag: IntGaugeVec,
+    pub(crate) parked_keys: IntGaugeVec,
+    pub(crate) parked_records: IntGaugeVec,
+    pub(crate) parked_oldest_seconds: IntGaugeVec,
     pub(crate) partitions_assigned: IntGauge,
     pub(crate) broker_up: IntGauge,
     pub(crate) breaker_open: IntGauge,
@@ -270,6 +276,26 @@ impl Metrics {
         registry
             .register(Box::new(consumer_lag.clone()))
             .expect("unique metric");
+        let partition_gauge = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["topic", "partition"])
+                .expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let parked_keys = partition_gauge(
+            "kafka_dlq_parked_keys",
+            "Keys of the partition waiting behind a record that left for the dead-letter topic or a retry tier (key_order_after_failure = park).",
+        );
+        let parked_records = partition_gauge(
+            "kafka_dlq_parked_records",
+            "Records of the partition parked behind them, waiting in the park log.",
+        );
+        let parked_oldest_seconds = partition_gauge(
+            "kafka_dlq_parked_oldest_seconds",
+            "Seconds since the oldest unresolved head of the partition left.",
+        );
         let partitions_assigned = gauge(
             "kafka_dlq_partitions_assigned",
             "Partitions assigned to this consumer.",
@@ -361,6 +387,9 @@ impl Metrics {
             consumed_messages,
             settle_seconds,
             consumer_lag,
+            parked_keys,
+            parked_records,
+            parked_oldest_seconds,
             partitions_assigned,
             broker_up,
             breaker_open,

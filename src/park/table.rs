@@ -90,6 +90,8 @@ pub struct ParkTable {
     keys: HashMap<Vec<u8>, ParkedKey>,
     /// The park-log offset after the last event applied.
     next: i64,
+    /// The records waiting, over every key.
+    waiting: usize,
 }
 
 impl ParkTable {
@@ -101,6 +103,11 @@ impl ParkTable {
     /// The parked keys.
     pub fn keys(&self) -> impl Iterator<Item = (&[u8], &ParkedKey)> {
         self.keys.iter().map(|(k, v)| (k.as_slice(), v))
+    }
+
+    /// How many keys are parked.
+    pub fn len(&self) -> usize {
+        self.keys.len()
     }
 
     /// Key `key`'s entry, if it is parked.
@@ -172,7 +179,9 @@ impl ParkTable {
                     },
                 );
                 // A waiting record that failed on its release is a head: it waits no longer.
+                let before = parked.waiting.len();
                 parked.waiting.retain(|w| w.offset != *offset);
+                self.waiting -= before - parked.waiting.len();
                 false
             }
             ParkEvent::Parked { offset, .. } => {
@@ -189,6 +198,7 @@ impl ParkTable {
                                 offset: *offset,
                             },
                         );
+                        self.waiting += 1;
                     }
                 }
                 parked.releasable()
@@ -213,7 +223,9 @@ impl ParkTable {
                 };
                 // By source offset: a waiting record's park-log offset may still be its
                 // owner's estimate.
+                let before = parked.waiting.len();
                 parked.waiting.retain(|w| w.offset > *offset);
+                self.waiting -= before - parked.waiting.len();
                 if parked.is_done() {
                     self.keys.remove(key);
                     return false;
@@ -241,7 +253,7 @@ impl ParkTable {
 
     /// How many records wait, over every key.
     pub fn waiting(&self) -> usize {
-        self.keys.values().map(|k| k.waiting.len()).sum()
+        self.waiting
     }
 }
 
@@ -349,12 +361,15 @@ mod tests {
             .map(|w| w.offset)
             .collect();
         assert_eq!(waiting, [12, 15]);
+        assert_eq!(table.waiting(), 2);
         // Newer records keep parking until the release ends, behind the ones waiting.
         assert_eq!(table.decide(Some(b"k"), 16), Decision::Park);
         assert!(table.apply(4, &parked("k", 16)));
         assert!(table.apply(5, &released("k", 12, 1)));
+        assert_eq!(table.waiting(), 2);
         assert!(!table.apply(6, &released("k", 16, 4)));
         assert!(table.is_empty());
+        assert_eq!(table.waiting(), 0);
         assert_eq!(table.decide(Some(b"k"), 17), Decision::Pass);
     }
 
@@ -388,6 +403,7 @@ mod tests {
         assert!(!table.apply(4, &head("k", 12)));
         let parked = table.get(b"k").unwrap();
         assert_eq!(parked.head().map(|h| h.offset), Some(12));
+        assert_eq!(table.waiting(), 1);
         assert_eq!(
             parked.waiting.iter().map(|w| w.offset).collect::<Vec<_>>(),
             [15]

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::log::{ParkLog, ParkReader, PendingPark};
 use crate::backoff::ExponentialBackoff;
+use crate::metrics::Metrics;
 use crate::park::{Cause, Decision, ParkEvent, ParkTable};
 use crate::record::Record;
 use crate::stopped::Stopped;
@@ -27,15 +28,18 @@ pub(crate) struct PartitionPark {
     partition: i32,
     /// When the log was last read.
     read_at: tokio::time::Instant,
+    metrics: Metrics,
 }
 
 impl PartitionPark {
     /// `source`/`partition`'s parking, its park log read to its end; a failed read is tried
-    /// again (1 s doubling to 60 s) until `cancel` fires.
+    /// again (1 s doubling to 60 s) until `cancel` fires. Its parked keys and records are
+    /// shown in `metrics` while it lives.
     pub(crate) async fn open(
         log: Arc<dyn ParkLog>,
         source: &str,
         partition: i32,
+        metrics: Metrics,
         cancel: &CancellationToken,
     ) -> Result<Self, Stopped> {
         let mut park = Self {
@@ -45,6 +49,7 @@ impl PartitionPark {
             source: source.to_string(),
             partition,
             read_at: tokio::time::Instant::now(),
+            metrics,
         };
         let mut delays = ExponentialBackoff::infrastructure().delays();
         while let Err(error) = park.read().await {
@@ -59,8 +64,33 @@ impl PartitionPark {
             }
         }
         tracing::debug!(event = "park_log_read", topic = %park.source, partition,
-            parked_keys = park.table.keys().count(), waiting = park.table.waiting());
+            parked_keys = park.table.len(), waiting = park.table.waiting());
         Ok(park)
+    }
+
+    /// Shows the table in the metrics: its parked keys and the records waiting (cheap: after
+    /// every event), and with `oldest` how long the oldest unresolved head has waited (a walk
+    /// of the table: after each read of the log, every 200 ms while keys are parked).
+    fn report(&self, oldest: bool) {
+        let labels = [self.source.as_str(), &self.partition.to_string()];
+        let m = &self.metrics;
+        m.parked_keys
+            .with_label_values(&labels)
+            .set(self.table.len() as i64);
+        m.parked_records
+            .with_label_values(&labels)
+            .set(self.table.waiting() as i64);
+        if oldest {
+            let since = self
+                .table
+                .keys()
+                .flat_map(|(_, parked)| parked.heads.values().map(|h| h.since))
+                .min();
+            let seconds = since.map_or(0, |since| (chrono::Utc::now() - since).num_seconds());
+            m.parked_oldest_seconds
+                .with_label_values(&labels)
+                .set(seconds.max(0));
+        }
     }
 
     /// Reads the events after the last one read, up to the log's end.
@@ -71,6 +101,7 @@ impl PartitionPark {
         }
         self.table.read_to(next);
         self.read_at = tokio::time::Instant::now();
+        self.report(true);
         Ok(())
     }
 
@@ -186,6 +217,7 @@ impl PartitionPark {
 
     fn write(&mut self, event: ParkEvent, cancel: CancellationToken) -> PendingPark {
         self.table.apply_written(&event);
+        self.report(false);
         self.log.write(&self.source, self.partition, &event, cancel)
     }
 
@@ -201,6 +233,7 @@ impl PartitionPark {
             self.table.apply(*at, event);
         }
         self.table.read_to(next);
+        self.report(true);
         if next > read {
             self.read_at = tokio::time::Instant::now();
         }
@@ -220,5 +253,16 @@ pub(crate) fn head_of(
         id: record.id.clone(),
         cause,
         at: now,
+    }
+}
+
+impl Drop for PartitionPark {
+    /// The partition is no longer this member's: its owner shows it now.
+    fn drop(&mut self) {
+        let labels = [self.source.as_str(), &self.partition.to_string()];
+        let m = &self.metrics;
+        for gauge in [&m.parked_keys, &m.parked_records, &m.parked_oldest_seconds] {
+            let _ = gauge.remove_label_values(&labels);
+        }
     }
 }

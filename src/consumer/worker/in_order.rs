@@ -62,7 +62,8 @@ pub(super) async fn run<H: BatchHandler>(
     // A source partition that parks reads its park log before its first record.
     if let (Some(parking), false) = (&shared.out.park, input.stage.is_retry()) {
         let log = parking.log.clone();
-        match PartitionPark::open(log, &input.topic, input.partition, &cancel).await {
+        let metrics = shared.out.metrics.clone();
+        match PartitionPark::open(log, &input.topic, input.partition, metrics, &cancel).await {
             Ok(park) => settled.set_park(park),
             Err(Stopped) => return,
         }
