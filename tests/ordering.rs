@@ -285,6 +285,34 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
             "k{k} goes on"
         );
     }
+    // `dlq parked` lists them: their heads and the records waiting.
+    let parked = ["dlq", "parked", "--brokers", &brokers, "--topic", &topic];
+    let (code, json, err) = cli(&[&parked[..], &["--group", &group, "--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let keys: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(&str, i64, u64)> = keys
+        .iter()
+        .map(|k| {
+            let head = k["heads"][0]["offset"].as_i64().unwrap();
+            (
+                k["key"].as_str().unwrap(),
+                head,
+                k["waiting"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // k7/0 is offset 7, k3/1 offset 13; k7 waits with 4 records, k3 with 3.
+    assert_eq!(seen, [("k7", 7, 4), ("k3", 13, 3)], "{json}");
+    assert_eq!(keys[0]["heads"][0]["cause"], "dead_letter");
+    let (code, table, err) = cli(&[&parked[..], &["--group", &group]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("2 parked key(s), 7 record(s) waiting"),
+        "{table}"
+    );
 
     // Started again, the consumer reads its park log: the keys' newer records park too.
     produce(&brokers, &topic, events(10, 5..6)).await;
@@ -337,6 +365,11 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
     );
     assert_eq!(metrics.total("kafka_dlq_parked_keys"), 0.0);
     assert_eq!(metrics.total("kafka_dlq_parked_records"), 0.0);
+    let (_, table, _) = cli(&[&parked[..], &["--group", &group]].concat());
+    assert!(
+        table.contains("0 parked key(s), 0 record(s) waiting"),
+        "{table}"
+    );
     let _ = stop.send(());
     running.await.unwrap().unwrap();
     for k in 0..10 {

@@ -189,8 +189,11 @@ fn dlq_needs(
         brokers,
         options,
         topics: topic.into_iter().collect(),
-        created: vec![state.audit.clone(), state.positions.clone()],
-        state: Some(state),
+        created: state
+            .iter()
+            .flat_map(|s| [s.audit.clone(), s.positions.clone()])
+            .collect(),
+        state,
     })
 }
 

@@ -9,6 +9,7 @@
 //! call of it succeeded, an operator who discarded it). The owner keeps a [`table`] of it.
 
 pub mod event;
+pub mod read;
 pub mod table;
 
 pub use event::{Cause, How, ParkEvent, ParkEventError};

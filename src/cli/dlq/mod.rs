@@ -14,9 +14,11 @@ use super::CliError;
 
 mod decoded;
 mod history;
+mod parked;
 mod seal;
 pub(super) mod view;
 pub(super) use history::HistoryArgs;
+pub(super) use parked::ParkedArgs;
 pub(super) use seal::SealArgs;
 use view::entry_json;
 pub(super) use view::{print_history, print_table};
@@ -35,6 +37,9 @@ pub(super) enum DlqCommand {
     /// Seal the state written before `--audit-key` was set, so that the tools, which ignore
     /// unsealed state once the key is set, keep what it says.
     Seal(SealArgs),
+    /// List the keys a consumer group keeps parked behind a record that left
+    /// (key_order_after_failure = park): their heads and the records waiting.
+    Parked(ParkedArgs),
 }
 
 impl DlqCommand {
@@ -49,18 +54,21 @@ impl DlqCommand {
             DlqCommand::Replay(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
             DlqCommand::History(a) => (a.cluster(), None),
             DlqCommand::Seal(a) => (a.cluster(), None),
+            DlqCommand::Parked(a) => (a.cluster(), Some(a.park_topic())),
         };
         Ok((cluster.brokers()?, cluster.librdkafka()?, topic))
     }
 
-    /// Where the command keeps kafka-dlq's state.
-    pub(super) fn state(&self) -> Result<kafka_dlq::state::StateTopics, ConfigError> {
+    /// Where the command keeps kafka-dlq's state; `None` for `parked`, which reads the park
+    /// log alone.
+    pub(super) fn state(&self) -> Result<Option<kafka_dlq::state::StateTopics>, ConfigError> {
         match self {
-            DlqCommand::List(a) => a.source.state.topics(),
-            DlqCommand::Show(a) => a.source.state.topics(),
-            DlqCommand::Replay(a) => a.source.state.topics(),
-            DlqCommand::History(a) => a.state().topics(),
-            DlqCommand::Seal(a) => a.state().topics(),
+            DlqCommand::List(a) => a.source.state.topics().map(Some),
+            DlqCommand::Show(a) => a.source.state.topics().map(Some),
+            DlqCommand::Replay(a) => a.source.state.topics().map(Some),
+            DlqCommand::History(a) => a.state().topics().map(Some),
+            DlqCommand::Seal(a) => a.state().topics().map(Some),
+            DlqCommand::Parked(_) => Ok(None),
         }
     }
 
@@ -72,6 +80,7 @@ impl DlqCommand {
             DlqCommand::Replay(a) => a.source.cluster.connection_mut(),
             DlqCommand::History(a) => a.cluster_mut().connection_mut(),
             DlqCommand::Seal(a) => a.cluster_mut().connection_mut(),
+            DlqCommand::Parked(a) => a.cluster_mut().connection_mut(),
         }
     }
 }
@@ -360,6 +369,7 @@ pub(super) async fn run(command: DlqCommand) -> Result<(), CliError> {
         DlqCommand::Replay(args) => replay_command(args).await,
         DlqCommand::History(args) => history::run(args).await,
         DlqCommand::Seal(args) => seal::run(args).await,
+        DlqCommand::Parked(args) => parked::run(args).await,
     }
 }
 

@@ -6,13 +6,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message as _;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ExponentialBackoff;
@@ -164,9 +162,6 @@ impl ParkLog for KafkaParkLog {
     }
 }
 
-/// How long one read of a park partition may take before it fails.
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// A park partition's reader: a client of its own, assigned the one partition (no group),
 /// made at its first read and kept for the next.
 struct KafkaParkReader {
@@ -184,60 +179,13 @@ impl ParkReader for KafkaParkReader {
             tokio::task::spawn_blocking(move || {
                 let mut consumer = consumer.lock().expect("one read at a time");
                 if consumer.is_none() {
-                    let mut config = config;
-                    config
-                        .set("enable.auto.commit", "false")
-                        .set("enable.partition.eof", "false");
-                    *consumer = Some(crate::kafka::create_logged(&config)?);
+                    *consumer = Some(crate::park::read::reader(&config)?);
                 }
                 let consumer = consumer.as_ref().expect("made above");
-                read_blocking(consumer, &topic, partition, from)
+                crate::park::read::read_partition(consumer, &topic, partition, from)
             })
             .await
             .expect("a park read does not panic")
         })
     }
-}
-
-/// Reads `topic`/`partition` from `from` up to its high watermark, blocking.
-fn read_blocking(
-    consumer: &BaseConsumer<LogContext>,
-    topic: &str,
-    partition: i32,
-    from: i64,
-) -> Result<(Vec<(i64, ParkEvent)>, i64), KafkaError> {
-    let (low, high) = consumer.fetch_watermarks(topic, partition, READ_TIMEOUT)?;
-    let from = from.max(low);
-    if from >= high {
-        return Ok((Vec::new(), from.max(high)));
-    }
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, partition, Offset::Offset(from))?;
-    consumer.assign(&list)?;
-    let deadline = std::time::Instant::now() + READ_TIMEOUT;
-    let mut events = Vec::new();
-    let mut next = from;
-    while next < high {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(KafkaError::MessageConsumption(
-                rdkafka::types::RDKafkaErrorCode::RequestTimedOut,
-            ));
-        }
-        let Some(message) = consumer.poll(left.min(Duration::from_millis(100))) else {
-            continue;
-        };
-        let message = message?;
-        next = message.offset() + 1;
-        let headers = message
-            .headers()
-            .map(RecordHeader::read_all)
-            .unwrap_or_default();
-        match ParkEvent::decode(message.key(), &headers, message.payload()) {
-            Ok(event) => events.push((message.offset(), event)),
-            Err(error) => tracing::warn!(event = "park_event_unreadable", %topic, partition,
-                offset = message.offset(), %error, "passed over"),
-        }
-    }
-    Ok((events, next))
 }

@@ -1,0 +1,101 @@
+//! Reading a park log back: one partition from an offset to its end (its owner's worker), or
+//! every partition whole into its table (the tools: `dlq parked`).
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{ParkEvent, ParkTable};
+use crate::kafka::LogContext;
+use crate::record::RecordHeader;
+
+/// How long one read of a park partition may take before it fails.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads `topic`/`partition` with `consumer` (assigned that partition alone) from `from` (or
+/// the log's start, if that was deleted) up to its high watermark, blocking: its events, and
+/// the offset after them. A record that is not a park event is logged
+/// (`park_event_unreadable`) and passed over. Fails after 30 s.
+pub fn read_partition(
+    consumer: &BaseConsumer<LogContext>,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<(Vec<(i64, ParkEvent)>, i64), KafkaError> {
+    let (low, high) = consumer.fetch_watermarks(topic, partition, READ_TIMEOUT)?;
+    let from = from.max(low);
+    if from >= high {
+        return Ok((Vec::new(), from.max(high)));
+    }
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(from))?;
+    consumer.assign(&list)?;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut events = Vec::new();
+    let mut next = from;
+    while next < high {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(KafkaError::MessageConsumption(
+                rdkafka::types::RDKafkaErrorCode::RequestTimedOut,
+            ));
+        }
+        let Some(message) = consumer.poll(left.min(Duration::from_millis(100))) else {
+            continue;
+        };
+        let message = message?;
+        next = message.offset() + 1;
+        let headers = message
+            .headers()
+            .map(RecordHeader::read_all)
+            .unwrap_or_default();
+        match ParkEvent::decode(message.key(), &headers, message.payload()) {
+            Ok(event) => events.push((message.offset(), event)),
+            Err(error) => tracing::warn!(event = "park_event_unreadable", %topic, partition,
+                offset = message.offset(), %error, "passed over"),
+        }
+    }
+    Ok((events, next))
+}
+
+/// A park client of `config` (the cluster's connection): assigns partitions, commits nothing.
+pub fn reader(config: &ClientConfig) -> Result<BaseConsumer<LogContext>, KafkaError> {
+    let mut config = config.clone();
+    config
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    if config.get("group.id").is_none() {
+        // Never joins it: librdkafka wants one for a consumer all the same.
+        config.set("group.id", "kafka-dlq-park-reader");
+    }
+    crate::kafka::create_logged(&config)
+}
+
+/// Every partition of park log `topic`, read whole with a client of `config`, each folded
+/// into its table: what is parked there now. Blocking.
+pub fn tables(config: &ClientConfig, topic: &str) -> Result<Vec<(i32, ParkTable)>, KafkaError> {
+    let consumer = reader(config)?;
+    let metadata = consumer.fetch_metadata(Some(topic), READ_TIMEOUT)?;
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len() as i32)
+        .ok_or(KafkaError::MetadataFetch(
+            rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
+        ))?;
+    let mut tables = Vec::new();
+    for partition in 0..partitions {
+        let (events, next) = read_partition(&consumer, topic, partition, 0)?;
+        let mut table = ParkTable::default();
+        for (at, event) in &events {
+            table.apply(*at, event);
+        }
+        table.read_to(next);
+        tables.push((partition, table));
+    }
+    Ok(tables)
+}
