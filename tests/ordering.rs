@@ -380,3 +380,60 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
         );
     }
 }
+
+/// `park_max_age`: a key whose head is not resolved in time gives its order up: its parked
+/// records follow the head to the dead-letter topic, in order, each with kind `parked` and a
+/// message naming the head; the key's newer records go to the handler again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_key_past_park_max_age_follows_its_head_to_the_dead_letter_topic_in_order() {
+    let brokers = brokers();
+    let topic = unique("expired");
+    let group = unique("g");
+    create_topic(&brokers, &topic, 1).await;
+    produce(&brokers, &topic, events(3, 0..4)).await;
+    let handler = Fixable::default();
+    handler.broken.lock().unwrap().push("k1/0".to_string());
+    let config = ConsumerConfig {
+        key_order_after_failure: kafka_dlq::config::KeyOrderAfterFailure::Park,
+        park_max_age: Duration::from_secs(2),
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    let dlq = format!("{topic}-dlt");
+    assert!(
+        eventually(WAIT, || read_all(&brokers, &dlq).len() == 4).await,
+        "the head and its three parked records"
+    );
+    let letters: Vec<kafka_dlq::dlq::Envelope> = read_all(&brokers, &dlq)
+        .iter()
+        .map(|m| serde_json::from_slice(rdkafka::Message::payload(m).unwrap()).unwrap())
+        .collect();
+    let order: Vec<(&str, &str)> = letters
+        .iter()
+        .map(|e| (e.payload.get(), e.error.kind.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("\"k1/0\"", "permanent"),
+            ("\"k1/1\"", "parked"),
+            ("\"k1/2\"", "parked"),
+            ("\"k1/3\"", "parked"),
+        ]
+    );
+    assert!(
+        letters[1].error.message.contains(&letters[0].id)
+            && letters[1].error.message.contains("park_max_age"),
+        "{}",
+        letters[1].error.message
+    );
+    // The key flows again.
+    produce(&brokers, &topic, events(3, 4..5)).await;
+    assert!(
+        eventually(WAIT, || handler.order_of("k1") == [4]).await,
+        "{:?}",
+        handler.order_of("k1")
+    );
+    running.stop().await;
+    assert_eq!(handler.order_of("k0"), [0, 1, 2, 3, 4]);
+}

@@ -258,6 +258,12 @@ settings! {
         /// their order. See `docs/key-order-after-failure.md`.
         key_order_after_failure: KeyOrderAfterFailure = KeyOrderAfterFailure::Continue,
             env "KAFKA_DLQ_KEY_ORDER_AFTER_FAILURE";
+        /// With `key_order_after_failure = "park"`: how long a key may wait behind a record
+        /// that left; then its parked records follow that record to the dead-letter topic,
+        /// in order, each with kind `parked` and a message naming it, and the key's newer
+        /// records go on. 0: no limit.
+        park_max_age: Duration = Duration::ZERO, ms "park_max_age_ms" "park-max-age-ms",
+            env "KAFKA_DLQ_PARK_MAX_AGE_MS";
         /// With `ordering = "key"`: records of one partition in the handler at once. With
         /// `consumption = "share"`: records of one member in the handler at once, out of
         /// those its fetch acquired (`share_acquire_records`).

@@ -377,4 +377,14 @@ fn parking_refuses_what_has_no_key_order_to_keep_or_is_not_built_yet_naming_why(
         assert_eq!(error.key, "key_order_after_failure");
         assert!(error.reason.contains(why), "{error}");
     }
+    let stray = ConsumerConfig {
+        park_max_age: std::time::Duration::from_secs(60),
+        ..valid()
+    };
+    assert_eq!(stray.validate().unwrap_err().key, "park_max_age_ms");
+    let aged = ConsumerConfig {
+        park_max_age: std::time::Duration::from_secs(60),
+        ..park()
+    };
+    assert_eq!(aged.validate(), Ok(()));
 }

@@ -98,6 +98,12 @@ impl ConsumerConfig {
         }
         if self.key_order_after_failure == KeyOrderAfterFailure::Park {
             self.validate_parking()?;
+        } else if !self.park_max_age.is_zero() {
+            return Err(ConfigError::new(
+                "park_max_age_ms",
+                self.park_max_age.as_millis(),
+                "only means something with key_order_after_failure = \"park\"",
+            ));
         }
         if self.exactly_once {
             self.validate_exactly_once()?;

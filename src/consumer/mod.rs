@@ -223,6 +223,7 @@ impl<H: BatchHandler> Consumer<H> {
                     config.consumer_client_config(),
                 )),
                 group: config.group_id.clone(),
+                max_age: (!config.park_max_age.is_zero()).then_some(config.park_max_age),
             });
         let mut shared = Shared::new(
             &config,

@@ -67,6 +67,7 @@ pub fn exception_class(kind: DeadLetterKind) -> &'static str {
         DeadLetterKind::RetriesExhausted => "kafka_dlq.RetriesExhausted",
         DeadLetterKind::Deserialization => "kafka_dlq.DeserializationFailure",
         DeadLetterKind::Unclassified => "kafka_dlq.Unclassified",
+        DeadLetterKind::Parked => "kafka_dlq.ParkedTooLong",
     }
 }
 

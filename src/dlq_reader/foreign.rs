@@ -296,6 +296,7 @@ fn spring_kind(class: Option<&str>) -> DeadLetterKind {
     match class {
         Some("kafka_dlq.PermanentFailure") => DeadLetterKind::Permanent,
         Some("kafka_dlq.RetriesExhausted") => DeadLetterKind::RetriesExhausted,
+        Some("kafka_dlq.ParkedTooLong") => DeadLetterKind::Parked,
         Some(
             "kafka_dlq.DeserializationFailure"
             | "org.springframework.kafka.support.serializer.DeserializationException",
@@ -307,6 +308,19 @@ fn spring_kind(class: Option<&str>) -> DeadLetterKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_kafka_dlq_writes_in_springs_layout_reads_back_as_itself() {
+        for kind in [
+            DeadLetterKind::Permanent,
+            DeadLetterKind::RetriesExhausted,
+            DeadLetterKind::Deserialization,
+            DeadLetterKind::Parked,
+        ] {
+            let class = crate::dlq::spring::exception_class(kind);
+            assert_eq!(spring_kind(Some(class)), kind, "{class}");
+        }
+    }
 
     #[test]
     fn a_spring_dead_letters_class_says_its_kind_when_it_can() {

@@ -203,17 +203,22 @@ pub enum DeadLetterKind {
     /// Written by another tool that does not say which of the two it was (Spring Kafka's
     /// `DeadLetterPublishingRecoverer`, Kafka Connect); kafka-dlq never writes it.
     Unclassified,
+    /// Never failed itself: parked behind an earlier record of its key that left and was not
+    /// resolved within `park_max_age` (`key_order_after_failure = "park"`), it followed that
+    /// record to the dead-letter topic; the message names it.
+    Parked,
 }
 
 impl DeadLetterKind {
     /// The name used in the envelope, logs and metrics: `permanent`, `retries_exhausted`,
-    /// `deserialization` or `unclassified`.
+    /// `deserialization`, `unclassified` or `parked`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeadLetterKind::Permanent => "permanent",
             DeadLetterKind::Deserialization => "deserialization",
             DeadLetterKind::RetriesExhausted => "retries_exhausted",
             DeadLetterKind::Unclassified => "unclassified",
+            DeadLetterKind::Parked => "parked",
         }
     }
 
@@ -224,6 +229,7 @@ impl DeadLetterKind {
             DeadLetterKind::RetriesExhausted,
             DeadLetterKind::Deserialization,
             DeadLetterKind::Unclassified,
+            DeadLetterKind::Parked,
         ]
         .into_iter()
         .find(|k| k.as_str() == name)

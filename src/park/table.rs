@@ -43,6 +43,8 @@ pub struct ParkedKey {
     pub heads: BTreeMap<i64, Head>,
     /// How its last head was resolved; `None` until one is.
     pub resolved: Option<How>,
+    /// The last head resolved.
+    pub resolved_head: Option<Head>,
     /// Its records waiting, in source order.
     pub waiting: VecDeque<Waiting>,
 }
@@ -52,6 +54,7 @@ impl ParkedKey {
         Self {
             heads: BTreeMap::new(),
             resolved: None,
+            resolved_head: None,
             waiting: VecDeque::new(),
         }
     }
@@ -207,10 +210,11 @@ impl ParkTable {
                 let Some(parked) = self.keys.get_mut(key) else {
                     return false;
                 };
-                if parked.heads.remove(head).is_none() {
+                let Some(head) = parked.heads.remove(head) else {
                     return false;
-                }
+                };
                 parked.resolved = Some(*how);
+                parked.resolved_head = Some(head);
                 if parked.is_done() {
                     self.keys.remove(key);
                     return false;

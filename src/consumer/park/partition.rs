@@ -164,6 +164,47 @@ impl PartitionPark {
         Some(self.write(event, cancel))
     }
 
+    /// Resolves, as expired, every head that left more than `max_age` before `now`: their
+    /// keys' parked records follow them to the dead-letter topic when released. The writes,
+    /// to be awaited.
+    pub(crate) fn expire(
+        &mut self,
+        now: chrono::DateTime<chrono::Utc>,
+        max_age: std::time::Duration,
+        cancel: &CancellationToken,
+    ) -> Vec<PendingPark> {
+        let Ok(max_age) = chrono::TimeDelta::from_std(max_age) else {
+            return Vec::new();
+        };
+        let expired: Vec<(Vec<u8>, i64)> = self
+            .table
+            .keys()
+            .flat_map(|(key, parked)| {
+                parked
+                    .heads
+                    .values()
+                    .filter(|h| h.since + max_age <= now)
+                    .map(move |h| (key.to_vec(), h.offset))
+            })
+            .collect();
+        expired
+            .into_iter()
+            .map(|(key, head)| {
+                tracing::warn!(event = "parked_key_expired", topic = %self.source,
+                    partition = self.partition, key = %String::from_utf8_lossy(&key), head,
+                    "its head was not resolved within park_max_age: its parked records follow it to the dead-letter topic");
+                let event = ParkEvent::Resolved {
+                    key,
+                    head,
+                    how: crate::park::How::Expired,
+                    by: "park_max_age".into(),
+                    at: now,
+                };
+                self.write(event, cancel.clone())
+            })
+            .collect()
+    }
+
     /// The first key whose records may be released, if any.
     pub(crate) fn releasable(&self) -> Option<Vec<u8>> {
         self.table

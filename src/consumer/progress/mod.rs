@@ -65,6 +65,8 @@ pub(in crate::consumer) struct Out {
 pub(in crate::consumer) struct Parking {
     pub log: Arc<dyn ParkLog>,
     pub group: String,
+    /// `park_max_age`; `None`: no limit.
+    pub max_age: Option<std::time::Duration>,
 }
 
 impl Out {
@@ -353,6 +355,11 @@ impl Progress {
         let parking = self.out.park.as_ref()?;
         record.key.as_ref()?;
         let cause = match exit {
+            // A parked record following its expired head parks nothing behind it.
+            Exit::DeadLetter {
+                kind: crate::failure::DeadLetterKind::Parked,
+                ..
+            } => return None,
             Exit::DeadLetter { .. } => Cause::DeadLetter,
             Exit::RetryTier { .. } => Cause::RetryTier,
         };

@@ -82,6 +82,13 @@ pub(super) async fn run<H: BatchHandler>(
                         break;
                     }
                     settled.store();
+                    // No take starts with writes in flight: none would be driven.
+                    if wait_writing(&mut settled, &mut input, &cancel)
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
                     continue;
                 }
             }
@@ -168,24 +175,39 @@ pub(super) async fn run<H: BatchHandler>(
         // acknowledgements and the transaction's commits waited behind it, the p99 from fetch
         // to settle of `poison1` and the `eos-*` scenarios 25-51 ms instead of 2-6.
         tokio::task::yield_now().await;
-        // Until the next record comes, store the offsets of the dead letters as they are
-        // acknowledged (an idle partition's last dead letters get committed too).
-        // While keys are parked, only until the park log is due to be read again.
-        if settled.writing() {
-            let parked = settled.park().is_some_and(|p| !p.table().is_empty());
-            let next = input.next(&cancel);
-            let waited = if parked {
-                let next = tokio::time::timeout(CATCH_UP_EVERY, next);
-                settled.meanwhile(next).await.ok()
-            } else {
-                Some(settled.meanwhile(next).await)
-            };
-            match waited {
-                Some(Some(record)) => input.peeked = Some(record),
-                Some(None) => break,
-                None => {}
-            }
+        if wait_writing(&mut settled, &mut input, &cancel)
+            .await
+            .is_err()
+        {
+            break;
         }
     }
     settled.finish().await;
+}
+
+/// Until the next record comes, stores the offsets of the writes in flight as they are
+/// acknowledged (an idle partition's last dead letters get committed too); while keys are
+/// parked, only until the park log is due to be read again. `Err` once `cancel` fired.
+async fn wait_writing(
+    settled: &mut Progress,
+    input: &mut Intake,
+    cancel: &CancellationToken,
+) -> Result<(), Stopped> {
+    if !settled.writing() {
+        return Ok(());
+    }
+    let parked = settled.park().is_some_and(|p| !p.table().is_empty());
+    let next = input.next(cancel);
+    let waited = if parked {
+        let next = tokio::time::timeout(CATCH_UP_EVERY, next);
+        settled.meanwhile(next).await.ok()
+    } else {
+        Some(settled.meanwhile(next).await)
+    };
+    match waited {
+        Some(Some(record)) => input.peeked = Some(record),
+        Some(None) => return Err(Stopped),
+        None => {}
+    }
+    Ok(())
 }

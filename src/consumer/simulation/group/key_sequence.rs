@@ -11,23 +11,22 @@
 //! one. What every schedule must keep already: the earlier record was called first (its call
 //! failed, or it is waiting for its next).
 
-use std::collections::BTreeSet;
-
 use crate::record::Record;
 
 /// The first record of a source partition's `log` before `offset`, with the key of the record
-/// at `offset`, that is not among the `applied` (handled, from wherever it was delivered): the
-/// record whose key order handling `offset` now would break.
+/// at `offset`, that is not `settled` for its key's order (handled, from wherever it was
+/// delivered, or given up by `park_max_age`): the record whose key order handling `offset`
+/// now would break.
 pub(super) fn earlier_unapplied(
     log: &[Record],
-    applied: &BTreeSet<i64>,
+    settled: impl Fn(i64) -> bool,
     offset: i64,
 ) -> Option<i64> {
     let key = &log.get(offset as usize)?.key;
     log[..offset as usize]
         .iter()
         .zip(0..)
-        .find(|(record, earlier)| &record.key == key && !applied.contains(earlier))
+        .find(|(record, earlier)| &record.key == key && !settled(*earlier))
         .map(|(_, earlier)| earlier)
 }
 

@@ -149,6 +149,7 @@ pub(super) fn member(
                 world: world.clone(),
             }),
             group: config.group_id.clone(),
+            max_age: (!config.park_max_age.is_zero()).then_some(config.park_max_age),
         });
     let out = Out {
         budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),

@@ -1,7 +1,7 @@
 //! The group's park log in the world: each source partition's events, appended as they are
 //! handed over (in that order, as one producer's writes to one partition land), acknowledged
 //! after a delay drawn from the seed; a parked record is in the log, and so settled, from
-//! then on. Read by the workers' real `PartitionPark` through the same seam as Kafka's.
+//! then on. A head that `park_max_age` expired is one whose order is given up. Read by the workers' real `PartitionPark` through the same seam as Kafka's.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::world::{WorldRef, SOURCE};
 use crate::consumer::park::log::{ParkLog, ParkRead, ParkReader, PendingPark};
-use crate::park::ParkEvent;
+use crate::park::{How, ParkEvent};
 
 /// The park log of the world's source topic.
 pub(super) struct SimParkLog {
@@ -32,14 +32,30 @@ impl ParkLog for SimParkLog {
             let log = world.park_logs.entry(partition).or_default();
             log.push(event.clone());
             let at = log.len() as i64 - 1;
-            if let ParkEvent::Parked { offset, .. } = event {
-                let tp = (SOURCE.to_string(), partition);
-                world
-                    .partitions
-                    .entry(tp)
-                    .or_default()
-                    .exited
-                    .insert(*offset);
+            let tp = (SOURCE.to_string(), partition);
+            match event {
+                ParkEvent::Parked { offset, .. } => {
+                    world
+                        .partitions
+                        .entry(tp)
+                        .or_default()
+                        .exited
+                        .insert(*offset);
+                }
+                // `park_max_age` gave the head's order up: the key's later records go on.
+                ParkEvent::Resolved {
+                    head,
+                    how: How::Expired,
+                    ..
+                } => {
+                    world
+                        .partitions
+                        .entry(tp)
+                        .or_default()
+                        .gave_up
+                        .insert(*head);
+                }
+                _ => {}
             }
             (at, delay)
         };

@@ -215,6 +215,14 @@ async fn schedule(seed: u64, variant: Variant) -> Result<Report, String> {
         } else {
             crate::config::KeyOrderAfterFailure::Continue
         },
+        // Some schedules give a key's order up after a while (drawn from a generator of
+        // their own, so that the other variants stay as they were).
+        park_max_age: if parking {
+            let mut ages = fastrand::Rng::with_seed(seed ^ 0xa9e);
+            Duration::from_millis([0, 0, 300, 3_000][ages.usize(0..4)])
+        } else {
+            Duration::ZERO
+        },
         ..settings(mode, &tiers)
     };
     let budget_kib = rng.usize(2..=8);

@@ -35,6 +35,10 @@ pub(super) struct Partition {
     /// Records of this source partition a handler call returned success for, wherever they
     /// were delivered from (this partition, a retry topic, the redrive topic).
     pub applied: BTreeSet<i64>,
+    /// Records of this source partition whose place in their key's order `park_max_age`
+    /// gave up: heads it expired, and the records parked behind them that followed them to
+    /// the dead-letter topic.
+    pub gave_up: BTreeSet<i64>,
     /// Records whose dead letter or retry record was acknowledged.
     pub exited: BTreeSet<i64>,
     /// Retry records another group wrote: never this group's to handle, settled as they are.
@@ -393,7 +397,7 @@ impl World {
         let partition = self.partitions.entry(source.clone()).or_default();
         if let Some(earlier) = super::key_sequence::earlier_unapplied(
             &partition.log,
-            &partition.applied,
+            |earlier| partition.applied.contains(&earlier) || partition.gave_up.contains(&earlier),
             record.offset,
         ) {
             let id = &partition.log[earlier as usize].id;
@@ -460,6 +464,13 @@ impl World {
         let known = self.partitions.get_mut(&tp).and_then(|partition| {
             let key = partition.log.get(offset as usize)?.key.clone();
             let (offsets, first_called) = partition.order.get_mut(&key.filter(|_| key_order))?;
+            // A record `park_max_age` sent to the dead-letter topic unhandled is never called.
+            while offsets
+                .get(*first_called)
+                .is_some_and(|o| partition.gave_up.contains(o))
+            {
+                *first_called += 1;
+            }
             Some((offsets.binary_search(&offset).ok()?, offsets, first_called))
         });
         let Some((at, offsets, first_called)) = known else {

@@ -89,6 +89,15 @@ fn acknowledge(
             attempts,
         } => {
             w.dead_letters += 1;
+            if kind == crate::failure::DeadLetterKind::Parked {
+                // Its order given up by `park_max_age`: the key's later records go on.
+                let tp = (record.topic.clone(), record.partition);
+                w.partitions
+                    .entry(tp)
+                    .or_default()
+                    .gave_up
+                    .insert(record.offset);
+            }
             if let Some(letters) = &mut w.dead_lettered {
                 letters.push(Envelope::new(record, kind, &message, attempts, GROUP));
             }
