@@ -3,7 +3,7 @@
 //! Pure: the owner of the partition applies each event of the log (its own as it writes
 //! them, others' as it reads them) and asks the table before each record.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
@@ -90,7 +90,9 @@ pub enum Decision {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct ParkTable {
-    keys: HashMap<Vec<u8>, ParkedKey>,
+    // Ordered: which key a worker releases first, and so a simulated schedule, must not
+    // depend on a hasher's random seed.
+    keys: BTreeMap<Vec<u8>, ParkedKey>,
     /// The park-log offset after the last event applied.
     next: i64,
     /// The records waiting, over every key.
