@@ -37,16 +37,21 @@ impl Handler for Slow {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.in_flight.lock().unwrap().0 -= 1;
-        let (key, seq) = value.split_once('/').unwrap();
-        self.order
-            .lock()
-            .unwrap()
-            .entry(key.to_string())
-            .or_default()
-            .push(seq.parse().unwrap());
+        note(&self.order, &value);
         *self.handled.lock().unwrap() += 1;
         Ok(())
     }
+}
+
+/// Notes `value` (`key/seq`) as handled: its seq after its key's others.
+fn note(order: &Mutex<HashMap<String, Vec<u32>>>, value: &str) {
+    let (key, seq) = value.split_once('/').unwrap();
+    order
+        .lock()
+        .unwrap()
+        .entry(key.to_string())
+        .or_default()
+        .push(seq.parse().unwrap());
 }
 
 fn keyed(key: &str, value: &str) -> Out {
@@ -218,13 +223,7 @@ impl Handler for Fixable {
         {
             return Err(HandlerError::permanent(format!("{value} rejected")));
         }
-        let (key, seq) = value.split_once('/').unwrap();
-        self.order
-            .lock()
-            .unwrap()
-            .entry(key.to_string())
-            .or_default()
-            .push(seq.parse().unwrap());
+        note(&self.order, &value);
         Ok(())
     }
 }
