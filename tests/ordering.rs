@@ -493,6 +493,7 @@ async fn parked_keys_stay_in_order_across_members_that_join_leave_and_crash() {
     };
     let total = (KEYS * EVENTS) as usize;
     let wait = Duration::from_secs(120);
+    let began = std::time::Instant::now();
     let a = Running::start(config.clone(), handler.clone());
     assert!(
         eventually(wait, || applied(&handler) > total / 10).await,
@@ -524,6 +525,7 @@ async fn parked_keys_stay_in_order_across_members_that_join_leave_and_crash() {
         committed(&brokers, &group, &topic, 4)
     );
 
+    let settled_in = began.elapsed();
     // The fix, then the dead letters replayed.
     handler
         .fixed
@@ -578,7 +580,9 @@ async fn parked_keys_stay_in_order_across_members_that_join_leave_and_crash() {
         "{table}"
     );
     eprintln!(
-        "{total} events, {} broken until the fix, {repeats} applied again (at least once)",
-        broken.len()
+        "{total} events, {} broken until the fix, {repeats} applied again (at least once); \
+         settled in {settled_in:?}, all applied after {:?}",
+        broken.len(),
+        began.elapsed()
     );
 }
