@@ -97,6 +97,8 @@ pub struct ParkTable {
     next: i64,
     /// The records waiting, over every key.
     waiting: usize,
+    /// The keys that may be released now, kept as events come: no walk of the table.
+    releasable: std::collections::BTreeSet<Vec<u8>>,
 }
 
 impl ParkTable {
@@ -140,14 +142,29 @@ impl ParkTable {
     /// released now ([`ParkedKey::releasable`]). Reading an event again changes nothing.
     pub fn apply(&mut self, at: i64, event: &ParkEvent) -> bool {
         self.next = self.next.max(at + 1);
-        self.fold(at, event)
+        self.fold_and_note(at, event)
     }
 
     /// Applies `event` as the partition's owner writes it, before it is read back: at the
     /// offset after the last event read, which is no later than where it lands (read back,
     /// its real offset replaces that).
     pub fn apply_written(&mut self, event: &ParkEvent) -> bool {
-        self.fold(self.next, event)
+        self.fold_and_note(self.next, event)
+    }
+
+    /// The keys whose records may be released now ([`ParkedKey::releasable`]), in key order.
+    pub fn releasable(&self) -> impl Iterator<Item = &[u8]> {
+        self.releasable.iter().map(Vec::as_slice)
+    }
+
+    fn fold_and_note(&mut self, at: i64, event: &ParkEvent) -> bool {
+        let releasable = self.fold(at, event);
+        if releasable {
+            self.releasable.insert(event.key().to_vec());
+        } else {
+            self.releasable.remove(event.key());
+        }
+        releasable
     }
 
     /// The log was read up to `next` (the events before it that are not applied were not
@@ -359,6 +376,7 @@ mod tests {
     fn a_resolved_head_releases_its_records_in_order_and_then_the_key() {
         let mut table = table(&[head("k", 10), parked("k", 12), parked("k", 15)]);
         assert!(table.apply(3, &resolved("k", 10)));
+        assert_eq!(table.releasable().collect::<Vec<_>>(), [b"k"]);
         let waiting: Vec<i64> = table
             .get(b"k")
             .unwrap()
@@ -375,6 +393,7 @@ mod tests {
         assert_eq!(table.waiting(), 2);
         assert!(!table.apply(6, &released("k", 16, 4)));
         assert!(table.is_empty());
+        assert_eq!(table.releasable().count(), 0);
         assert_eq!(table.waiting(), 0);
         assert_eq!(table.decide(Some(b"k"), 17), Decision::Pass);
     }

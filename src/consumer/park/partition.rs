@@ -205,12 +205,9 @@ impl PartitionPark {
             .collect()
     }
 
-    /// The first key whose records may be released, if any.
-    pub(crate) fn releasable(&self) -> Option<Vec<u8>> {
-        self.table
-            .keys()
-            .find(|(_, parked)| parked.releasable())
-            .map(|(key, _)| key.to_vec())
+    /// The keys whose records may be released.
+    pub(crate) fn releasable(&self) -> Vec<Vec<u8>> {
+        self.table.releasable().map(<[u8]>::to_vec).collect()
     }
 
     /// Parks `record` (its key is parked): counts it at once and writes it to the log.

@@ -7,6 +7,7 @@
 //! it was parked: a release that stops half-way is done again from the last `released`
 //! event by whoever owns the partition next (at least once).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,45 +47,69 @@ pub(super) async fn park_turn<H: BatchHandler>(
             }
         }
     }
-    while let Some(key) = settled.park().and_then(|p| p.releasable()) {
-        // A revoked worker starts no release: the next owner does it.
-        if cancel.is_cancelled() {
-            return Err(Stopped);
-        }
-        // The partition's own writes in flight are driven by its progress alone: done first,
-        // so that they neither wait for the release nor hold the budget its writes need.
-        settled.finish().await;
-        // The released records settle by a progress of their own, pipelined: their offsets
-        // were passed when they were parked, so it takes none and stores none. It parks by
-        // the partition's table, lent to it.
-        let park = settled.take_park().expect("checked above");
-        let (topic, partition) = (park.source().to_string(), park.partition());
-        let never = CancellationToken::new();
-        let out = shared.out.clone();
-        let mut released = Progress::new(&topic, partition, Way::pipelined(), never, out);
-        released.set_park(park);
-        let result = release(shared, metrics, &mut released, &key, cancel).await;
-        settled.set_park(released.take_park().expect("lent back"));
-        result?;
+    let keys = settled.park().map(|p| p.releasable()).unwrap_or_default();
+    if keys.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    // A revoked worker starts no release: the next owner does it.
+    if cancel.is_cancelled() {
+        return Err(Stopped);
+    }
+    // The partition's own writes in flight are driven by its progress alone: done first, so
+    // that they neither wait for the release nor hold the budget its writes need.
+    settled.finish().await;
+    // The released records settle by a progress of their own, pipelined: their offsets were
+    // passed when they were parked, so it takes none and stores none. It parks by the
+    // partition's table, lent to it.
+    let park = settled.take_park().expect("checked above");
+    let (topic, partition) = (park.source().to_string(), park.partition());
+    let never = CancellationToken::new();
+    let out = shared.out.clone();
+    let mut released = Progress::new(&topic, partition, Way::pipelined(), never, out);
+    released.set_park(park);
+    let result = release(shared, metrics, &mut released, keys, cancel).await;
+    settled.set_park(released.take_park().expect("lent back"));
+    result
 }
 
-/// Releases `key`'s parked records, in order, until none waits or one leaves again (or the
-/// log cannot be read now: logged, tried again at the next turn). Their settling is
-/// pipelined; once they are settled (every dead letter acknowledged), at most every
-/// [`RELEASED_EVERY`] records and at the end, a `released` event says how far it went.
+/// Releases the parked records of `keys` (each resolved), in one read of the park log from
+/// the first of them: each key's records in their order, until none of it waits or one of
+/// them leaves again (a read that fails is logged and tried again at the next turn). Their
+/// settling is pipelined; once they are settled (every dead letter acknowledged), at most
+/// every [`RELEASED_EVERY`] records and at the end, a `released` event per key says how far it
+/// went.
 async fn release<H: BatchHandler>(
     shared: &Arc<Shared<H>>,
     metrics: &mut TopicMetrics<'_>,
     released: &mut Progress,
-    key: &[u8],
+    keys: Vec<Vec<u8>>,
     cancel: &CancellationToken,
 ) -> Result<(), Stopped> {
     let park = released.park().expect("lent");
-    let Some(from) = waiting_front(park, key) else {
+    // Each key's waiting records, in order (each is settled once its event comes), whether its
+    // head expired, and the last record settled and its park-log offset, not yet said.
+    let mut releasing: BTreeMap<Vec<u8>, Releasing> = BTreeMap::new();
+    let mut from = i64::MAX;
+    for key in keys {
+        let Some(parked) = park.table().get(&key) else {
+            continue;
+        };
+        from = from.min(parked.waiting.front().map_or(i64::MAX, |w| w.event));
+        tracing::info!(event = "key_released", topic = %park.source(),
+            partition = park.partition(), key = %String::from_utf8_lossy(&key),
+            waiting = parked.waiting.len(), expired = parked.resolved == Some(How::Expired));
+        releasing.insert(
+            key,
+            Releasing {
+                waiting: parked.waiting.iter().map(|w| w.offset).collect(),
+                expired: parked.resolved == Some(How::Expired),
+                done: None,
+            },
+        );
+    }
+    if releasing.is_empty() {
         return Ok(());
-    };
+    }
     let events = match park.read_from(from).await {
         Ok(events) => events,
         Err(error) => {
@@ -93,25 +118,10 @@ async fn release<H: BatchHandler>(
             return Ok(());
         }
     };
-    let expired = park
-        .table()
-        .get(key)
-        .is_some_and(|k| k.resolved == Some(How::Expired));
-    tracing::info!(event = "key_released", topic = %park.source(), expired,
-        partition = park.partition(), key = %String::from_utf8_lossy(key),
-        waiting = park.table().get(key).map_or(0, |k| k.waiting.len()));
-    // The key's waiting records, in order: each is settled once its event comes.
-    let mut waiting: std::collections::VecDeque<i64> = park
-        .table()
-        .get(key)
-        .map(|k| k.waiting.iter().map(|w| w.offset).collect())
-        .unwrap_or_default();
-    // The last record settled and its park-log offset, not yet said in a `released` event.
-    let mut done: Option<(i64, i64)> = None;
     let mut since_said = 0;
     for (at, event) in events {
         let ParkEvent::Parked {
-            key: parked_key,
+            key,
             offset,
             id,
             timestamp,
@@ -121,65 +131,83 @@ async fn release<H: BatchHandler>(
         else {
             continue;
         };
-        if parked_key != key {
+        let Some(state) = releasing.get_mut(&key) else {
+            continue;
+        };
+        if state.waiting.front() != Some(&offset) {
+            // Released already, or parked twice (it came again before its offset was
+            // committed): the first copy counts.
             continue;
         }
         if cancel.is_cancelled() {
             return Err(Stopped);
         }
-        let Some(&next) = waiting.front() else {
-            break;
-        };
-        if offset != next {
-            // Released already, or parked twice (it came again before its offset was
-            // committed): the first copy counts.
-            continue;
-        }
-        waiting.pop_front();
+        state.waiting.pop_front();
         let park = released.park().expect("lent");
         let record = Record {
             id,
-            key: Some(parked_key),
+            key: Some(key.clone()),
             payload: value,
             headers,
             timestamp: timestamp.and_then(chrono::DateTime::from_timestamp_millis),
             timestamp_type: timestamp.map(|_| crate::record::TimestampType::CreateTime),
             ..Record::new(park.source(), park.partition(), offset)
         };
-        if expired {
+        if state.expired {
             // It follows its expired head to the dead-letter topic.
             let leaving = Leaving {
                 exit: Exit::DeadLetter {
                     kind: DeadLetterKind::Parked,
                     attempts: 0,
                 },
-                message: expiry_message(park, key, shared),
+                message: expiry_message(park, &key, shared),
                 fetched: Instant::now(),
                 span: tracing::Span::current(),
             };
             released.exit(&record, leaving, cancel).await?;
+            // Its write may have waited for the budget: the next call does not follow
+            // straight on.
+            metrics.follows = None;
         } else {
             settle_record(shared, metrics, &record, Instant::now(), released, cancel).await?;
         }
         let park = released.park().expect("lent");
         if park
             .table()
-            .get(key)
+            .get(&key)
             .is_some_and(|k| k.heads.contains_key(&offset))
         {
             // It left again: the key's new head; the rest stay parked behind it.
-            break;
+            let state = releasing.remove(&key).expect("releasing");
+            say_released(released, &key, state.done, cancel).await?;
+            metrics.follows = None;
+            continue;
         }
-        done = Some((offset, at));
+        state.done = Some((offset, at));
         since_said += 1;
         if since_said == RELEASED_EVERY {
-            say_released(released, key, done.take(), cancel).await?;
+            for (key, state) in &mut releasing {
+                say_released(released, key, state.done.take(), cancel).await?;
+            }
+            metrics.follows = None;
             since_said = 0;
         }
     }
-    say_released(released, key, done, cancel).await?;
+    for (key, state) in releasing {
+        say_released(released, &key, state.done, cancel).await?;
+    }
     metrics.follows = None;
     Ok(())
+}
+
+/// A key being released.
+struct Releasing {
+    /// Its waiting records' source offsets, in order.
+    waiting: VecDeque<i64>,
+    /// Whether its head expired (its records follow it to the dead-letter topic).
+    expired: bool,
+    /// The last record settled (source offset, park-log offset), not yet said.
+    done: Option<(i64, i64)>,
 }
 
 /// A release says how far it went at most every this many records: a member that stops
@@ -205,12 +233,6 @@ async fn say_released(
     let park = released.park().expect("lent");
     park.released(key, offset, at, cancel.clone()).await?;
     Ok(())
-}
-
-/// The park-log offset of `key`'s first waiting record, while its heads are resolved.
-fn waiting_front(park: &PartitionPark, key: &[u8]) -> Option<i64> {
-    let parked = park.table().get(key).filter(|k| k.releasable())?;
-    Some(parked.waiting.front()?.event)
 }
 
 /// Why a parked record of `key` follows its head to the dead-letter topic: the head's id
