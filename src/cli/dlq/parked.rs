@@ -16,9 +16,9 @@ use crate::cli::CliError;
 pub(crate) struct ParkedArgs {
     #[command(flatten)]
     cluster: Cluster,
-    /// The source topic.
+    /// The source topic whose keys the group parks.
     #[arg(long)]
-    topic: String,
+    source_topic: String,
     /// The consumer group that parks its keys.
     #[arg(long)]
     group: String,
@@ -38,7 +38,7 @@ impl ParkedArgs {
 
     /// The park log it reads.
     pub(super) fn park_topic(&self) -> String {
-        kafka_dlq::park::park_topic(&self.topic, &self.group)
+        kafka_dlq::park::park_topic(&self.source_topic, &self.group)
     }
 }
 
@@ -57,7 +57,7 @@ pub(super) async fn run(args: ParkedArgs) -> Result<(), CliError> {
         .with_context(|| {
             format!(
                 "cannot read the park log `{topic}` (does group `{}` park keys of `{}`?)",
-                args.group, args.topic
+                args.group, args.source_topic
             )
         })
         .map_err(CliError::Runtime)?;
@@ -65,7 +65,7 @@ pub(super) async fn run(args: ParkedArgs) -> Result<(), CliError> {
     if args.json {
         for (partition, table) in &tables {
             for (key, parked) in sorted(table) {
-                let line = json(&args.topic, *partition, key, parked);
+                let line = json(&args.source_topic, *partition, key, parked);
                 let _ = writeln!(out, "{line}");
             }
         }
