@@ -72,6 +72,16 @@ impl Browser {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let value = self.answer(method, path, body).await;
+        assert!(
+            value["value"]["error"].is_null(),
+            "WebDriver {path}: {value}"
+        );
+        value["value"].clone()
+    }
+
+    /// ChromeDriver's whole answer to a request, an error included.
+    async fn answer(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
         if let Some(body) = body {
             request = request
@@ -79,12 +89,7 @@ impl Browser {
                 .body(body.to_string());
         }
         let response = request.send().await.expect("chromedriver answers");
-        let value = response.json_value().await;
-        assert!(
-            value["value"]["error"].is_null(),
-            "WebDriver {path}: {value}"
-        );
-        value["value"].clone()
+        response.json_value().await
     }
 
     fn at(&self, path: &str) -> String {
@@ -122,15 +127,25 @@ impl Browser {
         found[ELEMENT].as_str().unwrap().to_string()
     }
 
-    /// Clicks the first element `css` selects, as a user would.
+    /// Clicks the first element `css` selects, as a user would. The page may render the
+    /// element again between finding and clicking it (CI once caught a stale element there):
+    /// then it is found again, up to five times, as a user's eye would.
     pub async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.call(
-            reqwest::Method::POST,
-            &self.at(&format!("/element/{id}/click")),
-            Some(json!({})),
-        )
-        .await;
+        for _ in 0..5 {
+            let id = self.element(css).await;
+            let path = self.at(&format!("/element/{id}/click"));
+            let value = self
+                .answer(reqwest::Method::POST, &path, Some(json!({})))
+                .await;
+            match value["value"]["error"].as_str() {
+                None => return,
+                Some("stale element reference") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                Some(_) => panic!("WebDriver {path}: {value}"),
+            }
+        }
+        panic!("{css} was rendered again at each of five clicks");
     }
 
     /// Clears the field `css` selects and types `text` into it.
