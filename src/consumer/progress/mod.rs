@@ -321,8 +321,6 @@ impl Progress {
     fn resolution(&mut self, record: &Record) -> Option<PendingPark> {
         let parking = self.out.park.as_ref()?;
         let key = record.key.as_ref()?;
-        let now = self.out.client.now();
-        let cancel = self.revoked.clone();
         match &record.retry {
             Some(retry) if retry.is_for(&parking.group) => {
                 let event = crate::park::ParkEvent::Resolved {
@@ -330,16 +328,26 @@ impl Progress {
                     head: record.offset,
                     how: crate::park::How::Handled,
                     by: parking.group.clone(),
-                    at: now,
+                    at: self.out.client.now(),
                 };
                 let (topic, partition) = (record.source_topic(), record.partition);
-                Some(parking.log.write(topic, partition, &event, cancel))
+                Some(
+                    parking
+                        .log
+                        .write(topic, partition, &event, self.revoked.clone()),
+                )
             }
             Some(_) => None,
-            None => self
-                .park
-                .as_mut()?
-                .resolve_if_head(record, &parking.group, now, cancel),
+            // Every handled record of a parking source partition asks: no clock read or
+            // clone unless its key is parked.
+            None => {
+                let park = self.park.as_mut()?;
+                if park.table().is_empty() {
+                    return None;
+                }
+                let (now, cancel) = (self.out.client.now(), self.revoked.clone());
+                park.resolve_if_head(record, &parking.group, now, cancel)
+            }
         }
     }
 
