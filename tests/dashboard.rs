@@ -88,8 +88,9 @@ async fn every_dashboard_query_and_alert_rule_asks_for_metrics_that_metrics_serv
     )
     .await;
     let mut config = test_config(&brokers, &group, &topic);
-    // With a retry tier, so that its series exist too.
+    // With a retry tier and parking, so that their series exist too.
     config.retry_topic_delays_ms = "60000".parse().unwrap();
+    config.key_order_after_failure = kafka_dlq::config::KeyOrderAfterFailure::Park;
     config.librdkafka.insert("statistics.interval.ms", "200");
     let handler = Scripted::default();
     let consumer = kafka_dlq::Consumer::new(config, handler.clone()).unwrap();
