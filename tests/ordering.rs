@@ -392,6 +392,112 @@ async fn a_dead_lettered_records_key_waits_behind_it_until_it_is_redriven_and_ha
     }
 }
 
+/// An operator discards a parked key's head in the console (it needs no redrive): the answer
+/// says how many parked records that releases, and the partition's owner hands them to the
+/// handler in order, before any newer record of the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discarding_a_parked_keys_head_in_the_console_releases_its_records_in_order() {
+    let brokers = brokers();
+    let topic = unique("parked-discard");
+    let group = unique("g");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    produce(&brokers, &topic, events(4, 0..4)).await;
+    let handler = Fixable::default();
+    handler.broken.lock().unwrap().push("k1/0".to_string());
+    let config = ConsumerConfig {
+        key_order_after_failure: kafka_dlq::config::KeyOrderAfterFailure::Park,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&16))
+        .await,
+        "every record handled, dead-lettered or parked"
+    );
+    assert!(handler.order_of("k1").is_empty(), "k1 waits behind k1/0");
+
+    // The console, and an operator's discard of k1/0's dead letter.
+    const OPERATOR: &str = "operator-token-0123456789abcdef";
+    let listen = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let _console = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-dlq"))
+        .args(["console", "--brokers", &brokers, "--dlq-topic", &dlq])
+        .args(["--listen", &listen.to_string()])
+        .env(
+            "KAFKA_DLQ_CONSOLE_OPERATOR_TOKEN",
+            format!("alice:{OPERATOR}"),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kafka-dlq console");
+    let http = reqwest::Client::new();
+    let discard = || async {
+        let answer = http
+            .post(format!("http://{listen}/api/discards"))
+            .bearer_auth(OPERATOR)
+            .json(&serde_json::json!({
+                "filter": { "dlq_topic": dlq, "text": "k1/0" },
+                "reason": "the order was cancelled",
+            }))
+            .send()
+            .await
+            .ok()?;
+        let status = answer.status();
+        let body: serde_json::Value = answer.json().await.ok()?;
+        (status == 200 && body["discarded"] == 1).then_some(body)
+    };
+    let mut answer = None;
+    let deadline = std::time::Instant::now() + WAIT;
+    while answer.is_none() && std::time::Instant::now() < deadline {
+        answer = discard().await;
+        if answer.is_none() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    let answer = answer.expect("the console discards k1/0's dead letter");
+    assert_eq!(
+        answer["released"],
+        serde_json::json!({ "keys": 1, "records": 3 }),
+        "{answer}"
+    );
+    assert!(
+        eventually(WAIT, || handler.order_of("k1") == [1, 2, 3]).await,
+        "k1's parked records, in order: {:?}",
+        handler.order_of("k1")
+    );
+    // The key flows again; nothing is parked.
+    produce(&brokers, &topic, events(4, 4..5)).await;
+    assert!(
+        eventually(WAIT, || handler.order_of("k1") == [1, 2, 3, 4]).await,
+        "{:?}",
+        handler.order_of("k1")
+    );
+    let (code, table, err) = cli(&[
+        "dlq",
+        "parked",
+        "--brokers",
+        &brokers,
+        "--source-topic",
+        &topic,
+        "--group",
+        &group,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("0 parked key(s), 0 record(s) waiting"),
+        "{table}"
+    );
+    running.stop().await;
+    for k in [0, 2, 3] {
+        assert_eq!(handler.order_of(&format!("k{k}")), [0, 1, 2, 3, 4], "k{k}");
+    }
+}
+
 /// `park_max_age`: a key whose head is not resolved in time gives its order up: its parked
 /// records follow the head to the dead-letter topic, in order, each with kind `parked` and a
 /// message naming the head; the key's newer records go to the handler again.

@@ -10,6 +10,7 @@
 
 pub mod event;
 pub mod read;
+pub mod resolve;
 pub mod table;
 
 pub use event::{Cause, How, ParkEvent, ParkEventError};

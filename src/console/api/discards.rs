@@ -58,6 +58,11 @@ pub(super) async fn discard(
         return c.ask_for(&caller, ask, frozen).await;
     }
     let (count, ends) = (frozen.count, frozen.ends);
+    // Released before the discard is recorded: if the release fails, nothing is recorded and
+    // discarding again does it all (a head resolved twice is harmless).
+    let released = c
+        .release_discarded(frozen.heads, &Console::operator(&caller))
+        .await?;
     let mut run = ReplayRun::record(Action::Discard, &Console::operator(&caller), &topic);
     run.filter = filter.key();
     run.selection = Some(filter);
@@ -66,7 +71,12 @@ pub(super) async fn discard(
     run.scanned = count;
     run.passed_over = count;
     c.record(&run).await?;
-    Ok(Json(json!({ "run": run.run, "discarded": count })).into_response())
+    Ok(Json(json!({
+        "run": run.run,
+        "discarded": count,
+        "released": super::requests::released_json(released),
+    }))
+    .into_response())
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -2,7 +2,7 @@
 //! acting, the list, and approving (which carries the request out, on exactly its frozen
 //! selection) or rejecting.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -17,6 +17,8 @@ use crate::console::access::{Caller, Role};
 use crate::console::approvals::{self, Requested};
 use crate::console::redrives::Request;
 use crate::dlq_reader::Filter;
+use crate::park::resolve::{HeadRef, WaitingBehind};
+use crate::park::How;
 use crate::replay::audit::{Action, Asked, Edit, ReplayRun};
 use crate::replay::transform::Transform;
 use crate::replay::Destination;
@@ -42,6 +44,9 @@ pub(super) struct Frozen {
     pub count: u64,
     pub ends: HashMap<i32, i64>,
     pub outside_direct: u64,
+    /// The source records of those dead letters that may be parked keys' heads: those of
+    /// groups that have a park log ([`crate::park::resolve::find`] says which are).
+    pub heads: BTreeSet<HeadRef>,
 }
 
 impl Console {
@@ -59,10 +64,26 @@ impl Console {
     ) -> Result<Frozen, ApiError> {
         let direct = caller.permissions.direct_scope();
         let (mut count, mut outside_direct) = (0u64, 0u64);
+        let park_logs = self.park_logs().await?;
+        let mut heads = BTreeSet::new();
         let ends = self
             .watch
             .scan(filter, Some(dlq_topic), false, |entry, _| {
                 count += 1;
+                if let Some(e) = entry.content.envelope() {
+                    let s = &e.source;
+                    if !park_logs.is_empty()
+                        && !s.group.is_empty()
+                        && park_logs.contains(&crate::park::park_topic(&s.topic, &s.group))
+                    {
+                        heads.insert(HeadRef {
+                            source: s.topic.clone(),
+                            group: s.group.clone(),
+                            partition: s.partition,
+                            offset: s.offset,
+                        });
+                    }
+                }
                 let group = entry.content.envelope().map(|e| e.source.group.as_str());
                 if direct
                     .as_ref()
@@ -78,7 +99,46 @@ impl Console {
             count,
             ends,
             outside_direct,
+            heads,
         })
+    }
+
+    /// The cluster's park logs' names (and any other topic named `…-park-…`).
+    async fn park_logs(&self) -> Result<BTreeSet<String>, ApiError> {
+        let config = self.kafka();
+        tokio::task::spawn_blocking(move || crate::park::resolve::park_logs(&config))
+            .await
+            .map_err(|e| ApiError::Upstream(format!("cannot list the park logs: {e}")))?
+            .map_err(|e| ApiError::Upstream(format!("cannot list the park logs: {e}")))
+    }
+
+    /// Resolves, as discarded by `operator`, the parked keys' heads among `heads`: their
+    /// partitions' owners release the records parked behind them, in order.
+    pub(super) async fn release_discarded(
+        &self,
+        heads: BTreeSet<HeadRef>,
+        operator: &str,
+    ) -> Result<WaitingBehind, ApiError> {
+        if heads.is_empty() {
+            return Ok(WaitingBehind::default());
+        }
+        let config = self.kafka();
+        let read = config.clone();
+        let found = tokio::task::spawn_blocking(move || crate::park::resolve::find(&read, &heads))
+            .await
+            .map_err(|e| ApiError::Upstream(format!("cannot read the park logs: {e}")))?
+            .map_err(|e| ApiError::Upstream(format!("cannot read the park logs: {e}")))?;
+        crate::park::resolve::resolve(&config, &found, How::Discarded, operator)
+            .await
+            .map_err(|e| ApiError::Upstream(e.to_string()))
+    }
+
+    /// A client configuration of the console's cluster (its connection and security).
+    fn kafka(&self) -> rdkafka::ClientConfig {
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", &self.config.brokers);
+        self.config.librdkafka.apply(&mut config);
+        config
     }
 
     /// Whether an action on `frozen` waits for approval.
@@ -316,7 +376,12 @@ async fn carry_out(
     match a.asked.as_ref().map(|x| x.action) {
         Some(Action::Discard) => {
             // Counted again: those resolved since it was asked are not discarded twice.
-            let Frozen { count, ends, .. } = c.freeze(caller, &a.dlq_topic, &filter).await?;
+            let Frozen {
+                count, ends, heads, ..
+            } = c.freeze(caller, &a.dlq_topic, &filter).await?;
+            // Released before the discard is recorded: if the release fails, nothing is
+            // recorded and approving again does it all (a head resolved twice is harmless).
+            let released = c.release_discarded(heads, &a.operator).await?;
             let mut run = ReplayRun::record(Action::Discard, &a.operator, &a.dlq_topic);
             run.filter = filter.key();
             run.ends = filter
@@ -329,7 +394,7 @@ async fn carry_out(
             run.passed_over = count;
             run.request = Some(a.run.clone());
             c.record(&run).await?;
-            Ok(json!({ "run": run.run, "discarded": count }))
+            Ok(json!({ "run": run.run, "discarded": count, "released": released_json(released) }))
         }
         _ => {
             let destination = match a.to.as_str() {
@@ -359,4 +424,10 @@ async fn carry_out(
             Ok(json!({ "redrive": id }))
         }
     }
+}
+
+/// What a discard released, as its answer says it: the parked keys whose head it discarded
+/// and the records that waited behind them.
+pub(super) fn released_json(released: WaitingBehind) -> serde_json::Value {
+    json!({ "keys": released.keys, "records": released.records })
 }
