@@ -2973,3 +2973,193 @@ async fn the_page_shows_an_avro_dead_letter_decoded_and_redrives_its_edited_json
         vec![json!({"id": 7, "customer": {"name": "edited"}, "note": "fixed by hand"})]
     );
 }
+
+/// `key_order_after_failure = "park"`: the console shows what waits behind a dead letter —
+/// per cause in the inbox, per dead letter, in a redrive's dry run — and a discard in the page
+/// releases the key's parked records, which the handler then gets in their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_records_parked_behind_a_dead_letter_and_a_discard_releases_them() {
+    let brokers = brokers();
+    let topic = unique("parked");
+    let dlq = format!("{topic}-dlt");
+    let group = unique("billing");
+    create_topic(&brokers, &topic, 1).await;
+    create_topic(&brokers, &dlq, 1).await;
+    // Keys k0-k2, events 0-3 of each, interleaved; k1's first is rejected for good.
+    let event = |k: u32, seq: u32| {
+        let value = match (k, seq) {
+            (1, 0) => "perm-k1-0".to_string(),
+            _ => format!("ok-k{k}-{seq}"),
+        };
+        let mut out = Out::new(0, &value);
+        out.key = Some(format!("k{k}").into_bytes());
+        out
+    };
+    produce(
+        &brokers,
+        &topic,
+        (0..4)
+            .flat_map(|s| (0..3).map(move |k| event(k, s)))
+            .collect(),
+    )
+    .await;
+    let handler = Scripted::default();
+    let config = kafka_dlq::ConsumerConfig {
+        key_order_after_failure: kafka_dlq::config::KeyOrderAfterFailure::Park,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&12))
+        .await,
+        "every record handled, dead-lettered or parked"
+    );
+    let k1 = || -> Vec<String> {
+        handler
+            .calls()
+            .into_iter()
+            .map(|c| c.value)
+            .filter(|v| v.contains("-k1-"))
+            .collect()
+    };
+    assert_eq!(k1(), ["perm-k1-0"], "k1 waits behind its first event");
+
+    // The monitor's alert names what waits behind the new dead letter.
+    use std::sync::{Arc, Mutex};
+    let posted: Arc<Mutex<Vec<String>>> = Arc::default();
+    let hook = {
+        let posted = posted.clone();
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: String| async move {
+                posted.lock().unwrap().push(body);
+                "ok"
+            }),
+        )
+    };
+    let slack = serve_on_loopback(hook).await;
+    let monitor = kafka_dlq::monitor::Monitor::new(kafka_dlq::monitor::MonitorConfig {
+        group_id: unique("monitor"),
+        window_ms: 3_000,
+        min_interval_ms: 0,
+        check_interval_ms: 300,
+        slack: kafka_dlq::monitor::SlackTarget::Webhook {
+            url: kafka_dlq::monitor::Secret::new(format!("http://{slack}/hook")),
+        },
+        ..kafka_dlq::monitor::MonitorConfig::new(&brokers, [dlq.clone()])
+    })
+    .unwrap();
+    let stop_monitor = tokio_util::sync::CancellationToken::new();
+    let monitoring = tokio::spawn(monitor.run(stop_monitor.clone().cancelled_owned()));
+    let said = |text: &str| posted.lock().unwrap().iter().any(|p| p.contains(text));
+    assert!(
+        eventually(WAIT, || said("1 new dead letter")).await,
+        "{:?}",
+        posted.lock().unwrap()
+    );
+    assert!(
+        said("*Parked:* 1 key waits behind them, 3 records in all"),
+        "{:?}",
+        posted.lock().unwrap()
+    );
+    stop_monitor.cancel();
+    monitoring.await.unwrap().unwrap();
+
+    let (_console, base) = console(&dlq, "", &[]).await;
+    let api = Api::new(&base);
+    // The cause's row: one key, three records waiting behind it.
+    let rows = api
+        .inbox_until("", |rows| rows.len() == 1 && rows[0]["parked"]["keys"] == 1)
+        .await;
+    assert_eq!(rows[0]["parked"]["records"], 3, "{}", rows[0]);
+    assert!(rows[0]["parked"]["oldest"].is_string(), "{}", rows[0]);
+    // The dead letter, listed and opened.
+    let (status, list) = api
+        .get(
+            &format!("/api/dead-letters?dlq_topic={dlq}"),
+            As::Bearer(VIEWER),
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["dead_letters"][0]["parked"]["records"], 3, "{list}");
+    let (status, one) = api
+        .get(&format!("/api/dead-letters/{dlq}/0/0"), As::Bearer(VIEWER))
+        .await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["parked"]["records"], 3, "{one}");
+    // A dry run says what a redrive would release.
+    let (status, started) = api
+        .post(
+            "/api/redrives",
+            As::Bearer(OPERATOR),
+            json!({ "filter": { "dlq_topic": dlq }, "dry_run": true }),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let dry = api.redrive_end(started["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (&dry["parked"]["keys"], &dry["parked"]["records"]),
+        (&json!(1), &json!(3)),
+        "{dry}"
+    );
+
+    // The page shows it per cause and per dead letter; the discard says what it released.
+    let browser = browser::Browser::start().await;
+    browser.sign_in(&base, OPERATOR, "alice (operator)").await;
+    browser.wait_count("#inbox-table tr.cause", 1).await;
+    browser
+        .wait_text("#inbox-table tr.cause .parked", |t| {
+            t.starts_with("1 key · 3 records waiting since")
+        })
+        .await;
+    browser.click("#inbox-table tr.cause").await;
+    browser.wait_count("#letters-table tr.dead-letter", 1).await;
+    browser.click("#letters-table tr.dead-letter").await;
+    browser
+        .wait_text("#detail-fields", |t| {
+            t.contains("3 records of this key are waiting behind it")
+        })
+        .await;
+    browser
+        .type_into("#discard-reason", "order k1 was cancelled")
+        .await;
+    browser.click("#discard").await;
+    browser
+        .wait_text("#message", |t| {
+            t.starts_with("Discarded 1 dead letters")
+                && t.contains("Released 3 parked records of 1 key, in order.")
+        })
+        .await;
+    browser.quit().await;
+
+    // The partition's owner hands them to the handler in their order; the key flows again.
+    assert!(
+        eventually(WAIT, || k1()
+            == ["perm-k1-0", "ok-k1-1", "ok-k1-2", "ok-k1-3"])
+        .await,
+        "{:?}",
+        k1()
+    );
+    produce(&brokers, &topic, vec![event(1, 4)]).await;
+    assert!(
+        eventually(WAIT, || k1().last().map(String::as_str) == Some("ok-k1-4")).await,
+        "{:?}",
+        k1()
+    );
+    running.stop().await;
+    assert_eq!(
+        k1(),
+        ["perm-k1-0", "ok-k1-1", "ok-k1-2", "ok-k1-3", "ok-k1-4"],
+        "each once, in order"
+    );
+    for k in [0, 2] {
+        let calls: Vec<String> = handler
+            .calls()
+            .into_iter()
+            .map(|c| c.value)
+            .filter(|v| v.contains(&format!("-k{k}-")))
+            .collect();
+        assert_eq!(calls.len(), 4, "k{k} went on: {calls:?}");
+    }
+}

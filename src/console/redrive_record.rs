@@ -158,6 +158,11 @@ pub struct Progress {
     pub problems: Vec<String>,
     /// How many go to each destination topic.
     pub destinations: BTreeMap<String, u64>,
+    /// The parked keys whose heads it sent (a dry run: would send), and the records waiting
+    /// behind them, as the park logs said when each was sent: released in order once its
+    /// head is handled (`key_order_after_failure = "park"`).
+    #[serde(default)]
+    pub parked: crate::outstanding::parked::Parked,
     /// A dry run: the first [`PREVIEW`] dead letters it would send, and where.
     pub preview: Vec<Planned>,
     /// The audit run ids of its runs (a pause and a resume make two, and so does a move to
@@ -200,6 +205,7 @@ impl Progress {
             failed: 0,
             problems: Vec::new(),
             destinations: BTreeMap::new(),
+            parked: Default::default(),
             preview: Vec::new(),
             transform: None,
             runs: Vec::new(),

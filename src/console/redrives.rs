@@ -614,7 +614,13 @@ impl Redrives {
             })
         };
         let options = self.options(&redrive.request);
-        let result = crate::replay::replay_holding(&options, &lock, counter(redrive), stop).await;
+        let result = crate::replay::replay_holding(
+            &options,
+            &lock,
+            counter(redrive, self.watch.parked()),
+            stop,
+        )
+        .await;
         beat.cancel();
         let _ = heart.await;
         self.watch.poke();
@@ -668,7 +674,8 @@ impl Redrives {
         let stop = CancellationToken::new();
         *redrive.running.lock().expect("running") = Some(stop.clone());
         let options = self.options(&redrive.request);
-        let result = crate::replay::replay(&options, counter(&redrive), &stop).await;
+        let result =
+            crate::replay::replay(&options, counter(&redrive, self.watch.parked()), &stop).await;
         *redrive.running.lock().expect("running") = None;
         let (state, error) = match result {
             Err(e) => (State::Failed, Some(describe(&e))),
@@ -771,8 +778,13 @@ fn trim(runs: &mut BTreeMap<String, Arc<Redrive>>) {
 }
 
 /// The progress callback of a run of `redrive`: counts each outcome into its progress.
-fn counter(redrive: &Redrive) -> impl FnMut(u64, u64, &Outcome) + '_ {
+/// `parked`: the heads parked as the run starts, that a dead letter sent resolves.
+fn counter(
+    redrive: &Redrive,
+    parked: Arc<crate::outstanding::parked::Heads>,
+) -> impl FnMut(u64, u64, &Outcome) + '_ {
     let mut first = redrive.progress().runs.is_empty() && redrive.progress().scanned == 0;
+    let mut counted = std::collections::HashSet::new();
     move |_, total, outcome| {
         let mut p = redrive.progress.lock().expect("progress");
         if first {
@@ -780,6 +792,12 @@ fn counter(redrive: &Redrive) -> impl FnMut(u64, u64, &Outcome) + '_ {
             first = false;
         }
         count(&mut p, outcome);
+        if let Outcome::Replayed { id, .. } = outcome {
+            // A record dead-lettered twice is one head.
+            if let Some(head) = parked.by_id(id).filter(|_| counted.insert(id.clone())) {
+                p.parked.add(head);
+            }
+        }
     }
 }
 /// What the operator asks of a redrive.

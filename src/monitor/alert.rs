@@ -63,10 +63,28 @@ pub struct Increase {
     pub dlq_topics: Vec<String>,
     /// A few payloads, only when payloads are enabled.
     pub sample_payloads: Vec<String>,
+    /// The keys parked behind these dead letters and the records waiting behind them
+    /// (`key_order_after_failure = "park"`), as the park logs said when the alert was made.
+    pub parked: crate::outstanding::parked::Parked,
     /// When the first of these dead letters was read.
     pub window_start: Option<chrono::DateTime<chrono::Utc>>,
     /// When the alert was made.
     pub window_end: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// What waits behind an alert's dead letters: `2 keys wait behind them, 9 records in all,
+/// handled in order once each head is redriven and handled, or discarded`; `None` when none.
+pub(super) fn parked_line(p: &crate::outstanding::parked::Parked) -> Option<String> {
+    (p.keys > 0).then(|| {
+        format!(
+            "{} key{} wait{} behind them, {} record{} in all, handled in order once each head is redriven and handled, or discarded",
+            p.keys,
+            if p.keys == 1 { "" } else { "s" },
+            if p.keys == 1 { "s" } else { "" },
+            p.records,
+            if p.records == 1 { "" } else { "s" },
+        )
+    })
 }
 
 /// Dead letters whose error messages share a fingerprint.
@@ -104,6 +122,9 @@ impl Alert {
                 ));
                 t.push_str(&format!("*By error kind:* {}\n", join_counts(&i.by_kind)));
                 t.push_str(&format!("*By group:* {}\n", join_counts(&i.by_group)));
+                if let Some(parked) = parked_line(&i.parked) {
+                    t.push_str(&format!("*Parked:* {parked}\n"));
+                }
                 if !i.after_retry_topics.is_empty() {
                     t.push_str(&format!(
                         "*After retry topics:* {}\n",

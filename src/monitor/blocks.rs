@@ -248,6 +248,13 @@ fn increase_blocks(i: &Increase, brokers: &str) -> Vec<SlackBlock> {
         fields.push(md!("*Outstanding*\n{}", total));
     }
     blocks.push(SlackSectionBlock::new().with_fields(fields).into());
+    if let Some(parked) = super::alert::parked_line(&i.parked) {
+        blocks.push(
+            SlackSectionBlock::new()
+                .with_text(md!(":parking: *Parked:* {}", parked))
+                .into(),
+        );
+    }
     let mut errors = String::from("*Top errors*");
     for g in &i.top_errors {
         let new = if i.new_fingerprints.contains(&g.fingerprint) {
@@ -349,6 +356,7 @@ mod tests {
             sample_ids: vec!["orders-0-7".into()],
             dlq_topics: vec!["orders-dlt".into()],
             sample_payloads: vec![],
+            parked: Default::default(),
             window_start: None,
             window_end: None,
         }

@@ -345,7 +345,7 @@ impl Monitor {
                     if due {
                         let total = volume.outstanding().await;
                         let pending = Pending {
-                            alert: Alert::Increase(window.take(total)),
+                            alert: Alert::Increase(window.take(total, &volume.watch().parked())),
                             positions: positions.drain().map(|((t, p), o)| (t, p, o)).collect(),
                         };
                         opened = None;

@@ -6,6 +6,8 @@ use super::alert::{ErrorGroup, Increase};
 use super::seen::Seen;
 use crate::dlq_reader::DlqContent;
 use crate::fingerprint::fingerprint;
+use crate::outstanding::parked::Heads;
+use crate::park::resolve::HeadRef;
 
 /// How many sample record ids an alert lists.
 const SAMPLE_IDS: usize = 5;
@@ -16,6 +18,8 @@ const TOP_ERRORS: usize = 5;
 /// control, are counted together under [`OTHER`], so a backlog of varied errors read at full
 /// speed holds a bounded window.
 const MAX_DISTINCT: usize = 1000;
+/// How many dead letters of a window are looked up as parked keys' heads.
+const MAX_HEADS: usize = 10_000;
 /// Where the values past [`MAX_DISTINCT`] are counted.
 const OTHER: &str = "(others)";
 
@@ -42,6 +46,9 @@ pub(super) struct Window {
     sample_ids: Vec<String>,
     dlq_topics: Vec<String>,
     sample_payloads: Vec<String>,
+    /// The source records of its dead letters, which may be parked keys' heads (the first
+    /// [`MAX_HEADS`]).
+    heads: Vec<HeadRef>,
     started: Option<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -80,6 +87,16 @@ impl Window {
             .filter(|g| !g.is_empty())
             .unwrap_or_else(|| "(unknown)".to_string());
         count(&mut self.by_group, group);
+        if let Some((_, env)) = id.as_ref().filter(|_| self.heads.len() < MAX_HEADS) {
+            if !env.source.group.is_empty() {
+                self.heads.push(HeadRef {
+                    source: env.source.topic.clone(),
+                    group: env.source.group.clone(),
+                    partition: env.source.partition,
+                    offset: env.source.offset,
+                });
+            }
+        }
         if let Some(last) = id.as_ref().and_then(|(_, env)| env.history.last()) {
             count(&mut self.after_retry_topics, last.topic.clone());
         }
@@ -111,8 +128,9 @@ impl Window {
         !self.new_fingerprints.is_empty()
     }
 
-    /// Empties the window into an alert.
-    pub(super) fn take(&mut self, total: Option<u64>) -> Increase {
+    /// Empties the window into an alert; `parked`, the heads parked now, says what waits
+    /// behind its dead letters.
+    pub(super) fn take(&mut self, total: Option<u64>, parked: &Heads) -> Increase {
         let window = std::mem::take(self);
         let mut top_errors: Vec<ErrorGroup> = window
             .groups
@@ -142,6 +160,7 @@ impl Window {
             sample_ids: window.sample_ids,
             dlq_topics: window.dlq_topics,
             sample_payloads: window.sample_payloads,
+            parked: parked.behind(&window.heads),
             window_start: window.started,
             window_end: Some(chrono::Utc::now()),
         }
@@ -214,6 +233,43 @@ mod tests {
     }
 
     #[test]
+    fn an_alert_names_the_records_parked_behind_its_dead_letters() {
+        use crate::outstanding::parked::HeadState;
+        let mut seen = Seen::default();
+        let mut w = Window::default();
+        for id in ["o-1", "o-2"] {
+            let value = envelope("orders", id, DeadLetterKind::Permanent, "bad");
+            w.add("orders-dlt", &content(&value), &mut seen, false);
+        }
+        // The first dead letter's record (orders-0 offset 0, group g) is a parked head.
+        let parked = Heads::of_heads([(
+            HeadRef {
+                source: "orders".into(),
+                group: "g".into(),
+                partition: 0,
+                offset: 0,
+            },
+            HeadState {
+                waiting: 3,
+                since: chrono::Utc::now(),
+                first: true,
+            },
+        )]);
+        let inc = w.take(None, &parked);
+        assert_eq!((inc.parked.keys, inc.parked.records), (1, 3));
+        let text = Alert::Increase(inc.clone()).text("b:1");
+        assert!(
+            text.contains("*Parked:* 1 key waits behind them, 3 records in all"),
+            "{text}"
+        );
+        let without = Alert::Increase(Increase {
+            parked: Default::default(),
+            ..inc
+        });
+        assert!(!without.text("b:1").contains("Parked"));
+    }
+
+    #[test]
     fn dead_letters_after_retry_topics_are_counted_by_their_last_tier() {
         let mut seen = Seen::default();
         let mut w = Window::default();
@@ -235,7 +291,7 @@ mod tests {
         w.add("orders-dlt", &content(&env.to_vec()), &mut seen, false);
         let plain = envelope("orders", "o-2", DeadLetterKind::Permanent, "bad");
         w.add("orders-dlt", &content(&plain), &mut seen, false);
-        let inc = w.take(None);
+        let inc = w.take(None, &Heads::default());
         assert_eq!(
             inc.after_retry_topics,
             [("orders-retry-1".to_string(), 1)].into()
@@ -269,7 +325,7 @@ mod tests {
         w.add("parcels-dlt", &content(&v), &mut seen, false);
         w.add("orders-dlt", &content(b"garbage"), &mut seen, false);
         assert!(w.has_new_fingerprint());
-        let inc = w.take(Some(42));
+        let inc = w.take(Some(42), &Heads::default());
         assert!(w.is_empty());
         assert_eq!(inc.new, 10);
         assert_eq!(inc.by_source_topic["orders"], 8);
@@ -296,7 +352,7 @@ mod tests {
         let v = envelope("orders", "o-9", DeadLetterKind::Permanent, "bad row 99");
         w.add("orders-dlt", &content(&v), &mut seen, true);
         assert!(!w.has_new_fingerprint());
-        let text = Alert::Increase(w.take(None)).text("b:1");
+        let text = Alert::Increase(w.take(None, &Heads::default())).text("b:1");
         assert!(text.contains("pii"), "payloads only when enabled");
     }
 
@@ -309,7 +365,7 @@ mod tests {
             let env = Envelope::new(&record, DeadLetterKind::Permanent, "bad", 1, group);
             w.add("orders-dlt", &content(&env.to_vec()), &mut seen, false);
         }
-        let inc = w.take(None);
+        let inc = w.take(None, &Heads::default());
         assert_eq!(
             inc.by_group,
             [("billing".to_string(), 2), ("shipping".to_string(), 1)].into()

@@ -3,14 +3,19 @@
 //! grows with the number of causes, never with the number of dead letters: each cause keeps
 //! counts per minute for its last two hours, per hour for its last seven days, and one count
 //! for the rest; at most [`MAX_CAUSES`] causes per DLT are kept apart, the others are counted
-//! in one row of fingerprint [`OTHER_CAUSES`].
+//! in one row of fingerprint [`OTHER_CAUSES`]. Besides, it keeps where each dead letter that
+//! is a parked key's head is (`key_order_after_failure = "park"`), so that a row can say what
+//! waits behind its cause: memory that grows with the parked keys, as the park logs' own
+//! tables do.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
+use super::parked::{Heads, Parked};
 use crate::dlq_reader::DlqEntry;
+use crate::park::resolve::HeadRef;
 
 /// Causes kept apart per DLT; more are counted together as [`OTHER_CAUSES`].
 pub const MAX_CAUSES: usize = 2_000;
@@ -44,6 +49,9 @@ pub struct Sighting {
     pub partition: i32,
     /// Its DLQ offset.
     pub offset: i64,
+    /// Its source record, which may be a parked key's head: `None` for a record that is not
+    /// an envelope or does not name its group.
+    pub head: Option<HeadRef>,
 }
 
 impl Sighting {
@@ -71,6 +79,14 @@ impl Sighting {
                 .unwrap_or(DateTime::UNIX_EPOCH),
             partition: entry.partition,
             offset: entry.offset,
+            head: envelope
+                .filter(|e| !e.source.group.is_empty())
+                .map(|e| HeadRef {
+                    source: e.source.topic.clone(),
+                    group: e.source.group.clone(),
+                    partition: e.source.partition,
+                    offset: e.source.offset,
+                }),
         }
     }
 }
@@ -154,6 +170,10 @@ pub struct InboxRow {
     pub trend: Vec<u64>,
     /// The cause's oldest outstanding dead letter is less than 24 hours old.
     pub new: bool,
+    /// The keys parked behind its dead letters, the records waiting behind them and when the
+    /// oldest of those left (`key_order_after_failure = "park"`; zero for a group that does
+    /// not park).
+    pub parked: Parked,
 }
 
 /// Which rows: every field set must match. Another field (`id`, `records`: those pick dead
@@ -187,6 +207,8 @@ pub struct Inbox {
     rows: BTreeMap<Cause, Row>,
     causes_per_topic: BTreeMap<String, usize>,
     total: u64,
+    /// The dead letters that were parked keys' heads when counted, and their causes.
+    heads: BTreeMap<HeadRef, Cause>,
 }
 
 const MINUTE: i64 = 60;
@@ -195,8 +217,9 @@ const KEEP_MINUTES: i64 = 2 * HOUR_MINUTES;
 const KEEP_HOURS: i64 = 7 * 24 * HOUR_MINUTES;
 
 impl Inbox {
-    /// Counts one outstanding dead letter.
-    pub fn add(&mut self, s: &Sighting, now: DateTime<Utc>) {
+    /// Counts one outstanding dead letter; `parked`, the heads parked now, says whether it is
+    /// one.
+    pub fn add(&mut self, s: &Sighting, now: DateTime<Utc>, parked: &Heads) {
         self.total += 1;
         let mut cause = Cause {
             dlq_topic: s.dlq_topic.clone(),
@@ -219,6 +242,9 @@ impl Inbox {
             } else {
                 *causes += 1;
             }
+        }
+        if let Some(head) = s.head.as_ref().filter(|h| parked.head(h).is_some()) {
+            self.heads.insert(head.clone(), cause.clone());
         }
         let row = self.rows.entry(cause).or_insert_with(|| Row {
             kind: s.kind.clone(),
@@ -248,6 +274,15 @@ impl Inbox {
         compact(row, now);
     }
 
+    /// The (source topic, group) pairs of the causes counted: whose park logs may hold heads.
+    pub fn pairs(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.rows
+            .keys()
+            .filter(|c| c.group != "(unknown)" && c.group != "(various)")
+            .map(|c| (c.source_topic.clone(), c.group.clone()))
+            .collect()
+    }
+
     /// Dead letters counted.
     pub fn total(&self) -> u64 {
         self.total
@@ -263,12 +298,22 @@ impl Inbox {
         self.rows.is_empty()
     }
 
-    /// The rows `filter` selects, most dead letters first, ages and trend as of `now`.
+    /// The rows `filter` selects, most dead letters first, ages and trend as of `now`, what
+    /// is parked behind them as `parked` says.
     pub fn rows(
         &mut self,
         filter: &InboxFilter,
         now: DateTime<Utc>,
+        parked: &Heads,
     ) -> Result<Vec<InboxRow>, String> {
+        let mut behind: BTreeMap<&Cause, Parked> = BTreeMap::new();
+        if !parked.is_empty() {
+            for (head, cause) in &self.heads {
+                if let Some(state) = parked.head(head) {
+                    behind.entry(cause).or_default().add(state);
+                }
+            }
+        }
         let older = filter.older_than.as_deref().map(parse_age).transpose()?;
         let newer = filter.newer_than.as_deref().map(parse_age).transpose()?;
         let text = filter.text.as_ref().map(|t| t.to_lowercase());
@@ -317,6 +362,7 @@ impl Inbox {
                 ages: ages(row, now),
                 trend: trend(row, now),
                 new: row.first_seen > now - NEW_FOR,
+                parked: behind.get(cause).copied().unwrap_or_default(),
             });
         }
         out.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_seen.cmp(&a.last_seen)));
@@ -429,6 +475,12 @@ mod tests {
             at,
             partition: 0,
             offset,
+            head: Some(HeadRef {
+                source: "orders".into(),
+                group: group.into(),
+                partition: 0,
+                offset: offset + 1000,
+            }),
         }
     }
 
@@ -443,20 +495,26 @@ mod tests {
         inbox.add(
             &sighting("billing", "permanent: bad json", at(5, now), 1),
             now,
+            &Heads::default(),
         );
         inbox.add(
             &sighting("billing", "permanent: bad json", at(3, now), 2),
             now,
+            &Heads::default(),
         );
         inbox.add(
             &sighting("shipping", "permanent: bad json", at(3, now), 3),
             now,
+            &Heads::default(),
         );
         inbox.add(
             &sighting("billing", "permanent: no such sku #", at(1, now), 4),
             now,
+            &Heads::default(),
         );
-        let rows = inbox.rows(&InboxFilter::default(), now).unwrap();
+        let rows = inbox
+            .rows(&InboxFilter::default(), now, &Heads::default())
+            .unwrap();
         assert_eq!(rows.len(), 3);
         assert_eq!(inbox.total(), 4);
         let top = &rows[0];
@@ -483,9 +541,15 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            inbox.add(&sighting("g", "f", at(minutes, now), i as i64), now);
+            inbox.add(
+                &sighting("g", "f", at(minutes, now), i as i64),
+                now,
+                &Heads::default(),
+            );
         }
-        let row = &inbox.rows(&InboxFilter::default(), now).unwrap()[0];
+        let row = &inbox
+            .rows(&InboxFilter::default(), now, &Heads::default())
+            .unwrap()[0];
         assert_eq!(
             row.ages,
             Ages {
@@ -498,7 +562,9 @@ mod tests {
         assert!(!row.new, "its oldest dead letter is a month old");
         // An hour later the youngest two are past the hour.
         let later = now + Duration::hours(1);
-        let row = &inbox.rows(&InboxFilter::default(), later).unwrap()[0];
+        let row = &inbox
+            .rows(&InboxFilter::default(), later, &Heads::default())
+            .unwrap()[0];
         assert_eq!(row.ages.hour, 0);
         assert_eq!(row.ages.day, 3);
     }
@@ -507,12 +573,22 @@ mod tests {
     fn the_trend_counts_each_of_the_last_24_hours() {
         let now = now(); // 12:30
         let mut inbox = Inbox::default();
-        inbox.add(&sighting("g", "f", at(10, now), 1), now); // 12:20, this hour
-        inbox.add(&sighting("g", "f", at(40, now), 2), now); // 11:50
-        inbox.add(&sighting("g", "f", at(45, now), 3), now); // 11:45
-        inbox.add(&sighting("g", "f", at(23 * 60 + 29, now), 4), now); // 13:01 yesterday
-        inbox.add(&sighting("g", "f", at(25 * 60, now), 5), now); // out of the window
-        let row = &inbox.rows(&InboxFilter::default(), now).unwrap()[0];
+        inbox.add(&sighting("g", "f", at(10, now), 1), now, &Heads::default()); // 12:20, this hour
+        inbox.add(&sighting("g", "f", at(40, now), 2), now, &Heads::default()); // 11:50
+        inbox.add(&sighting("g", "f", at(45, now), 3), now, &Heads::default()); // 11:45
+        inbox.add(
+            &sighting("g", "f", at(23 * 60 + 29, now), 4),
+            now,
+            &Heads::default(),
+        ); // 13:01 yesterday
+        inbox.add(
+            &sighting("g", "f", at(25 * 60, now), 5),
+            now,
+            &Heads::default(),
+        ); // out of the window
+        let row = &inbox
+            .rows(&InboxFilter::default(), now, &Heads::default())
+            .unwrap()[0];
         assert_eq!(row.trend.len(), 24);
         assert_eq!(row.trend[23], 1);
         assert_eq!(row.trend[22], 2);
@@ -525,7 +601,11 @@ mod tests {
         let now = now();
         let mut inbox = Inbox::default();
         for i in 0..100_000 {
-            inbox.add(&sighting("g", "f", at(i % (30 * 24 * 60), now), i), now);
+            inbox.add(
+                &sighting("g", "f", at(i % (30 * 24 * 60), now), i),
+                now,
+                &Heads::default(),
+            );
         }
         let row = inbox.rows.values().next().unwrap();
         assert!(
@@ -535,7 +615,11 @@ mod tests {
         );
         assert_eq!(row.samples.len(), SAMPLES);
         for i in 0..(MAX_CAUSES as i64 + 10) {
-            inbox.add(&sighting("g", &format!("cause {i}"), now, i), now);
+            inbox.add(
+                &sighting("g", &format!("cause {i}"), now, i),
+                now,
+                &Heads::default(),
+            );
         }
         assert_eq!(inbox.len(), MAX_CAUSES + 1);
         let rows = inbox
@@ -545,6 +629,7 @@ mod tests {
                     ..InboxFilter::default()
                 },
                 now,
+                &Heads::default(),
             )
             .unwrap();
         assert_eq!(rows[0].count, 11);
@@ -557,12 +642,16 @@ mod tests {
         inbox.add(
             &sighting("billing", "permanent: bad json", at(5, now), 1),
             now,
+            &Heads::default(),
         );
         inbox.add(
             &sighting("shipping", "permanent: Timeout", at(3 * 24 * 60, now), 2),
             now,
+            &Heads::default(),
         );
-        let count = |inbox: &mut Inbox, f: InboxFilter| inbox.rows(&f, now).unwrap().len();
+        let count = |inbox: &mut Inbox, f: InboxFilter| {
+            inbox.rows(&f, now, &Heads::default()).unwrap().len()
+        };
         let f = InboxFilter::default;
         assert_eq!(
             count(
@@ -650,7 +739,8 @@ mod tests {
                     older_than: Some("soon".into()),
                     ..f()
                 },
-                now
+                now,
+                &Heads::default(),
             )
             .unwrap_err()
             .contains("`soon` is not an age"));
@@ -663,5 +753,42 @@ mod tests {
         assert!(parse_age("7").is_err());
         assert!(parse_age("d").is_err());
         assert!(parse_age("99999999999999d").is_err());
+    }
+
+    #[test]
+    fn a_row_says_what_is_parked_behind_its_dead_letters_now() {
+        use super::super::parked::HeadState;
+        let now = now();
+        let head = |offset| HeadRef {
+            source: "orders".into(),
+            group: "billing".into(),
+            partition: 0,
+            offset: offset + 1000i64,
+        };
+        let state = |waiting, minutes_ago| HeadState {
+            waiting,
+            since: at(minutes_ago, now),
+            first: true,
+        };
+        let parked = Heads::of_heads([(head(1), state(3, 30)), (head(2), state(1, 90))]);
+        let mut inbox = Inbox::default();
+        inbox.add(&sighting("billing", "a", at(30, now), 1), now, &parked);
+        inbox.add(&sighting("billing", "a", at(90, now), 2), now, &parked);
+        // Not a head when counted (its group does not park, or its head was resolved).
+        inbox.add(&sighting("billing", "b", at(5, now), 3), now, &parked);
+        let rows = inbox.rows(&InboxFilter::default(), now, &parked).unwrap();
+        let a = rows.iter().find(|r| r.fingerprint == "a").unwrap();
+        assert_eq!((a.parked.keys, a.parked.records), (2, 4));
+        assert_eq!(a.parked.oldest, Some(at(90, now)));
+        let b = rows.iter().find(|r| r.fingerprint == "b").unwrap();
+        assert_eq!(b.parked, Parked::default());
+        // One head resolved since: the row says what is parked now.
+        let now_parked = Heads::of_heads([(head(2), state(1, 90))]);
+        let rows = inbox
+            .rows(&InboxFilter::default(), now, &now_parked)
+            .unwrap();
+        let a = rows.iter().find(|r| r.fingerprint == "a").unwrap();
+        assert_eq!((a.parked.keys, a.parked.records), (1, 1));
+        assert_eq!(inbox.pairs().len(), 1);
     }
 }

@@ -11,10 +11,14 @@
 //!   replay decides with it too, so it lives in [`crate::state`]);
 //! - [`inbox`]: the outstanding dead letters grouped by cause, in memory that grows with the
 //!   causes (pure);
-//! - [`watch`]: both kept current by reading the DLTs (built once, then only what is written
-//!   after, built again when an action or a replay moves something).
+//! - [`parked`]: the park logs of the groups whose dead letters are outstanding, read on
+//!   as their owners read them: which dead letters are parked keys' heads, and what waits
+//!   behind them (`key_order_after_failure = "park"`);
+//! - [`watch`]: all kept current by reading the DLTs (built once, then only what is written
+//!   after, built again when an action or a replay moves something) and the park logs.
 
 pub mod inbox;
+pub mod parked;
 pub use crate::state::ledger;
 pub mod watch;
 

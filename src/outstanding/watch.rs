@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 
 use super::inbox::{Inbox, InboxFilter, InboxRow, Sighting};
 use super::ledger::{Ledger, Resolution};
+use super::parked::{Heads, ParkLogs};
 use super::Source;
 use crate::dlq_reader::{DlqEntry, DlqReader, Filter};
 use crate::kafka::LogContext;
@@ -69,6 +70,8 @@ struct State {
     runs: Arc<Vec<ReplayRun>>,
     ledgers: HashMap<String, Arc<Ledger>>,
     ends: HashMap<String, HashMap<i32, i64>>,
+    /// The parked keys' heads, as of the last look at the park logs.
+    parked: Arc<Heads>,
 }
 
 /// The inbox and what it was built from, kept current by [`Watch::run`].
@@ -95,6 +98,7 @@ impl Watch {
                 runs: Arc::new(Vec::new()),
                 ledgers: HashMap::new(),
                 ends: HashMap::new(),
+                parked: Arc::default(),
             }),
             wake: Notify::new(),
         })
@@ -122,11 +126,15 @@ impl Watch {
 
     /// The inbox rows `filter` selects.
     pub fn inbox(&self, filter: &InboxFilter) -> Result<Vec<InboxRow>, String> {
-        self.state
-            .lock()
-            .expect("state")
-            .inbox
-            .rows(filter, Utc::now())
+        let mut s = self.state.lock().expect("state");
+        let parked = s.parked.clone();
+        s.inbox.rows(filter, Utc::now(), &parked)
+    }
+
+    /// The parked keys' heads (`key_order_after_failure = "park"`) of the groups whose dead
+    /// letters the inbox counts, as of the watcher's last look (once a second).
+    pub fn parked(&self) -> Arc<Heads> {
+        self.state.lock().expect("state").parked.clone()
     }
 
     /// The DLTs shown.
@@ -159,9 +167,16 @@ impl Watch {
         );
         // Positions changed since the inbox was last built.
         let mut moved = true;
+        let mut parks = Parks::default();
         loop {
             let step = self
-                .step(&mut seen, &mut last_build, &mut store, &mut moved)
+                .step(
+                    &mut seen,
+                    &mut last_build,
+                    &mut store,
+                    &mut moved,
+                    &mut parks,
+                )
                 .await;
             {
                 let mut s = self.state.lock().expect("state");
@@ -183,8 +198,20 @@ impl Watch {
         last_build: &mut tokio::time::Instant,
         store: &mut PositionStore,
         moved: &mut bool,
+        parks: &mut Parks,
     ) -> Result<(), StepError> {
         let config = self.config.clone();
+        // The park logs first: a dead letter read below is a head if its head event (always
+        // written before it) is read by now.
+        let pairs = self.state.lock().expect("state").inbox.pairs();
+        let heads = Arc::new(parks.catch_up(&config, &pairs).await?);
+        if parks.unchecked.iter().any(|pair| parks.logs.parks(pair)) {
+            // Dead letters of a group that parks were counted before its park log was read:
+            // counted again, to know which are heads.
+            *moved = true;
+        }
+        parks.unchecked.clear();
+        self.state.lock().expect("state").parked = heads.clone();
         let topics = match config.dlq_topics.is_empty() {
             false => config.dlq_topics.clone(),
             true => {
@@ -256,7 +283,7 @@ impl Watch {
                         return true;
                     }
                     match ledger.resolution(entry) {
-                        None => inbox.add(&Sighting::of(entry), Utc::now()),
+                        None => inbox.add(&Sighting::of(entry), Utc::now(), &heads),
                         Some(Resolution::Replayed) => {}
                         Some(_) => resolved += 1,
                     }
@@ -265,6 +292,7 @@ impl Watch {
                 .await?;
                 ends.insert(topic.clone(), end);
             }
+            parks.unchecked = inbox.pairs().difference(&pairs).cloned().collect();
             *last_build = tokio::time::Instant::now();
             *seen = Some((topics.clone(), audit_end));
             *moved = false;
@@ -310,7 +338,13 @@ impl Watch {
             s.resolved_by_actions += resolved;
             let now = Utc::now();
             for sighting in &added {
-                s.inbox.add(sighting, now);
+                s.inbox.add(sighting, now, &heads);
+                if let Some(h) = &sighting.head {
+                    let pair = (h.source.clone(), h.group.clone());
+                    if !pairs.contains(&pair) {
+                        parks.unchecked.insert(pair);
+                    }
+                }
             }
             s.ends.insert(topic.clone(), end);
         }
@@ -530,6 +564,37 @@ fn client(config: &Source, group: &str) -> Result<BaseConsumer<LogContext>, Kafk
         .set("enable.auto.commit", "false");
     config.librdkafka.apply(&mut client);
     crate::kafka::create_logged(&client)
+}
+
+/// The park logs the watcher reads, and the groups whose dead letters were counted before
+/// their park logs were looked at.
+#[derive(Default)]
+struct Parks {
+    logs: ParkLogs,
+    unchecked: std::collections::BTreeSet<(String, String)>,
+}
+
+impl Parks {
+    /// Reads the park logs of `pairs` on, blocking in a task of its own.
+    async fn catch_up(
+        &mut self,
+        config: &Source,
+        pairs: &std::collections::BTreeSet<(String, String)>,
+    ) -> Result<Heads, KafkaError> {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &config.brokers);
+        config.librdkafka.apply(&mut client);
+        let mut logs = std::mem::take(&mut self.logs);
+        let pairs = pairs.clone();
+        let (logs, heads) = tokio::task::spawn_blocking(move || {
+            let heads = logs.catch_up(&client, &pairs);
+            (logs, heads)
+        })
+        .await
+        .expect("console read task");
+        self.logs = logs;
+        heads
+    }
 }
 
 /// Why a step of the watcher failed.

@@ -78,6 +78,20 @@ pub fn reader(config: &ClientConfig) -> Result<BaseConsumer<LogContext>, KafkaEr
 /// into its table: what is parked there now. Blocking.
 pub fn tables(config: &ClientConfig, topic: &str) -> Result<Vec<(i32, ParkTable)>, KafkaError> {
     let consumer = reader(config)?;
+    let mut tables = Vec::new();
+    catch_up(&consumer, topic, &mut tables)?;
+    Ok(tables)
+}
+
+/// Brings `tables` (park log `topic`'s partitions, as last read) up to the log's end with
+/// `consumer` ([`reader`]): a partition new to them is read from its start, the others from
+/// where they were read to. Blocking. Fails with `UnknownTopicOrPartition` when there is no
+/// such topic.
+pub fn catch_up(
+    consumer: &BaseConsumer<LogContext>,
+    topic: &str,
+    tables: &mut Vec<(i32, ParkTable)>,
+) -> Result<(), KafkaError> {
     let metadata = consumer.fetch_metadata(Some(topic), READ_TIMEOUT)?;
     let partitions = metadata
         .topics()
@@ -87,15 +101,15 @@ pub fn tables(config: &ClientConfig, topic: &str) -> Result<Vec<(i32, ParkTable)
         .ok_or(KafkaError::MetadataFetch(
             rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
         ))?;
-    let mut tables = Vec::new();
-    for partition in 0..partitions {
-        let (events, next) = read_partition(&consumer, topic, partition, 0)?;
-        let mut table = ParkTable::default();
+    for partition in tables.len() as i32..partitions {
+        tables.push((partition, ParkTable::default()));
+    }
+    for (partition, table) in tables.iter_mut() {
+        let (events, next) = read_partition(consumer, topic, *partition, table.next())?;
         for (at, event) in &events {
             table.apply(*at, event);
         }
         table.read_to(next);
-        tables.push((partition, table));
     }
-    Ok(tables)
+    Ok(())
 }

@@ -16,6 +16,8 @@ use crate::console::access::{Caller, Refusal, Role};
 use crate::console::dead_letter;
 use crate::dlq_reader::DlqEntry;
 use crate::outstanding::inbox::{InboxFilter, InboxRow};
+use crate::outstanding::parked::Heads;
+use crate::park::resolve::HeadRef;
 use crate::replay::audit::ReplayRun;
 
 pub(super) async fn status(
@@ -90,11 +92,14 @@ pub(super) async fn dead_letters(
         .list(&filter, selection.dlq_topic.as_deref(), all, limit)
         .await
         .map_err(|e| ApiError::Upstream(format!("cannot read the dead-letter topic: {e}")))?;
+    let heads = c.watch.parked();
     let items: Vec<_> = found
         .iter()
         .map(|(e, r)| {
             let payloads = c.payloads(&caller, &e.topic, group(e));
-            dead_letter::to_json(e, r.as_ref(), payloads, false)
+            let mut v = dead_letter::to_json(e, r.as_ref(), payloads, false);
+            v["parked"] = parked(&heads, e);
+            v
         })
         .collect();
     let more = items.len() >= limit;
@@ -128,6 +133,7 @@ pub(super) async fn dead_letter(
         Ok(Some((entry, resolution))) => {
             let payloads = c.payloads(&caller, &entry.topic, group(&entry));
             let mut v = dead_letter::to_json(&entry, resolution.as_ref(), payloads, true);
+            v["parked"] = parked(&c.watch.parked(), &entry);
             if payloads {
                 if let (Some(codec), Some(e)) = (&c.config.schemas, entry.content.envelope()) {
                     dead_letter::decode(codec, e, &mut v).await;
@@ -147,6 +153,24 @@ pub(super) async fn dead_letter(
         Err(e) => Err(ApiError::Upstream(format!(
             "cannot read the dead-letter topic: {e}"
         ))),
+    }
+}
+
+/// What waits behind `entry` when its source record is a parked key's head
+/// (`key_order_after_failure = "park"`): `{"records": N, "since": …}`, the records of its key
+/// parked behind it and when it left; `null` when it is none.
+fn parked(heads: &Heads, entry: &DlqEntry) -> serde_json::Value {
+    let head = entry.content.envelope().and_then(|e| {
+        heads.head(&HeadRef {
+            source: e.source.topic.clone(),
+            group: e.source.group.clone(),
+            partition: e.source.partition,
+            offset: e.source.offset,
+        })
+    });
+    match head {
+        Some(h) => json!({ "records": h.waiting, "since": h.since }),
+        None => serde_json::Value::Null,
     }
 }
 

@@ -182,7 +182,9 @@ impl Console {
             decision: None,
         };
         self.tell(&requested);
-        let answer = Json(json!({ "request": requested.to_json() }));
+        // What waits behind the heads among them (`key_order_after_failure = "park"`).
+        let parked = self.watch.parked().behind(&frozen.heads);
+        let answer = Json(json!({ "request": requested.to_json(), "parked": parked }));
         Ok((StatusCode::ACCEPTED, answer).into_response())
     }
 

@@ -150,10 +150,23 @@ async function loadInbox() {
       trend.append(bar);
     }
     tr.append(trend);
+    tr.append(el("td", parkedText(row.parked), "parked"));
     tr.addEventListener("click", () => openLetters({ dlq_topic: row.dlq_topic, group: row.group, source_topic: row.source_topic, fingerprint: row.fingerprint }));
     body.append(tr);
   }
   $("inbox-empty").hidden = data.rows.length > 0;
+}
+
+// What waits behind some dead letters (key_order_after_failure = park): "" when nothing does.
+function parkedText(p) {
+  if (!p || !p.keys) return "";
+  return p.keys + (p.keys === 1 ? " key" : " keys") + " · " + p.records + (p.records === 1 ? " record" : " records") + " waiting" + (p.oldest ? " since " + when(p.oldest) : "");
+}
+
+// What a redrive or discard releases of the keys parked behind its dead letters.
+function releasesText(p, would) {
+  if (!p || !p.keys) return "";
+  return " " + (would ? "Would release " : "Releases ") + p.records + " parked " + (p.records === 1 ? "record" : "records") + " of " + p.keys + (p.keys === 1 ? " key" : " keys") + ", in order" + (would ? "" : ", as their heads are handled") + ".";
 }
 
 async function openLetters(filter) {
@@ -264,6 +277,7 @@ async function openDetail(topic, partition, offset) {
   if (d.source) add("Source", d.source.topic + " partition " + d.source.partition + " offset " + d.source.offset + (d.source.timestamp ? " written " + when(d.source.timestamp) : ""));
   add("Dead letter", d.dlq_topic + " partition " + d.partition + " offset " + d.offset);
   add("Dead-lettered", when(d.timestamp || d.written_at));
+  if (d.parked) add("Parked behind it", d.parked.records + (d.parked.records === 1 ? " record" : " records") + " of this key " + (d.parked.records === 1 ? "is" : "are") + " waiting behind it, since " + when(d.parked.since) + ": released in order once it is redriven and handled, or discarded");
   add("Attempts", d.attempts);
   add("Delivery count", d.delivery_count);
   add("Trace id", d.trace_id);
@@ -393,14 +407,14 @@ async function startRedrive(dryRun, body) {
   if (!body && rate > 0) request.rate = rate;
   let started;
   try { started = await api("POST", "api/redrives", request); } catch (e) { say(e.message, true); return; }
-  if (started.request) { asked(started.request); return; }
+  if (started.request) { asked(started.request, started.parked); return; }
   say((dryRun ? "Dry run " : "Redrive ") + started.id + " started.");
   watchRedrive(started.id);
 }
 
 // A redrive or discard that waits for a second operator.
-function asked(r) {
-  say("A " + r.action + " of " + r.count + " dead letters waits for another operator's approval (request " + r.id + ").");
+function asked(r, parked) {
+  say("A " + r.action + " of " + r.count + " dead letters waits for another operator's approval (request " + r.id + ")." + releasesText(parked, true));
 }
 
 async function loadRequests() {
@@ -426,7 +440,7 @@ async function loadRequests() {
           try {
             const d = await api("POST", "api/requests/" + encodeURIComponent(r.id) + "/" + decision, { reason });
             const done = d.carried_out;
-            say("Request " + r.id + " " + d.state + (done && done.redrive ? ": redrive " + done.redrive + " started." : done && done.discarded !== undefined ? ": " + done.discarded + " dead letters discarded." : "."));
+            say("Request " + r.id + " " + d.state + (done && done.redrive ? ": redrive " + done.redrive + " started." : done && done.discarded !== undefined ? ": " + done.discarded + " dead letters discarded." + (done.released && done.released.keys ? " Released " + done.released.records + " parked records of " + done.released.keys + " keys, in order." : "") : "."));
             if (done && done.redrive) { show("letters"); watchRedrive(done.redrive); } else loadRequests();
           } catch (e) { say(e.message, true); }
         });
@@ -454,7 +468,8 @@ function watchRedrive(id) {
     bar.value = Math.min(p.scanned, bar.max);
     $("progress-counts").textContent = vis((p.transform ? "fix: " + p.transform.changed + " changed, " + p.transform.unchanged + " unchanged, " + p.transform.failed + " failed · " : "") + "read " + p.scanned + " of " + p.total + " · " + (p.dry_run ? "would send " : "sent ") + p.sent +
       " · refused " + p.refused + " · failed " + p.failed + (Object.keys(p.destinations).length ? " · to " + Object.entries(p.destinations).map(([t, n]) => t + ": " + n).join(", ") : "") +
-      (p.rate ? " · at most " + p.rate + "/s" : "") + (p.runner ? " · on " + p.runner : "") + (p.waiting ? " · " + p.waiting : ""));
+      (p.rate ? " · at most " + p.rate + "/s" : "") + (p.runner ? " · on " + p.runner : "") + (p.waiting ? " · " + p.waiting : "") +
+      (p.parked && p.parked.keys ? " ·" + releasesText(p.parked, p.dry_run) : ""));
     const problems = $("progress-problems");
     problems.textContent = "";
     for (const x of p.problems) problems.append(el("li", x));
@@ -487,8 +502,8 @@ async function discard() {
   if (!reason) { say("Say why they need no redrive: the reason goes into the audit.", true); return; }
   try {
     const r = await api("POST", "api/discards", { filter: selectionFilter(), reason });
-    if (r.request) { asked(r.request); return; }
-    say("Discarded " + r.discarded + " dead letters (" + r.run + "); restore them from the history.");
+    if (r.request) { asked(r.request, r.parked); return; }
+    say("Discarded " + r.discarded + " dead letters (" + r.run + "); restore them from the history." + (r.released && r.released.keys ? " Released " + r.released.records + " parked " + (r.released.records === 1 ? "record" : "records") + " of " + r.released.keys + (r.released.keys === 1 ? " key" : " keys") + ", in order." : ""));
     $("discard-reason").value = "";
     state.selection.clear();
     loadLetters();
