@@ -59,9 +59,18 @@ impl ParkedKey {
         }
     }
 
-    /// Whether its waiting records may go: every head is resolved and records wait.
+    /// Whether its waiting records may go: records wait, and every head is resolved or is
+    /// itself one of them. A head that is still waiting is a parked record that left again on
+    /// its release and whose exit is not known to have landed (no `released` event passed
+    /// it): it is released again, as a source record whose exit was given up is consumed
+    /// again, so that it is never lost between its head and its dead letter.
     pub fn releasable(&self) -> bool {
-        self.heads.is_empty() && !self.waiting.is_empty()
+        !self.waiting.is_empty()
+            && self.heads.keys().all(|head| {
+                self.waiting
+                    .binary_search_by_key(head, |w| w.offset)
+                    .is_ok()
+            })
     }
 
     /// The first of its heads not resolved.
@@ -200,11 +209,9 @@ impl ParkTable {
                         event: at,
                     },
                 );
-                // A waiting record that failed on its release is a head: it waits no longer.
-                let before = parked.waiting.len();
-                parked.waiting.retain(|w| w.offset != *offset);
-                self.waiting -= before - parked.waiting.len();
-                false
+                // A waiting record that failed on its release stays waiting as well, until the
+                // `released` event written once its exit landed passes it.
+                parked.releasable()
             }
             ParkEvent::Parked { offset, .. } => {
                 let parked = self.keys.entry(key.to_vec()).or_insert_with(ParkedKey::new);
@@ -230,7 +237,9 @@ impl ParkTable {
                     return false;
                 };
                 let Some(head) = parked.heads.remove(head) else {
-                    return false;
+                    // A resolution read again (written twice: a discard and a redrive, a write
+                    // retried): the key stays as it is.
+                    return parked.releasable();
                 };
                 parked.resolved = Some(*how);
                 parked.resolved_head = Some(head);
@@ -413,7 +422,9 @@ mod tests {
         assert!(!table.apply(2, &resolved("k", 4)));
         assert_eq!(table.get(b"k").unwrap().heads.len(), 1);
         assert!(table.apply(3, &resolved("k", 10)));
-        assert!(!table.apply(4, &resolved("k", 10)));
+        // Still releasable: read twice, a resolution must not hide the key from the release.
+        assert!(table.apply(4, &resolved("k", 10)));
+        assert_eq!(table.releasable().collect::<Vec<_>>(), [b"k".as_slice()]);
         assert!(!table.apply(5, &resolved("other", 10)));
     }
 
@@ -425,7 +436,14 @@ mod tests {
             parked("k", 15),
             resolved("k", 10),
         ]);
-        assert!(!table.apply(4, &head("k", 12)));
+        // k/12 fails on its release: the new head. Until the `released` event written once
+        // its exit landed passes it, it is waiting too, so that an owner that reads the log
+        // after its release stopped half-way releases it again rather than lose it.
+        assert!(
+            table.apply(4, &head("k", 12)),
+            "released again if stopped here"
+        );
+        assert!(!table.apply(5, &released("k", 12, 1)));
         let parked = table.get(b"k").unwrap();
         assert_eq!(parked.head().map(|h| h.offset), Some(12));
         assert_eq!(table.waiting(), 1);
@@ -435,6 +453,7 @@ mod tests {
         );
         assert_eq!(table.decide(Some(b"k"), 15), Decision::AlreadyParked);
         assert_eq!(table.decide(Some(b"k"), 16), Decision::Park);
+        assert_eq!(table.releasable().count(), 0);
     }
 
     #[test]
@@ -471,6 +490,46 @@ mod tests {
         assert_eq!(waiting(&table), 6);
         assert_eq!(table.get(b"k").unwrap().head().unwrap().event, 5);
         assert_eq!(table.next(), 7);
+    }
+
+    #[test]
+    fn a_log_read_from_its_low_water_gives_the_same_keys() {
+        // a: resolved, two records waiting; b: parked behind its head; c: released and gone.
+        let events = [
+            head("c", 0),
+            head("a", 1),
+            parked("c", 4),
+            parked("a", 5),
+            head("b", 6),
+            resolved("c", 0),
+            parked("b", 7),
+            released("c", 4, 2),
+            resolved("a", 1),
+            parked("a", 8),
+        ];
+        let whole = table(&events);
+        let low = whole.low_water();
+        assert_eq!(low, 3, "a's first parked record");
+        let mut trimmed = ParkTable::default();
+        for (at, event) in events.iter().enumerate().skip(low as usize) {
+            trimmed.apply(at as i64, event);
+        }
+        let keys = |t: &ParkTable| -> Vec<(Vec<u8>, Vec<i64>, Vec<i64>)> {
+            t.keys()
+                .map(|(k, p)| {
+                    (
+                        k.to_vec(),
+                        p.heads.keys().copied().collect(),
+                        p.waiting.iter().map(|w| w.offset).collect(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(keys(&trimmed), keys(&whole));
+        assert_eq!(
+            trimmed.releasable().collect::<Vec<_>>(),
+            whole.releasable().collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -465,6 +465,23 @@ impl Progress {
         }
     }
 
+    /// While the most writes are in flight, waits for the oldest, then stores what is
+    /// settled. A head's resolution is written as its record settles, without waiting for
+    /// room (settling is not async): the next record waits here instead, so that a redrive
+    /// of thousands of heads keeps as many writes in flight as dead letters do, no more.
+    pub(in crate::consumer) async fn make_room(&mut self) {
+        let Way::Pipelined(writes) = &mut self.way else {
+            return;
+        };
+        if !writes.is_full() {
+            return;
+        }
+        while writes.is_full() {
+            writes.wait_first().await;
+        }
+        self.store();
+    }
+
     /// Waits for every dead-letter write in flight, then stores what is settled.
     pub(in crate::consumer) async fn finish(&mut self) {
         if let Way::Pipelined(writes) = &mut self.way {

@@ -141,6 +141,7 @@ pub(super) async fn run<H: BatchHandler>(
                         break 'work;
                     }
                 }
+                settled.make_room().await;
                 let settle =
                     settle_record(&shared, &mut metrics, record, taken, &mut settled, &cancel);
                 if input.alongside(settle, &cancel).await.is_err() {

@@ -177,9 +177,10 @@ async fn release<H: BatchHandler>(
             .get(&key)
             .is_some_and(|k| k.heads.contains_key(&offset))
         {
-            // It left again: the key's new head; the rest stay parked behind it.
-            let state = releasing.remove(&key).expect("releasing");
-            say_released(released, &key, state.done, cancel).await?;
+            // It left again: the key's new head; the rest stay parked behind it. Said to be
+            // released once its exit landed, so that it waits no longer as well.
+            releasing.remove(&key).expect("releasing");
+            say_released(released, &key, Some((offset, at)), cancel).await?;
             metrics.follows = None;
             continue;
         }
