@@ -2091,38 +2091,13 @@ async fn an_operator_redrives_and_discards_in_a_real_browser() {
 /// redrives by a filter leaves the monitor's count, and once nothing is left it says resolved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_console_discards_or_redrives_is_no_longer_outstanding_for_the_monitor() {
-    use std::sync::{Arc, Mutex};
     let dlt = dead_letters(&["perm-1", "perm-2", "always-1"]).await;
-    let posted: Arc<Mutex<Vec<String>>> = Arc::default();
-    let hook = {
-        let posted = posted.clone();
-        axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |body: String| async move {
-                posted.lock().unwrap().push(body);
-                "ok"
-            }),
-        )
-    };
-    let slack = serve_on_loopback(hook).await;
-    let monitor = kafka_dlq::monitor::Monitor::new(kafka_dlq::monitor::MonitorConfig {
-        group_id: unique("monitor"),
-        window_ms: 500,
-        min_interval_ms: 0,
-        check_interval_ms: 300,
-        slack: kafka_dlq::monitor::SlackTarget::Webhook {
-            url: kafka_dlq::monitor::Secret::new(format!("http://{slack}/hook")),
-        },
-        ..kafka_dlq::monitor::MonitorConfig::new(&brokers(), [dlt.dlq.clone()])
-    })
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(monitor.run(stop.clone().cancelled_owned()));
-    let said = |text: &str| posted.lock().unwrap().iter().any(|p| p.contains(text));
+    let monitor = Monitoring::start(&dlt.dlq, 500).await;
+    let said = |text: &str| monitor.said(text);
     assert!(
         eventually(WAIT, || said("(4 outstanding)")).await,
         "{:?}",
-        posted.lock().unwrap()
+        monitor.posts()
     );
 
     // No --dlq-topic: every topic the template names, this test's among them.
@@ -2166,7 +2141,7 @@ async fn what_the_console_discards_or_redrives_is_no_longer_outstanding_for_the_
     assert!(
         eventually(WAIT, || said("went down from 4 to 2 outstanding")).await,
         "{:?}",
-        posted.lock().unwrap()
+        monitor.posts()
     );
     let (status, started) = api
         .post(
@@ -2191,10 +2166,9 @@ async fn what_the_console_discards_or_redrives_is_no_longer_outstanding_for_the_
     assert!(
         eventually(WAIT, || said("Resolved")).await,
         "{:?}",
-        posted.lock().unwrap()
+        monitor.posts()
     );
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    monitor.stop().await;
 }
 
 /// A handler that refuses every record: each is dead-lettered at once, as it came.
@@ -3026,45 +3000,18 @@ async fn the_page_shows_the_records_parked_behind_a_dead_letter_and_a_discard_re
     assert_eq!(k1(), ["perm-k1-0"], "k1 waits behind its first event");
 
     // The monitor's alert names what waits behind the new dead letter.
-    use std::sync::{Arc, Mutex};
-    let posted: Arc<Mutex<Vec<String>>> = Arc::default();
-    let hook = {
-        let posted = posted.clone();
-        axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |body: String| async move {
-                posted.lock().unwrap().push(body);
-                "ok"
-            }),
-        )
-    };
-    let slack = serve_on_loopback(hook).await;
-    let monitor = kafka_dlq::monitor::Monitor::new(kafka_dlq::monitor::MonitorConfig {
-        group_id: unique("monitor"),
-        window_ms: 3_000,
-        min_interval_ms: 0,
-        check_interval_ms: 300,
-        slack: kafka_dlq::monitor::SlackTarget::Webhook {
-            url: kafka_dlq::monitor::Secret::new(format!("http://{slack}/hook")),
-        },
-        ..kafka_dlq::monitor::MonitorConfig::new(&brokers, [dlq.clone()])
-    })
-    .unwrap();
-    let stop_monitor = tokio_util::sync::CancellationToken::new();
-    let monitoring = tokio::spawn(monitor.run(stop_monitor.clone().cancelled_owned()));
-    let said = |text: &str| posted.lock().unwrap().iter().any(|p| p.contains(text));
+    let monitor = Monitoring::start(&dlq, 3_000).await;
     assert!(
-        eventually(WAIT, || said("1 new dead letter")).await,
+        eventually(WAIT, || monitor.said("1 new dead letter")).await,
         "{:?}",
-        posted.lock().unwrap()
+        monitor.posts()
     );
     assert!(
-        said("*Parked:* 1 key waits behind them, 3 records in all"),
+        monitor.said("*Parked:* 1 key waits behind them, 3 records in all"),
         "{:?}",
-        posted.lock().unwrap()
+        monitor.posts()
     );
-    stop_monitor.cancel();
-    monitoring.await.unwrap().unwrap();
+    monitor.stop().await;
 
     let (_console, base) = console(&dlq, "", &[]).await;
     let api = Api::new(&base);

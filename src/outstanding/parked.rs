@@ -115,7 +115,7 @@ impl ParkLogs {
                 Err(error) => return Err(error),
             }
         }
-        Ok(Heads::of(heads_of(&self.logs), &self.logs))
+        Ok(heads_of(&self.logs))
     }
 
     /// Whether the group `pair.1` parks records of `pair.0` (its park log was read).
@@ -133,26 +133,6 @@ pub struct Heads {
 }
 
 impl Heads {
-    fn of(heads: BTreeMap<HeadRef, HeadState>, logs: &BTreeMap<String, Log>) -> Self {
-        let mut ids = std::collections::HashMap::new();
-        for log in logs.values() {
-            for (partition, table) in &log.tables {
-                for (_, parked) in table.keys() {
-                    for head in parked.heads.values() {
-                        let at = HeadRef {
-                            source: log.source.clone(),
-                            group: log.group.clone(),
-                            partition: *partition,
-                            offset: head.offset,
-                        };
-                        ids.insert(head.id.clone(), at);
-                    }
-                }
-            }
-        }
-        Self { heads, ids }
-    }
-
     /// Heads as given (no ids): for tests of what reads them.
     #[cfg(test)]
     pub(crate) fn of_heads(heads: impl IntoIterator<Item = (HeadRef, HeadState)>) -> Self {
@@ -192,9 +172,9 @@ impl Heads {
 }
 
 /// The unresolved heads of `logs`, each with its key's waiting records (counted at the key's
-/// first head only).
-fn heads_of(logs: &BTreeMap<String, Log>) -> BTreeMap<HeadRef, HeadState> {
-    let mut heads = BTreeMap::new();
+/// first head only), and by their dead letters' ids.
+fn heads_of(logs: &BTreeMap<String, Log>) -> Heads {
+    let mut found = Heads::default();
     for log in logs.values() {
         for (partition, table) in &log.tables {
             for (_, parked) in table.keys() {
@@ -207,7 +187,8 @@ fn heads_of(logs: &BTreeMap<String, Log>) -> BTreeMap<HeadRef, HeadState> {
                         partition: *partition,
                         offset: head.offset,
                     };
-                    heads.insert(
+                    found.ids.insert(head.id.clone(), at.clone());
+                    found.heads.insert(
                         at,
                         HeadState {
                             waiting,
@@ -220,7 +201,7 @@ fn heads_of(logs: &BTreeMap<String, Log>) -> BTreeMap<HeadRef, HeadState> {
             }
         }
     }
-    heads
+    found
 }
 
 #[cfg(test)]
@@ -286,7 +267,7 @@ mod tests {
                 parked("b", 6),
             ]),
         )]);
-        let heads = Heads::of(heads_of(&logs), &logs);
+        let heads = heads_of(&logs);
         assert_eq!(heads.head(&at(1)).unwrap().waiting, 2);
         assert_eq!(heads.head(&at(4)).unwrap().waiting, 1);
         assert_eq!(heads.head(&at(5)).unwrap().waiting, 0);

@@ -422,3 +422,61 @@ pub fn row<'a>(rows: &'a [Value], fingerprint: &str) -> Option<&'a Value> {
             .is_some_and(|f| f.starts_with(fingerprint))
     })
 }
+
+/// The kafka-dlq monitor on `dlq`, alerting a Slack webhook on loopback after windows of
+/// `window_ms`: what the webhook was posted, and the monitor's stop and task.
+pub struct Monitoring {
+    pub posted: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub stop: tokio_util::sync::CancellationToken,
+    pub running: tokio::task::JoinHandle<Result<(), kafka_dlq::monitor::MonitorError>>,
+}
+
+impl Monitoring {
+    pub async fn start(dlq: &str, window_ms: u64) -> Self {
+        let posted: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let hook = {
+            let posted = posted.clone();
+            axum::Router::new().route(
+                "/hook",
+                axum::routing::post(move |body: String| async move {
+                    posted.lock().unwrap().push(body);
+                    "ok"
+                }),
+            )
+        };
+        let slack = serve_on_loopback(hook).await;
+        let monitor = kafka_dlq::monitor::Monitor::new(kafka_dlq::monitor::MonitorConfig {
+            group_id: unique("monitor"),
+            window_ms,
+            min_interval_ms: 0,
+            check_interval_ms: 300,
+            slack: kafka_dlq::monitor::SlackTarget::Webhook {
+                url: kafka_dlq::monitor::Secret::new(format!("http://{slack}/hook")),
+            },
+            ..kafka_dlq::monitor::MonitorConfig::new(&brokers(), [dlq.to_string()])
+        })
+        .unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let running = tokio::spawn(monitor.run(stop.clone().cancelled_owned()));
+        Self {
+            posted,
+            stop,
+            running,
+        }
+    }
+
+    /// Whether a post said `text`.
+    pub fn said(&self, text: &str) -> bool {
+        self.posted.lock().unwrap().iter().any(|p| p.contains(text))
+    }
+
+    /// What was posted, for a failure's message.
+    pub fn posts(&self) -> Vec<String> {
+        self.posted.lock().unwrap().clone()
+    }
+
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.running.await.unwrap().unwrap();
+    }
+}
