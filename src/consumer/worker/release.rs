@@ -165,6 +165,13 @@ async fn release<H: BatchHandler>(
                 span: tracing::Span::current(),
             };
             released.exit(&record, leaving, cancel).await?;
+            // One at a time: were a later record's dead letter to land while an earlier one's
+            // is retried, and this member stop, the next owner would write the earlier one
+            // after it, and a replay of the dead-letter topic would apply them out of order.
+            released.finish().await;
+            if cancel.is_cancelled() {
+                return Err(Stopped);
+            }
             // Its write may have waited for the budget: the next call does not follow
             // straight on.
             metrics.follows = None;
