@@ -7,10 +7,14 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ExponentialBackoff;
@@ -45,6 +49,11 @@ pub(crate) trait ParkLog: Send + Sync + 'static {
 
     /// A reader of `source`'s park partition `partition`.
     fn reader(&self, source: &str, partition: i32) -> Box<dyn ParkReader>;
+
+    /// Deletes the events of `source`'s park partition `partition` before park-log offset
+    /// `before` (none of them is needed any more: [`crate::park::ParkTable::low_water`]),
+    /// without waiting. A failure is logged; the next trim, from a later offset, covers it.
+    fn trim(&self, source: &str, partition: i32, before: i64);
 }
 
 /// One park partition's reader.
@@ -59,6 +68,8 @@ pub(crate) struct KafkaParkLog {
     group: String,
     /// The readers' client settings (the consumer's connection and security).
     readers: ClientConfig,
+    /// Deletes records below the low water: made at the first trim.
+    admin: std::sync::OnceLock<Option<Arc<AdminClient<LogContext>>>>,
 }
 
 impl KafkaParkLog {
@@ -73,6 +84,7 @@ impl KafkaParkLog {
             producer,
             group: group.to_string(),
             readers,
+            admin: std::sync::OnceLock::new(),
         }
     }
 }
@@ -150,6 +162,46 @@ impl ParkLog for KafkaParkLog {
                 Written::GaveUp => unreachable!("a park event is written until acknowledged"),
             }
         })
+    }
+
+    fn trim(&self, source: &str, partition: i32, before: i64) {
+        let topic = park_topic(source, &self.group);
+        let admin = self.admin.get_or_init(|| {
+            crate::kafka::create_logged(&self.readers)
+                .map_err(|error| {
+                    tracing::warn!(event = "park_log_trim_failed", %topic, %error,
+                        "no admin client: the park log keeps its released events");
+                })
+                .ok()
+                .map(Arc::new)
+        });
+        let Some(admin) = admin.clone() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let mut offsets = TopicPartitionList::new();
+            if let Err(error) =
+                offsets.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(before))
+            {
+                tracing::warn!(event = "park_log_trim_failed", %topic, partition, %error);
+                return;
+            }
+            let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+            match admin.delete_records(&offsets, &options).await {
+                Ok(done) => {
+                    let refused = done.elements().iter().find_map(|e| e.error().err());
+                    match refused {
+                        None => {
+                            tracing::debug!(event = "park_log_trimmed", %topic, partition, before)
+                        }
+                        Some(error) => tracing::warn!(event = "park_log_trim_failed", %topic,
+                            partition, before, %error, "the next trim covers these events"),
+                    }
+                }
+                Err(error) => tracing::warn!(event = "park_log_trim_failed", %topic, partition,
+                    before, %error, "the next trim covers these events"),
+            }
+        });
     }
 
     fn reader(&self, source: &str, partition: i32) -> Box<dyn ParkReader> {

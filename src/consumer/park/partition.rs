@@ -19,6 +19,10 @@ use crate::stopped::Stopped;
 /// waits at least after its head is resolved elsewhere.
 pub(crate) const CATCH_UP_EVERY: Duration = Duration::from_millis(200);
 
+/// The park log is trimmed once this many of its events are no longer needed (or once no
+/// key is parked): a trim is a request to the broker, not one per release.
+const TRIM_EVERY: i64 = 1_000;
+
 /// See the module docs.
 pub(crate) struct PartitionPark {
     table: ParkTable,
@@ -28,6 +32,8 @@ pub(crate) struct PartitionPark {
     partition: i32,
     /// When the log was last read.
     read_at: tokio::time::Instant,
+    /// The park-log offset this member last trimmed the log to.
+    trimmed: i64,
     metrics: Metrics,
 }
 
@@ -49,6 +55,7 @@ impl PartitionPark {
             source: source.to_string(),
             partition,
             read_at: tokio::time::Instant::now(),
+            trimmed: 0,
             metrics,
         };
         let mut delays = ExponentialBackoff::infrastructure().delays();
@@ -102,7 +109,21 @@ impl PartitionPark {
         self.table.read_to(next);
         self.read_at = tokio::time::Instant::now();
         self.report(true);
+        self.trim();
         Ok(())
+    }
+
+    /// Deletes the log's events that no key needs any more ([`ParkTable::low_water`]) when
+    /// enough of them are, or none is parked: so that a log kept for ever (`retention.ms=-1`)
+    /// holds what is parked, not every event since the topic was made. A key the table holds
+    /// keeps every event of it from its oldest; a release's records are trimmed only once its
+    /// `released` event, written after they were settled, is in the table.
+    fn trim(&mut self) {
+        let low = self.table.low_water();
+        if low > self.trimmed && (low - self.trimmed >= TRIM_EVERY || self.table.is_empty()) {
+            self.log.trim(&self.source, self.partition, low);
+            self.trimmed = low;
+        }
     }
 
     /// The source topic.
@@ -256,7 +277,11 @@ impl PartitionPark {
     fn write(&mut self, event: ParkEvent, cancel: CancellationToken) -> PendingPark {
         self.table.apply_written(&event);
         self.report(false);
-        self.log.write(&self.source, self.partition, &event, cancel)
+        let pending = self.log.write(&self.source, self.partition, &event, cancel);
+        if matches!(event, ParkEvent::Released { .. }) {
+            self.trim();
+        }
+        pending
     }
 
     /// The log's events from `from` up to its end (those not read before count in the table
@@ -275,6 +300,7 @@ impl PartitionPark {
         if next > read {
             self.read_at = tokio::time::Instant::now();
         }
+        self.trim();
         Ok(events)
     }
 }

@@ -1,7 +1,9 @@
 //! The group's park log in the world: each source partition's events, appended as they are
 //! handed over (in that order, as one producer's writes to one partition land), acknowledged
 //! after a delay drawn from the seed; a parked record is in the log, and so settled, from
-//! then on. A head that `park_max_age` expired is one whose order is given up. Read by the workers' real `PartitionPark` through the same seam as Kafka's.
+//! then on. A head that `park_max_age` expired is one whose order is given up. Trimmed events
+//! are gone for every reader. Read by the workers' real `PartitionPark` through the same seam
+//! as Kafka's.
 
 use std::time::Duration;
 
@@ -59,10 +61,25 @@ impl ParkLog for SimParkLog {
             }
             (at, delay)
         };
+        // Handed to the producer now: the acknowledgement comes `delay` after this call,
+        // however late the future is first polled (as the dead-letter writes' do).
+        let acknowledged = tokio::time::Instant::now() + delay;
         Box::pin(async move {
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep_until(acknowledged).await;
             Ok(at)
         })
+    }
+
+    fn trim(&self, source: &str, partition: i32, before: i64) {
+        assert_eq!(source, SOURCE, "a park log of the source topic");
+        let mut world = self.world.lock();
+        let end = world.park_logs.get(&partition).map_or(0, Vec::len) as i64;
+        assert!(
+            before <= end,
+            "a trim of park partition {partition} before {before}, past its end {end}"
+        );
+        let start = world.park_log_starts.entry(partition).or_default();
+        *start = (*start).max(before);
     }
 
     fn reader(&self, _source: &str, partition: i32) -> Box<dyn ParkReader> {
@@ -86,7 +103,13 @@ impl ParkReader for SimParkReader {
             .park_logs
             .get(&self.partition)
             .map_or(&[][..], Vec::as_slice);
-        let from = from.max(0) as usize;
+        // Trimmed events are gone, as Kafka's are after DeleteRecords.
+        let start = world
+            .park_log_starts
+            .get(&self.partition)
+            .copied()
+            .unwrap_or(0);
+        let from = from.max(start).max(0) as usize;
         let events = log
             .iter()
             .enumerate()

@@ -12,6 +12,19 @@ use crate::record::Record;
 /// goes to its group's redrive topic (`Destination::Group`) as the original record with its
 /// calls and stages so far, due now, a little earlier, or (a foreign or broken writer) in 2099
 /// — never to be waited for.
+/// After the fix: every dead letter not replayed yet goes back, due now.
+pub(super) fn replay_all(world: &mut World) {
+    let now = world.now();
+    let letters = world
+        .dead_lettered
+        .as_mut()
+        .expect("a schedule with replays keeps its dead letters");
+    let chosen: Vec<_> = std::mem::take(letters);
+    for envelope in chosen {
+        redrive(world, envelope, now);
+    }
+}
+
 pub(super) fn replay(world: &mut World, rng: &mut fastrand::Rng) {
     let now = world.now();
     let letters = world
@@ -28,6 +41,13 @@ pub(super) fn replay(world: &mut World, rng: &mut fastrand::Rng) {
             1 => now - chrono::Duration::seconds(5),
             _ => now,
         };
+        redrive(world, envelope, due);
+    }
+}
+
+/// `envelope`'s record on its group's redrive topic, due at `due`.
+fn redrive(world: &mut World, envelope: crate::dlq::Envelope, due: chrono::DateTime<chrono::Utc>) {
+    {
         let source = &envelope.source;
         let tp = (redrive_topic(&source.topic, &source.group), 0);
         let original = envelope.headers().expect("headers the simulation wrote");

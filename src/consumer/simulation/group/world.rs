@@ -134,6 +134,8 @@ pub(super) struct World {
     /// With parking ([`super::schedule::Variant::Park`]): each source partition's park log,
     /// and a record handled before an earlier one of its key is a violation.
     pub park_logs: BTreeMap<i32, Vec<crate::park::ParkEvent>>,
+    /// Where each park log starts: its events before were trimmed (deleted) by their owner.
+    pub park_log_starts: BTreeMap<i32, i64>,
     pub parking: bool,
 }
 
@@ -186,6 +188,7 @@ impl World {
             dead_lettered: None,
             exactly_once: None,
             park_logs: BTreeMap::new(),
+            park_log_starts: BTreeMap::new(),
             parking: false,
         }
     }
