@@ -88,14 +88,8 @@ impl Window {
             .unwrap_or_else(|| "(unknown)".to_string());
         count(&mut self.by_group, group);
         if let Some((_, env)) = id.as_ref().filter(|_| self.heads.len() < MAX_HEADS) {
-            if !env.source.group.is_empty() {
-                self.heads.push(HeadRef {
-                    source: env.source.topic.clone(),
-                    group: env.source.group.clone(),
-                    partition: env.source.partition,
-                    offset: env.source.offset,
-                });
-            }
+            self.heads
+                .extend(crate::outstanding::parked::head_of(&env.source));
         }
         if let Some(last) = id.as_ref().and_then(|(_, env)| env.history.last()) {
             count(&mut self.after_retry_topics, last.topic.clone());

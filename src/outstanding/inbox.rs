@@ -79,14 +79,7 @@ impl Sighting {
                 .unwrap_or(DateTime::UNIX_EPOCH),
             partition: entry.partition,
             offset: entry.offset,
-            head: envelope
-                .filter(|e| !e.source.group.is_empty())
-                .map(|e| HeadRef {
-                    source: e.source.topic.clone(),
-                    group: e.source.group.clone(),
-                    partition: e.source.partition,
-                    offset: e.source.offset,
-                }),
+            head: envelope.and_then(|e| crate::outstanding::parked::head_of(&e.source)),
         }
     }
 }

@@ -16,6 +16,17 @@ use crate::kafka::LogContext;
 use crate::park::resolve::{HeadRef, WaitingBehind};
 use crate::park::{park_topic, ParkTable};
 
+/// The record a dead letter came from, as its envelope says: a parked key's head if its group
+/// parks. `None` when the envelope names no group (a foreign writer's): no park log holds it.
+pub fn head_of(source: &crate::dlq::EnvelopeSource) -> Option<HeadRef> {
+    (!source.group.is_empty()).then(|| HeadRef {
+        source: source.topic.clone(),
+        group: source.group.clone(),
+        partition: source.partition,
+        offset: source.offset,
+    })
+}
+
 /// An unresolved head, as its park log says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadState {

@@ -12,6 +12,7 @@ pub mod event;
 pub mod read;
 pub mod resolve;
 pub mod table;
+pub(crate) mod write;
 
 pub use event::{Cause, How, ParkEvent, ParkEventError};
 pub use table::{Decision, ParkTable, ParkedKey};

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::Utc;
 use rdkafka::consumer::Consumer as _;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
 use super::{park_topic, How, ParkEvent};
@@ -161,24 +161,24 @@ pub async fn resolve(
             at,
         };
         let (headers, value) = event.encode();
-        let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(headers.len());
-        for h in &headers {
-            owned = crate::kafka::headers::add(owned, &h.key, h.value.as_deref());
+        let refused = |error| ResolveError {
+            topic: topic.clone(),
+            error,
+        };
+        let delivery = super::write::send(
+            &producer,
+            &topic,
+            head.partition,
+            key,
+            &headers,
+            value.as_deref(),
+        )
+        .map_err(refused)?;
+        match delivery.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((error, _))) => return Err(refused(error)),
+            Err(_) => return Err(refused(KafkaError::Canceled)),
         }
-        let mut record = FutureRecord::<[u8], [u8]>::to(&topic)
-            .partition(head.partition)
-            .key(key)
-            .headers(owned);
-        if let Some(value) = value.as_deref() {
-            record = record.payload(value);
-        }
-        producer
-            .send(record, std::time::Duration::from_secs(30))
-            .await
-            .map_err(|(error, _)| ResolveError {
-                topic: topic.clone(),
-                error,
-            })?;
     }
     Ok(WaitingBehind::of(heads))
 }

@@ -17,7 +17,6 @@ use crate::console::dead_letter;
 use crate::dlq_reader::DlqEntry;
 use crate::outstanding::inbox::{InboxFilter, InboxRow};
 use crate::outstanding::parked::Heads;
-use crate::park::resolve::HeadRef;
 use crate::replay::audit::ReplayRun;
 
 pub(super) async fn status(
@@ -160,14 +159,11 @@ pub(super) async fn dead_letter(
 /// (`key_order_after_failure = "park"`): `{"records": N, "since": …}`, the records of its key
 /// parked behind it and when it left; `null` when it is none.
 fn parked(heads: &Heads, entry: &DlqEntry) -> serde_json::Value {
-    let head = entry.content.envelope().and_then(|e| {
-        heads.head(&HeadRef {
-            source: e.source.topic.clone(),
-            group: e.source.group.clone(),
-            partition: e.source.partition,
-            offset: e.source.offset,
-        })
-    });
+    let head = entry
+        .content
+        .envelope()
+        .and_then(|e| crate::outstanding::parked::head_of(&e.source))
+        .and_then(|at| heads.head(&at));
     match head {
         Some(h) => json!({ "records": h.waiting, "since": h.since }),
         None => serde_json::Value::Null,

@@ -70,20 +70,13 @@ impl Console {
             .watch
             .scan(filter, Some(dlq_topic), false, |entry, _| {
                 count += 1;
-                if let Some(e) = entry.content.envelope() {
-                    let s = &e.source;
-                    if !park_logs.is_empty()
-                        && !s.group.is_empty()
-                        && park_logs.contains(&crate::park::park_topic(&s.topic, &s.group))
-                    {
-                        heads.insert(HeadRef {
-                            source: s.topic.clone(),
-                            group: s.group.clone(),
-                            partition: s.partition,
-                            offset: s.offset,
-                        });
-                    }
-                }
+                let head = entry
+                    .content
+                    .envelope()
+                    .filter(|_| !park_logs.is_empty())
+                    .and_then(|e| crate::outstanding::parked::head_of(&e.source))
+                    .filter(|h| park_logs.contains(&crate::park::park_topic(&h.source, &h.group)));
+                heads.extend(head);
                 let group = entry.content.envelope().map(|e| e.source.group.as_str());
                 if direct
                     .as_ref()

@@ -163,6 +163,12 @@ function parkedText(p) {
   return p.keys + (p.keys === 1 ? " key" : " keys") + " · " + p.records + (p.records === 1 ? " record" : " records") + " waiting" + (p.oldest ? " since " + when(p.oldest) : "");
 }
 
+// What a discard released of the keys parked behind its dead letters: "" when nothing.
+function releasedText(p) {
+  if (!p || !p.keys) return "";
+  return " Released " + p.records + " parked " + (p.records === 1 ? "record" : "records") + " of " + p.keys + (p.keys === 1 ? " key" : " keys") + ", in order.";
+}
+
 // What a redrive or discard releases of the keys parked behind its dead letters.
 function releasesText(p, would) {
   if (!p || !p.keys) return "";
@@ -440,7 +446,7 @@ async function loadRequests() {
           try {
             const d = await api("POST", "api/requests/" + encodeURIComponent(r.id) + "/" + decision, { reason });
             const done = d.carried_out;
-            say("Request " + r.id + " " + d.state + (done && done.redrive ? ": redrive " + done.redrive + " started." : done && done.discarded !== undefined ? ": " + done.discarded + " dead letters discarded." + (done.released && done.released.keys ? " Released " + done.released.records + " parked records of " + done.released.keys + " keys, in order." : "") : "."));
+            say("Request " + r.id + " " + d.state + (done && done.redrive ? ": redrive " + done.redrive + " started." : done && done.discarded !== undefined ? ": " + done.discarded + " dead letters discarded." + releasedText(done.released) : "."));
             if (done && done.redrive) { show("letters"); watchRedrive(done.redrive); } else loadRequests();
           } catch (e) { say(e.message, true); }
         });
@@ -503,7 +509,7 @@ async function discard() {
   try {
     const r = await api("POST", "api/discards", { filter: selectionFilter(), reason });
     if (r.request) { asked(r.request, r.parked); return; }
-    say("Discarded " + r.discarded + " dead letters (" + r.run + "); restore them from the history." + (r.released && r.released.keys ? " Released " + r.released.records + " parked " + (r.released.records === 1 ? "record" : "records") + " of " + r.released.keys + (r.released.keys === 1 ? " key" : " keys") + ", in order." : ""));
+    say("Discarded " + r.discarded + " dead letters (" + r.run + "); restore them from the history." + releasedText(r.released));
     $("discard-reason").value = "";
     state.selection.clear();
     loadLetters();

@@ -13,15 +13,14 @@ use std::time::Duration;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientConfig, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ExponentialBackoff;
-use crate::kafka::send::{send_until_acknowledged, Failed, Sent, Written};
+use crate::kafka::send::{send_until_acknowledged, Failed, Written};
 use crate::kafka::LogContext;
 use crate::park::{park_topic, ParkEvent};
-use crate::record::RecordHeader;
 use crate::stopped::Stopped;
 
 /// A park event's write: its park-log offset once acknowledged, or [`Stopped`] when `cancel`
@@ -89,28 +88,6 @@ impl KafkaParkLog {
     }
 }
 
-fn send(
-    producer: &FutureProducer<LogContext>,
-    topic: &str,
-    partition: i32,
-    key: &[u8],
-    headers: &[RecordHeader],
-    value: Option<&[u8]>,
-) -> Sent {
-    let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(headers.len());
-    for h in headers {
-        owned = crate::kafka::headers::add(owned, &h.key, h.value.as_deref());
-    }
-    let mut out = FutureRecord::<[u8], [u8]>::to(topic)
-        .partition(partition)
-        .key(key)
-        .headers(owned);
-    if let Some(value) = value {
-        out = out.payload(value);
-    }
-    producer.send_result(out).map_err(|(error, _)| error)
-}
-
 impl ParkLog for KafkaParkLog {
     fn write(
         &self,
@@ -123,7 +100,7 @@ impl ParkLog for KafkaParkLog {
         let (headers, value) = event.encode();
         let key = event.key().to_vec();
         let producer = self.producer.clone();
-        let first = send(
+        let first = crate::park::write::send(
             &producer,
             &topic,
             partition,
@@ -140,7 +117,7 @@ impl ParkLog for KafkaParkLog {
                 (),
                 first,
                 |()| {
-                    send(
+                    crate::park::write::send(
                         &producer,
                         &topic,
                         partition,
