@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use kafka_dlq::config::Ordering;
+use kafka_dlq::config::{GroupProtocol, Ordering};
 use kafka_dlq::{ConsumerConfig, Handler, HandlerError, Record};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -477,9 +477,9 @@ async fn a_parked_key_past_park_max_age_follows_its_head_to_the_dead_letter_topi
 /// crashes (its task dropped: nothing drained or committed) while records are parked and
 /// released. Then the fix and `dlq replay`: every key's 20 events were applied, each only
 /// after every earlier event of its key (a record handled again after the crash is at least
-/// once's repeat, never a step back), and none is left in the park log.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parked_keys_stay_in_order_across_members_that_join_leave_and_crash() {
+/// once's repeat, never a step back), and none is left in the park log. Run under both group
+/// protocols: KIP-848's moves partitions one by one, at the broker's pace.
+async fn parked_keys_stay_in_order_across_group_changes(protocol: GroupProtocol) {
     const KEYS: u32 = 1_000;
     const EVENTS: u32 = 20;
     let brokers = brokers();
@@ -509,10 +509,14 @@ async fn parked_keys_stay_in_order_across_members_that_join_leave_and_crash() {
     let mut config = ConsumerConfig {
         key_order_after_failure: kafka_dlq::config::KeyOrderAfterFailure::Park,
         breaker_failure_ratio: 0.0,
+        group_protocol: protocol,
         ..test_config(&brokers, &group, &topic)
     };
-    // The crashed member's partitions move once its session ends: 6 s, not the default 45.
-    config.librdkafka.insert("session.timeout.ms", "6000");
+    if protocol == GroupProtocol::Classic {
+        // The crashed member's partitions move once its session ends: 6 s, as the test
+        // broker's KIP-848 session, not the default 45.
+        config.librdkafka.insert("session.timeout.ms", "6000");
+    }
     let applied = |h: &Fixable| {
         h.order
             .lock()
@@ -620,4 +624,14 @@ async fn parked_keys_stay_in_order_across_members_that_join_leave_and_crash() {
         broken.len(),
         began.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_keys_stay_in_order_across_classic_group_changes() {
+    parked_keys_stay_in_order_across_group_changes(GroupProtocol::Classic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_keys_stay_in_order_across_consumer_protocol_group_changes() {
+    parked_keys_stay_in_order_across_group_changes(GroupProtocol::Consumer).await;
 }
