@@ -472,6 +472,99 @@ async fn a_parked_key_past_park_max_age_follows_its_head_to_the_dead_letter_topi
     assert_eq!(handler.order_of("k0"), [0, 1, 2, 3, 4]);
 }
 
+/// `kafka-dlq dlq discard`: an operator decides a dead letter needs no redrive. The command
+/// refuses a discard without a reason or a filter; its dry run says what it would release; the
+/// discard releases the key parked behind it (its records handled in order, the head never),
+/// records the discard on the audit topic (the dead letter is no longer outstanding), and a
+/// second discard finds nothing left to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discard_from_the_command_line_releases_the_key_parked_behind_it() {
+    let brokers = brokers();
+    let topic = unique("discarded");
+    let group = unique("g");
+    let dlq = format!("{topic}-dlt");
+    create_topic(&brokers, &topic, 1).await;
+    produce(&brokers, &topic, events(4, 0..4)).await;
+    let handler = Fixable::default();
+    handler.broken.lock().unwrap().push("k2/1".to_string());
+    let config = ConsumerConfig {
+        key_order_after_failure: kafka_dlq::config::KeyOrderAfterFailure::Park,
+        ..test_config(&brokers, &group, &topic)
+    };
+    let running = Running::start(config, handler.clone());
+    assert!(
+        eventually(WAIT, || committed(&brokers, &group, &topic, 1).get(&0)
+            == Some(&16))
+        .await,
+        "every record handled, dead-lettered or parked"
+    );
+    assert_eq!(
+        handler.order_of("k2"),
+        [0],
+        "k2/2 and k2/3 wait behind k2/1"
+    );
+    let letters = read_all(&brokers, &dlq);
+    assert_eq!(letters.len(), 1);
+    let head: kafka_dlq::dlq::Envelope =
+        serde_json::from_slice(rdkafka::Message::payload(&letters[0]).unwrap()).unwrap();
+    let discard = ["dlq", "discard", "--brokers", &brokers, "--dlq-topic", &dlq];
+
+    let (code, _, err) = cli(&[&discard[..], &["--id", &head.id, "--reason", " "]].concat());
+    assert_ne!(code, 0);
+    assert!(err.contains("reason"), "{err}");
+    let (code, _, err) = cli(&[&discard[..], &["--reason", "test orders"]].concat());
+    assert_ne!(code, 0);
+    assert!(err.contains("filter") && err.contains("--until"), "{err}");
+
+    let by_id = [
+        &discard[..],
+        &["--id", &head.id, "--reason", "k2/1 was a test order"],
+    ]
+    .concat();
+    let (code, out, err) = cli(&[&by_id[..], &["--dry-run"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("would discard 1 outstanding dead letter(s)")
+            && out.contains("would release 2 parked record(s) of 1 key(s)"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(handler.order_of("k2"), [0], "a dry run releases nothing");
+
+    let (code, out, err) = cli(&[&by_id[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(outcome["discarded"], 1, "{out}");
+    assert_eq!(outcome["released"]["keys"], 1, "{out}");
+    assert_eq!(outcome["released"]["records"], 2, "{out}");
+    assert!(outcome["run"].is_string(), "{out}");
+    assert!(
+        eventually(WAIT, || handler.order_of("k2") == [0, 2, 3]).await,
+        "k2's parked records, in order, the discarded head never: {:?}",
+        handler.order_of("k2")
+    );
+    // The discard is on the audit topic: nothing is outstanding, and discarding again does
+    // nothing.
+    let (code, listed, err) = cli(&["dlq", "list", "--brokers", &brokers, "--dlq-topic", &dlq]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!listed.contains(&head.id), "{listed}");
+    let (code, out, err) = cli(&by_id);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("discarded 0 outstanding dead letter(s)")
+            && out.contains("released 0 parked record(s)"),
+        "{out}"
+    );
+    // The key flows again.
+    produce(&brokers, &topic, events(4, 4..5)).await;
+    assert!(
+        eventually(WAIT, || handler.order_of("k2") == [0, 2, 3, 4]).await,
+        "{:?}",
+        handler.order_of("k2")
+    );
+    running.stop().await;
+}
+
 /// The proof on Apache Kafka: 1,000 keys × 20 events on 4 partitions, 2 % of the events
 /// failing for good until a fix is deployed; member A starts, B and C join, B leaves and C
 /// crashes (its task dropped: nothing drained or committed) while records are parked and

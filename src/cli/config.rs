@@ -181,6 +181,7 @@ pub(super) const COMMAND_SETTINGS: &[(&str, &[&[&str]])] = &[
                 "error_contains",
                 "error_matches",
                 "operator",
+                "reason",
                 "fingerprint",
                 "all",
                 "where",

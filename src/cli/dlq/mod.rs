@@ -1,4 +1,5 @@
-//! `kafka-dlq dlq list | show | replay`: look into a dead-letter topic and send records back.
+//! `kafka-dlq dlq list | show | replay | discard | history | seal | parked`: look into a
+//! dead-letter topic, send records back or discard them, and see what kafka-dlq keeps.
 
 use std::io::{IsTerminal, Write};
 
@@ -13,10 +14,12 @@ use kafka_dlq::{ConfigError, DeadLetterKind};
 use super::CliError;
 
 mod decoded;
+mod discard;
 mod history;
 mod parked;
 mod seal;
 pub(super) mod view;
+pub(super) use discard::DiscardArgs;
 pub(super) use history::HistoryArgs;
 pub(super) use parked::ParkedArgs;
 pub(super) use seal::SealArgs;
@@ -32,6 +35,9 @@ pub(super) enum DlqCommand {
     Show(ShowArgs),
     /// Send dead letters back to their source topic (or --to), resumably.
     Replay(ReplayArgs),
+    /// Discard outstanding dead letters with a reason: they need no redrive. Releases the
+    /// keys parked behind them (key_order_after_failure = park), in order.
+    Discard(DiscardArgs),
     /// List the replay runs on the audit topic: who, when, from where, what, how it ended.
     History(HistoryArgs),
     /// Seal the state written before `--audit-key` was set, so that the tools, which ignore
@@ -52,6 +58,7 @@ impl DlqCommand {
             DlqCommand::List(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
             DlqCommand::Show(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
             DlqCommand::Replay(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
+            DlqCommand::Discard(a) => (&a.source.cluster, Some(a.source.dlq_topic.clone())),
             DlqCommand::History(a) => (a.cluster(), None),
             DlqCommand::Seal(a) => (a.cluster(), None),
             DlqCommand::Parked(a) => (a.cluster(), Some(a.park_topic())),
@@ -66,6 +73,7 @@ impl DlqCommand {
             DlqCommand::List(a) => a.source.state.topics().map(Some),
             DlqCommand::Show(a) => a.source.state.topics().map(Some),
             DlqCommand::Replay(a) => a.source.state.topics().map(Some),
+            DlqCommand::Discard(a) => a.source.state.topics().map(Some),
             DlqCommand::History(a) => a.state().topics().map(Some),
             DlqCommand::Seal(a) => a.state().topics().map(Some),
             DlqCommand::Parked(_) => Ok(None),
@@ -78,6 +86,7 @@ impl DlqCommand {
             DlqCommand::List(a) => a.source.cluster.connection_mut(),
             DlqCommand::Show(a) => a.source.cluster.connection_mut(),
             DlqCommand::Replay(a) => a.source.cluster.connection_mut(),
+            DlqCommand::Discard(a) => a.source.cluster.connection_mut(),
             DlqCommand::History(a) => a.cluster_mut().connection_mut(),
             DlqCommand::Seal(a) => a.cluster_mut().connection_mut(),
             DlqCommand::Parked(a) => a.cluster_mut().connection_mut(),
@@ -367,6 +376,7 @@ pub(super) async fn run(command: DlqCommand) -> Result<(), CliError> {
         DlqCommand::List(args) => list(args).await,
         DlqCommand::Show(args) => show(args).await,
         DlqCommand::Replay(args) => replay_command(args).await,
+        DlqCommand::Discard(args) => discard::run(args).await,
         DlqCommand::History(args) => history::run(args).await,
         DlqCommand::Seal(args) => seal::run(args).await,
         DlqCommand::Parked(args) => parked::run(args).await,
@@ -382,10 +392,17 @@ enum View {
     All,
 }
 
+/// What [`read`] read.
+struct Read {
+    /// The entries handed on.
+    matched: usize,
+    /// Where each partition of the DLQ topic ended when it was opened: nothing after is read.
+    ends: std::collections::HashMap<i32, i64>,
+}
+
 /// Reads the DLQ topic (from its first outstanding offsets, or with [`View::All`] from its
 /// log start) and hands each entry that `filter` matches and `view` shows to `each`, with what
-/// resolved it, as it is read (nothing is collected), up to `limit` of them; returns how
-/// many.
+/// resolved it, as it is read (nothing is collected), up to `limit` of them.
 async fn read(
     source: &Source,
     filter: &Filter,
@@ -393,7 +410,7 @@ async fn read(
     limit: Option<usize>,
     codec: Option<&kafka_dlq::schema::Codec>,
     mut each: impl FnMut(&DlqEntry, Option<&Resolution>, Option<&serde_json::Value>),
-) -> Result<usize, CliError> {
+) -> Result<Read, CliError> {
     if let (Some(w), None) = (&filter.where_, codec) {
         if w.reads_decoded() {
             return Err(ConfigError::new(
@@ -418,7 +435,8 @@ async fn read(
     .await
     .expect("reader task")
     .map_err(|e| unreadable(&source.dlq_topic, e))?;
-    let ledger = ledger_of(&brokers, &raw, &state, &topic, &reader.ends()).await?;
+    let ends = reader.ends();
+    let ledger = ledger_of(&brokers, &raw, &state, &topic, &ends).await?;
     if view == View::Outstanding {
         let ranges = reader
             .ends()
@@ -460,7 +478,7 @@ async fn read(
             }
         }
     }
-    Ok(matched)
+    Ok(Read { matched, ends })
 }
 
 /// The ledger of `dlq_topic` (whose partitions end at `ends`): the audit and every replay
@@ -563,7 +581,7 @@ async fn list(args: ListArgs) -> Result<(), CliError> {
         },
     )
     .await?;
-    view::print_count(count, shown == View::All, &mut out);
+    view::print_count(count.matched, shown == View::All, &mut out);
     Ok(())
 }
 
@@ -590,7 +608,7 @@ async fn show(args: ShowArgs) -> Result<(), CliError> {
         },
     )
     .await?;
-    if found == 0 {
+    if found.matched == 0 {
         return Err(CliError::Runtime(anyhow::anyhow!(
             "no dead letter with id `{}` on `{}`",
             view::escaped(&args.id),
