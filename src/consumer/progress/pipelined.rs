@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
@@ -72,15 +72,23 @@ const DEAD_LETTER_WINDOW: i64 = 5_000;
 pub(super) type Settling = Pin<Box<dyn Future<Output = Result<(), Stopped>> + Send>>;
 
 /// A dead-letter (or retry-topic, or park-log) write in flight, and what is counted and given
-/// back when it ends. The write is polled in the record's span.
+/// back when it ends. The write itself is in [`DeadLetterWrites::pending`], polled in the
+/// record's span.
 struct InFlight {
     /// The offset it settles once acknowledged (where the record was delivered).
     offset: i64,
-    pending: Instrumented<Settling>,
+    /// How the write ended, once it did (a later write may end before an earlier one).
+    written: Option<Result<(), Stopped>>,
     fetched: Instant,
     metrics: Metrics,
     _hold: Option<BudgetHold>,
 }
+
+/// A write's end, tagged with its place in the order of writes.
+type Tag = Box<dyn FnOnce(Result<(), Stopped>) -> (u64, Result<(), Stopped>) + Send>;
+
+/// A write in flight, tagged with its place in the order of writes.
+type Tagged = futures_util::future::Map<Instrumented<Settling>, Tag>;
 
 impl InFlight {
     /// Counts how long the record took once its write was acknowledged, and gives its budget
@@ -100,10 +108,19 @@ impl InFlight {
 /// still retried (a retry's backoff runs from the write that failed). While the worker waits
 /// for something else (a transient failure's backoff, the outage breaker), a write that
 /// failed is retried, and one acknowledged is logged and counted, only once the worker goes
-/// on; no offset passes either meanwhile.
+/// on; no offset passes either meanwhile. Every write woken is polled, not only the oldest:
+/// a write of two steps (a key's head in the park log, then its dead letter) takes its
+/// second step as soon as the first is acknowledged. Polled oldest-first only, each waited
+/// for its turn at the front, one step after another: `poison10-park` ran at a tenth of
+/// `poison10`.
 #[derive(Default)]
 pub(in crate::consumer) struct DeadLetterWrites {
     in_flight: VecDeque<InFlight>,
+    /// The writes of [`DeadLetterWrites::in_flight`] not ended yet, tagged with their place:
+    /// only those woken are polled.
+    pending: futures_util::stream::FuturesUnordered<Tagged>,
+    /// The tag of the oldest write in flight.
+    first: u64,
     /// Offsets of the writes acknowledged since [`DeadLetterWrites::take_acknowledged`]. A
     /// write given up (revoked or stopping) is never among them, so no position passes it.
     acknowledged: Vec<i64>,
@@ -221,13 +238,29 @@ impl DeadLetterWrites {
         fetched: Instant,
         hold: Option<BudgetHold>,
     ) {
+        let tag = self.first + self.in_flight.len() as u64;
+        let tagged: Tag = Box::new(move |written| (tag, written));
+        self.pending.push(settling.instrument(span).map(tagged));
         self.in_flight.push_back(InFlight {
             offset: record.delivered_offset(),
-            pending: settling.instrument(span),
+            written: None,
             fetched,
             metrics: out.metrics.clone(),
             _hold: hold,
         });
+    }
+
+    /// Notes how the write tagged `tag` ended.
+    fn note(&mut self, (tag, written): (u64, Result<(), Stopped>)) {
+        let at = (tag - self.first) as usize;
+        self.in_flight[at].written = Some(written);
+    }
+
+    /// Takes the ended writes off the front.
+    fn take_ended(&mut self) {
+        while let Some(written) = self.in_flight.front_mut().and_then(|f| f.written.take()) {
+            self.ended(written);
+        }
     }
 
     /// Whether starting another write has to wait for the oldest one.
@@ -235,14 +268,13 @@ impl DeadLetterWrites {
         self.in_flight.len() >= DEAD_LETTER_WRITES_IN_FLIGHT
     }
 
-    /// Takes the finished writes off the front, without waiting.
+    /// Drives the writes woken since the last poll, and takes the finished ones off the
+    /// front, without waiting.
     pub(super) fn collect_finished(&mut self) {
-        while let Some(front) = self.in_flight.front_mut() {
-            let Some(written) = (&mut front.pending).now_or_never() else {
-                break;
-            };
-            self.ended(written);
+        while let Some(Some(ended)) = self.pending.next().now_or_never() {
+            self.note(ended);
         }
+        self.take_ended();
     }
 
     /// The offsets of the writes acknowledged since the last call.
@@ -264,19 +296,23 @@ impl DeadLetterWrites {
         }
     }
 
-    /// Waits for the oldest write in flight and takes it off. Cancel-safe: the write is
-    /// taken off only once it is done.
+    /// Waits for the oldest write in flight (driving the others meanwhile) and takes it and
+    /// every write ended after it off. Cancel-safe: a write is taken off only once it is
+    /// done.
     pub(super) async fn wait_first(&mut self) {
-        let Some(front) = self.in_flight.front_mut() else {
-            return;
-        };
-        let written = (&mut front.pending).await;
-        self.ended(written);
+        while self.in_flight.front().is_some_and(|f| f.written.is_none()) {
+            match self.pending.next().await {
+                Some(ended) => self.note(ended),
+                None => unreachable!("a write in flight that did not end is pending"),
+            }
+        }
+        self.take_ended();
     }
 
     /// The oldest write in flight ended with `written`: takes it off, and keeps its offset
     /// when it was acknowledged.
     fn ended(&mut self, written: Result<(), Stopped>) {
+        self.first += 1;
         let first = self.in_flight.pop_front().expect("the oldest write ended");
         let offset = first.offset;
         if first.ended(written).is_ok() {
