@@ -17,7 +17,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reads `topic`/`partition` with `consumer` (assigned that partition alone) from `from` (or
 /// the log's start, if that was deleted) up to its high watermark, blocking: its events, and
-/// the offset after them. A record that is not a park event is logged
+/// the offset after them. The consumer stays assigned after them, fetching what comes next
+/// for [`read_fetched`]. A record that is not a park event is logged
 /// (`park_event_unreadable`) and passed over. Fails after 30 s.
 pub fn read_partition(
     consumer: &BaseConsumer<LogContext>,
@@ -27,12 +28,12 @@ pub fn read_partition(
 ) -> Result<(Vec<(i64, ParkEvent)>, i64), KafkaError> {
     let (low, high) = consumer.fetch_watermarks(topic, partition, READ_TIMEOUT)?;
     let from = from.max(low);
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(from.min(high)))?;
+    consumer.assign(&list)?;
     if from >= high {
         return Ok((Vec::new(), from.max(high)));
     }
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, partition, Offset::Offset(from))?;
-    consumer.assign(&list)?;
     let deadline = Instant::now() + READ_TIMEOUT;
     let mut events = Vec::new();
     let mut next = from;
@@ -48,17 +49,53 @@ pub fn read_partition(
         };
         let message = message?;
         next = message.offset() + 1;
-        let headers = message
-            .headers()
-            .map(RecordHeader::read_all)
-            .unwrap_or_default();
-        match ParkEvent::decode(message.key(), &headers, message.payload()) {
-            Ok(event) => events.push((message.offset(), event)),
-            Err(error) => tracing::warn!(event = "park_event_unreadable", %topic, partition,
-                offset = message.offset(), %error, "passed over"),
-        }
+        events.extend(decoded(&message, topic, partition));
     }
     Ok((events, next))
+}
+
+/// The events `consumer` fetched already after a [`read_partition`] (or a `read_fetched`)
+/// that ended at `from`, without waiting: its assignment kept fetching while the worker
+/// handled records, so a catch-up costs no round trip. It may end before the log's end (what
+/// was written a moment ago comes at the next read). A fetch error (the log trimmed past
+/// `from`: its reader resets to nothing) fails it: read with [`read_partition`] again.
+pub fn read_fetched(
+    consumer: &BaseConsumer<LogContext>,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<(Vec<(i64, ParkEvent)>, i64), KafkaError> {
+    let mut events = Vec::new();
+    let mut next = from;
+    while let Some(message) = consumer.poll(Duration::ZERO) {
+        let message = message?;
+        if message.topic() != topic || message.partition() != partition || message.offset() < next {
+            continue;
+        }
+        next = message.offset() + 1;
+        events.extend(decoded(&message, topic, partition));
+    }
+    Ok((events, next))
+}
+
+/// `message`'s park event; `None`, logged (`park_event_unreadable`), when it is not one.
+fn decoded(
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    topic: &str,
+    partition: i32,
+) -> Option<(i64, ParkEvent)> {
+    let headers = message
+        .headers()
+        .map(RecordHeader::read_all)
+        .unwrap_or_default();
+    match ParkEvent::decode(message.key(), &headers, message.payload()) {
+        Ok(event) => Some((message.offset(), event)),
+        Err(error) => {
+            tracing::warn!(event = "park_event_unreadable", %topic, partition,
+                offset = message.offset(), %error, "passed over");
+            None
+        }
+    }
 }
 
 /// A park client of `config` (the cluster's connection): assigns partitions, commits nothing.
@@ -66,7 +103,12 @@ pub fn reader(config: &ClientConfig) -> Result<BaseConsumer<LogContext>, KafkaEr
     let mut config = config.clone();
     config
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // A position trimmed away is an error, not a silent jump to the end.
+        .set("auto.offset.reset", "error")
+        // What an assigned reader fetches ahead waits for its next read: a few MB, not the
+        // default 64 MB per park partition.
+        .set("queued.max.messages.kbytes", "4096");
     if config.get("group.id").is_none() {
         // Never joins it: librdkafka wants one for a consumer all the same.
         config.set("group.id", "kafka-dlq-park-reader");
