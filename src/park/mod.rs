@@ -1,6 +1,7 @@
 //! Key order after a failure: a key parked behind its record that left for the dead-letter
-//! topic or a retry tier, and released in order once that record is resolved (issue #52:
-//! the events and the table are here; the consumer does not park yet).
+//! topic or a retry tier, and released in order once that record is resolved: the events,
+//! the table and the reads and writes the tools share (the consumer's side is
+//! `consumer::park`).
 //!
 //! Each source topic has a park log per consumer group ([`park_topic`]), with as many
 //! partitions as the source topic: its partition `p` is the story of source partition `p`'s
@@ -9,6 +10,7 @@
 //! call of it succeeded, an operator who discarded it). The owner keeps a [`table`] of it.
 
 pub mod event;
+pub mod heads;
 pub mod read;
 pub mod resolve;
 pub mod table;

@@ -5,25 +5,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use chrono::{DateTime, Utc};
-
-use super::event::{Cause, How, ParkEvent};
-
-/// The record that parked its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    /// Its source offset.
-    pub offset: i64,
-    /// Its dead letter's (or retry record's) id.
-    pub id: String,
-    /// Where it went.
-    pub cause: Cause,
-    /// When it first left (a head that leaves again keeps it: `park_max_age` counts from
-    /// here).
-    pub since: DateTime<Utc>,
-    /// The park-log offset of its latest `head` event.
-    pub event: i64,
-}
+use super::event::{How, ParkEvent};
+pub use super::heads::{Head, Heads};
 
 /// A record waiting behind its key's head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +23,7 @@ pub struct ParkedKey {
     /// Its records that left and are not resolved yet, by source offset: usually one. More
     /// when a record of the key delivered again (a rebalance before its offset was committed)
     /// fails again, or a head whose exit was given up comes again.
-    pub heads: BTreeMap<i64, Head>,
+    pub heads: Heads,
     /// How its last head was resolved; `None` until one is.
     pub resolved: Option<How>,
     /// The last head resolved.
@@ -52,7 +35,7 @@ pub struct ParkedKey {
 impl ParkedKey {
     fn new() -> Self {
         Self {
-            heads: BTreeMap::new(),
+            heads: Heads::default(),
             resolved: None,
             resolved_head: None,
             waiting: VecDeque::new(),
@@ -291,7 +274,10 @@ impl ParkTable {
 
 #[cfg(test)]
 mod tests {
+    use chrono::{DateTime, Utc};
+
     use super::*;
+    use crate::park::Cause;
 
     fn at(second: u32) -> DateTime<Utc> {
         DateTime::from_timestamp(1_765_000_000 + i64::from(second), 0).unwrap()
