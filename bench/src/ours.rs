@@ -38,6 +38,9 @@ pub struct Run<'a> {
     pub max_in_flight: usize,
     /// Exactly once: the scenario ends once its records' transactions committed.
     pub exactly_once: bool,
+    /// `key_order_after_failure = "park"`: the scenario ends once every record that left
+    /// holds its key parked (the main topic's keys are unique: a key per dead letter).
+    pub park: bool,
 }
 
 /// Runs kafka-dlq with `run.behaviour` until `run.end`.
@@ -46,6 +49,10 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
         ordering: run.ordering,
         max_in_flight: run.max_in_flight,
         exactly_once: run.exactly_once,
+        key_order_after_failure: match run.park {
+            true => kafka_dlq::config::KeyOrderAfterFailure::Park,
+            false => kafka_dlq::config::KeyOrderAfterFailure::Continue,
+        },
         max_retries: 1,
         backoff_initial: Duration::from_millis(600_000),
         backoff_max: Duration::from_millis(600_000),
@@ -70,7 +77,7 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
     let consumer = Consumer::new(config, handler)?;
     let metrics = consumer.metrics();
     let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
+    let mut task = tokio::spawn(consumer.run(stop.clone().cancelled_owned()));
     let mut last_progress = Instant::now();
     let mut last_seen = 0;
     let mut progressing = |at_most: Duration| -> anyhow::Result<()> {
@@ -91,6 +98,7 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
                     end = goal.reached.get().copied();
                     break;
                 }
+                stopped = &mut task => bail!("the consumer stopped early: {:?}", stopped?),
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {
                     progressing(Duration::from_secs(60))?
                 }
@@ -98,6 +106,9 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
         },
         _ => {
             while seen.total() < settled {
+                if task.is_finished() {
+                    bail!("the consumer stopped early: {:?}", task.await?);
+                }
                 progressing(Duration::from_secs(60))?;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
@@ -112,6 +123,26 @@ pub async fn run(run: Run<'_>) -> anyhow::Result<Figures> {
         }
         end = None;
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Parking: settled means each dead letter's key parked (its head in the park log, the
+    // partition's table holding it). A run that parked nothing measured nothing.
+    if run.park {
+        let waited = Instant::now();
+        while (metrics.total("kafka_dlq_parked_keys") as u64) < dead_letters {
+            if waited.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "{} of {dead_letters} keys parked after 60 s",
+                    metrics.total("kafka_dlq_parked_keys")
+                );
+            }
+            end = None;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        eprintln!(
+            "{}: {} keys parked",
+            run.group,
+            metrics.total("kafka_dlq_parked_keys")
+        );
     }
     // Exactly once: settled means committed in a transaction.
     if run.exactly_once {

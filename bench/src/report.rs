@@ -36,6 +36,14 @@ pub fn setup(args: &Args, scenarios: &[Scenario]) -> String {
     }
     if scenarios
         .iter()
+        .any(|s| matches!(s.runner, Runner::OursParking(_)))
+    {
+        lines.push(
+            "*-park: kafka-dlq with key_order_after_failure = park: each dead letter parks its key (unique keys: nothing waits behind it), ended once every key is parked; memory is with that many keys parked".to_string(),
+        );
+    }
+    if scenarios
+        .iter()
         .any(|s| matches!(s.runner, Runner::ParallelConsumer(_)))
     {
         lines.push(format!(

@@ -17,6 +17,11 @@ pub enum Runner {
     /// kafka-dlq with `exactly_once` (in partition order): offsets and dead letters in
     /// transactions.
     OursExactlyOnce(Behaviour),
+    /// kafka-dlq with `key_order_after_failure = "park"` (in partition order): each record
+    /// that leaves parks its key in the group's park log. The main topic's keys are unique,
+    /// so nothing waits behind a head: what it costs the other keys, and what the parked keys
+    /// cost in memory.
+    OursParking(Behaviour),
     /// Spring Kafka (`bench/peers/spring-kafka`) with this scenario name.
     Spring(&'static str),
     /// Parallel Consumer in KEY order (`bench/peers/parallel-consumer`) with this scenario.
@@ -31,7 +36,10 @@ impl Runner {
 
     /// Whether kafka-dlq runs it.
     pub fn is_ours(self) -> bool {
-        matches!(self, Runner::Ours(..) | Runner::OursExactlyOnce(_))
+        matches!(
+            self,
+            Runner::Ours(..) | Runner::OursExactlyOnce(_) | Runner::OursParking(_)
+        )
     }
 }
 
@@ -95,7 +103,7 @@ use RatioTo::*;
 /// Every scenario, in the order they run in each pass: each peer right after the kafka-dlq
 /// scenario it is compared with, and the dead-letter scenarios last, because their dead
 /// letters slow a broker down for a while after them.
-pub const ALL: [Scenario; 20] = [
+pub const ALL: [Scenario; 22] = [
     s("baseline", Runner::Baseline, Whole, Nothing, None),
     s(
         "baseline-split",
@@ -210,10 +218,24 @@ pub const ALL: [Scenario; 20] = [
         None,
     ),
     s(
+        "poison1-park",
+        Runner::OursParking(Behaviour::Poison1),
+        Whole,
+        Rate("poison1"),
+        None,
+    ),
+    s(
         "poison10",
         Runner::Ours(Behaviour::Poison10, Partition),
         Whole,
         Rate("noop"),
+        None,
+    ),
+    s(
+        "poison10-park",
+        Runner::OursParking(Behaviour::Poison10),
+        Whole,
+        Rate("poison10"),
         None,
     ),
     s(

@@ -97,6 +97,10 @@ async fn bench_runs_every_scenario_on_the_mock_cluster_and_reports_a_result_line
         stdout.contains("run only on a real broker"),
         "says why the peers did not run:\n{stdout}"
     );
+    assert!(
+        stdout.contains("the *-park scenarios run only on a real broker"),
+        "says why the parking rows did not run:\n{stdout}"
+    );
     assert!(!stdout.contains("RESULT spring-"), "{stdout}");
 }
 
@@ -134,6 +138,8 @@ async fn bench_runs_spring_kafka_and_parallel_consumer_beside_kafka_dlq_on_apach
             ("pc-readme", 300),
             ("poison1", 12_000),
             ("spring-poison1", 12_000),
+            ("poison1-park", 12_000),
+            ("poison10-park", 12_000),
             ("eos-noop", 2_000),
             ("spring-tx-noop", 2_000),
             ("eos-poison1", 2_000),
