@@ -13,7 +13,7 @@ use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::kafka::LogContext;
-use crate::park::resolve::{HeadRef, WaitingBehind};
+use crate::park::resolve::{unresolved, HeadRef, WaitingBehind};
 use crate::park::{park_topic, ParkTable};
 
 /// The record a dead letter came from, as its envelope says: a parked key's head if its group
@@ -187,29 +187,14 @@ impl Heads {
 fn heads_of(logs: &BTreeMap<String, Log>) -> Heads {
     let mut found = Heads::default();
     for log in logs.values() {
-        for (partition, table) in &log.tables {
-            for (_, parked) in table.keys() {
-                let mut waiting = parked.waiting.len() as u64;
-                let mut first = true;
-                for head in parked.heads.values() {
-                    let at = HeadRef {
-                        source: log.source.clone(),
-                        group: log.group.clone(),
-                        partition: *partition,
-                        offset: head.offset,
-                    };
-                    found.ids.insert(head.id.clone(), at.clone());
-                    found.heads.insert(
-                        at,
-                        HeadState {
-                            waiting,
-                            since: head.since,
-                            first,
-                        },
-                    );
-                    (waiting, first) = (0, false);
-                }
-            }
+        for u in unresolved(&log.source, &log.group, &log.tables) {
+            found.ids.insert(u.id.to_string(), u.head.clone());
+            let state = HeadState {
+                waiting: u.waiting,
+                since: u.since,
+                first: u.first,
+            };
+            found.heads.insert(u.head, state);
         }
     }
     found

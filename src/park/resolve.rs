@@ -4,13 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rdkafka::consumer::Consumer as _;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
-use super::{park_topic, How, ParkEvent};
+use super::{park_topic, How, ParkEvent, ParkTable};
 use crate::kafka::LogContext;
 
 /// A dead letter's source record, which may be a parked key's head: the source topic, the
@@ -41,6 +41,58 @@ pub fn park_logs(config: &ClientConfig) -> Result<BTreeSet<String>, KafkaError> 
         .collect())
 }
 
+/// An unresolved head in a park log's tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unresolved<'a> {
+    /// Where it is.
+    pub head: HeadRef,
+    /// Its key.
+    pub key: &'a [u8],
+    /// Its dead letter's (or retry record's) id.
+    pub id: &'a str,
+    /// When it first left.
+    pub since: DateTime<Utc>,
+    /// The records of its key waiting, at the key's first head; 0 at the others (a key has
+    /// more than one head only when a record failed again before the first was settled),
+    /// so that a sum over heads counts each key's records once.
+    pub waiting: u64,
+    /// It is its key's first head.
+    pub first: bool,
+}
+
+/// Every unresolved head of `tables`, the partitions of `source`'s park log of `group`, key
+/// by key, each key's heads in source order.
+pub fn unresolved<'a>(
+    source: &'a str,
+    group: &'a str,
+    tables: &'a [(i32, ParkTable)],
+) -> impl Iterator<Item = Unresolved<'a>> + 'a {
+    tables.iter().flat_map(move |(partition, table)| {
+        table.keys().flat_map(move |(key, parked)| {
+            parked
+                .heads
+                .values()
+                .enumerate()
+                .map(move |(i, head)| Unresolved {
+                    head: HeadRef {
+                        source: source.to_string(),
+                        group: group.to_string(),
+                        partition: *partition,
+                        offset: head.offset,
+                    },
+                    key,
+                    id: &head.id,
+                    since: head.since,
+                    waiting: match i {
+                        0 => parked.waiting.len() as u64,
+                        _ => 0,
+                    },
+                    first: i == 0,
+                })
+        })
+    })
+}
+
 /// A parked key's head found among the dead letters asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundHead {
@@ -48,7 +100,7 @@ pub struct FoundHead {
     pub head: HeadRef,
     /// Its key.
     pub key: Vec<u8>,
-    /// The records of the key parked behind it (0 for the second head of a key found).
+    /// The records of the key parked behind it (0 unless it is the key's first head).
     pub waiting: u64,
 }
 
@@ -102,32 +154,17 @@ pub fn find(config: &ClientConfig, refs: &BTreeSet<HeadRef>) -> Result<Vec<Found
             )) => continue,
             Err(error) => return Err(error),
         };
-        // Per partition: each unresolved head's key, and whether its waiting records were
-        // counted already.
-        let mut heads: BTreeMap<(i32, i64), (&[u8], &super::ParkedKey)> = BTreeMap::new();
-        for (partition, table) in &tables {
-            for (key, parked) in table.keys() {
-                for offset in parked.heads.keys() {
-                    heads.insert((*partition, *offset), (key, parked));
-                }
-            }
-        }
-        let mut counted: BTreeSet<(i32, &[u8])> = BTreeSet::new();
-        for r in refs {
-            let Some((key, parked)) = heads.get(&(r.partition, r.offset)) else {
-                continue;
-            };
-            let first = counted.insert((r.partition, key));
-            found.push(FoundHead {
+        let (source, group) = (&refs[0].source, &refs[0].group);
+        let heads: BTreeMap<HeadRef, Unresolved<'_>> = unresolved(source, group, &tables)
+            .map(|u| (u.head.clone(), u))
+            .collect();
+        found.extend(refs.into_iter().filter_map(|r| {
+            heads.get(r).map(|u| FoundHead {
                 head: r.clone(),
-                key: key.to_vec(),
-                waiting: if first {
-                    parked.waiting.len() as u64
-                } else {
-                    0
-                },
-            });
-        }
+                key: u.key.to_vec(),
+                waiting: u.waiting,
+            })
+        }));
     }
     Ok(found)
 }
@@ -191,4 +228,44 @@ pub struct ResolveError {
     pub topic: String,
     /// Kafka's error.
     pub error: KafkaError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::park::table::tests::{head, parked};
+
+    #[test]
+    fn a_keys_waiting_records_are_counted_at_its_first_head_only() {
+        let mut table = ParkTable::default();
+        // b/5 failed again before b/4 was settled: a second head of b.
+        let events = [
+            head("a", 1),
+            parked("a", 2),
+            head("b", 4),
+            head("b", 5),
+            parked("b", 6),
+            parked("b", 7),
+        ];
+        for (at, event) in events.iter().enumerate() {
+            table.apply(at as i64, event);
+        }
+        let tables = [(3, table)];
+        let found: Vec<(i64, &[u8], u64, bool)> = unresolved("orders", "billing", &tables)
+            .map(|u| (u.head.offset, u.key, u.waiting, u.first))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (1, &b"a"[..], 1, true),
+                (4, &b"b"[..], 2, true),
+                (5, &b"b"[..], 0, false)
+            ]
+        );
+        let first = unresolved("orders", "billing", &tables).next().unwrap();
+        assert_eq!(
+            (first.head.partition, first.id, first.head.group.as_str()),
+            (3, "orders-0-1", "billing")
+        );
+    }
 }

@@ -273,17 +273,18 @@ impl ParkTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use chrono::{DateTime, Utc};
 
     use super::*;
     use crate::park::Cause;
 
-    fn at(second: u32) -> DateTime<Utc> {
+    pub(crate) fn at(second: u32) -> DateTime<Utc> {
         DateTime::from_timestamp(1_765_000_000 + i64::from(second), 0).unwrap()
     }
 
-    fn head(key: &str, offset: i64) -> ParkEvent {
+    /// Key `key`'s record at `offset` left for the DLT, at second `offset`.
+    pub(crate) fn head(key: &str, offset: i64) -> ParkEvent {
         ParkEvent::Head {
             key: key.into(),
             offset,
@@ -293,7 +294,8 @@ mod tests {
         }
     }
 
-    fn parked(key: &str, offset: i64) -> ParkEvent {
+    /// Key `key`'s record at `offset` parked.
+    pub(crate) fn parked(key: &str, offset: i64) -> ParkEvent {
         ParkEvent::Parked {
             key: key.into(),
             offset,
