@@ -330,3 +330,77 @@ impl DeadLetterWrites {
         self.in_flight.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::consumer::client::RecordingClient;
+    use crate::retry_tier::RetryTiers;
+
+    /// Never asked to write here: the writes under test are handed in whole.
+    struct NoWrites;
+
+    impl super::super::writer::ExitWriter for NoWrites {
+        fn write(&self, _: &Record, _: &ExitWrite, _: CancellationToken) -> PendingExit {
+            unreachable!("the test pushes its writes itself")
+        }
+    }
+
+    fn out() -> Out {
+        Out::new(
+            Arc::new(NoWrites),
+            Arc::new(RecordingClient::default()),
+            Metrics::default(),
+            RetryTiers::default(),
+        )
+    }
+
+    /// A write of two steps (a key's head in the park log, then its dead letter) takes its
+    /// second step once the first is acknowledged, while an older write is still in flight;
+    /// its offset is taken off only after the older one's.
+    #[test]
+    fn a_later_writes_next_step_starts_while_an_older_write_is_in_flight() {
+        let out = out();
+        let mut writes = DeadLetterWrites::default();
+        let (older_done, older) = tokio::sync::oneshot::channel::<()>();
+        let (head_done, head) = tokio::sync::oneshot::channel::<()>();
+        let (letter_done, letter) = tokio::sync::oneshot::channel::<()>();
+        let second_step = Arc::new(AtomicBool::new(false));
+        let started = second_step.clone();
+        writes.push_resolution(
+            &out,
+            &Record::new("orders", 0, 1),
+            Box::pin(async move { older.await.map_err(|_| Stopped) }),
+        );
+        writes.push_resolution(
+            &out,
+            &Record::new("orders", 0, 2),
+            Box::pin(async move {
+                head.await.map_err(|_| Stopped)?;
+                started.store(true, Ordering::SeqCst);
+                letter.await.map_err(|_| Stopped)
+            }),
+        );
+        writes.collect_finished();
+        assert!(!second_step.load(Ordering::SeqCst));
+        head_done.send(()).unwrap();
+        writes.collect_finished();
+        assert!(
+            second_step.load(Ordering::SeqCst),
+            "the dead letter is written as soon as its head is acknowledged"
+        );
+        letter_done.send(()).unwrap();
+        writes.collect_finished();
+        assert!(
+            writes.take_acknowledged().is_empty(),
+            "no offset passes the older write in flight"
+        );
+        older_done.send(()).unwrap();
+        writes.collect_finished();
+        assert_eq!(writes.take_acknowledged(), [1, 2]);
+        assert!(writes.is_empty());
+    }
+}
